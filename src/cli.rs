@@ -1,0 +1,282 @@
+//! Plumbing shared by every command: the exit-code table, error printing, broken-pipe handling,
+//! line-numbered JSONL input, buffered JSONL output, and the `WHEN` syntax of `--since`.
+//!
+//! A binary's `main` calls [`main`] with its `run` function; `run` gets parsed arguments, a
+//! reader for stdin and a writer for stdout, so all logic is testable without a process.
+
+use anyhow::{bail, Context, Result};
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Exit status, documented in every man page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Success, also when nothing was flagged.
+    Ok = 0,
+    /// A check failed (only where checking is the command's purpose, e.g. a backtest).
+    Check = 1,
+    /// Any error, including bad input lines that were skipped.
+    Error = 2,
+}
+
+/// Runs a command: parses arguments, wires stdin/stdout, prints `name: context: cause` for
+/// errors and maps the result to an exit code. A broken pipe on stdout is a quiet success.
+pub fn main<A, F>(name: &str, run: F) -> i32
+where
+    A: clap::Parser,
+    F: FnOnce(A, &mut dyn BufRead, &mut Out) -> Result<Exit>,
+{
+    let args = match A::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    let stdin = io::stdin();
+    let mut input = stdin.lock();
+    let stdout = io::stdout();
+    let terminal = stdout.is_terminal();
+    let mut out = Out::new(Box::new(stdout.lock()), terminal);
+    let result = run(args, &mut input, &mut out).and_then(|code| {
+        out.flush()?;
+        Ok(code)
+    });
+    match result {
+        Ok(code) => code as i32,
+        Err(e) if is_broken_pipe(&e) => 0,
+        Err(e) => {
+            let _ = out.flush();
+            eprintln!("{name}: {e:#}");
+            2
+        }
+    }
+}
+
+/// True when any error in the chain is a broken pipe, including one wrapped by serde_json.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        if let Some(io) = c.downcast_ref::<io::Error>() {
+            return io.kind() == io::ErrorKind::BrokenPipe;
+        }
+        if let Some(js) = c.downcast_ref::<serde_json::Error>() {
+            return js.io_error_kind() == Some(io::ErrorKind::BrokenPipe);
+        }
+        false
+    })
+}
+
+/// Buffered line output. Flushes per line when asked to (`--line-buffered`) or when stdout is a
+/// terminal.
+pub struct Out {
+    w: io::BufWriter<Box<dyn Write>>,
+    per_line: bool,
+    pub terminal: bool,
+}
+
+impl Out {
+    pub fn new(w: Box<dyn Write>, terminal: bool) -> Out {
+        Out {
+            w: io::BufWriter::with_capacity(64 * 1024, w),
+            per_line: terminal,
+            terminal,
+        }
+    }
+
+    /// An `Out` writing into a shared buffer, for tests.
+    pub fn buffer() -> (Out, SharedBuf) {
+        let buf = SharedBuf::default();
+        (Out::new(Box::new(buf.clone()), false), buf)
+    }
+
+    pub fn line_buffered(&mut self, on: bool) {
+        self.per_line = self.per_line || on;
+    }
+
+    /// Writes one line (a newline is added).
+    pub fn line(&mut self, s: &str) -> io::Result<()> {
+        self.w.write_all(s.as_bytes())?;
+        self.w.write_all(b"\n")?;
+        if self.per_line {
+            self.w.flush()?;
+        }
+        Ok(())
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.w.flush()
+    }
+}
+
+impl Write for Out {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.w.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.w.flush()
+    }
+}
+
+/// A cloneable in-memory writer.
+#[derive(Clone, Default)]
+pub struct SharedBuf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl SharedBuf {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl Write for SharedBuf {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Reads named inputs (`-` is stdin) line by line, calling `f(name, line_no, line)` for each
+/// non-blank line. Names are `stdin` or the path, so errors read `stdin:17: ...`.
+pub fn for_each_line(
+    files: &[PathBuf],
+    stdin: &mut dyn BufRead,
+    mut f: impl FnMut(&str, usize, &str) -> Result<()>,
+) -> Result<()> {
+    let mut each = |name: &str, r: &mut dyn BufRead| -> Result<()> {
+        let mut buf = String::new();
+        let mut n = 0usize;
+        loop {
+            buf.clear();
+            let got = r
+                .read_line(&mut buf)
+                .with_context(|| format!("{name}:{}: read failed", n + 1))?;
+            if got == 0 {
+                return Ok(());
+            }
+            n += 1;
+            let line = buf.trim_end_matches(['\n', '\r']);
+            if line.trim().is_empty() {
+                continue;
+            }
+            f(name, n, line)?;
+        }
+    };
+    if files.is_empty() {
+        return each("stdin", stdin);
+    }
+    for p in files {
+        if p.as_os_str() == "-" {
+            each("stdin", stdin)?;
+        } else {
+            let file = File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+            let name = p.display().to_string();
+            each(&name, &mut BufReader::with_capacity(256 * 1024, file))?;
+        }
+    }
+    Ok(())
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Parses a duration: `90s`, `10m`, `1h`, `30d`, `500ms`, or bare seconds. Returns ms.
+pub fn parse_duration_ms(s: &str) -> Result<i64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    if num.is_empty() {
+        bail!("invalid duration {s:?}: expected a number and a unit, like 10m");
+    }
+    let n: i64 = num
+        .parse()
+        .with_context(|| format!("invalid duration {s:?}"))?;
+    let mult = match unit {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        "w" => 7 * 86_400_000,
+        _ => bail!("invalid duration {s:?}: unknown unit {unit:?} (use ms, s, m, h, d or w)"),
+    };
+    Ok(n * mult)
+}
+
+/// Parses `WHEN`: a duration back from `now` (`10m`), or an absolute time in epoch ms (any
+/// number of 12 digits or more). An empty string means "the beginning of time" (0), so that
+/// `--since "$(wd-store last-tick)"` works on a first tick.
+pub fn parse_when(s: &str, now: i64) -> Result<i64> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Ok(0);
+    }
+    if t.len() >= 12 && t.bytes().all(|b| b.is_ascii_digit()) {
+        return t
+            .parse()
+            .with_context(|| format!("invalid time {t:?}: expected epoch milliseconds"));
+    }
+    Ok(now - parse_duration_ms(t)?)
+}
+
+/// Output format for commands that talk to people as well as pipelines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
+pub enum Format {
+    #[default]
+    Jsonl,
+    Table,
+    Csv,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ms("10m").unwrap(), 600_000);
+        assert_eq!(parse_duration_ms("30d").unwrap(), 30 * 86_400_000);
+        assert_eq!(parse_duration_ms("250ms").unwrap(), 250);
+        assert_eq!(parse_duration_ms("45").unwrap(), 45_000);
+        assert!(parse_duration_ms("ten minutes").is_err());
+        assert!(parse_duration_ms("10y").is_err());
+    }
+
+    #[test]
+    fn when_is_duration_epoch_or_empty() {
+        let now = 1_796_000_000_000;
+        assert_eq!(parse_when("10m", now).unwrap(), now - 600_000);
+        assert_eq!(parse_when("1796069494828", now).unwrap(), 1_796_069_494_828);
+        assert_eq!(parse_when("", now).unwrap(), 0);
+    }
+
+    #[test]
+    fn broken_pipe_is_found_through_serde_json() {
+        let io = io::Error::new(io::ErrorKind::BrokenPipe, "pipe");
+        let js = serde_json::Error::io(io);
+        let e = anyhow::Error::new(js).context("writing");
+        assert!(is_broken_pipe(&e));
+        assert!(!is_broken_pipe(&anyhow::anyhow!("other")));
+    }
+
+    #[test]
+    fn lines_are_numbered_and_blank_lines_skipped() {
+        let mut input: &[u8] = b"a\n\nb\r\n";
+        let mut seen = vec![];
+        for_each_line(&[], &mut input, |name, n, l| {
+            seen.push(format!("{name}:{n}:{l}"));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, ["stdin:1:a", "stdin:3:b"]);
+    }
+}

@@ -1,0 +1,13 @@
+//! oc-watchdog: catch opencode agent sessions that spin without progress.
+//!
+//! The library behind five commands that pass JSON Lines over pipes (see [`record`] for the
+//! stream contract). Each command module has a `run` function; the binaries only call it.
+#![forbid(unsafe_code)]
+
+pub mod calls;
+pub mod cli;
+pub mod config;
+pub mod opencode;
+pub mod record;
+pub mod scrub;
+pub mod sessions;

@@ -1,0 +1,400 @@
+//! Turns opencode 1.18.x objects (sessions, and messages with their parts, the same shapes
+//! over HTTP and in the database) into contract-v1 records. Any shape this module does not
+//! recognise is an error whose text becomes a `blind` record's reason, never "no calls".
+
+use crate::record::{Call, Session};
+use crate::scrub::scrub_args;
+use serde_json::{Map, Value};
+use std::collections::{HashMap, HashSet};
+
+/// opencode versions whose shapes these readers were proven against.
+pub const KNOWN_VERSIONS: &str = "1.18.x (tested on 1.18.33)";
+
+type Shape<T> = Result<T, String>;
+
+fn obj<'a>(v: &'a Value, what: &str) -> Shape<&'a Map<String, Value>> {
+    v.as_object()
+        .ok_or_else(|| format!("{what} is not an object"))
+}
+
+fn str_field<'a>(o: &'a Map<String, Value>, key: &str, what: &str) -> Shape<&'a str> {
+    o.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("{what} has no string {key:?}"))
+}
+
+/// `provider/model` from `{providerID, id|modelID}`.
+fn model_of(v: Option<&Value>) -> Option<String> {
+    let o = v?.as_object()?;
+    let p = o.get("providerID")?.as_str()?;
+    let m = o.get("id").or_else(|| o.get("modelID"))?.as_str()?;
+    Some(format!("{p}/{m}"))
+}
+
+/// A session record from an API `Session` object.
+pub fn session_of(v: &Value, status: Option<&str>, source: &str) -> Shape<Session> {
+    let o = obj(v, "session")?;
+    let id = str_field(o, "id", "session")?;
+    let time = o
+        .get("time")
+        .and_then(Value::as_object)
+        .ok_or_else(|| format!("session {id} has no \"time\" object"))?;
+    Ok(Session {
+        id: id.to_string(),
+        parent: o.get("parentID").and_then(Value::as_str).map(String::from),
+        agent: o.get("agent").and_then(Value::as_str).map(String::from),
+        title: o.get("title").and_then(Value::as_str).map(String::from),
+        directory: o.get("directory").and_then(Value::as_str).map(String::from),
+        created: time.get("created").and_then(Value::as_i64),
+        updated: time.get("updated").and_then(Value::as_i64),
+        status: status.map(String::from),
+        source: Some(source.to_string()),
+        model: model_of(o.get("model")),
+        ..Session::default()
+    })
+}
+
+/// Reads the total line count of files on disk, once per path, for reads whose metadata lacks it.
+#[derive(Default)]
+pub struct LineCache(HashMap<String, Option<i64>>);
+
+impl LineCache {
+    fn lines(&mut self, path: &str) -> Option<i64> {
+        *self.0.entry(path.to_string()).or_insert_with(|| {
+            let data = std::fs::read(path).ok()?;
+            let n = data.iter().filter(|&&b| b == b'\n').count();
+            let tail = !data.is_empty() && data.last() != Some(&b'\n');
+            Some((n + tail as usize) as i64)
+        })
+    }
+}
+
+fn diff_has_change(diff: &str) -> bool {
+    diff.lines().any(|l| {
+        (l.starts_with('+') && !l.starts_with("+++"))
+            || (l.starts_with('-') && !l.starts_with("---"))
+    })
+}
+
+/// Did an edit-like tool change a file? From `metadata.filediff`/`files` counts or the diff.
+fn edit_landed(meta: &Map<String, Value>) -> bool {
+    let counted = |o: &Map<String, Value>| {
+        o.get("additions").and_then(Value::as_i64).unwrap_or(0)
+            + o.get("deletions").and_then(Value::as_i64).unwrap_or(0)
+            > 0
+    };
+    if let Some(fd) = meta.get("filediff").and_then(Value::as_object) {
+        if counted(fd) {
+            return true;
+        }
+    }
+    if let Some(files) = meta.get("files").and_then(Value::as_array) {
+        if files.iter().filter_map(Value::as_object).any(counted) {
+            return true;
+        }
+    }
+    meta.get("diff")
+        .and_then(Value::as_str)
+        .is_some_and(diff_has_change)
+}
+
+/// Does a command run `git commit` (not `git commit-tree` and the like)?
+pub fn is_git_commit(cmd: &str) -> bool {
+    let mut rest = cmd;
+    while let Some(i) = rest.find("git") {
+        let after = &rest[i + 3..];
+        let words: Vec<&str> = after.split_whitespace().take(8).collect();
+        // `git -C dir commit`, `git -c k=v commit`: skip global options and their values.
+        let mut j = 0;
+        while j < words.len() && words[j].starts_with('-') {
+            j += if matches!(words[j], "-C" | "-c") {
+                2
+            } else {
+                1
+            };
+        }
+        if words.get(j) == Some(&"commit") {
+            return true;
+        }
+        rest = after;
+    }
+    false
+}
+
+/// Did a successful bash change the files the step's patch names? The snapshot diff of a step
+/// also catches what other sessions changed in the same worktree meanwhile, so the command must
+/// either name a changed file or be one that writes.
+fn bash_wrote(cmd: &str, unexplained: &[&str]) -> bool {
+    if unexplained.is_empty() {
+        return false;
+    }
+    let names_one = unexplained.iter().any(|f| {
+        let base = f.rsplit('/').next().unwrap_or(f);
+        !base.is_empty() && cmd.contains(base)
+    });
+    let writes = [
+        " > ",
+        ">>",
+        "sed -i",
+        "tee ",
+        "mv ",
+        "cp ",
+        "rm ",
+        "git apply",
+        "git checkout",
+        "patch ",
+        "touch ",
+        "mkdir ",
+    ]
+    .iter()
+    .any(|w| cmd.contains(w));
+    names_one || writes
+}
+
+/// The calls of one session from its messages (`[{info, parts}]`, in order).
+pub fn calls_of(session: &str, messages: &Value, lines: &mut LineCache) -> Shape<Vec<Call>> {
+    let msgs = messages
+        .as_array()
+        .ok_or_else(|| format!("messages of {session} are not a list"))?;
+    let mut out = Vec::new();
+    for m in msgs {
+        let m = obj(m, "message")?;
+        let info = m
+            .get("info")
+            .and_then(Value::as_object)
+            .ok_or("message has no \"info\" object")?;
+        let mid = str_field(info, "id", "message info")?;
+        let role = str_field(info, "role", &format!("message {mid}"))?;
+        let parts = m
+            .get("parts")
+            .and_then(Value::as_array)
+            .ok_or_else(|| format!("message {mid} has no \"parts\" list"))?;
+        if role != "assistant" {
+            continue;
+        }
+        let model = match (
+            info.get("providerID").and_then(Value::as_str),
+            info.get("modelID").and_then(Value::as_str),
+        ) {
+            (Some(p), Some(m)) => Some(format!("{p}/{m}")),
+            _ => None,
+        };
+        let created = info
+            .get("time")
+            .and_then(|t| t.get("created"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let mut tools = Vec::new();
+        let mut patched: HashSet<&str> = HashSet::new();
+        for p in parts {
+            let p = obj(p, &format!("part of message {mid}"))?;
+            match p.get("type").and_then(Value::as_str) {
+                Some("tool") => tools.push(p),
+                Some("patch") => patched.extend(
+                    p.get("files")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str),
+                ),
+                Some(_) => {}
+                None => return Err(format!("a part of message {mid} has no \"type\"")),
+            }
+        }
+        if tools.is_empty() {
+            continue;
+        }
+        let cost = info
+            .get("cost")
+            .and_then(Value::as_f64)
+            .map(|c| c / tools.len() as f64);
+        // Files the step's patch names that no edit-like tool explains were changed by bash.
+        let mut explained: HashSet<&str> = HashSet::new();
+        for p in &tools {
+            if let Some(input) = p
+                .get("state")
+                .and_then(|s| s.get("input"))
+                .and_then(Value::as_object)
+            {
+                if let Some(f) = input.get("filePath").and_then(Value::as_str) {
+                    explained.insert(f);
+                }
+            }
+            if let Some(files) = p
+                .get("state")
+                .and_then(|s| s.get("metadata"))
+                .and_then(|m| m.get("files"))
+                .and_then(Value::as_array)
+            {
+                explained.extend(
+                    files
+                        .iter()
+                        .filter_map(|f| f.get("filePath").and_then(Value::as_str)),
+                );
+            }
+        }
+        let unexplained: Vec<&str> = patched
+            .iter()
+            .filter(|f| !explained.contains(*f))
+            .copied()
+            .collect();
+        for p in tools {
+            out.push(call_of(
+                session,
+                p,
+                created,
+                &model,
+                cost,
+                &patched,
+                &unexplained,
+                lines,
+            )?);
+        }
+    }
+    Ok(out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn call_of(
+    session: &str,
+    p: &Map<String, Value>,
+    msg_created: i64,
+    model: &Option<String>,
+    cost: Option<f64>,
+    patched: &HashSet<&str>,
+    unexplained: &[&str],
+    lines: &mut LineCache,
+) -> Shape<Call> {
+    let id = str_field(p, "id", "tool part")?;
+    let tool = str_field(p, "tool", &format!("tool part {id}"))?;
+    let state = p
+        .get("state")
+        .and_then(Value::as_object)
+        .ok_or_else(|| format!("tool part {id} has no \"state\""))?;
+    let status = str_field(state, "status", &format!("state of tool part {id}"))?;
+    if !matches!(status, "pending" | "running" | "completed" | "error") {
+        return Err(format!("tool part {id} has unknown status {status:?}"));
+    }
+    let empty = Map::new();
+    let input = state
+        .get("input")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let meta = state
+        .get("metadata")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let time = state.get("time").and_then(Value::as_object);
+    let t = time
+        .and_then(|t| t.get("start"))
+        .and_then(Value::as_i64)
+        .unwrap_or(msg_created);
+    let end = time.and_then(|t| t.get("end")).and_then(Value::as_i64);
+    let done = status == "completed";
+    let exit = if tool == "bash" {
+        meta.get("exit").and_then(Value::as_i64)
+    } else {
+        None
+    };
+    let file = input.get("filePath").and_then(Value::as_str);
+    let landed = done
+        && match tool {
+            "edit" | "apply_patch" | "multiedit" | "patch" => edit_landed(meta),
+            "write" => {
+                meta.get("exists").and_then(Value::as_bool) == Some(false)
+                    || file.is_some_and(|f| patched.contains(f))
+            }
+            "bash" => {
+                let cmd = input.get("command").and_then(Value::as_str).unwrap_or("");
+                exit == Some(0) && (is_git_commit(cmd) || bash_wrote(cmd, unexplained))
+            }
+            _ => false,
+        };
+    let file_lines = if tool == "read" {
+        meta.get("display")
+            .and_then(|d| d.get("totalLines"))
+            .and_then(Value::as_i64)
+            .or_else(|| {
+                if status == "error" {
+                    None
+                } else {
+                    file.and_then(|f| lines.lines(f))
+                }
+            })
+    } else {
+        None
+    };
+    Ok(Call {
+        session: session.to_string(),
+        id: id.to_string(),
+        t,
+        end,
+        tool: tool.to_string(),
+        args: scrub_args(input),
+        status: status.to_string(),
+        landed,
+        exit,
+        file_lines,
+        model: model.clone(),
+        cost,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn git_commit_is_found_in_chains() {
+        assert!(is_git_commit("git add -A && git commit -q -m 'x'"));
+        assert!(is_git_commit("git -C /p commit -m x"));
+        assert!(!is_git_commit("git commit-tree abc"));
+        assert!(!is_git_commit("git log --oneline"));
+    }
+
+    #[test]
+    fn part_without_state_is_a_shape_error() {
+        let msgs = json!([{"info": {"id": "msg_1", "role": "assistant"},
+                           "parts": [{"id": "prt_1", "type": "tool", "tool": "read"}]}]);
+        let e = calls_of("ses_a", &msgs, &mut LineCache::default()).unwrap_err();
+        assert_eq!(e, "tool part prt_1 has no \"state\"");
+    }
+
+    #[test]
+    fn message_without_parts_is_a_shape_error() {
+        let msgs = json!([{"info": {"id": "msg_1", "role": "assistant"}}]);
+        let e = calls_of("ses_a", &msgs, &mut LineCache::default()).unwrap_err();
+        assert_eq!(e, "message msg_1 has no \"parts\" list");
+    }
+
+    #[test]
+    fn bash_that_changed_files_lands_through_the_patch_part() {
+        let msgs = json!([{"info": {"id": "msg_1", "role": "assistant", "cost": 0.5},
+            "parts": [
+              {"id": "prt_1", "type": "tool", "tool": "bash", "state": {"status": "completed",
+               "input": {"command": "sed -i s/a/b/ f.txt"}, "metadata": {"exit": 0},
+               "time": {"start": 5, "end": 6}}},
+              {"id": "prt_2", "type": "patch", "files": ["/p/f.txt"]}]}]);
+        let calls = calls_of("ses_a", &msgs, &mut LineCache::default()).unwrap();
+        assert_eq!(calls.len(), 1);
+        assert!(calls[0].landed);
+        assert_eq!(calls[0].exit, Some(0));
+        assert_eq!(calls[0].cost, Some(0.5));
+    }
+
+    #[test]
+    fn bash_that_only_reads_is_not_credited_with_another_sessions_changes() {
+        // regression: an aborted `sleep` was credited with a concurrent session's edit
+        let msgs = json!([{"info": {"id": "msg_1", "role": "assistant"},
+            "parts": [
+              {"id": "prt_1", "type": "tool", "tool": "bash", "state": {"status": "completed",
+               "input": {"command": "echo started; sleep 30"}, "metadata": {"exit": null}}},
+              {"id": "prt_2", "type": "tool", "tool": "bash", "state": {"status": "completed",
+               "input": {"command": "cat src/navbar.js | head"}, "metadata": {"exit": 0}}},
+              {"id": "prt_3", "type": "patch", "files": ["/p/README.md"]}]}]);
+        let calls = calls_of("ses_a", &msgs, &mut LineCache::default()).unwrap();
+        assert!(!calls[0].landed);
+        assert!(!calls[1].landed);
+    }
+}

@@ -1,0 +1,136 @@
+//! A tiny HTTP/1.1 server for protocol tests: canned responses by method and path, and a log of
+//! every request (request line, headers, body) so tests can check what was sent.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    pub headers: HashMap<String, String>,
+    pub body: String,
+}
+
+#[derive(Clone)]
+pub enum Reply {
+    Json(u16, String),
+    /// Accept the connection and never answer.
+    Hang,
+}
+
+pub struct Stub {
+    pub url: String,
+    pub port: u16,
+    pub log: Arc<Mutex<Vec<Request>>>,
+    routes: Arc<Mutex<HashMap<String, Reply>>>,
+    /// Required `Authorization` header; others get 401.
+    auth: Arc<Mutex<Option<String>>>,
+}
+
+impl Stub {
+    pub fn start() -> Stub {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let routes: Arc<Mutex<HashMap<String, Reply>>> = Arc::default();
+        let auth: Arc<Mutex<Option<String>>> = Arc::default();
+        let (lg, rt, au) = (log.clone(), routes.clone(), auth.clone());
+        std::thread::spawn(move || {
+            for s in l.incoming().flatten() {
+                let (lg, rt, au) = (lg.clone(), rt.clone(), au.clone());
+                std::thread::spawn(move || serve(s, lg, rt, au));
+            }
+        });
+        Stub {
+            url: format!("http://127.0.0.1:{port}"),
+            port,
+            log,
+            routes,
+            auth,
+        }
+    }
+
+    /// `route("GET /session", Reply::Json(200, "[]"))`; a path without query matches any query.
+    pub fn route(&self, key: &str, r: Reply) -> &Stub {
+        self.routes.lock().unwrap().insert(key.to_string(), r);
+        self
+    }
+
+    pub fn json(&self, key: &str, body: &str) -> &Stub {
+        self.route(key, Reply::Json(200, body.to_string()))
+    }
+
+    pub fn require_auth(&self, header: &str) {
+        *self.auth.lock().unwrap() = Some(header.to_string());
+    }
+
+    pub fn requests(&self) -> Vec<Request> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+fn serve(
+    s: TcpStream,
+    log: Arc<Mutex<Vec<Request>>>,
+    routes: Arc<Mutex<HashMap<String, Reply>>>,
+    auth: Arc<Mutex<Option<String>>>,
+) {
+    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    if r.read_line(&mut line).unwrap_or(0) == 0 {
+        return;
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or("").to_string();
+    let full = parts.next().unwrap_or("").to_string();
+    let mut headers = HashMap::new();
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).unwrap_or(0) == 0 || h.trim().is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+        }
+    }
+    let n: usize = headers
+        .get("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; n];
+    let _ = r.read_exact(&mut body);
+    let body = String::from_utf8_lossy(&body).into_owned();
+    let path = full.split('?').next().unwrap_or("").to_string();
+    log.lock().unwrap().push(Request {
+        method: method.clone(),
+        path: full.clone(),
+        headers: headers.clone(),
+        body,
+    });
+    let need = auth.lock().unwrap().clone();
+    let reply = if need.is_some() && headers.get("authorization") != need.as_ref() {
+        Reply::Json(401, "{\"error\":\"unauthorized\"}".into())
+    } else {
+        let rt = routes.lock().unwrap();
+        rt.get(&format!("{method} {full}"))
+            .or_else(|| rt.get(&format!("{method} {path}")))
+            .cloned()
+            .unwrap_or(Reply::Json(404, "{\"error\":\"not found\"}".into()))
+    };
+    let mut s = s;
+    match reply {
+        Reply::Hang => std::thread::sleep(Duration::from_secs(60)),
+        Reply::Json(code, body) => {
+            let _ = write!(
+                s,
+                "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    }
+}
