@@ -237,6 +237,42 @@ pub enum Format {
     Csv,
 }
 
+/// Writes an aligned text table (for `--format table`).
+pub fn write_table(out: &mut dyn Write, head: &[&str], rows: &[Vec<String>]) -> Result<()> {
+    let mut widths: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if i < widths.len() {
+                widths[i] = widths[i].max(c.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<&str>| -> String {
+        let last = cells.len().saturating_sub(1);
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i == last {
+                    c.to_string()
+                } else {
+                    format!("{c:<w$}", w = widths[i])
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    writeln!(out, "{}", line(head.to_vec()).trim_end())?;
+    for r in rows {
+        writeln!(
+            out,
+            "{}",
+            line(r.iter().map(String::as_str).collect()).trim_end()
+        )?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

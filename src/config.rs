@@ -75,6 +75,10 @@ pub struct StoreConfig {
     pub db: Option<PathBuf>,
     /// Days of ticks and verdicts `wd-store prune` keeps when given no `--older-than`.
     pub retention_days: Option<u32>,
+    /// How long a writer waits for another to finish, in ms.
+    pub busy_timeout_ms: Option<u64>,
+    /// Where `wd-store metrics` (and the tick) write Prometheus metrics; empty means nowhere.
+    pub metrics_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -303,6 +307,11 @@ impl Config {
             .db
             .clone()
             .unwrap_or_else(crate::opencode::db::default_path)
+    }
+
+    /// The watchdog database's busy timeout.
+    pub fn store_busy(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.store.busy_timeout_ms.unwrap_or(5000))
     }
 
     /// The watchdog database.

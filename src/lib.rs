@@ -7,6 +7,7 @@
 pub mod calls;
 pub mod cli;
 pub mod config;
+pub mod detect;
 pub mod opencode;
 pub mod record;
 pub mod scrub;

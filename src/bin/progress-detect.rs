@@ -1,4 +1,3 @@
 fn main() {
-    eprintln!("progress-detect: not yet built (see the issues)");
-    std::process::exit(2)
+    std::process::exit(oc_watchdog::detect::cmd::main())
 }

@@ -4,4 +4,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod detect;
+mod fixtures;
 mod readers;

@@ -29,6 +29,7 @@ pub struct Ran {
 
 #[derive(Default, Clone)]
 pub struct Opts {
+    pub title: Option<String>,
     pub agent: Option<String>,
     pub model: Option<(String, String)>,
     /// Further scripts sent as later prompts of the same session.
@@ -232,7 +233,11 @@ impl Sim {
 
     /// Creates a session, prompts it with the script, waits until it is idle again.
     pub fn run_with(&self, script: &str, o: Opts) -> Ran {
-        let (code, ses) = http("POST", &format!("{}/session", self.url), Some(&json!({})));
+        let body = match &o.title {
+            Some(t) => json!({ "title": t }),
+            None => json!({}),
+        };
+        let (code, ses) = http("POST", &format!("{}/session", self.url), Some(&body));
         assert_eq!(code, 200, "create session: {ses}");
         let id = ses["id"].as_str().unwrap().to_string();
         let mut scripts = vec![script.to_string()];

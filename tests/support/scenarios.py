@@ -157,13 +157,13 @@ SCRIPTS["fx_atlas_loop"] = [s for i in range(30) for s in (
 
 # must flag: a planner re-reading the spec through shifting offsets (68x its length overall)
 planner = []
-for i in range(136):  # never the same (offset, limit) twice within 60 calls
-    planner.append(t("read", filePath=SPEC, offset=1 + (i * 7) % 50, limit=24 + (i // 50) % 3))
+for i in range(136):  # never the same (offset, limit) twice within 60 calls; ~68x the spec overall
+    planner.append(t("read", filePath=SPEC, offset=1 + (i * 7) % 26, limit=24 + i % 3))
 SCRIPTS["fx_planner_spec68"] = planner + [{"text": "Still planning."}]
 
 # must not flag: a retry of a worker that succeeds
 SCRIPTS["fx_retry_ok"] = [
-    t("read", filePath=STATS),
+    dict(t("read", filePath=STATS), fail_first=2, fail_status=503),
     t("bash", command="python3 -c 'import tools.stats as s; s.mean([])'"),
     edit(STATS, "def mean(xs):\n    return sum(xs) / len(xs)",
          "def mean(xs):\n    if not xs:\n        return 0.0\n    return sum(xs) / len(xs)"),

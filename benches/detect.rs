@@ -1,0 +1,179 @@
+//! Benchmark of progress-detect on a generated corpus: 1,000,000 calls over 2,000 interleaved
+//! sessions (override with BENCH_CALLS / BENCH_SESSIONS). Prints calls per second for the
+//! detector and for the floor no detector can beat (a bare serde_json parse of each line into
+//! the call struct), and the detector binary's peak memory, for the corpus and for one a tenth
+//! as long (memory should follow sessions x window, not input length).
+//!
+//!     cargo bench --bench detect
+
+use oc_watchdog::cli::Out;
+use oc_watchdog::detect::cmd;
+use oc_watchdog::record::Call;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::Path;
+use std::time::Instant;
+
+/// Writes a corpus: each session a mix of healthy work (distinct reads, landing edits) and
+/// loops (one read or bash repeated), interleaved round-robin like many agents at once.
+fn generate(path: &Path, calls: usize, sessions: usize) -> std::io::Result<()> {
+    let mut w = BufWriter::new(std::fs::File::create(path)?);
+    for s in 0..sessions {
+        let agent = if s % 5 == 0 { "explore" } else { "build" };
+        writeln!(
+            w,
+            r#"{{"kind":"session","id":"ses_{s:06}","parent":{},"agent":"{agent}","title":"bench {s}","directory":"/w/p{s}","created":1796000000000,"updated":1796000000000,"status":"busy","source":"http://127.0.0.1:4096","model":"sim/sim-model"}}"#,
+            if s % 10 == 9 {
+                format!("\"ses_{:06}\"", s - 1)
+            } else {
+                "null".into()
+            }
+        )?;
+    }
+    let per = calls / sessions;
+    for i in 0..per {
+        for s in 0..sessions {
+            let t = 1_796_000_000_000i64 + (i * sessions + s) as i64;
+            let looping = s % 3 == 0 && i > per / 2;
+            let (tool, args, landed) = if looping {
+                if s % 2 == 0 {
+                    (
+                        "read",
+                        format!(r#"{{"filePath":"/w/p{s}/src/navbar.js"}}"#),
+                        false,
+                    )
+                } else {
+                    (
+                        "bash",
+                        r#"{"command":"python3 -m pytest tests/test_nav.py -x"}"#.to_string(),
+                        false,
+                    )
+                }
+            } else {
+                match i % 4 {
+                    0 => (
+                        "read",
+                        format!(
+                            r#"{{"filePath":"/w/p{s}/src/f{}.js","offset":{},"limit":50}}"#,
+                            i % 17,
+                            1 + (i % 9) * 50
+                        ),
+                        false,
+                    ),
+                    1 => (
+                        "grep",
+                        format!(r#"{{"pattern":"fn{}","include":"*.js"}}"#, i % 23),
+                        false,
+                    ),
+                    2 => (
+                        "edit",
+                        format!(
+                            r#"{{"filePath":"/w/p{s}/src/f{}.js","oldString":"sha1:{:012x}","newString":"sha1:{:012x}"}}"#,
+                            i % 17,
+                            i,
+                            i + 1
+                        ),
+                        true,
+                    ),
+                    _ => (
+                        "bash",
+                        format!(r#"{{"command":"node test/run.js --case {}"}}"#, i % 31),
+                        false,
+                    ),
+                }
+            };
+            writeln!(
+                w,
+                r#"{{"kind":"call","session":"ses_{s:06}","id":"prt_{i:08}_{s:06}","t":{t},"end":{},"tool":"{tool}","args":{args},"status":"completed","landed":{landed},"exit":{},"file_lines":{},"model":"sim/sim-model","cost":0.0021}}"#,
+                t + 40,
+                if tool == "bash" { "0" } else { "null" },
+                if tool == "read" { "300" } else { "null" },
+            )?;
+        }
+    }
+    w.flush()
+}
+
+fn floor(path: &Path) -> (usize, f64) {
+    let t0 = Instant::now();
+    let r = BufReader::with_capacity(256 * 1024, std::fs::File::open(path).unwrap());
+    let mut n = 0;
+    for line in r.lines() {
+        let line = line.unwrap();
+        if line.contains("\"kind\":\"call\"") {
+            let c: Call = serde_json::from_str(&line).unwrap();
+            std::hint::black_box(&c);
+            n += 1;
+        }
+    }
+    (n, t0.elapsed().as_secs_f64())
+}
+
+fn detector(path: &Path) -> (usize, f64) {
+    use clap::Parser;
+    let args = cmd::Args::parse_from(["progress-detect", path.to_str().unwrap()]);
+    let (mut out, buf) = Out::buffer();
+    let t0 = Instant::now();
+    cmd::run(args, &mut std::io::empty(), &mut out).unwrap();
+    out.flush().unwrap();
+    let secs = t0.elapsed().as_secs_f64();
+    (buf.text().lines().count(), secs)
+}
+
+/// Runs the binary and samples its peak resident set (VmHWM) until it exits.
+fn peak_kb(path: &Path) -> u64 {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_progress-detect"))
+        .arg(path)
+        .env("XDG_CONFIG_HOME", "/nonexistent")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak = 0;
+    loop {
+        if let Ok(s) = std::fs::read_to_string(&status) {
+            if let Some(l) = s.lines().find(|l| l.starts_with("VmHWM:")) {
+                let kb: u64 = l.split_whitespace().nth(1).unwrap().parse().unwrap();
+                peak = peak.max(kb);
+            }
+        }
+        if child.try_wait().unwrap().is_some() {
+            return peak;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+fn main() {
+    let calls: usize = std::env::var("BENCH_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let sessions: usize = std::env::var("BENCH_SESSIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000);
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("corpus.jsonl");
+    let small = dir.path().join("corpus-tenth.jsonl");
+    generate(&big, calls, sessions).unwrap();
+    generate(&small, calls / 10, sessions).unwrap();
+    let mb = std::fs::metadata(&big).unwrap().len() as f64 / 1e6;
+    println!("corpus: {calls} calls over {sessions} interleaved sessions, {mb:.0} MB");
+    let (n, t_floor) = floor(&big);
+    println!(
+        "floor (serde_json parse into Call): {n} calls in {t_floor:.2} s = {:.0} calls/s",
+        n as f64 / t_floor
+    );
+    let (verdicts, t_det) = detector(&big);
+    println!("progress-detect:                    {verdicts} verdicts in {t_det:.2} s = {:.0} calls/s ({:.2}x the floor)",
+        calls as f64 / t_det, t_det / t_floor);
+    let p_big = peak_kb(&big);
+    let p_small = peak_kb(&small);
+    println!(
+        "peak memory (VmHWM of the binary):  {} MB for {} calls, {} MB for {} calls",
+        p_big / 1024,
+        calls,
+        p_small / 1024,
+        calls / 10
+    );
+}

@@ -1,0 +1,297 @@
+//! `progress-detect`: fingerprints in, verdicts out; with `--check`, the backtest.
+//!
+//! In: contract-v1 JSONL (files or stdin). `session` and `call` records are consumed; every
+//! other line (unknown kinds, `source`, `blind`) passes through unchanged. Out: one `verdict`
+//! per session at the end of input (and one per flag transition with `--every`).
+
+use super::{CallIn, Detector, Verdict};
+use crate::cli::{for_each_line, now_ms, Exit, Format, Out};
+use crate::config::{Config, DetectorConfig};
+use crate::record::{kind_of, to_line, Session};
+use anyhow::Result;
+use clap::Parser;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+const EXAMPLES: &str = "\
+Examples:
+  oc-calls ses_2b1c9d0e4ffeXyZ | progress-detect --format table
+  progress-detect --check fixtures/labelled.jsonl        # the backtest
+  oc-sessions --since 10m | oc-calls | progress-detect | jq 'select(.flagged)'";
+
+/// Judge each session's tool calls: is it looping without progress?
+#[derive(Parser, Debug)]
+#[command(name = "progress-detect", version, after_help = EXAMPLES)]
+pub struct Args {
+    /// Input files (JSONL, `-` for stdin). Default: stdin.
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Backtest: check the `expect`/`flag_after` labels; print one summary line and exit 1
+    /// when any label fails.
+    #[arg(long)]
+    pub check: bool,
+    /// Also emit a verdict at every flag transition, as it happens.
+    #[arg(long)]
+    pub every: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Jsonl)]
+    pub format: Format,
+    /// The current time in epoch ms, for the liveness classes (default: the clock).
+    #[arg(long, value_name = "MS")]
+    pub now: Option<i64>,
+    /// Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Calls in the window.
+    #[arg(long)]
+    pub window: Option<usize>,
+    /// Share of exact repeats in the window that flags.
+    #[arg(long)]
+    pub dup_min: Option<f64>,
+    /// Count of the most-worked target that flags a normal agent.
+    #[arg(long)]
+    pub top_min: Option<usize>,
+    /// Count of the most-worked target that flags a read-only agent.
+    #[arg(long)]
+    pub top_min_ro: Option<usize>,
+    /// Repeats of one exact call since the last landed change that flag.
+    #[arg(long)]
+    pub cum_min: Option<usize>,
+    /// Coverage (lines requested from one file / its length) above which a session flags.
+    #[arg(long)]
+    pub cover_min: Option<f64>,
+    /// Calls a session needs before dup and coverage count.
+    #[arg(long)]
+    pub min_calls: Option<usize>,
+    /// Agents that never land (comma-separated; matched on the agent name, else the title).
+    #[arg(long, value_delimiter = ',')]
+    pub read_only_agents: Option<Vec<String>>,
+    /// Flush after every record.
+    #[arg(long)]
+    pub line_buffered: bool,
+}
+
+pub fn main() -> i32 {
+    crate::cli::main("progress-detect", run)
+}
+
+/// One input line, either kind, parsed once.
+#[derive(Deserialize, Default)]
+struct Line {
+    kind: Option<String>,
+    // call
+    session: Option<String>,
+    id: Option<String>,
+    t: Option<i64>,
+    tool: Option<String>,
+    #[serde(default)]
+    args: Map<String, Value>,
+    #[serde(default)]
+    landed: bool,
+    file_lines: Option<i64>,
+    model: Option<String>,
+    cost: Option<f64>,
+}
+
+fn thresholds(a: &Args, base: DetectorConfig) -> DetectorConfig {
+    let mut c = base;
+    macro_rules! set {
+        ($($f:ident),*) => { $( if let Some(v) = a.$f.clone() { c.$f = v; } )* };
+    }
+    set!(
+        window,
+        dup_min,
+        top_min,
+        top_min_ro,
+        cum_min,
+        cover_min,
+        min_calls,
+        read_only_agents
+    );
+    c
+}
+
+pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
+    out.line_buffered(args.line_buffered);
+    let cfg = Config::load(args.config.as_deref())?;
+    let dcfg = thresholds(&args, cfg.detector.clone());
+    if dcfg.window == 0 {
+        anyhow::bail!("--window must be at least 1");
+    }
+    let now = args.now.unwrap_or_else(now_ms);
+    let mut d = Detector::new(dcfg);
+    let mut bad = 0usize;
+    let quiet = args.check || args.format != Format::Jsonl;
+    for_each_line(&args.files, stdin, |name, n, line| {
+        let parsed: Line = match serde_json::from_str(line) {
+            Ok(l) => l,
+            Err(e) => {
+                // a line of another kind may use our field names differently: pass it on
+                match kind_of(line) {
+                    Ok(Some(k)) if k != "call" && k != "session" => {
+                        if !quiet {
+                            out.line(line)?;
+                        }
+                    }
+                    _ => {
+                        eprintln!("progress-detect: {name}:{n}: {e}");
+                        bad += 1;
+                    }
+                }
+                return Ok(());
+            }
+        };
+        match parsed.kind.as_deref() {
+            Some("session") => match serde_json::from_str::<Session>(line) {
+                Ok(s) => d.session(s),
+                Err(e) => {
+                    eprintln!("progress-detect: {name}:{n}: {e}");
+                    bad += 1;
+                }
+            },
+            Some("call") => {
+                let missing = [
+                    ("session", parsed.session.is_none()),
+                    ("id", parsed.id.is_none()),
+                    ("t", parsed.t.is_none()),
+                    ("tool", parsed.tool.is_none()),
+                ]
+                .into_iter()
+                .find(|(_, m)| *m);
+                if let Some((field, _)) = missing {
+                    eprintln!("progress-detect: {name}:{n}: call without {field:?}");
+                    bad += 1;
+                    return Ok(());
+                }
+                let session = parsed.session.as_deref().unwrap();
+                let c = CallIn {
+                    session,
+                    id: parsed.id.as_deref().unwrap(),
+                    t: parsed.t.unwrap(),
+                    tool: parsed.tool.as_deref().unwrap(),
+                    args: &parsed.args,
+                    landed: parsed.landed,
+                    file_lines: parsed.file_lines,
+                    model: parsed.model.as_deref(),
+                    cost: parsed.cost,
+                };
+                if d.call(&c) && args.every && !quiet {
+                    if let Some(v) = d.verdict(session) {
+                        out.line(&to_line("verdict", &v)?)?;
+                    }
+                }
+            }
+            Some(_) => {
+                if !quiet {
+                    out.line(line)?;
+                }
+            }
+            None => {
+                eprintln!("progress-detect: {name}:{n}: no \"kind\"");
+                bad += 1;
+            }
+        }
+        Ok(())
+    })?;
+    let verdicts = d.verdicts();
+    let _ = now;
+    if args.check {
+        return check(&verdicts, args.format, out);
+    }
+    match args.format {
+        Format::Jsonl => {
+            for v in &verdicts {
+                out.line(&to_line("verdict", v)?)?;
+            }
+        }
+        Format::Table => table(&verdicts, out)?,
+        Format::Csv => csv_out(&verdicts, out)?,
+    }
+    Ok(if bad > 0 { Exit::Error } else { Exit::Ok })
+}
+
+fn check(verdicts: &[Verdict], format: Format, out: &mut Out) -> Result<Exit> {
+    let labelled: Vec<&Verdict> = verdicts.iter().filter(|v| v.expect.is_some()).collect();
+    if format == Format::Table {
+        let owned: Vec<Verdict> = labelled.iter().map(|v| (*v).clone()).collect();
+        table(&owned, out)?;
+    }
+    let held = labelled.iter().filter(|v| v.ok == Some(true)).count();
+    for v in labelled.iter().filter(|v| v.ok != Some(true)) {
+        let got = if v.flagged { "flag" } else { "no_flag" };
+        let when = v
+            .first_flag
+            .as_ref()
+            .map(|f| format!(" (first flag at call {}, t={})", f.index, f.t))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "FAIL {} {:?}: expect {} got {}{when}",
+            v.session,
+            v.title.as_deref().unwrap_or(""),
+            v.expect.as_deref().unwrap_or(""),
+            got
+        )?;
+    }
+    writeln!(out, "backtest: {held}/{} labels hold", labelled.len())?;
+    Ok(if held == labelled.len() {
+        Exit::Ok
+    } else {
+        Exit::Check
+    })
+}
+
+fn row(v: &Verdict) -> Vec<String> {
+    vec![
+        v.session.clone(),
+        v.agent.clone().unwrap_or_default(),
+        v.calls.to_string(),
+        if v.flagged { "FLAG".into() } else { "-".into() },
+        v.reasons.join(","),
+        format!("{:.2}", v.signals.dup),
+        v.signals.top.to_string(),
+        v.signals.slow.to_string(),
+        format!("{:.1}", v.signals.coverage),
+        v.first_flag
+            .as_ref()
+            .map(|f| f.index.to_string())
+            .unwrap_or_default(),
+        v.expect
+            .clone()
+            .map(|e| format!("{e} {}", if v.ok == Some(true) { "ok" } else { "FAIL" }))
+            .unwrap_or_default(),
+        v.signals.top_target.clone().unwrap_or_default(),
+    ]
+}
+
+const HEAD: [&str; 12] = [
+    "session",
+    "agent",
+    "calls",
+    "flag",
+    "reasons",
+    "dup",
+    "top",
+    "slow",
+    "cover",
+    "first",
+    "label",
+    "top target",
+];
+
+fn table(verdicts: &[Verdict], out: &mut Out) -> Result<()> {
+    let rows: Vec<Vec<String>> = verdicts.iter().map(row).collect();
+    crate::cli::write_table(out, &HEAD, &rows)
+}
+
+fn csv_out(verdicts: &[Verdict], out: &mut Out) -> Result<()> {
+    let mut w = csv::Writer::from_writer(out);
+    w.write_record(HEAD)?;
+    for v in verdicts {
+        w.write_record(row(v))?;
+    }
+    w.flush()?;
+    Ok(())
+}

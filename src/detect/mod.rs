@@ -1,0 +1,700 @@
+//! The loop detector: a pure, incremental judge of each session's tool calls.
+//!
+//! Calls enter one at a time ([`Detector::call`]); each session keeps only its last `window`
+//! calls and a bounded count of exact repeats, so memory grows with sessions times the window,
+//! never with the length of the input. Every call re-evaluates its session, so the first flag
+//! point is exact. [`Detector::verdicts`] gives one verdict per session at the end.
+//!
+//! Signals over the window (thresholds in [`DetectorConfig`]):
+//! - dup: share of calls that repeat an earlier call exactly (tool + canonical args);
+//! - top: count of the most-worked target (file + slice for reads, files + numbers for bash,
+//!   pattern + path for grep/glob, the file for edits and writes);
+//! - slow: one exact call repeated since the last landed change;
+//! - coverage: lines requested from one file divided by its length (strictly above the bound);
+//! - landed: a landed change by the session, or any descendant, within the window. Edits that
+//!   undo each other cancel, and redoing an undone edit lands nothing.
+
+pub mod cmd;
+pub mod target;
+
+use crate::config::DetectorConfig;
+use crate::record::Session;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::collections::{HashMap, HashSet, VecDeque};
+use target::{IdMap, Keys};
+
+/// A call as the detector needs it.
+pub struct CallIn<'a> {
+    pub session: &'a str,
+    pub id: &'a str,
+    pub t: i64,
+    pub tool: &'a str,
+    pub args: &'a Map<String, Value>,
+    pub landed: bool,
+    pub file_lines: Option<i64>,
+    pub model: Option<&'a str>,
+    pub cost: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct EditSig {
+    file: u64,
+    old: u64,
+    new: u64,
+}
+
+struct Entry {
+    exact: u64,
+    target: u64,
+    file: Option<(u64, i64)>,
+    landed: bool,
+    edit: Option<EditSig>,
+    t: i64,
+}
+
+#[derive(Default)]
+struct Sess {
+    order: usize,
+    meta: Option<Session>,
+    window: VecDeque<Entry>,
+    exact: IdMap<u32>,
+    /// Per target in the window: count, description, last call index (ties go to the latest).
+    targets: IdMap<(u32, String, u64)>,
+    files: IdMap<(i64, i64, String)>,
+    own_landed: u32,
+    /// Exact-call counts since the last landed change, bounded.
+    cum: IdMap<(u32, String)>,
+    cum_max: (u32, u64),
+    undone: HashSet<EditSig>,
+    /// Effective landings: (call index, cost total at that point).
+    landings: Vec<(u64, f64)>,
+    desc_landed_t: Option<i64>,
+    tree_landed_t: Option<i64>,
+    calls: u64,
+    cost: f64,
+    last_t: i64,
+    model: Option<String>,
+    flagged: bool,
+    first_flag: Option<FlagPoint>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FlagPoint {
+    /// 1-based number of the call within its session.
+    pub index: u64,
+    pub t: i64,
+    pub id: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct Signals {
+    pub dup: f64,
+    pub top: u32,
+    pub top_target: Option<String>,
+    pub slow: u32,
+    pub slow_call: Option<String>,
+    pub coverage: f64,
+    pub coverage_file: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Verdict {
+    pub session: String,
+    pub root: String,
+    pub parent: Option<String>,
+    pub agent: Option<String>,
+    pub title: Option<String>,
+    pub read_only: bool,
+    pub calls: u64,
+    pub flagged: bool,
+    pub reasons: Vec<&'static str>,
+    pub signals: Signals,
+    pub landed_in_window: bool,
+    pub calls_since_landed: u64,
+    pub cost_since_landed: f64,
+    pub first_flag: Option<FlagPoint>,
+    pub model: Option<String>,
+    /// Time of the session's last call.
+    pub t: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expect: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ok: Option<bool>,
+    /// Liveness class and evidence (added by the liveness judge).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+pub struct Detector {
+    cfg: DetectorConfig,
+    sessions: HashMap<String, Sess>,
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+impl Detector {
+    pub fn new(cfg: DetectorConfig) -> Detector {
+        Detector {
+            cfg,
+            sessions: HashMap::new(),
+        }
+    }
+
+    fn sess(&mut self, id: &str) -> &mut Sess {
+        let n = self.sessions.len();
+        self.sessions.entry(id.to_string()).or_insert_with(|| Sess {
+            order: n,
+            ..Sess::default()
+        })
+    }
+
+    /// Records a session's metadata. A later record for the same id replaces the earlier one.
+    pub fn session(&mut self, s: Session) {
+        let parent = s.parent.clone();
+        let id = s.id.clone();
+        let landed = {
+            let st = self.sess(&id);
+            st.meta = Some(s);
+            st.tree_landed_t
+        };
+        if let (Some(p), Some(t)) = (parent, landed) {
+            self.propagate_landing(&p, t);
+        }
+    }
+
+    fn parent_of(&self, id: &str) -> Option<String> {
+        self.sessions.get(id)?.meta.as_ref()?.parent.clone()
+    }
+
+    fn propagate_landing(&mut self, from: &str, t: i64) {
+        let mut cur = Some(from.to_string());
+        let mut guard = 0;
+        while let Some(id) = cur {
+            let st = self.sess(&id);
+            st.desc_landed_t = Some(st.desc_landed_t.map_or(t, |x| x.max(t)));
+            st.tree_landed_t = Some(st.tree_landed_t.map_or(t, |x| x.max(t)));
+            cur = self.parent_of(&id);
+            guard += 1;
+            if guard > 1000 {
+                break;
+            }
+        }
+    }
+
+    /// The top of a session's parent chain, as far as it is known.
+    pub fn root_of(&self, id: &str) -> String {
+        let mut cur = id.to_string();
+        for _ in 0..1000 {
+            match self.parent_of(&cur) {
+                Some(p) => cur = p,
+                None => break,
+            }
+        }
+        cur
+    }
+
+    fn is_read_only(&self, st: &Sess) -> bool {
+        let Some(m) = &st.meta else { return false };
+        let list = &self.cfg.read_only_agents;
+        let hit = |s: &str| {
+            let s = s.to_ascii_lowercase();
+            list.iter().any(|k| s.contains(&k.to_ascii_lowercase()))
+        };
+        match m.agent.as_deref() {
+            Some(a) if !a.is_empty() => hit(a),
+            _ => m.title.as_deref().is_some_and(hit),
+        }
+    }
+
+    /// Takes one call; returns whether the session's flag state changed with it.
+    pub fn call(&mut self, c: &CallIn) -> bool {
+        let window = self.cfg.window;
+        let cum_cap = (window * 4).max(64);
+        let keys: Keys = target::keys(c.tool, c.args);
+        let dir = self
+            .sessions
+            .get(c.session)
+            .and_then(|s| s.meta.as_ref())
+            .and_then(|m| m.directory.clone());
+        let st = self.sess(c.session);
+        st.calls += 1;
+        st.cost += c.cost.unwrap_or(0.0);
+        st.last_t = c.t;
+        if let Some(m) = c.model {
+            if st.model.as_deref() != Some(m) {
+                st.model = Some(m.to_string());
+            }
+        }
+        // landed, net of undone edits
+        let edit = edit_sig(c);
+        let mut landed = c.landed;
+        if landed {
+            if let Some(sig) = edit {
+                let inverse = EditSig {
+                    file: sig.file,
+                    old: sig.new,
+                    new: sig.old,
+                };
+                if st.undone.contains(&sig) {
+                    landed = false;
+                } else if let Some(e) = st
+                    .window
+                    .iter_mut()
+                    .rev()
+                    .find(|e| e.landed && e.edit == Some(inverse))
+                {
+                    e.landed = false;
+                    st.own_landed -= 1;
+                    st.undone.insert(sig);
+                    st.undone.insert(inverse);
+                    if st.undone.len() > cum_cap {
+                        st.undone.clear();
+                    }
+                    if let Some(pos) = st.landings.iter().rposition(|_| true) {
+                        st.landings.remove(pos);
+                    }
+                    landed = false;
+                }
+            }
+        }
+        // the window
+        let file = match (c.tool, c.file_lines) {
+            ("read", Some(n)) if n > 0 => {
+                let path = c.args.get("filePath").and_then(Value::as_str).unwrap_or("");
+                Some((target::hash_str(path), target::lines_requested(c.args, n)))
+            }
+            _ => None,
+        };
+        if st.window.len() == window {
+            let old = st.window.pop_front().unwrap();
+            dec(&mut st.exact, old.exact);
+            if let Some(t) = st.targets.get_mut(&old.target) {
+                t.0 -= 1;
+                if t.0 == 0 {
+                    st.targets.remove(&old.target);
+                }
+            }
+            if let Some((fh, n)) = old.file {
+                if let Some(f) = st.files.get_mut(&fh) {
+                    f.0 -= n;
+                    if f.0 <= 0 {
+                        st.files.remove(&fh);
+                    }
+                }
+            }
+            if old.landed {
+                st.own_landed -= 1;
+            }
+        }
+        *st.exact.entry(keys.exact).or_insert(0) += 1;
+        let calls = st.calls;
+        let e = st
+            .targets
+            .entry(keys.target)
+            .or_insert_with(|| (0, target::describe(c.tool, c.args, dir.as_deref()), 0));
+        e.0 += 1;
+        e.2 = calls;
+        if let (Some((fh, n)), Some(total)) = (file, c.file_lines) {
+            let e = st.files.entry(fh).or_insert_with(|| {
+                let p = c.args.get("filePath").and_then(Value::as_str).unwrap_or("");
+                let shown = match dir.as_deref() {
+                    Some(d) => p
+                        .strip_prefix(d)
+                        .map(|r| r.trim_start_matches('/'))
+                        .unwrap_or(p),
+                    None => p,
+                };
+                (0, total, shown.to_string())
+            });
+            e.0 += n;
+            e.1 = total;
+        }
+        if landed {
+            st.own_landed += 1;
+            st.landings.push((st.calls, st.cost));
+            if st.landings.len() > 64 {
+                st.landings.drain(..32);
+            }
+            st.cum.clear();
+            st.cum_max = (0, 0);
+        } else {
+            if st.cum.len() >= cum_cap && !st.cum.contains_key(&keys.exact) {
+                st.cum.retain(|_, v| v.0 > 1);
+                if st.cum.len() >= cum_cap {
+                    st.cum.clear();
+                    st.cum_max = (0, 0);
+                }
+            }
+            let e = st
+                .cum
+                .entry(keys.exact)
+                .or_insert_with(|| (0, target::describe(c.tool, c.args, dir.as_deref())));
+            e.0 += 1;
+            if e.0 > st.cum_max.0 {
+                st.cum_max = (e.0, keys.exact);
+            }
+        }
+        st.window.push_back(Entry {
+            exact: keys.exact,
+            target: keys.target,
+            file,
+            landed,
+            edit,
+            t: c.t,
+        });
+        if landed {
+            st.tree_landed_t = Some(st.tree_landed_t.map_or(c.t, |x| x.max(c.t)));
+            if let Some(p) = self.parent_of(c.session) {
+                self.propagate_landing(&p, c.t);
+            }
+        }
+        let st = &self.sessions[c.session];
+        let (flagged, _, _) = self.judge(st);
+        let st = self.sessions.get_mut(c.session).unwrap();
+        let changed = flagged != st.flagged;
+        st.flagged = flagged;
+        if flagged && st.first_flag.is_none() {
+            st.first_flag = Some(FlagPoint {
+                index: st.calls,
+                t: c.t,
+                id: c.id.to_string(),
+            });
+        }
+        changed
+    }
+
+    fn landed_in_window(st: &Sess) -> bool {
+        st.own_landed > 0
+            || match (st.desc_landed_t, st.window.front()) {
+                (Some(t), Some(first)) => t >= first.t,
+                (Some(_), None) => true,
+                _ => false,
+            }
+    }
+
+    /// Applies the rules to a session's current window.
+    fn judge(&self, st: &Sess) -> (bool, Vec<&'static str>, Signals) {
+        let cfg = &self.cfg;
+        let n = st.window.len().max(1);
+        let dup = (st.window.len() - st.exact.len()) as f64 / n as f64;
+        let (top, top_target) = st
+            .targets
+            .values()
+            .max_by_key(|v| (v.0, v.2))
+            .map(|v| (v.0, Some(v.1.clone())))
+            .unwrap_or((0, None));
+        let (slow, slow_call) = match st.cum.get(&st.cum_max.1) {
+            Some(v) if st.cum_max.0 > 0 => (v.0, Some(v.1.clone())),
+            _ => (0, None),
+        };
+        let (coverage, coverage_file) = st
+            .files
+            .values()
+            .map(|(lines, total, name)| (*lines as f64 / (*total).max(1) as f64, name))
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(c, f)| (c, Some(f.clone())))
+            .unwrap_or((0.0, None));
+        let ro = self.is_read_only(st);
+        let landed = Self::landed_in_window(st);
+        let big = st.calls >= cfg.min_calls as u64;
+        let mut reasons = Vec::new();
+        if ro {
+            if top >= cfg.top_min_ro as u32 {
+                reasons.push("top");
+            }
+            if slow >= cfg.cum_min as u32 {
+                reasons.push("slow");
+            }
+            if big && coverage > cfg.cover_min {
+                reasons.push("coverage");
+            }
+        } else if !landed {
+            if big && dup >= cfg.dup_min {
+                reasons.push("dup");
+            }
+            if top >= cfg.top_min as u32 {
+                reasons.push("top");
+            }
+            if slow >= cfg.cum_min as u32 {
+                reasons.push("slow");
+            }
+            if big && coverage > cfg.cover_min {
+                reasons.push("coverage");
+            }
+            if !big
+                && top >= cfg.short_top_min as u32
+                && top as f64 / st.calls as f64 >= cfg.short_share_min
+                && !reasons.contains(&"top")
+            {
+                reasons.push("short_loop");
+            }
+        }
+        let signals = Signals {
+            dup: round3(dup),
+            top,
+            top_target,
+            slow,
+            slow_call,
+            coverage: round3(coverage),
+            coverage_file,
+        };
+        (!reasons.is_empty(), reasons, signals)
+    }
+
+    /// The verdict on one session now.
+    pub fn verdict(&self, id: &str) -> Option<Verdict> {
+        let st = self.sessions.get(id)?;
+        let (flagged, reasons, signals) = self.judge(st);
+        let meta = st.meta.as_ref();
+        let (calls_since, cost_since) = match st.landings.last() {
+            Some(&(i, c)) => (st.calls - i, st.cost - c),
+            None => (st.calls, st.cost),
+        };
+        let expect = meta.and_then(|m| m.expect.clone());
+        let ok = expect.as_deref().map(|e| match e {
+            "flag" => {
+                flagged
+                    && match (meta.and_then(|m| m.flag_after), &st.first_flag) {
+                        (Some(after), Some(f)) => f.t >= after,
+                        _ => true,
+                    }
+            }
+            _ => st.first_flag.is_none(),
+        });
+        Some(Verdict {
+            session: id.to_string(),
+            root: self.root_of(id),
+            parent: meta.and_then(|m| m.parent.clone()),
+            agent: meta.and_then(|m| m.agent.clone()),
+            title: meta.and_then(|m| m.title.clone()),
+            read_only: self.is_read_only(st),
+            calls: st.calls,
+            flagged,
+            reasons,
+            signals,
+            landed_in_window: Self::landed_in_window(st),
+            calls_since_landed: calls_since,
+            cost_since_landed: (cost_since * 1e6).round() / 1e6,
+            first_flag: st.first_flag.clone(),
+            model: st
+                .model
+                .clone()
+                .or_else(|| meta.and_then(|m| m.model.clone())),
+            t: (st.calls > 0).then_some(st.last_t),
+            source: meta.and_then(|m| m.source.clone()),
+            expect,
+            ok,
+            extra: Map::new(),
+        })
+    }
+
+    /// Every session seen, in the order first seen.
+    pub fn verdicts(&self) -> Vec<Verdict> {
+        let mut ids: Vec<(&String, usize)> =
+            self.sessions.iter().map(|(k, s)| (k, s.order)).collect();
+        ids.sort_by_key(|x| x.1);
+        ids.into_iter()
+            .filter_map(|(id, _)| self.verdict(id))
+            .collect()
+    }
+
+    /// Session metadata, when a record arrived.
+    pub fn meta(&self, id: &str) -> Option<&Session> {
+        self.sessions.get(id)?.meta.as_ref()
+    }
+}
+
+fn dec(m: &mut IdMap<u32>, k: u64) {
+    if let Some(v) = m.get_mut(&k) {
+        *v -= 1;
+        if *v == 0 {
+            m.remove(&k);
+        }
+    }
+}
+
+fn edit_sig(c: &CallIn) -> Option<EditSig> {
+    if c.tool != "edit" {
+        return None;
+    }
+    let s = |k: &str| c.args.get(k).and_then(Value::as_str).map(target::hash_str);
+    Some(EditSig {
+        file: s("filePath")?,
+        old: s("oldString")?,
+        new: s("newString")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    struct Feed {
+        d: Detector,
+        n: i64,
+    }
+
+    impl Feed {
+        fn new() -> Feed {
+            Feed {
+                d: Detector::new(DetectorConfig::default()),
+                n: 0,
+            }
+        }
+        fn session(&mut self, id: &str, parent: Option<&str>, agent: &str) {
+            self.d.session(Session {
+                id: id.into(),
+                parent: parent.map(String::from),
+                agent: Some(agent.into()),
+                ..Session::default()
+            });
+        }
+        fn call(&mut self, s: &str, tool: &str, args: Value, landed: bool, lines: Option<i64>) {
+            self.n += 1;
+            let a = args.as_object().unwrap().clone();
+            self.d.call(&CallIn {
+                session: s,
+                id: &format!("prt_{}", self.n),
+                t: self.n * 1000,
+                tool,
+                args: &a,
+                landed,
+                file_lines: lines,
+                model: Some("p/m"),
+                cost: Some(0.01),
+            });
+        }
+        fn v(&self, s: &str) -> Verdict {
+            self.d.verdict(s).unwrap()
+        }
+    }
+
+    #[test]
+    fn fourteen_repeats_in_sixteen_calls_is_a_loop() {
+        let mut f = Feed::new();
+        f.session("s", None, "build");
+        f.call("s", "glob", json!({"pattern": "*.js"}), false, None);
+        f.call("s", "read", json!({"filePath": "/a"}), false, Some(10));
+        for _ in 0..14 {
+            f.call(
+                "s",
+                "bash",
+                json!({"command": "python3 check.py"}),
+                false,
+                None,
+            );
+        }
+        let v = f.v("s");
+        assert!(v.flagged);
+        assert_eq!(v.reasons, ["top"]);
+        // the short-loop rule fired first: 8 repeats in 10 calls
+        assert_eq!(v.first_flag.unwrap().index, 10);
+    }
+
+    #[test]
+    fn short_healthy_session_with_a_few_rereads_is_not_flagged() {
+        let mut f = Feed::new();
+        f.session("s", None, "build");
+        for i in 0..3 {
+            f.call("s", "read", json!({"filePath": "/s.py"}), false, Some(12));
+            f.call(
+                "s",
+                "bash",
+                json!({"command": format!("python3 s.py {i}")}),
+                false,
+                None,
+            );
+        }
+        assert!(!f.v("s").flagged);
+        assert!(f.v("s").first_flag.is_none());
+    }
+
+    #[test]
+    fn edits_that_undo_each_other_are_not_progress() {
+        let mut f = Feed::new();
+        f.session("s", None, "build");
+        let ab = json!({"filePath": "/n.js", "oldString": "sha1:aaa", "newString": "sha1:bbb"});
+        let ba = json!({"filePath": "/n.js", "oldString": "sha1:bbb", "newString": "sha1:aaa"});
+        f.call("s", "edit", ab.clone(), true, None);
+        assert!(f.v("s").landed_in_window);
+        f.call("s", "edit", ba.clone(), true, None);
+        assert!(!f.v("s").landed_in_window, "the undo cancels the edit");
+        f.call("s", "edit", ab, true, None);
+        assert!(
+            !f.v("s").landed_in_window,
+            "redoing an undone edit is no progress"
+        );
+        assert_eq!(f.v("s").calls_since_landed, 3);
+    }
+
+    #[test]
+    fn a_subagents_landing_credits_its_parent_not_the_reverse() {
+        let mut f = Feed::new();
+        f.session("p", None, "build");
+        f.session("c", Some("p"), "general");
+        for _ in 0..13 {
+            f.call("p", "read", json!({"filePath": "/x"}), false, Some(5));
+        }
+        assert!(f.v("p").flagged);
+        f.call(
+            "c",
+            "write",
+            json!({"filePath": "/y", "content": "sha1:1"}),
+            true,
+            None,
+        );
+        let p = f.v("p");
+        assert!(p.landed_in_window);
+        assert!(!p.flagged, "{p:?}");
+        assert_eq!(f.v("c").root, "p");
+    }
+
+    #[test]
+    fn read_only_agents_flag_on_top_alone() {
+        let mut f = Feed::new();
+        f.session("e", None, "explore");
+        for _ in 0..8 {
+            f.call("e", "read", json!({"filePath": "/gone.md"}), false, None);
+            f.call("e", "glob", json!({"pattern": "docs/*"}), false, None);
+        }
+        let v = f.v("e");
+        assert!(v.read_only);
+        assert!(v.flagged);
+        assert_eq!(v.signals.top, 8);
+    }
+
+    #[test]
+    fn coverage_exactly_at_the_bound_does_not_flag() {
+        // regression for the old >= comparison: 4.0x is the boundary, not a flag
+        let mut f = Feed::new();
+        f.session("s", None, "plan");
+        for i in 0..40 {
+            let off = 1 + i * 2;
+            f.call(
+                "s",
+                "read",
+                json!({"filePath": "/spec.md", "offset": off, "limit": 10}),
+                false,
+                Some(100),
+            );
+        }
+        let v = f.v("s");
+        assert_eq!(v.signals.coverage, 4.0);
+        assert!(!v.flagged, "{v:?}");
+        f.call(
+            "s",
+            "read",
+            json!({"filePath": "/spec.md", "offset": 90, "limit": 10}),
+            false,
+            Some(100),
+        );
+        let v = f.v("s");
+        assert_eq!(v.reasons, ["coverage"]);
+    }
+}

@@ -1,0 +1,380 @@
+//! What a call is, for the detector: its exact identity (tool and canonical arguments, a bash
+//! command normalised first), its target (what it works on), and how many lines of which file
+//! a read requests. Pure functions over one call.
+
+use serde_json::{Map, Value};
+use std::hash::{Hash, Hasher};
+
+/// A stable 64-bit hash (FNV-1a), so identities do not depend on the process.
+#[derive(Clone, Copy)]
+pub struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= b as u64;
+            self.0 = self.0.wrapping_mul(0x100_0000_01b3);
+        }
+    }
+}
+
+/// A hasher for keys that are already hashes.
+#[derive(Default, Clone, Copy)]
+pub struct Identity(u64);
+
+impl Hasher for Identity {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+pub type IdMap<V> = std::collections::HashMap<u64, V, std::hash::BuildHasherDefault<Identity>>;
+
+fn hash_value<H: Hasher>(v: &Value, h: &mut H) {
+    match v {
+        Value::Null => 0u8.hash(h),
+        Value::Bool(b) => (1u8, *b).hash(h),
+        Value::Number(n) => (2u8, n.to_string()).hash(h),
+        Value::String(s) => (3u8, s.as_str()).hash(h),
+        Value::Array(a) => {
+            (4u8, a.len()).hash(h);
+            a.iter().for_each(|x| hash_value(x, h));
+        }
+        Value::Object(o) => {
+            (5u8, o.len()).hash(h);
+            // serde_json's Map is ordered by key: the hash is over sorted keys
+            for (k, x) in o {
+                k.hash(h);
+                hash_value(x, h);
+            }
+        }
+    }
+}
+
+/// Normalises a bash command so trivially different spellings of one command compare equal:
+/// continuation lines joined, comments dropped, leading `VAR=value` assignments and `cd dir &&`
+/// prefixes stripped, whitespace collapsed.
+pub fn normalize_command(cmd: &str) -> String {
+    let joined = cmd.replace("\\\n", " ");
+    let mut kept = Vec::new();
+    for line in joined.lines() {
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        // a trailing comment outside quotes
+        let mut quote = None;
+        let mut cut = t.len();
+        let mut prev = ' ';
+        for (i, c) in t.char_indices() {
+            match (quote, c) {
+                (None, '\'' | '"') => quote = Some(c),
+                (Some(q), c) if c == q => quote = None,
+                (None, '#') if prev.is_whitespace() => {
+                    cut = i;
+                    break;
+                }
+                _ => {}
+            }
+            prev = c;
+        }
+        kept.push(&t[..cut]);
+    }
+    let mut s: String = kept.join(" ; ");
+    s = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    loop {
+        let before = s.len();
+        // leading VAR=value assignments
+        while let Some(first) = s.split(' ').next() {
+            let is_assign = first.split_once('=').is_some_and(|(k, _)| {
+                !k.is_empty()
+                    && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    && !k.starts_with(|c: char| c.is_ascii_digit())
+            });
+            if is_assign && s.contains(' ') {
+                s = s[first.len() + 1..].to_string();
+            } else {
+                break;
+            }
+        }
+        // leading `cd dir &&` / `cd dir;`
+        if let Some(rest) = s.strip_prefix("cd ") {
+            let dir_end = rest.find([' ', ';', '&']).unwrap_or(rest.len());
+            let after = rest[dir_end..].trim_start();
+            if let Some(cmd) = after.strip_prefix("&&").or_else(|| after.strip_prefix(';')) {
+                s = cmd.trim_start().to_string();
+            }
+        }
+        if s.len() == before {
+            return s;
+        }
+    }
+}
+
+/// The words of a command that name files: they contain a `/` or end in a dot extension.
+fn named_files(cmd: &str) -> Vec<&str> {
+    cmd.split(|c: char| c.is_whitespace() || "|;&<>()'\"`=,".contains(c))
+        .filter(|w| !w.is_empty() && !w.starts_with('-'))
+        .filter(|w| {
+            w.contains('/')
+                || w.rsplit_once('.').is_some_and(|(a, ext)| {
+                    !a.is_empty()
+                        && (1..=5).contains(&ext.len())
+                        && ext.chars().all(|c| c.is_ascii_alphanumeric())
+                        && !ext.chars().all(|c| c.is_ascii_digit())
+                })
+        })
+        .collect()
+}
+
+/// The numbers in a command: the slice a `sed -n 120,180p` or `head -50` asks for.
+fn numbers(cmd: &str) -> Vec<&str> {
+    cmd.split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// Identity and target of one call.
+pub struct Keys {
+    /// Tool and canonical arguments: two calls with the same `exact` are the same call.
+    pub exact: u64,
+    /// What the call works on.
+    pub target: u64,
+}
+
+fn str_arg<'a>(args: &'a Map<String, Value>, k: &str) -> &'a str {
+    args.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+pub fn keys(tool: &str, args: &Map<String, Value>) -> Keys {
+    let mut exact = Fnv::default();
+    tool.hash(&mut exact);
+    let mut target = Fnv::default();
+    tool.hash(&mut target);
+    match tool {
+        "bash" => {
+            let norm = normalize_command(str_arg(args, "command"));
+            norm.hash(&mut exact);
+            for (k, v) in args {
+                if k != "command" && k != "timeout" {
+                    k.hash(&mut exact);
+                    hash_value(v, &mut exact);
+                }
+            }
+            let files = named_files(&norm);
+            let nums = numbers(&norm);
+            if files.is_empty() && nums.is_empty() {
+                norm.hash(&mut target);
+            } else {
+                files.hash(&mut target);
+                nums.hash(&mut target);
+            }
+        }
+        _ => {
+            for (k, v) in args {
+                k.hash(&mut exact);
+                hash_value(v, &mut exact);
+            }
+            match tool {
+                "read" => {
+                    str_arg(args, "filePath").hash(&mut target);
+                    args.get("offset").map(|v| v.to_string()).hash(&mut target);
+                    args.get("limit").map(|v| v.to_string()).hash(&mut target);
+                }
+                "grep" | "glob" => {
+                    str_arg(args, "pattern").hash(&mut target);
+                    str_arg(args, "path").hash(&mut target);
+                }
+                "edit" | "write" | "multiedit" => str_arg(args, "filePath").hash(&mut target),
+                _ => hash_value(&Value::Object(args.clone()), &mut target),
+            }
+        }
+    }
+    Keys {
+        exact: exact.finish(),
+        target: target.finish(),
+    }
+}
+
+/// A short, human description of a call's target, for verdicts and alerts. Paths are shown
+/// relative to the session's directory when under it.
+pub fn describe(tool: &str, args: &Map<String, Value>, dir: Option<&str>) -> String {
+    let rel = |p: &str| -> String {
+        match dir {
+            Some(d) if !d.is_empty() => p
+                .strip_prefix(d)
+                .map(|r| r.trim_start_matches('/').to_string())
+                .unwrap_or_else(|| p.to_string()),
+            _ => p.to_string(),
+        }
+    };
+    let clip = |s: String| -> String {
+        if s.chars().count() > 120 {
+            s.chars().take(117).collect::<String>() + "..."
+        } else {
+            s
+        }
+    };
+    let out = match tool {
+        "read" => {
+            let mut s = format!("read {}", rel(str_arg(args, "filePath")));
+            if let Some(o) = args.get("offset") {
+                s += &format!(" offset {o}");
+            }
+            if let Some(l) = args.get("limit") {
+                s += &format!(" limit {l}");
+            }
+            s
+        }
+        "bash" => format!("bash {}", normalize_command(str_arg(args, "command"))),
+        "grep" | "glob" => {
+            let path = str_arg(args, "path");
+            if path.is_empty() {
+                format!("{tool} {}", str_arg(args, "pattern"))
+            } else {
+                format!("{tool} {} in {}", str_arg(args, "pattern"), rel(path))
+            }
+        }
+        "edit" | "write" | "multiedit" => format!("{tool} {}", rel(str_arg(args, "filePath"))),
+        "task" => format!("task {}", str_arg(args, "subagent_type")),
+        other => other.to_string(),
+    };
+    clip(out)
+}
+
+/// Lines a read requests from its file: from `offset` (1-based) for `limit` lines (opencode's
+/// default is 2000), not counting lines past the end of the file.
+pub fn lines_requested(args: &Map<String, Value>, file_lines: i64) -> i64 {
+    let offset = args
+        .get("offset")
+        .and_then(Value::as_i64)
+        .unwrap_or(1)
+        .max(1);
+    let limit = args
+        .get("limit")
+        .and_then(Value::as_i64)
+        .unwrap_or(2000)
+        .max(0);
+    let last = (offset + limit - 1).min(file_lines);
+    (last - offset + 1).max(0)
+}
+
+/// A hash of a string, for file identities.
+pub fn hash_str(s: &str) -> u64 {
+    let mut h = Fnv::default();
+    s.hash(&mut h);
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn args(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn commands_normalise() {
+        assert_eq!(
+            normalize_command("cd /w && FOO=1 BAR=x  cat a.txt"),
+            "cat a.txt"
+        );
+        assert_eq!(
+            normalize_command("# look\npython3 -m pytest \\\n  -x tests  # quick"),
+            "python3 -m pytest -x tests"
+        );
+        assert_eq!(
+            normalize_command("echo 'a # not a comment'"),
+            "echo 'a # not a comment'"
+        );
+        assert_eq!(normalize_command("cd /w; ls"), "ls");
+    }
+
+    #[test]
+    fn equal_commands_after_normalising_are_the_same_call() {
+        let a = keys(
+            "bash",
+            &args(json!({"command": "cd /p && cat docs/spec.md"})),
+        );
+        let b = keys(
+            "bash",
+            &args(json!({"command": "cat   docs/spec.md", "timeout": 5000})),
+        );
+        assert_eq!(a.exact, b.exact);
+        assert_eq!(a.target, b.target);
+    }
+
+    #[test]
+    fn bash_target_is_files_and_slice() {
+        let a = keys(
+            "bash",
+            &args(json!({"command": "sed -n 120,180p docs/spec.md"})),
+        );
+        let b = keys(
+            "bash",
+            &args(json!({"command": "sed -n '120,180p' docs/spec.md | head"})),
+        );
+        let c = keys(
+            "bash",
+            &args(json!({"command": "sed -n 180,240p docs/spec.md"})),
+        );
+        assert_ne!(a.exact, b.exact);
+        assert_eq!(a.target, b.target);
+        assert_ne!(a.target, c.target);
+    }
+
+    #[test]
+    fn read_target_is_file_and_window() {
+        let a = keys(
+            "read",
+            &args(json!({"filePath": "/p/a.js", "offset": 1, "limit": 50})),
+        );
+        let b = keys(
+            "read",
+            &args(json!({"filePath": "/p/a.js", "offset": 51, "limit": 50})),
+        );
+        assert_ne!(a.target, b.target);
+    }
+
+    #[test]
+    fn requested_lines_stop_at_end_of_file() {
+        assert_eq!(
+            lines_requested(&args(json!({"offset": 281, "limit": 40})), 300),
+            20
+        );
+        assert_eq!(lines_requested(&args(json!({})), 300), 300);
+        assert_eq!(
+            lines_requested(&args(json!({"offset": 400, "limit": 40})), 300),
+            0
+        );
+    }
+
+    #[test]
+    fn targets_are_described_relative_to_the_session() {
+        let d = describe(
+            "read",
+            &args(json!({"filePath": "/w/src/navbar.js"})),
+            Some("/w"),
+        );
+        assert_eq!(d, "read src/navbar.js");
+    }
+}

@@ -1,0 +1,242 @@
+//! progress-detect: the backtest over the labelled fixture of real sessions, verdict shape,
+//! bad input, pass-through, and the real pipeline from a live opencode.
+
+use crate::support::ocsim::Sim;
+use crate::support::{repo, Home};
+use serde_json::Value;
+
+fn fixture() -> String {
+    repo().join("fixtures/labelled.jsonl").display().to_string()
+}
+
+fn verdict_titled<'a>(vs: &'a [Value], title: &str) -> &'a Value {
+    vs.iter()
+        .find(|v| v["title"] == title)
+        .unwrap_or_else(|| panic!("no verdict titled {title:?}"))
+}
+
+#[test]
+fn backtest_every_label_holds() {
+    let home = Home::new();
+    let r = home
+        .cmd("progress-detect")
+        .args(["--check", &fixture()])
+        .run();
+    r.ok();
+    assert_eq!(r.stdout(), "backtest: 18/18 labels hold\n");
+}
+
+#[test]
+fn backtest_fails_with_exit_1_naming_the_broken_label() {
+    let home = Home::new();
+    let text = std::fs::read_to_string(fixture()).unwrap();
+    // claim the healthy item 5 worker must flag
+    let broken: String = text
+        .lines()
+        .map(|l| {
+            if l.contains("\"title\":\"item 5 worker\"") {
+                l.replace("\"expect\":\"no_flag\"", "\"expect\":\"flag\"")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let r = home
+        .cmd("progress-detect")
+        .args(["--check"])
+        .stdin(broken)
+        .run();
+    r.expect_code(1);
+    let out = r.stdout();
+    assert!(
+        out.contains("\"item 5 worker\": expect flag got no_flag"),
+        "{out}"
+    );
+    assert!(out.ends_with("backtest: 17/18 labels hold\n"), "{out}");
+}
+
+#[test]
+fn verdicts_name_signals_targets_and_the_first_flag_point() {
+    let home = Home::new();
+    let r = home.cmd("progress-detect").args([&fixture()]).run();
+    r.ok();
+    let vs = r.kind("verdict");
+    let nav = verdict_titled(&vs, "item 2 worker: fix the navbar");
+    assert_eq!(nav["flagged"], true);
+    assert_eq!(nav["agent"], "build");
+    assert_eq!(nav["calls"], 70);
+    assert_eq!(nav["signals"]["top_target"], "read src/navbar.js");
+    assert_eq!(nav["signals"]["slow_call"], "read src/navbar.js");
+    assert_eq!(nav["landed_in_window"], false);
+    assert_eq!(nav["calls_since_landed"], 70);
+    assert_eq!(nav["first_flag"]["index"], 13);
+    assert_eq!(nav["root"], nav["session"]);
+    assert_eq!(nav["model"], "sim/sim-model");
+    assert_eq!(nav["ok"], true);
+    assert!(nav["cost_since_landed"].as_f64().unwrap() > 0.0);
+    // a subagent names its parent as root, and read-only agents are marked
+    let deleted = vs
+        .iter()
+        .find(|v| v["agent"] == "explore" && v["flagged"] == true)
+        .unwrap();
+    assert_eq!(deleted["read_only"], true);
+    assert_ne!(deleted["root"], deleted["session"]);
+    // reads of the deleted file and globs for it tie at 12; the latest wins the tie
+    assert_eq!(deleted["signals"]["top"], 12);
+    assert_eq!(deleted["signals"]["top_target"], "glob docs/*old*");
+    assert_eq!(deleted["signals"]["slow_call"], "read docs/old_api.md");
+    // the planner is caught by coverage alone, through shifting offsets
+    let planner = verdict_titled(&vs, "planner: navbar spec");
+    assert_eq!(planner["reasons"], serde_json::json!(["coverage"]));
+    assert_eq!(planner["signals"]["coverage_file"], "docs/spec.md");
+    assert_eq!(planner["signals"]["top"], 1);
+    // Atlas works well for 63 calls and must not flag before its loop
+    let atlas = verdict_titled(&vs, "Atlas: navbar returns");
+    assert!(
+        atlas["first_flag"]["index"].as_u64().unwrap() > 63,
+        "{atlas}"
+    );
+    // edits that undo each other are not progress
+    let flip = verdict_titled(&vs, "header comment worker");
+    assert_eq!(flip["flagged"], true);
+    assert_eq!(flip["landed_in_window"], false);
+}
+
+#[test]
+fn bad_lines_are_named_skipped_and_the_rest_judged() {
+    let home = Home::new();
+    let input = concat!(
+        r#"{"kind":"session","id":"ses_a","agent":"build"}"#,
+        "\n",
+        r#"{"kind":"call","session":"ses_a","id":"p1","t":1,"tool":"read","args":{"filePath":"/x"}}"#,
+        "\n",
+        "{not json\n",
+        r#"{"kind":"call","id":"p2","t":2,"tool":"read","args":{}}"#,
+        "\n",
+        r#"{"kind":"source","source":"http://127.0.0.1:4096","sessions":1}"#,
+        "\n",
+        r#"{"kind":"call","session":"ses_b","id":"p3","t":3,"tool":"bash","args":{"command":"ls"}}"#,
+        "\n",
+    );
+    let r = home.cmd("progress-detect").stdin(input).run();
+    r.expect_code(2);
+    let err = r.stderr();
+    assert!(
+        err.contains("progress-detect: stdin:3: key must be a string at line 1 column 2"),
+        "{err}"
+    );
+    assert!(
+        err.contains("progress-detect: stdin:4: call without \"session\""),
+        "{err}"
+    );
+    let recs = r.records();
+    assert_eq!(
+        recs[0]["kind"], "source",
+        "unknown kinds pass through first"
+    );
+    let vs = r.kind("verdict");
+    assert_eq!(vs.len(), 2);
+    assert_eq!(vs[0]["session"], "ses_a");
+    assert_eq!(vs[0]["calls"], 1);
+    // a call with no session record is judged with defaults
+    assert_eq!(vs[1]["session"], "ses_b");
+    assert_eq!(vs[1]["agent"], Value::Null);
+    assert_eq!(vs[1]["root"], "ses_b");
+}
+
+#[test]
+fn every_emits_each_flag_transition_as_it_happens() {
+    let home = Home::new();
+    let mut input = String::from("{\"kind\":\"session\",\"id\":\"s\",\"agent\":\"build\"}\n");
+    for i in 0..10 {
+        input += &format!(
+            "{{\"kind\":\"call\",\"session\":\"s\",\"id\":\"p{i}\",\"t\":{i},\"tool\":\"bash\",\"args\":{{\"command\":\"make test\"}}}}\n"
+        );
+    }
+    input += "{\"kind\":\"call\",\"session\":\"s\",\"id\":\"w\",\"t\":99,\"tool\":\"write\",\"args\":{\"filePath\":\"/a\"},\"landed\":true}\n";
+    let r = home
+        .cmd("progress-detect")
+        .args(["--every"])
+        .stdin(input)
+        .run();
+    r.ok();
+    let vs = r.kind("verdict");
+    let flags: Vec<bool> = vs.iter().map(|v| v["flagged"].as_bool().unwrap()).collect();
+    // flagged at the 8th repeat, cleared by the landing write, then the final verdict
+    assert_eq!(flags, [true, false, false]);
+    assert_eq!(vs[0]["first_flag"]["index"], 8);
+    assert_eq!(vs[0]["calls"], 8);
+    assert_eq!(vs[1]["calls"], 11);
+}
+
+#[test]
+fn thresholds_come_from_flags_and_the_config_file() {
+    let home = Home::new();
+    let r = home
+        .cmd("progress-detect")
+        .args(["--top-min", "100", "--short-top-min-is-not-a-flag"])
+        .run();
+    r.expect_code(2);
+    let cfg = home.join("wd.toml");
+    std::fs::write(&cfg, "[detector]\nread_only_agents = [\"general\"]\n").unwrap();
+    let r = home
+        .cmd("progress-detect")
+        .args(["--config", cfg.to_str().unwrap(), &fixture()])
+        .run();
+    r.ok();
+    let printer = r
+        .kind("verdict")
+        .into_iter()
+        .find(|v| v["agent"] == "general" && v["signals"]["top_target"] == "bash cat docs/spec.md")
+        .unwrap();
+    assert_eq!(printer["read_only"], true);
+    let r = home
+        .cmd("progress-detect")
+        .args([
+            "--check",
+            "--top-min",
+            "100",
+            "--top-min-ro",
+            "100",
+            &fixture(),
+        ])
+        .run();
+    r.expect_code(1);
+}
+
+#[test]
+fn the_real_pipeline_flags_a_real_short_loop() {
+    let sim = Sim::shared();
+    let ran = sim.run("reread");
+    let home = Home::new();
+    let calls = home
+        .cmd("oc-calls")
+        .args(["--server", &sim.url, &ran.id])
+        .run();
+    calls.ok();
+    let r = home.cmd("progress-detect").stdin(calls.stdout()).run();
+    r.ok();
+    let v = &r.kind("verdict")[0];
+    assert_eq!(v["session"], ran.id.as_str());
+    assert_eq!(v["flagged"], true);
+    assert_eq!(v["reasons"], serde_json::json!(["short_loop"]));
+    assert_eq!(v["calls"], 8);
+    assert_eq!(v["first_flag"]["index"], 8);
+    assert_eq!(v["signals"]["top_target"], "read docs/spec.md");
+    assert_eq!(v["signals"]["coverage"], 8.0);
+}
+
+#[test]
+fn table_format_is_for_people() {
+    let home = Home::new();
+    let r = home
+        .cmd("progress-detect")
+        .args(["--check", "--format", "table", &fixture()])
+        .run();
+    r.ok();
+    let out = r.stdout();
+    assert!(out.starts_with("session "), "{out}");
+    assert!(out.contains(" FLAG "), "{out}");
+    assert!(out.contains("no_flag ok"), "{out}");
+}

@@ -1,0 +1,142 @@
+//! The labelled fixture: real opencode sessions re-creating the shapes of the original incident,
+//! exported with `oc-calls` and labelled. `fixtures/regenerate` runs the ignored test below; the
+//! backtest tests replay the committed file.
+
+use crate::support::ocsim::{Opts, Sim};
+use crate::support::{repo, Home};
+use serde_json::{json, Value};
+
+/// One labelled scenario: script(s), how to run it, and which session carries which label.
+struct Labelled {
+    script: &'static str,
+    title: &'static str,
+    agent: Option<&'static str>,
+    then: &'static [&'static str],
+    summarize: bool,
+    /// Label the first child (a subagent) instead of the root.
+    label_child: bool,
+    expect: &'static str,
+    /// The label `flag_after` is the start of call number N (0-based) of the labelled session.
+    flag_after_call: Option<usize>,
+}
+
+const fn l(script: &'static str, title: &'static str, expect: &'static str) -> Labelled {
+    Labelled {
+        script,
+        title,
+        agent: None,
+        then: &[],
+        summarize: false,
+        label_child: false,
+        expect,
+        flag_after_call: None,
+    }
+}
+
+pub const FIXTURE: &str = "fixtures/labelled.jsonl";
+
+fn scenarios() -> Vec<Labelled> {
+    vec![
+        l("fx_navbar61", "item 2 worker: fix the navbar", "flag"),
+        l("fx_first_attempt_a", "item 2 worker, 1st attempt", "flag"),
+        l("fx_first_attempt_b", "item 3 worker, 1st attempt", "flag"),
+        l("fx_failing_command", "item 4 worker", "flag"),
+        Labelled {
+            label_child: true,
+            ..l("fx_explore_deleted_parent", "item 4 orchestrator", "flag")
+        },
+        Labelled {
+            label_child: true,
+            ..l("fx_spec_printer_parent", "item 5 orchestrator", "flag")
+        },
+        Labelled {
+            then: &["fx_atlas_loop"],
+            flag_after_call: Some(63),
+            ..l("fx_atlas", "Atlas: navbar returns", "flag")
+        },
+        Labelled {
+            agent: Some("plan"),
+            ..l("fx_planner_spec68", "planner: navbar spec", "flag")
+        },
+        l("fx_retry_ok", "item 3 retry", "no_flag"),
+        Labelled {
+            then: &["fx_compact_2"],
+            summarize: true,
+            ..l("fx_compact_1", "item 3 compact", "no_flag")
+        },
+        l("fx_healthy_a", "item 5 worker", "no_flag"),
+        l("fx_healthy_b", "item 6 worker", "no_flag"),
+        Labelled {
+            label_child: true,
+            ..l("fx_explore_sliced_parent", "dispatcher survey", "no_flag")
+        },
+        Labelled {
+            label_child: true,
+            ..l("fx_explore_other_parent", "project survey", "no_flag")
+        },
+        Labelled {
+            agent: Some("plan"),
+            ..l("fx_planner_writes", "cockpit planner", "no_flag")
+        },
+        l("fx_flipflop", "header comment worker", "flag"),
+        l("fx_short_loop", "check fixer", "flag"),
+        l("fx_short_healthy", "stats demo", "no_flag"),
+    ]
+}
+
+/// Regenerates fixtures/labelled.jsonl from fresh real sessions (about 10 minutes).
+#[test]
+#[ignore = "regenerates the committed fixture; run fixtures/regenerate"]
+fn regenerate_fixtures() {
+    let sim = Sim::start();
+    let home = Home::new();
+    let mut lines: Vec<String> = Vec::new();
+    for sc in scenarios() {
+        let t0 = std::time::Instant::now();
+        let ran = sim.run_with(
+            sc.script,
+            Opts {
+                title: Some(sc.title.to_string()),
+                agent: sc.agent.map(String::from),
+                then: sc.then.iter().map(|s| s.to_string()).collect(),
+                summarize_between: sc.summarize,
+                ..Opts::default()
+            },
+        );
+        let labelled = if sc.label_child {
+            ran.children.first().expect("a subagent session").clone()
+        } else {
+            ran.id.clone()
+        };
+        let mut ids = vec![ran.id.clone()];
+        ids.extend(ran.children.iter().cloned());
+        let r = home
+            .cmd("oc-calls")
+            .args(["--server", &sim.url])
+            .args(&ids)
+            .run();
+        r.ok();
+        let recs = r.records();
+        let calls_of_labelled: Vec<&Value> = recs
+            .iter()
+            .filter(|c| c["kind"] == "call" && c["session"] == labelled.as_str())
+            .collect();
+        for mut rec in recs.clone() {
+            if rec["kind"] == "session" && rec["id"] == labelled.as_str() {
+                rec["expect"] = json!(sc.expect);
+                if let Some(n) = sc.flag_after_call {
+                    rec["flag_after"] = calls_of_labelled[n]["t"].clone();
+                }
+            }
+            lines.push(serde_json::to_string(&rec).unwrap());
+        }
+        eprintln!(
+            "{:28} {} {:>4} calls  {:?}",
+            sc.script,
+            labelled,
+            calls_of_labelled.len(),
+            t0.elapsed()
+        );
+    }
+    std::fs::write(repo().join(FIXTURE), lines.join("\n") + "\n").unwrap();
+}
