@@ -7,3 +7,4 @@ mod support;
 mod detect;
 mod fixtures;
 mod readers;
+mod store;

@@ -1,0 +1,595 @@
+//! `wd-store`: record ticks and answer the operator's questions.
+//!
+//! `tick` sits in the middle of the tick pipeline: every input line passes through unchanged,
+//! then one `tick` record (id, time, outcome) is appended for `wd-alert`. The queries print
+//! JSONL (default), an aligned table (`--format table`) or CSV (`--format csv`).
+
+use super::Store;
+use crate::cli::{for_each_line, now_ms, parse_duration_ms, parse_when, Exit, Format, Out};
+use crate::config::{Config, Severity};
+use crate::record::kind_of;
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use rusqlite::{params, params_from_iter, types::Value as Sql};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use std::io::BufRead;
+use std::path::PathBuf;
+
+const EXAMPLES: &str = "\
+Examples:
+  ... | progress-detect | wd-store tick | wd-alert
+  wd-store status --format table
+  wd-store loops --format table
+  wd-store verdicts --since 1h --flagged | jq -r '[.session, .top_target] | @tsv'
+  wd-store rollup --by model --since 1h --format table
+  wd-store channels set desktop --enabled false
+  wd-store prune --older-than 30d";
+
+/// The watchdog's SQLite record: ticks, verdicts, alerts, channel settings.
+#[derive(Parser, Debug)]
+#[command(name = "wd-store", version, after_help = EXAMPLES)]
+pub struct Args {
+    /// The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub db: Option<PathBuf>,
+    /// Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Output format of the queries.
+    #[arg(long, global = true, value_enum, default_value_t = Format::Jsonl)]
+    pub format: Format,
+    /// The current time in epoch ms (default: the clock).
+    #[arg(long, global = true, value_name = "MS")]
+    pub now: Option<i64>,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Record one tick from a verdict stream on stdin, passing the stream through.
+    Tick {
+        /// Force the outcome (e.g. no_opencode for an empty tick).
+        #[arg(long, value_parser = ["ok", "flagged", "no_opencode", "blind"])]
+        outcome: Option<String>,
+        /// When the tick started, epoch ms (default: when this command started).
+        #[arg(long, value_name = "MS")]
+        started: Option<i64>,
+    },
+    /// Print the time of the last tick (epoch ms; nothing before the first tick).
+    LastTick,
+    /// Last tick, its sessions and flagged verdicts, open alerts, channels.
+    Status,
+    /// Open alerts: severity, dedup key, opened, agent, top target, calls and cost since landed.
+    Loops,
+    /// Recorded verdicts, newest first.
+    Verdicts {
+        #[arg(long, value_name = "WHEN")]
+        since: Option<String>,
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        /// Only flagged verdicts.
+        #[arg(long)]
+        flagged: bool,
+        /// At most this many rows.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+    },
+    /// Flagged sessions per model next to each model's share of all sessions seen.
+    Rollup {
+        #[arg(long, value_parser = ["model", "agent"], default_value = "model")]
+        by: String,
+        #[arg(long, value_name = "WHEN", default_value = "1h")]
+        since: String,
+    },
+    /// List channels (config merged with run-time settings), or change one.
+    Channels {
+        #[command(subcommand)]
+        set: Option<ChannelCmd>,
+    },
+    /// Delete ticks and verdicts older than a duration; open alerts are never pruned.
+    Prune {
+        #[arg(long, value_name = "DURATION")]
+        older_than: Option<String>,
+    },
+    /// Write Prometheus metrics (text exposition format) atomically to a file, or stdout.
+    Metrics {
+        #[arg(long, value_name = "PATH")]
+        output: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ChannelCmd {
+    /// Change a channel's settings; they apply at the next tick.
+    Set {
+        name: String,
+        #[arg(long, value_name = "BOOL")]
+        enabled: Option<bool>,
+        #[arg(long, value_name = "SEVERITY", value_parser = ["info", "warning", "critical"])]
+        min_severity: Option<String>,
+    },
+}
+
+pub fn main() -> i32 {
+    crate::cli::main("wd-store", run)
+}
+
+pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
+    let started = now_ms();
+    let cfg = Config::load(args.config.as_deref())?;
+    let path = args.db.clone().unwrap_or_else(|| cfg.store_db());
+    let now = args.now.unwrap_or(started);
+    let mut store = Store::open_with(&path, cfg.store_busy())?;
+    let r = match args.cmd {
+        Cmd::Tick {
+            outcome,
+            started: s,
+        } => tick(
+            &mut store,
+            stdin,
+            out,
+            outcome,
+            s.unwrap_or(args.now.unwrap_or(started)),
+        ),
+        Cmd::LastTick => {
+            if let Some(t) = store.last_tick()? {
+                out.line(&t.to_string())?;
+            }
+            Ok(Exit::Ok)
+        }
+        Cmd::Status => status(&store, &cfg, args.format, out),
+        Cmd::Loops => loops(&store, args.format, out),
+        Cmd::Verdicts {
+            since,
+            session,
+            flagged,
+            limit,
+        } => {
+            let since = since.map(|w| parse_when(&w, now)).transpose()?;
+            verdicts(&store, since, session, flagged, limit, args.format, out)
+        }
+        Cmd::Rollup { by, since } => {
+            rollup(&store, &by, parse_when(&since, now)?, args.format, out)
+        }
+        Cmd::Channels { set: None } => channels(&store, &cfg, args.format, out),
+        Cmd::Channels {
+            set:
+                Some(ChannelCmd::Set {
+                    name,
+                    enabled,
+                    min_severity,
+                }),
+        } => {
+            set_channel(&mut store, &cfg, &name, enabled, min_severity, now)?;
+            channels(&store, &cfg, args.format, out)
+        }
+        Cmd::Prune { older_than } => {
+            let keep = match older_than {
+                Some(d) => parse_duration_ms(&d)?,
+                None => cfg.store.retention_days.unwrap_or(30) as i64 * 86_400_000,
+            };
+            prune(&mut store, now - keep, out)
+        }
+        Cmd::Metrics { output } => crate::metrics::write(&store, now, output.as_deref(), out),
+    };
+    r.map_err(|e| store.explain(e))
+}
+
+/// A verdict record as wd-store reads it (unknown fields ignored).
+#[derive(Deserialize, Default)]
+struct V {
+    session: String,
+    #[serde(default)]
+    root: Option<String>,
+    agent: Option<String>,
+    model: Option<String>,
+    #[serde(default)]
+    flagged: bool,
+    #[serde(default)]
+    reasons: Vec<String>,
+    #[serde(default)]
+    signals: Sig,
+    landed_in_window: Option<bool>,
+    calls: Option<i64>,
+    calls_since_landed: Option<i64>,
+    cost_since_landed: Option<f64>,
+    first_flag: Option<Flag>,
+    opinion: Option<Value>,
+    liveness: Option<Value>,
+}
+
+#[derive(Deserialize, Default)]
+struct Sig {
+    dup: Option<f64>,
+    top: Option<i64>,
+    top_target: Option<String>,
+    slow: Option<i64>,
+    slow_call: Option<String>,
+    coverage: Option<f64>,
+    coverage_file: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Flag {
+    index: Option<i64>,
+    t: Option<i64>,
+}
+
+fn tick(
+    store: &mut Store,
+    stdin: &mut dyn BufRead,
+    out: &mut Out,
+    outcome: Option<String>,
+    started: i64,
+) -> Result<Exit> {
+    out.line_buffered(false);
+    let mut vs: Vec<V> = Vec::new();
+    let mut sources: Vec<String> = Vec::new();
+    let mut blind: Vec<String> = Vec::new();
+    let mut bad = 0;
+    for_each_line(&[], stdin, |name, n, line| {
+        out.line(line)?;
+        let kind = match kind_of(line) {
+            Ok(k) => k,
+            Err(e) => {
+                eprintln!("wd-store: {name}:{n}: {e}");
+                bad += 1;
+                return Ok(());
+            }
+        };
+        match kind.as_deref() {
+            Some("verdict") => match serde_json::from_str::<V>(line) {
+                Ok(v) => vs.push(v),
+                Err(e) => {
+                    eprintln!("wd-store: {name}:{n}: {e}");
+                    bad += 1;
+                }
+            },
+            Some("source") => {
+                if let Ok(v) = serde_json::from_str::<Value>(line) {
+                    if let Some(s) = v["source"].as_str() {
+                        sources.push(s.to_string());
+                    }
+                }
+            }
+            Some("blind") => {
+                let v: Value = serde_json::from_str(line).unwrap_or_default();
+                blind.push(format!(
+                    "{}: {}",
+                    v["source"].as_str().unwrap_or("?"),
+                    v["reason"].as_str().unwrap_or("?")
+                ));
+            }
+            _ => {}
+        }
+        Ok(())
+    })?;
+    let flagged = vs.iter().filter(|v| v.flagged).count();
+    let outcome = outcome.unwrap_or_else(|| {
+        if !blind.is_empty() || bad > 0 {
+            "blind"
+        } else if sources.is_empty() && vs.is_empty() {
+            "no_opencode"
+        } else if flagged > 0 {
+            "flagged"
+        } else {
+            "ok"
+        }
+        .to_string()
+    });
+    let duration = (now_ms() - started).max(0);
+    let blind_text = (!blind.is_empty()).then(|| blind.join("; "));
+    let tx = store.write()?;
+    tx.execute(
+        "INSERT INTO ticks (t, duration_ms, sessions, flagged, outcome, sources, blind) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![started, duration, vs.len() as i64, flagged as i64, outcome, json!(sources).to_string(), blind_text],
+    )?;
+    let id = tx.last_insert_rowid();
+    {
+        let mut ins = tx.prepare(
+            "INSERT OR REPLACE INTO verdicts (tick, t, session, root, agent, model, flagged, reasons, dup, top, top_target,
+             slow, slow_call, coverage, coverage_file, landed_in_window, calls, calls_since_landed, cost_since_landed,
+             first_flag_index, first_flag_t, opinion, liveness)
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23)",
+        )?;
+        for v in &vs {
+            ins.execute(params![
+                id,
+                started,
+                v.session,
+                v.root.clone().unwrap_or_else(|| v.session.clone()),
+                v.agent,
+                v.model,
+                v.flagged,
+                v.reasons.join(","),
+                v.signals.dup,
+                v.signals.top,
+                v.signals.top_target,
+                v.signals.slow,
+                v.signals.slow_call,
+                v.signals.coverage,
+                v.signals.coverage_file,
+                v.landed_in_window,
+                v.calls,
+                v.calls_since_landed,
+                v.cost_since_landed,
+                v.first_flag.as_ref().and_then(|f| f.index),
+                v.first_flag.as_ref().and_then(|f| f.t),
+                v.opinion.as_ref().map(|o| o.to_string()),
+                v.liveness.as_ref().map(|o| o.to_string()),
+            ])?;
+        }
+    }
+    tx.commit()?;
+    out.line(
+        &json!({"kind": "tick", "id": id, "t": started, "outcome": outcome, "sessions": vs.len(),
+                "flagged": flagged, "sources": sources})
+        .to_string(),
+    )?;
+    Ok(if bad > 0 { Exit::Error } else { Exit::Ok })
+}
+
+/// Rows with named columns, printed as JSONL objects, a table, or CSV.
+pub struct Rows {
+    pub kind: &'static str,
+    pub cols: Vec<&'static str>,
+    pub rows: Vec<Vec<Value>>,
+}
+
+impl Rows {
+    fn query(store: &Store, kind: &'static str, sql: &str, p: &[Sql]) -> Result<Rows> {
+        let mut st = store.conn.prepare(sql)?;
+        let cols: Vec<&'static str> = st
+            .column_names()
+            .into_iter()
+            .map(|c| &*Box::leak(c.to_string().into_boxed_str()))
+            .collect();
+        let n = cols.len();
+        let rows = st
+            .query_map(params_from_iter(p.iter()), |r| {
+                (0..n)
+                    .map(|i| {
+                        Ok(match r.get_ref(i)? {
+                            rusqlite::types::ValueRef::Null => Value::Null,
+                            rusqlite::types::ValueRef::Integer(x) => json!(x),
+                            rusqlite::types::ValueRef::Real(x) => json!((x * 1e6).round() / 1e6),
+                            rusqlite::types::ValueRef::Text(t) => json!(String::from_utf8_lossy(t)),
+                            rusqlite::types::ValueRef::Blob(_) => Value::Null,
+                        })
+                    })
+                    .collect::<rusqlite::Result<Vec<Value>>>()
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(Rows { kind, cols, rows })
+    }
+
+    pub fn print(&self, format: Format, out: &mut Out) -> Result<()> {
+        match format {
+            Format::Jsonl => {
+                for r in &self.rows {
+                    let mut m = Map::new();
+                    m.insert("kind".into(), json!(self.kind));
+                    for (c, v) in self.cols.iter().zip(r) {
+                        m.insert(c.to_string(), v.clone());
+                    }
+                    out.line(&Value::Object(m).to_string())?;
+                }
+            }
+            Format::Table => {
+                let rows: Vec<Vec<String>> = self
+                    .rows
+                    .iter()
+                    .map(|r| r.iter().map(cell).collect())
+                    .collect();
+                crate::cli::write_table(out, &self.cols, &rows)?;
+            }
+            Format::Csv => {
+                let mut w = csv::Writer::from_writer(out);
+                w.write_record(&self.cols)?;
+                for r in &self.rows {
+                    w.write_record(r.iter().map(cell))?;
+                }
+                w.flush()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn status(store: &Store, cfg: &Config, format: Format, out: &mut Out) -> Result<Exit> {
+    let mut r = Rows::query(
+        store,
+        "status",
+        "SELECT t.t AS last_tick, t.outcome, t.sessions, t.flagged,
+                (SELECT count(*) FROM verdicts v WHERE v.tick = t.id) AS verdicts,
+                (SELECT count(*) FROM alerts WHERE state = 'open') AS open_alerts,
+                t.duration_ms, t.blind
+         FROM (SELECT 0) LEFT JOIN ticks t ON t.id = (SELECT max(id) FROM ticks)",
+        &[],
+    )?;
+    let ch = channel_rows(store, cfg)?;
+    r.cols.push("channels");
+    let summary: Vec<String> = ch
+        .iter()
+        .map(|c| {
+            format!(
+                "{}:{}:{}",
+                c["name"].as_str().unwrap_or(""),
+                if c["enabled"] == true { "on" } else { "off" },
+                c["min_severity"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    let chv = if format == Format::Jsonl {
+        json!(ch)
+    } else {
+        json!(summary.join(" "))
+    };
+    for row in &mut r.rows {
+        row.push(chv.clone());
+    }
+    r.print(format, out)?;
+    Ok(Exit::Ok)
+}
+
+fn loops(store: &Store, format: Format, out: &mut Out) -> Result<Exit> {
+    Rows::query(
+        store,
+        "loop",
+        "SELECT severity, dedup_key, opened, flagged_ticks, agent, model, top_target, calls_since_landed,
+                cost_since_landed, opinion, title
+         FROM alerts WHERE state = 'open' ORDER BY severity = 'critical' DESC, opened",
+        &[],
+    )?
+    .print(format, out)?;
+    Ok(Exit::Ok)
+}
+
+fn verdicts(
+    store: &Store,
+    since: Option<i64>,
+    session: Option<String>,
+    flagged: bool,
+    limit: usize,
+    format: Format,
+    out: &mut Out,
+) -> Result<Exit> {
+    let mut sql = String::from(
+        "SELECT t, tick, session, root, agent, model, flagged, reasons, dup, top, top_target, slow, slow_call,
+                coverage, coverage_file, landed_in_window, calls, calls_since_landed, cost_since_landed,
+                first_flag_index, first_flag_t, opinion, liveness
+         FROM verdicts WHERE 1 = 1",
+    );
+    let mut p: Vec<Sql> = Vec::new();
+    if let Some(s) = since {
+        sql += " AND t >= ?";
+        p.push(Sql::Integer(s));
+    }
+    if let Some(s) = session {
+        sql += " AND session = ?";
+        p.push(Sql::Text(s));
+    }
+    if flagged {
+        sql += " AND flagged = 1";
+    }
+    sql += " ORDER BY t DESC, session LIMIT ?";
+    p.push(Sql::Integer(limit as i64));
+    Rows::query(store, "verdict_row", &sql, &p)?.print(format, out)?;
+    Ok(Exit::Ok)
+}
+
+fn rollup(store: &Store, by: &str, since: i64, format: Format, out: &mut Out) -> Result<Exit> {
+    let col = if by == "agent" { "agent" } else { "model" };
+    let sql = format!(
+        "WITH s AS (SELECT {col} AS k, session, max(flagged) AS f FROM verdicts WHERE t >= ?1 GROUP BY {col}, session),
+              total AS (SELECT count(*) AS n, sum(f) AS nf FROM s)
+         SELECT coalesce(k, '(unknown)') AS {col}, count(*) AS sessions,
+                round(1.0 * count(*) / (SELECT n FROM total), 3) AS share_of_sessions,
+                sum(f) AS flagged_sessions,
+                round(1.0 * sum(f) / max(1, (SELECT nf FROM total)), 3) AS share_of_flagged
+         FROM s GROUP BY k ORDER BY flagged_sessions DESC, sessions DESC"
+    );
+    Rows::query(store, "rollup", &sql, &[Sql::Integer(since)])?.print(format, out)?;
+    Ok(Exit::Ok)
+}
+
+/// Config channels with their run-time overrides applied.
+pub fn channel_rows(store: &Store, cfg: &Config) -> Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for c in &cfg.channels {
+        let (en, sev) = store.channel_override(&c.name)?;
+        out.push(json!({
+            "name": c.name,
+            "type": c.kind,
+            "enabled": en.unwrap_or(c.enabled),
+            "min_severity": sev.unwrap_or_else(|| c.min_severity.as_str().to_string()),
+            "rate_limit_secs": c.rate_limit_secs,
+            "overridden": en.is_some() || store.channel_override(&c.name)?.1.is_some(),
+        }));
+    }
+    Ok(out)
+}
+
+fn channels(store: &Store, cfg: &Config, format: Format, out: &mut Out) -> Result<Exit> {
+    let rows = channel_rows(store, cfg)?;
+    let cols = vec![
+        "name",
+        "type",
+        "enabled",
+        "min_severity",
+        "rate_limit_secs",
+        "overridden",
+    ];
+    Rows {
+        kind: "channel",
+        rows: rows
+            .iter()
+            .map(|r| cols.iter().map(|c| r[*c].clone()).collect())
+            .collect(),
+        cols,
+    }
+    .print(format, out)?;
+    Ok(Exit::Ok)
+}
+
+fn set_channel(
+    store: &mut Store,
+    cfg: &Config,
+    name: &str,
+    enabled: Option<bool>,
+    min_severity: Option<String>,
+    now: i64,
+) -> Result<()> {
+    if !cfg.channels.iter().any(|c| c.name == name) {
+        let known: Vec<&str> = cfg.channels.iter().map(|c| c.name.as_str()).collect();
+        bail!(
+            "no channel {name:?} in the config (channels: {})",
+            known.join(", ")
+        );
+    }
+    if enabled.is_none() && min_severity.is_none() {
+        bail!("nothing to set: give --enabled and/or --min-severity");
+    }
+    if let Some(s) = &min_severity {
+        Severity::parse(s)?;
+    }
+    let tx = store.write()?;
+    tx.execute(
+        "INSERT INTO channels (name, enabled, min_severity, updated) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (name) DO UPDATE SET enabled = coalesce(?2, enabled),
+             min_severity = coalesce(?3, min_severity), updated = ?4",
+        params![name, enabled, min_severity, now],
+    )?;
+    tx.commit().context("saving channel settings")?;
+    Ok(())
+}
+
+fn prune(store: &mut Store, before: i64, out: &mut Out) -> Result<Exit> {
+    let tx = store.write()?;
+    let v = tx.execute("DELETE FROM verdicts WHERE t < ?1", params![before])?;
+    let t = tx.execute("DELETE FROM ticks WHERE t < ?1", params![before])?;
+    let a = tx.execute(
+        "DELETE FROM alerts WHERE state = 'resolved' AND resolved < ?1",
+        params![before],
+    )?;
+    let e = tx.execute(
+        "DELETE FROM events WHERE t < ?1 AND dedup_key NOT IN (SELECT dedup_key FROM alerts WHERE state = 'open')",
+        params![before],
+    )?;
+    tx.commit()?;
+    out.line(
+        &json!({"kind": "pruned", "before": before, "ticks": t, "verdicts": v, "alerts": a, "events": e})
+            .to_string(),
+    )?;
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,132 @@
+//! The watchdog database's schema and its forward-only migrations.
+//!
+//! `PRAGMA application_id` marks a watchdog database (a file without it is refused);
+//! `PRAGMA user_version` is the schema version. Each migration runs once, in order, inside the
+//! transaction that bumps the version, so an older database is upgraded without losing rows,
+//! and a newer one is refused by an older tool with a message naming both versions.
+
+/// "ocwd" as a big-endian u32.
+pub const APPLICATION_ID: i32 = 0x6f63_7764;
+
+/// Migrations; version N is reached by running the first N.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: ticks, verdicts, alerts, deliveries, channel settings
+    r#"
+CREATE TABLE ticks (
+    id          INTEGER PRIMARY KEY,
+    t           INTEGER NOT NULL,
+    duration_ms INTEGER NOT NULL DEFAULT 0,
+    sessions    INTEGER NOT NULL DEFAULT 0,
+    flagged     INTEGER NOT NULL DEFAULT 0,
+    outcome     TEXT NOT NULL CHECK (outcome IN ('ok', 'flagged', 'no_opencode', 'blind')),
+    sources     TEXT NOT NULL DEFAULT '[]',
+    blind       TEXT
+);
+CREATE INDEX ticks_t ON ticks (t);
+
+CREATE TABLE verdicts (
+    tick               INTEGER NOT NULL REFERENCES ticks (id) ON DELETE CASCADE,
+    t                  INTEGER NOT NULL,
+    session            TEXT NOT NULL,
+    root               TEXT NOT NULL,
+    agent              TEXT,
+    model              TEXT,
+    flagged            INTEGER NOT NULL,
+    reasons            TEXT NOT NULL DEFAULT '',
+    dup                REAL,
+    top                INTEGER,
+    top_target         TEXT,
+    slow               INTEGER,
+    slow_call          TEXT,
+    coverage           REAL,
+    coverage_file      TEXT,
+    landed_in_window   INTEGER,
+    calls              INTEGER,
+    calls_since_landed INTEGER,
+    cost_since_landed  REAL,
+    first_flag_index   INTEGER,
+    first_flag_t       INTEGER,
+    opinion            TEXT,
+    liveness           TEXT,
+    PRIMARY KEY (tick, session)
+) WITHOUT ROWID;
+CREATE INDEX verdicts_t ON verdicts (t);
+CREATE INDEX verdicts_session ON verdicts (session, t);
+CREATE INDEX verdicts_model ON verdicts (t, model, flagged);
+CREATE INDEX verdicts_flagged ON verdicts (t) WHERE flagged = 1;
+
+CREATE TABLE alerts (
+    dedup_key          TEXT PRIMARY KEY,
+    kind               TEXT NOT NULL,
+    root               TEXT NOT NULL,
+    state              TEXT NOT NULL CHECK (state IN ('open', 'resolved')),
+    severity           TEXT NOT NULL CHECK (severity IN ('info', 'warning', 'critical')),
+    opened             INTEGER NOT NULL,
+    last_fired         INTEGER NOT NULL,
+    resolved           INTEGER,
+    flagged_ticks      INTEGER NOT NULL DEFAULT 1,
+    asked              INTEGER NOT NULL DEFAULT 0,
+    agent              TEXT,
+    model              TEXT,
+    title              TEXT NOT NULL DEFAULT '',
+    top_target         TEXT,
+    calls_since_landed INTEGER,
+    cost_since_landed  REAL,
+    opinion            TEXT,
+    source             TEXT
+);
+CREATE INDEX alerts_open ON alerts (state, severity);
+
+CREATE TABLE events (
+    id        INTEGER PRIMARY KEY,
+    dedup_key TEXT NOT NULL,
+    t         INTEGER NOT NULL,
+    state     TEXT NOT NULL,
+    severity  TEXT NOT NULL,
+    body      TEXT NOT NULL
+);
+CREATE INDEX events_key ON events (dedup_key, id);
+
+CREATE TABLE deliveries (
+    event    INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,
+    channel  TEXT NOT NULL,
+    status   TEXT NOT NULL CHECK (status IN ('pending', 'sent', 'failed', 'deferred', 'skipped')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    t        INTEGER,
+    detail   TEXT,
+    PRIMARY KEY (event, channel)
+) WITHOUT ROWID;
+CREATE INDEX deliveries_status ON deliveries (status);
+CREATE INDEX deliveries_channel ON deliveries (channel, t);
+
+CREATE TABLE alert_ticks (
+    tick_key TEXT PRIMARY KEY,
+    t        INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE channels (
+    name         TEXT PRIMARY KEY,
+    enabled      INTEGER,
+    min_severity TEXT CHECK (min_severity IN ('info', 'warning', 'critical')),
+    updated      INTEGER NOT NULL
+) WITHOUT ROWID;
+"#,
+    // 2: continuation prompts ("nudges") sent into sessions, recorded before sending so a crash
+    // or a rerun never sends one twice
+    r#"
+CREATE TABLE actions (
+    action_id   TEXT PRIMARY KEY,
+    session     TEXT NOT NULL,
+    observation TEXT NOT NULL,
+    prompt      TEXT NOT NULL,
+    t           INTEGER NOT NULL,
+    status      TEXT NOT NULL CHECK (status IN ('sending', 'sent', 'failed')),
+    detail      TEXT
+) WITHOUT ROWID;
+CREATE INDEX actions_session ON actions (session, t);
+"#,
+];
+
+pub fn latest() -> i64 {
+    MIGRATIONS.len() as i64
+}

@@ -1,0 +1,523 @@
+//! wd-store against real SQLite files: ticks in the pipeline, the operator's queries, two
+//! writers at once, a killed tick, a locked or foreign file, migrations, retention.
+
+use crate::support::{repo, Home};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn fixture_verdicts(home: &Home) -> String {
+    let r = home
+        .cmd("progress-detect")
+        .args([repo().join("fixtures/labelled.jsonl").to_str().unwrap()])
+        .run();
+    r.ok();
+    r.stdout()
+}
+
+fn verdict(session: &str, model: &str, flagged: bool) -> String {
+    json!({"kind": "verdict", "session": session, "root": session, "agent": "build", "model": model,
+           "flagged": flagged, "reasons": if flagged { vec!["top"] } else { vec![] },
+           "signals": {"dup": 0.5, "top": 14, "top_target": "read src/a.js", "slow": 3, "slow_call": null,
+                       "coverage": 1.0, "coverage_file": "src/a.js"},
+           "landed_in_window": false, "calls": 40, "calls_since_landed": 30, "cost_since_landed": 0.25,
+           "first_flag": if flagged { json!({"index": 12, "t": 5, "id": "prt_1"}) } else { Value::Null }})
+    .to_string()
+}
+
+fn db(home: &Home) -> String {
+    home.join("wd.db").display().to_string()
+}
+
+fn count(db: &str, sql: &str) -> i64 {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .query_row(sql, [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn tick_passes_the_stream_through_and_records_it() {
+    let home = Home::new();
+    let input = format!(
+        "{}\n{}",
+        r#"{"kind":"source","source":"http://127.0.0.1:4096","sessions":3}"#,
+        fixture_verdicts(&home)
+    );
+    let r = home
+        .cmd("wd-store")
+        .args(["--db", &db(&home), "--now", "1796000000000", "tick"])
+        .stdin(input.clone())
+        .run();
+    r.ok();
+    let out = r.stdout();
+    assert!(out.starts_with(&input), "input must pass through unchanged");
+    let tick: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(tick["kind"], "tick");
+    assert_eq!(tick["id"], 1);
+    assert_eq!(tick["outcome"], "flagged");
+    assert_eq!(tick["sessions"], 22);
+    assert_eq!(tick["flagged"], 10);
+    let r = home
+        .cmd("wd-store")
+        .args(["--db", &db(&home), "last-tick"])
+        .run();
+    assert_eq!(r.stdout(), "1796000000000\n");
+    let r = home
+        .cmd("wd-store")
+        .args(["--db", &db(&home), "status"])
+        .run();
+    let st = &r.kind("status")[0];
+    assert_eq!(st["last_tick"], 1796000000000i64);
+    assert_eq!(st["outcome"], "flagged");
+    assert_eq!(st["verdicts"], 22);
+    assert_eq!(st["flagged"], 10);
+    assert_eq!(st["open_alerts"], 0);
+    let r = home
+        .cmd("wd-store")
+        .args([
+            "--db",
+            &db(&home),
+            "--now",
+            "1796000060000",
+            "verdicts",
+            "--since",
+            "5m",
+            "--flagged",
+        ])
+        .run();
+    let rows = r.kind("verdict_row");
+    assert_eq!(rows.len(), 10);
+    let nav = rows
+        .iter()
+        .find(|v| v["top_target"] == "read src/navbar.js")
+        .unwrap();
+    assert_eq!(nav["reasons"], "dup,top,slow,coverage");
+    assert_eq!(nav["first_flag_index"], 13);
+    assert_eq!(nav["model"], "sim/sim-model");
+}
+
+#[test]
+fn empty_tick_records_no_opencode_and_malformed_lines_are_skipped() {
+    let home = Home::new();
+    let r = home
+        .cmd("wd-store")
+        .args(["--db", &db(&home), "tick"])
+        .stdin("")
+        .run();
+    r.ok();
+    assert_eq!(r.kind("tick")[0]["outcome"], "no_opencode");
+    let r = home
+        .cmd("wd-store")
+        .args(["--db", &db(&home), "tick", "--outcome", "no_opencode"])
+        .stdin("")
+        .run();
+    r.ok();
+    let input = format!(
+        "{}\n{{oops\n{}\n",
+        verdict("ses_a", "p/m", true),
+        verdict("ses_b", "p/m", false)
+    );
+    let r = home
+        .cmd("wd-store")
+        .args(["--db", &db(&home), "tick"])
+        .stdin(input)
+        .run();
+    r.expect_code(2);
+    assert!(
+        r.stderr()
+            .contains("wd-store: stdin:2: key must be a string"),
+        "{}",
+        r.story()
+    );
+    let out = r.stdout();
+    assert_eq!(
+        out.lines().nth(1),
+        Some("{oops"),
+        "the bad line passes through too"
+    );
+    let t: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(t["sessions"], 2, "the good lines are recorded");
+    assert_eq!(
+        t["outcome"], "blind",
+        "a tick that could not read its input is not an all-clear"
+    );
+    assert_eq!(count(&db(&home), "SELECT count(*) FROM ticks"), 3);
+}
+
+#[test]
+fn concurrent_writers_lose_no_row() {
+    let home = Home::new();
+    let cfg = home.join("wd.toml");
+    std::fs::write(&cfg, "[[channels]]\nname = \"desk\"\ntype = \"desktop\"\n").unwrap();
+    // create the database first, as the first tick would
+    home.cmd("wd-store")
+        .args(["--db", &db(&home), "last-tick"])
+        .run()
+        .ok();
+    let verdicts: String = (0..200)
+        .map(|i| verdict(&format!("ses_{i:03}"), "p/m", i % 7 == 0) + "\n")
+        .collect();
+    let exe = assert_cmd::cargo::cargo_bin("wd-store");
+    let mut kids = Vec::new();
+    for i in 0..8 {
+        let mut c = Command::new(&exe)
+            .args(["--db", &db(&home), "tick"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut sin = c.stdin.take().unwrap();
+        let v = verdicts.clone();
+        std::thread::spawn(move || sin.write_all(v.as_bytes()));
+        kids.push((format!("tick {i}"), c));
+        let c = Command::new(&exe)
+            .args([
+                "--db",
+                &db(&home),
+                "--config",
+                cfg.to_str().unwrap(),
+                "channels",
+                "set",
+                "desk",
+                "--enabled",
+                if i % 2 == 0 { "false" } else { "true" },
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        kids.push((format!("channels set {i}"), c));
+    }
+    for (what, c) in kids {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(count(&db(&home), "SELECT count(*) FROM ticks"), 8);
+    assert_eq!(count(&db(&home), "SELECT count(*) FROM verdicts"), 1600);
+    assert_eq!(count(&db(&home), "SELECT count(*) FROM channels"), 1);
+    let ok: String = rusqlite::Connection::open(db(&home))
+        .unwrap()
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(ok, "ok");
+}
+
+#[test]
+fn a_tick_killed_midway_leaves_nothing() {
+    let home = Home::new();
+    home.cmd("wd-store")
+        .args(["--db", &db(&home), "last-tick"])
+        .run()
+        .ok();
+    let mut c = Command::new(assert_cmd::cargo::cargo_bin("wd-store"))
+        .args(["--db", &db(&home), "tick"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut sin = c.stdin.take().unwrap();
+    for i in 0..100 {
+        writeln!(sin, "{}", verdict(&format!("ses_{i}"), "p/m", false)).unwrap();
+    }
+    sin.flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    c.kill().unwrap();
+    c.wait().unwrap();
+    assert_eq!(count(&db(&home), "SELECT count(*) FROM ticks"), 0);
+    assert_eq!(count(&db(&home), "SELECT count(*) FROM verdicts"), 0);
+}
+
+#[test]
+fn a_database_locked_past_the_busy_timeout_is_named_and_untouched() {
+    let home = Home::new();
+    let cfg = home.join("wd.toml");
+    std::fs::write(&cfg, "[store]\nbusy_timeout_ms = 300\n").unwrap();
+    home.cmd("wd-store")
+        .args(["--db", &db(&home), "last-tick"])
+        .run()
+        .ok();
+    let holder = rusqlite::Connection::open(db(&home)).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let r = home
+        .cmd("wd-store")
+        .args([
+            "--db",
+            &db(&home),
+            "--config",
+            cfg.to_str().unwrap(),
+            "tick",
+        ])
+        .stdin(verdict("ses_a", "p/m", true))
+        .run();
+    r.expect_code(2);
+    let err = r.stderr();
+    assert!(
+        err.starts_with(&format!(
+            "wd-store: watchdog database {}: locked by another process past the busy timeout",
+            db(&home)
+        )),
+        "{err}"
+    );
+    holder.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(count(&db(&home), "SELECT count(*) FROM ticks"), 0);
+}
+
+#[test]
+fn a_file_that_is_not_a_watchdog_database_is_refused() {
+    let home = Home::new();
+    let text = home.join("notes.txt");
+    std::fs::write(
+        &text,
+        "just text, long enough to not be an empty database file at all",
+    )
+    .unwrap();
+    let r = home
+        .cmd("wd-store")
+        .args(["--db", text.to_str().unwrap(), "status"])
+        .run();
+    r.expect_code(2);
+    assert_eq!(
+        r.stderr().trim(),
+        format!(
+            "wd-store: watchdog database {}: not a watchdog database (not SQLite)",
+            text.display()
+        )
+    );
+    let other = home.join("other.db");
+    rusqlite::Connection::open(&other)
+        .unwrap()
+        .execute_batch("CREATE TABLE t (x)")
+        .unwrap();
+    let r = home
+        .cmd("wd-store")
+        .args(["--db", other.to_str().unwrap(), "status"])
+        .run();
+    r.expect_code(2);
+    assert!(
+        r.stderr()
+            .contains("not a watchdog database (application_id 0x0)"),
+        "{}",
+        r.story()
+    );
+}
+
+#[test]
+fn an_older_database_is_upgraded_without_losing_rows() {
+    let home = Home::new();
+    let path = db(&home);
+    {
+        // a version-1 database, as the first release wrote it
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch("PRAGMA journal_mode = WAL").unwrap();
+        c.execute_batch(oc_watchdog::store::schema::MIGRATIONS[0])
+            .unwrap();
+        c.pragma_update(
+            None,
+            "application_id",
+            oc_watchdog::store::schema::APPLICATION_ID,
+        )
+        .unwrap();
+        c.pragma_update(None, "user_version", 1).unwrap();
+        c.execute(
+            "INSERT INTO ticks (t, outcome) VALUES (1796000000000, 'ok')",
+            [],
+        )
+        .unwrap();
+        c.execute(
+            "INSERT INTO verdicts (tick, t, session, root, flagged) VALUES (1, 1796000000000, 'ses_old', 'ses_old', 0)",
+            [],
+        )
+        .unwrap();
+    }
+    let r = home.cmd("wd-store").args(["--db", &path, "verdicts"]).run();
+    r.ok();
+    assert_eq!(r.kind("verdict_row")[0]["session"], "ses_old");
+    assert_eq!(count(&path, "PRAGMA user_version"), 2);
+    assert_eq!(count(&path, "SELECT count(*) FROM actions"), 0);
+}
+
+#[test]
+fn rollup_puts_flagged_sessions_next_to_each_models_share() {
+    let home = Home::new();
+    let mut input = String::new();
+    for i in 0..6 {
+        input += &verdict(&format!("ses_a{i}"), "prov/alpha", i < 3);
+        input += "\n";
+    }
+    for i in 0..2 {
+        input += &verdict(&format!("ses_b{i}"), "prov/beta", i == 0);
+        input += "\n";
+    }
+    for now in ["1796000000000", "1796000300000"] {
+        home.cmd("wd-store")
+            .args(["--db", &db(&home), "--now", now, "tick"])
+            .stdin(input.clone())
+            .run()
+            .ok();
+    }
+    let r = home
+        .cmd("wd-store")
+        .args([
+            "--db",
+            &db(&home),
+            "--now",
+            "1796000400000",
+            "rollup",
+            "--by",
+            "model",
+            "--since",
+            "1h",
+        ])
+        .run();
+    r.ok();
+    let rows = r.kind("rollup");
+    assert_eq!(rows[0]["model"], "prov/alpha");
+    assert_eq!(rows[0]["sessions"], 6);
+    assert_eq!(rows[0]["share_of_sessions"], 0.75);
+    assert_eq!(rows[0]["flagged_sessions"], 3);
+    assert_eq!(rows[0]["share_of_flagged"], 0.75);
+    assert_eq!(rows[1]["model"], "prov/beta");
+    assert_eq!(rows[1]["flagged_sessions"], 1);
+    let r = home
+        .cmd("wd-store")
+        .args([
+            "--db",
+            &db(&home),
+            "--now",
+            "1796000400000",
+            "--format",
+            "csv",
+            "rollup",
+            "--since",
+            "1h",
+        ])
+        .run();
+    assert_eq!(
+        r.stdout().lines().take(2).collect::<Vec<_>>(),
+        [
+            "model,sessions,share_of_sessions,flagged_sessions,share_of_flagged",
+            "prov/alpha,6,0.75,3,0.75"
+        ]
+    );
+}
+
+#[test]
+fn channel_settings_change_at_run_time_and_unknown_names_are_refused() {
+    let home = Home::new();
+    let cfg = home.join("wd.toml");
+    std::fs::write(
+        &cfg,
+        "[[channels]]\nname = \"desk\"\ntype = \"desktop\"\n\n[[channels]]\nname = \"hook\"\ntype = \"webhook\"\nurl = \"http://127.0.0.1:9/x\"\nmin_severity = \"critical\"\n",
+    )
+    .unwrap();
+    let base = [
+        "--db".to_string(),
+        db(&home),
+        "--config".into(),
+        cfg.display().to_string(),
+    ];
+    let r = home
+        .cmd("wd-store")
+        .args(base.iter())
+        .args(["channels"])
+        .run();
+    let ch = r.kind("channel");
+    assert_eq!(ch.len(), 2);
+    assert_eq!(
+        (ch[0]["enabled"].clone(), ch[0]["min_severity"].clone()),
+        (json!(true), json!("warning"))
+    );
+    let r = home
+        .cmd("wd-store")
+        .args(base.iter())
+        .args([
+            "channels",
+            "set",
+            "desk",
+            "--enabled",
+            "false",
+            "--min-severity",
+            "critical",
+        ])
+        .run();
+    r.ok();
+    let desk = &r.kind("channel")[0];
+    assert_eq!(desk["enabled"], false);
+    assert_eq!(desk["min_severity"], "critical");
+    assert_eq!(desk["overridden"], true);
+    let r = home
+        .cmd("wd-store")
+        .args(base.iter())
+        .args(["channels", "set", "sms", "--enabled", "true"])
+        .run();
+    r.expect_code(2);
+    assert_eq!(
+        r.stderr().trim(),
+        "wd-store: no channel \"sms\" in the config (channels: desk, hook)"
+    );
+}
+
+#[test]
+fn prune_drops_old_ticks_but_never_open_alerts() {
+    let home = Home::new();
+    let day = 86_400_000i64;
+    let t0 = 1_796_000_000_000i64;
+    for d in [0, 10, 40] {
+        home.cmd("wd-store")
+            .args([
+                "--db",
+                &db(&home),
+                "--now",
+                &(t0 + d * day).to_string(),
+                "tick",
+            ])
+            .stdin(verdict("ses_a", "p/m", false))
+            .run()
+            .ok();
+    }
+    {
+        let c = rusqlite::Connection::open(db(&home)).unwrap();
+        c.execute(
+            "INSERT INTO alerts (dedup_key, kind, root, state, severity, opened, last_fired) VALUES ('opencode-loop:ses_a', 'loop', 'ses_a', 'open', 'warning', ?1, ?1)",
+            [t0],
+        )
+        .unwrap();
+    }
+    let r = home
+        .cmd("wd-store")
+        .args([
+            "--db",
+            &db(&home),
+            "--now",
+            &(t0 + 41 * day).to_string(),
+            "prune",
+            "--older-than",
+            "30d",
+        ])
+        .run();
+    r.ok();
+    let p = &r.kind("pruned")[0];
+    assert_eq!(p["ticks"], 2);
+    assert_eq!(p["verdicts"], 2);
+    assert_eq!(count(&db(&home), "SELECT count(*) FROM ticks"), 1);
+    assert_eq!(
+        count(
+            &db(&home),
+            "SELECT count(*) FROM alerts WHERE state = 'open'"
+        ),
+        1
+    );
+    let r = home
+        .cmd("wd-store")
+        .args(["--db", &db(&home), "--format", "table", "loops"])
+        .run();
+    let out = r.stdout();
+    assert!(out.starts_with("severity  dedup_key"), "{out}");
+    assert!(out.contains("warning   opencode-loop:ses_a"), "{out}");
+}
