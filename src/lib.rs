@@ -4,6 +4,7 @@
 //! stream contract). Each command module has a `run` function; the binaries only call it.
 #![forbid(unsafe_code)]
 
+pub mod alert;
 pub mod calls;
 pub mod cli;
 pub mod config;

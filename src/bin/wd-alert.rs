@@ -1,4 +1,3 @@
 fn main() {
-    eprintln!("wd-alert: not yet built (see the issues)");
-    std::process::exit(2)
+    std::process::exit(oc_watchdog::alert::cmd::main())
 }

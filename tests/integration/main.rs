@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod alert;
 mod detect;
 mod fixtures;
 mod readers;

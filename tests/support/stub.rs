@@ -20,6 +20,8 @@ pub enum Reply {
     Json(u16, String),
     /// Accept the connection and never answer.
     Hang,
+    /// Answer after a delay.
+    Delay(u64, u16, String),
 }
 
 pub struct Stub {
@@ -29,6 +31,8 @@ pub struct Stub {
     routes: Arc<Mutex<HashMap<String, Reply>>>,
     /// Required `Authorization` header; others get 401.
     auth: Arc<Mutex<Option<String>>>,
+    /// (requests in flight now, most ever in flight at once).
+    pub inflight: Arc<Mutex<(usize, usize)>>,
 }
 
 impl Stub {
@@ -38,11 +42,20 @@ impl Stub {
         let log = Arc::new(Mutex::new(Vec::new()));
         let routes: Arc<Mutex<HashMap<String, Reply>>> = Arc::default();
         let auth: Arc<Mutex<Option<String>>> = Arc::default();
-        let (lg, rt, au) = (log.clone(), routes.clone(), auth.clone());
+        let inflight: Arc<Mutex<(usize, usize)>> = Arc::default();
+        let (lg, rt, au, inf) = (log.clone(), routes.clone(), auth.clone(), inflight.clone());
         std::thread::spawn(move || {
             for s in l.incoming().flatten() {
-                let (lg, rt, au) = (lg.clone(), rt.clone(), au.clone());
-                std::thread::spawn(move || serve(s, lg, rt, au));
+                let (lg, rt, au, inf) = (lg.clone(), rt.clone(), au.clone(), inf.clone());
+                std::thread::spawn(move || {
+                    {
+                        let mut f = inf.lock().unwrap();
+                        f.0 += 1;
+                        f.1 = f.1.max(f.0);
+                    }
+                    serve(s, lg, rt, au);
+                    inf.lock().unwrap().0 -= 1;
+                });
             }
         });
         Stub {
@@ -51,6 +64,7 @@ impl Stub {
             log,
             routes,
             auth,
+            inflight,
         }
     }
 
@@ -123,8 +137,16 @@ fn serve(
             .unwrap_or(Reply::Json(404, "{\"error\":\"not found\"}".into()))
     };
     let mut s = s;
+    let reply = match reply {
+        Reply::Delay(ms, code, body) => {
+            std::thread::sleep(Duration::from_millis(ms));
+            Reply::Json(code, body)
+        }
+        r => r,
+    };
     match reply {
         Reply::Hang => std::thread::sleep(Duration::from_secs(60)),
+        Reply::Delay(..) => unreachable!(),
         Reply::Json(code, body) => {
             let _ = write!(
                 s,

@@ -1,0 +1,279 @@
+//! Delivery of one event through one channel: a freedesktop notification (notify-rust over
+//! D-Bus), a JSON webhook, PagerDuty Events API v2, or Prometheus Alertmanager. Thin adapters
+//! over the same event. A failure is returned as text, never raised past the caller.
+
+use super::Event;
+use crate::config::{ChannelConfig, ChannelType, Severity};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// Delivers `ev`; `Err` carries what went wrong, for the log and the database.
+pub fn deliver(ch: &ChannelConfig, ev: &Event, now: i64) -> Result<String, String> {
+    match ch.kind {
+        ChannelType::Desktop => desktop(ch, ev),
+        ChannelType::Webhook => webhook(ch, ev),
+        ChannelType::Pagerduty => pagerduty(ch, ev),
+        ChannelType::Alertmanager => alertmanager(ch, &[(ev.clone(), None)], now),
+    }
+}
+
+fn agent(timeout: u64) -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout_connect(Duration::from_secs(timeout.clamp(1, 5)))
+        .timeout(Duration::from_secs(timeout.max(1)))
+        .build()
+}
+
+fn post(
+    ch: &ChannelConfig,
+    url: &str,
+    body: &Value,
+    bearer: Option<String>,
+) -> Result<String, String> {
+    let mut req = agent(ch.timeout_secs).post(url);
+    if let Some(t) = bearer {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    match req.send_json(body) {
+        Ok(r) => Ok(format!("HTTP {}", r.status())),
+        Err(ureq::Error::Status(code, r)) => {
+            let text = r.into_string().unwrap_or_default();
+            Err(format!(
+                "POST {url}: HTTP {code} {}",
+                text.chars().take(200).collect::<String>()
+            ))
+        }
+        Err(e) => Err(format!("POST {url}: {e}")),
+    }
+}
+
+fn env_secret(name: &Option<String>, what: &str) -> Result<Option<String>, String> {
+    match name {
+        None => Ok(None),
+        Some(var) => std::env::var(var)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .map(Some)
+            .ok_or_else(|| format!("{what}: environment variable {var} is not set")),
+    }
+}
+
+/// The notification body: which session, agent and target, and how to look closer.
+pub fn desktop_body(ev: &Event) -> String {
+    let mut b = ev.summary.clone();
+    if let Some(l) = &ev.link {
+        b += &format!("\n{l}");
+    }
+    b += "\nLook closer: wd-store loops";
+    b
+}
+
+fn desktop(ch: &ChannelConfig, ev: &Event) -> Result<String, String> {
+    use notify_rust::{Notification, Urgency};
+    let urgency = match ev.severity {
+        Severity::Critical => Urgency::Critical,
+        Severity::Warning => Urgency::Normal,
+        Severity::Info => Urgency::Low,
+    };
+    let mut n = Notification::new();
+    n.appname("oc-watchdog")
+        .summary(&ev.title)
+        .body(&desktop_body(ev))
+        .urgency(urgency);
+    // a session bus that accepts but never answers must not hold the tick
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(n.show().map(|h| h.id()).map_err(|e| e.to_string()));
+    });
+    match rx.recv_timeout(Duration::from_secs(ch.timeout_secs.max(1))) {
+        Ok(Ok(id)) => Ok(format!("notification {id}")),
+        Ok(Err(e)) => Err(format!("desktop notification: {e}")),
+        Err(_) => Err(format!(
+            "desktop notification: no answer within {}s",
+            ch.timeout_secs
+        )),
+    }
+}
+
+fn webhook(ch: &ChannelConfig, ev: &Event) -> Result<String, String> {
+    let url = ch.url.as_deref().ok_or("webhook without url")?;
+    let token = env_secret(&ch.token_env, "webhook token")?;
+    post(
+        ch,
+        url,
+        &serde_json::to_value(ev).map_err(|e| e.to_string())?,
+        token,
+    )
+}
+
+/// The PagerDuty Events API v2 body for an event.
+pub fn pagerduty_body(ev: &Event, routing_key: &str) -> Value {
+    let action = if ev.state == "resolve" {
+        "resolve"
+    } else {
+        "trigger"
+    };
+    let mut body = json!({
+        "routing_key": routing_key,
+        "event_action": action,
+        "dedup_key": ev.dedup_key,
+    });
+    if action == "trigger" {
+        body["payload"] = json!({
+            "summary": format!("{}: {}", ev.title, ev.summary).chars().take(1024).collect::<String>(),
+            "source": ev.source,
+            "severity": ev.severity.as_str(),
+            "component": ev.agent,
+            "group": ev.root,
+            "class": ev.alert,
+            "custom_details": ev.details,
+        });
+        if let Some(l) = &ev.link {
+            body["links"] = json!([{"href": l, "text": "look closer"}]);
+        }
+    }
+    body
+}
+
+fn pagerduty(ch: &ChannelConfig, ev: &Event) -> Result<String, String> {
+    let key = env_secret(&ch.routing_key_env, "pagerduty routing key")?
+        .ok_or("pagerduty without routing_key_env")?;
+    let url = ch
+        .events_url
+        .as_deref()
+        .unwrap_or("https://events.pagerduty.com/v2/enqueue");
+    post(ch, url, &pagerduty_body(ev, &key), None)
+}
+
+/// Alertmanager's `alertname` for an alert kind.
+pub fn alertname(kind: &str) -> &'static str {
+    match kind {
+        "blind" => "WatchdogBlind",
+        "loop" => "OpencodeLoop",
+        "stalled" => "OpencodeStalled",
+        "retrying" => "OpencodeRetrying",
+        "waiting" => "OpencodeAwaitingUser",
+        "interrupted" => "OpencodeInterrupted",
+        "unfinished" => "OpencodeNeedsFinalization",
+        _ => "OpencodeWatchdog",
+    }
+}
+
+fn iso(ms: i64) -> String {
+    // RFC 3339 in UTC, from epoch ms, without a date crate: days from the civil calendar.
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms.rem_euclid(1000)
+    )
+}
+
+/// One Alertmanager alert. `ends` set means "resolved at"; `severity` overrides the event's
+/// (to end the warning-level alert when an escalation opens the critical one).
+pub fn am_alert(ev: &Event, ends: Option<i64>, severity: Option<Severity>, host: &str) -> Value {
+    let sev = severity.unwrap_or(ev.severity);
+    // the resolve event is severity info; it must end the alert that was firing
+    let labels = json!({
+        "alertname": alertname(&ev.alert),
+        "severity": sev.as_str(),
+        "host": host,
+        "root_session": ev.root,
+        "agent": ev.agent.clone().unwrap_or_default(),
+        "model": ev.model.clone().unwrap_or_default(),
+    });
+    let mut a = json!({
+        "labels": labels,
+        "annotations": {
+            "summary": ev.title,
+            "description": format!("{}\n{}", ev.summary, serde_json::to_string(&ev.details).unwrap_or_default()),
+            "dedup_key": ev.dedup_key,
+        },
+        "startsAt": iso(ev.details.get("opened").and_then(Value::as_i64).unwrap_or(ev.t)),
+    });
+    if let Some(l) = &ev.link {
+        a["generatorURL"] = json!(l);
+    }
+    if let Some(e) = ends {
+        a["endsAt"] = json!(iso(e));
+    }
+    a
+}
+
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// Posts alerts to every Alertmanager URL of the channel; succeeds when one accepted them.
+/// `alerts` pairs an event with the time it ended (None while firing).
+pub fn alertmanager(
+    ch: &ChannelConfig,
+    alerts: &[(Event, Option<i64>)],
+    now: i64,
+) -> Result<String, String> {
+    let host = hostname();
+    let mut body = Vec::new();
+    for (ev, ends) in alerts {
+        match (ev.state.as_str(), ends) {
+            ("resolve", _) => {
+                // end whichever severity was firing
+                for sev in [Severity::Warning, Severity::Critical] {
+                    body.push(am_alert(ev, Some(now), Some(sev), &host));
+                }
+            }
+            ("escalate", _) => {
+                body.push(am_alert(ev, Some(now), Some(Severity::Warning), &host));
+                body.push(am_alert(ev, None, None, &host));
+            }
+            (_, e) => body.push(am_alert(ev, *e, None, &host)),
+        }
+    }
+    let body = Value::Array(body);
+    let mut ok = Vec::new();
+    let mut failed = Vec::new();
+    for u in &ch.urls {
+        let url = format!("{}/api/v2/alerts", u.trim_end_matches('/'));
+        match post(ch, &url, &body, None) {
+            Ok(_) => ok.push(u.clone()),
+            Err(e) => failed.push(e),
+        }
+    }
+    if ok.is_empty() {
+        Err(failed.join("; "))
+    } else if failed.is_empty() {
+        Ok(format!("posted to {}", ok.join(", ")))
+    } else {
+        Ok(format!(
+            "posted to {}; failed: {}",
+            ok.join(", "),
+            failed.join("; ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso_times() {
+        assert_eq!(iso(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso(1_796_069_494_828), "2026-11-30T20:11:34.828Z");
+        assert_eq!(iso(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+}

@@ -1,0 +1,547 @@
+//! wd-alert: the lifecycle over a sequence of ticks, delivery to a real desktop notification
+//! daemon on a real D-Bus session bus, webhook and PagerDuty payloads against a local listener,
+//! and the second opinion against a stand-in speaking Ollama's /api/chat.
+
+use crate::support::desktop::Desktop;
+use crate::support::stub::{Reply, Stub};
+use crate::support::{Home, Run};
+use serde_json::{json, Value};
+
+const T0: i64 = 1_796_000_000_000;
+const MIN5: i64 = 300_000;
+
+fn verdict(session: &str, root: &str, flagged: bool) -> String {
+    json!({"kind": "verdict", "session": session, "root": root, "agent": "build", "model": "sim/sim-model",
+           "flagged": flagged, "reasons": if flagged { vec!["top", "dup"] } else { vec![] },
+           "signals": {"dup": 0.8, "top": 31, "top_target": "read src/a.js", "slow": 30, "slow_call": "read src/a.js",
+                       "coverage": 0.0, "coverage_file": null},
+           "landed_in_window": false, "calls": 44, "calls_since_landed": 41, "cost_since_landed": 0.37,
+           "digest": ["read src/a.js", "bash make test [exit 2]"],
+           "first_flag": if flagged { json!({"index": 12, "t": T0, "id": "prt_1"}) } else { Value::Null }})
+    .to_string()
+}
+
+struct Rig {
+    home: Home,
+    cfg: String,
+}
+
+impl Rig {
+    fn new(config: &str) -> Rig {
+        let home = Home::new();
+        let cfg = home.join("wd.toml");
+        std::fs::write(&cfg, config).unwrap();
+        Rig {
+            cfg: cfg.display().to_string(),
+            home,
+        }
+    }
+    fn db(&self) -> String {
+        self.home.join("wd.db").display().to_string()
+    }
+    /// One tick: the stream through `wd-store tick` into `wd-alert`, at time `now`.
+    fn tick(&self, now: i64, lines: &[String], env: &[(&str, &str)]) -> (String, Run) {
+        let mut input = String::from(
+            "{\"kind\":\"source\",\"source\":\"http://127.0.0.1:4096\",\"sessions\":1}\n",
+        );
+        for l in lines {
+            input += l;
+            input += "\n";
+        }
+        let stored = self
+            .home
+            .cmd("wd-store")
+            .args([
+                "--db",
+                &self.db(),
+                "--config",
+                &self.cfg,
+                "--now",
+                &now.to_string(),
+                "tick",
+            ])
+            .stdin(input)
+            .run();
+        stored.ok();
+        let passed = stored.stdout();
+        let mut c = self
+            .home
+            .cmd("wd-alert")
+            .args([
+                "--db",
+                &self.db(),
+                "--config",
+                &self.cfg,
+                "--now",
+                &now.to_string(),
+            ])
+            .stdin(passed.clone());
+        for (k, v) in env {
+            c = c.env(k, v);
+        }
+        (passed, c.run())
+    }
+    fn alert_again(&self, now: i64, input: &str) -> Run {
+        self.home
+            .cmd("wd-alert")
+            .args([
+                "--db",
+                &self.db(),
+                "--config",
+                &self.cfg,
+                "--now",
+                &now.to_string(),
+            ])
+            .stdin(input)
+            .run()
+    }
+    fn query<T: rusqlite::types::FromSql>(&self, sql: &str) -> Vec<T> {
+        let c = rusqlite::Connection::open(self.db()).unwrap();
+        let mut st = c.prepare(sql).unwrap();
+        st.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(|x| x.unwrap())
+            .collect()
+    }
+}
+
+fn states(r: &Run) -> Vec<(String, String)> {
+    r.records()
+        .iter()
+        .map(|e| {
+            (
+                e["state"].as_str().unwrap().to_string(),
+                e["severity"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn desktop_env(d: &Desktop) -> Vec<(&'static str, String)> {
+    vec![
+        ("DBUS_SESSION_BUS_ADDRESS", d.bus.clone()),
+        ("DISPLAY", d.display.clone()),
+    ]
+}
+
+#[test]
+fn lifecycle_triggers_once_escalates_once_and_resolves_on_a_real_desktop() {
+    let d = Desktop::shared();
+    let rig = Rig::new("[[channels]]\nname = \"desk\"\ntype = \"desktop\"\n");
+    let env = desktop_env(d);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let root = format!("ses_life{}", std::process::id());
+    let looping = verdict(&root, &root, true);
+    let (_, r) = rig.tick(T0, std::slice::from_ref(&looping), &env);
+    r.ok();
+    assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    let ev = &r.records()[0];
+    assert_eq!(ev["dedup_key"], format!("opencode-loop:{root}"));
+    assert_eq!(ev["title"], "opencode loop: build repeats read src/a.js");
+    assert_eq!(ev["details"]["calls_since_landed"], 41);
+    assert!(r.stderr().contains(&format!(
+        "oc-watchdog: dedup=opencode-loop:{root} state=trigger severity=warning title=\"opencode loop: build repeats read src/a.js\""
+    )), "{}", r.story());
+    // the operator's view of it
+    let loops = rig
+        .home
+        .cmd("wd-store")
+        .args(["--db", &rig.db(), "loops"])
+        .run();
+    let l = &loops.kind("loop")[0];
+    assert_eq!(l["severity"], "warning");
+    assert_eq!(l["agent"], "build");
+    assert_eq!(l["top_target"], "read src/a.js");
+    assert_eq!(l["calls_since_landed"], 41);
+    assert_eq!(l["cost_since_landed"], 0.37);
+    // two quiet ticks: still flagged, nothing sent
+    for k in 1..=2 {
+        let (_, r) = rig.tick(T0 + k * MIN5, std::slice::from_ref(&looping), &env);
+        r.ok();
+        assert_eq!(states(&r), Vec::<(String, String)>::new(), "tick {k}");
+    }
+    // the third flagged tick after the trigger escalates, once
+    let (_, r) = rig.tick(T0 + 3 * MIN5, std::slice::from_ref(&looping), &env);
+    assert_eq!(states(&r), [("escalate".into(), "critical".into())]);
+    let (_, r) = rig.tick(T0 + 4 * MIN5, std::slice::from_ref(&looping), &env);
+    assert_eq!(states(&r), Vec::<(String, String)>::new());
+    // the loop stops
+    let (input, r) = rig.tick(T0 + 5 * MIN5, &[verdict(&root, &root, false)], &env);
+    assert_eq!(states(&r), [("resolve".into(), "info".into())]);
+    // the same tick input again sends nothing
+    let again = rig.alert_again(T0 + 5 * MIN5 + 1000, &input);
+    again.ok();
+    assert_eq!(again.stdout(), "");
+    assert!(
+        again.stderr().contains("was already processed"),
+        "{}",
+        again.story()
+    );
+    // what the desktop got: three notifications, urgency normal, critical, low
+    let seen = d.wait_for(&root, 3);
+    let mine: Vec<_> = seen.iter().filter(|s| s.body.contains(&root)).collect();
+    assert_eq!(mine.len(), 3, "{seen:?}");
+    assert_eq!(
+        mine.iter().map(|s| s.urgency).collect::<Vec<_>>(),
+        [Some(1), Some(2), Some(0)]
+    );
+    assert_eq!(mine[0].app, "oc-watchdog");
+    assert_eq!(
+        mine[0].summary,
+        "opencode loop: build repeats read src/a.js"
+    );
+    assert!(mine[0].body.contains("agent build"), "{:?}", mine[0]);
+    assert!(
+        mine[0].body.contains("Look closer: wd-store loops"),
+        "{:?}",
+        mine[0]
+    );
+    assert!(mine[2].summary.starts_with("resolved: "));
+    assert!(d
+        .dunst_summaries()
+        .iter()
+        .any(|s| s == "opencode loop: build repeats read src/a.js"));
+    let sent: Vec<String> = rig.query("SELECT status FROM deliveries ORDER BY event");
+    assert_eq!(sent, ["sent", "sent", "sent"]);
+}
+
+#[test]
+fn a_root_gone_from_readable_opencode_resolves_but_a_blind_tick_does_not() {
+    let rig = Rig::new("");
+    let (_, r) = rig.tick(T0, &[verdict("ses_kid", "ses_gone", true)], &[]);
+    assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    assert_eq!(r.records()[0]["dedup_key"], "opencode-loop:ses_gone");
+    // opencode unreadable: no all-clear, a "watchdog is blind" warning instead
+    let blind = r#"{"kind":"blind","source":"http://127.0.0.1:4096","reason":"GET /session did not return a list"}"#;
+    let (_, r) = rig.tick(T0 + MIN5, &[blind.to_string()], &[]);
+    let evs = r.records();
+    assert_eq!(evs.len(), 1);
+    assert_eq!(evs[0]["dedup_key"], "watchdog-blind");
+    assert_eq!(evs[0]["title"], "watchdog is blind: cannot read opencode");
+    assert!(evs[0]["summary"]
+        .as_str()
+        .unwrap()
+        .contains("http://127.0.0.1:4096: GET /session did not return a list"));
+    // readable again, and the tree is gone
+    let (_, r) = rig.tick(T0 + 2 * MIN5, &[], &[]);
+    let mut got: Vec<(String, String)> = r
+        .records()
+        .iter()
+        .map(|e| {
+            (
+                e["dedup_key"].as_str().unwrap().to_string(),
+                e["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("opencode-loop:ses_gone".into(), "resolve".into()),
+            ("watchdog-blind".into(), "resolve".into())
+        ]
+    );
+    let why = r
+        .records()
+        .iter()
+        .find(|e| e["dedup_key"] == "opencode-loop:ses_gone")
+        .unwrap()["details"]["why"]
+        .clone();
+    assert_eq!(why, "the session is gone from opencode or has gone quiet");
+}
+
+#[test]
+fn webhook_and_pagerduty_get_the_same_event_in_their_shapes() {
+    let stub = Stub::start();
+    stub.route("POST /hook", Reply::Json(200, "{}".into()))
+        .route(
+            "POST /v2/enqueue",
+            Reply::Json(202, r#"{"status":"success"}"#.into()),
+        );
+    let rig = Rig::new(&format!(
+        "[[channels]]\nname = \"hook\"\ntype = \"webhook\"\nurl = \"{u}/hook\"\ntoken_env = \"HOOK_TOKEN\"\n\n\
+         [[channels]]\nname = \"pd\"\ntype = \"pagerduty\"\nrouting_key_env = \"PD_KEY\"\nevents_url = \"{u}/v2/enqueue\"\n",
+        u = stub.url
+    ));
+    let env = [("HOOK_TOKEN", "tok123"), ("PD_KEY", "R0UT1NG")];
+    rig.tick(T0, &[verdict("ses_w", "ses_w", true)], &env)
+        .1
+        .ok();
+    rig.tick(T0 + MIN5, &[verdict("ses_w", "ses_w", false)], &env)
+        .1
+        .ok();
+    let reqs = stub.requests();
+    let hooks: Vec<Value> = reqs
+        .iter()
+        .filter(|r| r.path == "/hook")
+        .map(|r| serde_json::from_str(&r.body).unwrap())
+        .collect();
+    let pds: Vec<Value> = reqs
+        .iter()
+        .filter(|r| r.path == "/v2/enqueue")
+        .map(|r| serde_json::from_str(&r.body).unwrap())
+        .collect();
+    assert_eq!(hooks.len(), 2);
+    assert_eq!(hooks[0]["dedup_key"], "opencode-loop:ses_w");
+    assert_eq!(hooks[0]["state"], "trigger");
+    assert_eq!(hooks[0]["severity"], "warning");
+    assert_eq!(hooks[0]["details"]["signals"]["top"], 31);
+    assert_eq!(hooks[1]["state"], "resolve");
+    let hook_req = reqs.iter().find(|r| r.path == "/hook").unwrap();
+    assert_eq!(hook_req.headers["authorization"], "Bearer tok123");
+    assert_eq!(pds.len(), 2);
+    assert_eq!(pds[0]["routing_key"], "R0UT1NG");
+    assert_eq!(pds[0]["event_action"], "trigger");
+    assert_eq!(pds[0]["dedup_key"], "opencode-loop:ses_w");
+    assert_eq!(pds[0]["payload"]["severity"], "warning");
+    assert_eq!(pds[0]["payload"]["source"], "oc-watchdog");
+    assert_eq!(
+        pds[0]["payload"]["custom_details"]["calls_since_landed"],
+        41
+    );
+    assert_eq!(
+        pds[1],
+        json!({"routing_key": "R0UT1NG", "event_action": "resolve", "dedup_key": "opencode-loop:ses_w"})
+    );
+}
+
+#[test]
+fn one_broken_channel_does_not_stop_the_others() {
+    let stub = Stub::start();
+    stub.route("POST /hook", Reply::Json(200, "{}".into()));
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let rig = Rig::new(&format!(
+        "[[channels]]\nname = \"dead\"\ntype = \"webhook\"\nurl = \"http://127.0.0.1:{dead}/x\"\n\n\
+         [[channels]]\nname = \"live\"\ntype = \"webhook\"\nurl = \"{}/hook\"\n",
+        stub.url
+    ));
+    let (_, r) = rig.tick(T0, &[verdict("ses_b", "ses_b", true)], &[]);
+    r.ok();
+    assert!(r.stderr().contains("oc-watchdog: channel=dead dedup=opencode-loop:ses_b state=trigger delivery failed: POST"), "{}", r.story());
+    assert_eq!(stub.requests().len(), 1);
+    let rows: Vec<String> =
+        rig.query("SELECT channel || ':' || status FROM deliveries ORDER BY channel");
+    assert_eq!(rows, ["dead:failed", "live:sent"]);
+    let m = rig
+        .home
+        .cmd("wd-store")
+        .args(["--db", &rig.db(), "metrics"])
+        .run();
+    assert!(
+        m.stdout()
+            .contains("ocwatchdog_channel_delivery_failures_total{channel=\"dead\"} 1"),
+        "{}",
+        m.stdout()
+    );
+}
+
+#[test]
+fn a_channel_disabled_at_run_time_gets_nothing_from_the_next_tick() {
+    let stub = Stub::start();
+    stub.route("POST /hook", Reply::Json(200, "{}".into()));
+    let rig = Rig::new(&format!(
+        "[[channels]]\nname = \"hook\"\ntype = \"webhook\"\nurl = \"{}/hook\"\n",
+        stub.url
+    ));
+    rig.home
+        .cmd("wd-store")
+        .args([
+            "--db",
+            &rig.db(),
+            "--config",
+            &rig.cfg,
+            "channels",
+            "set",
+            "hook",
+            "--enabled",
+            "false",
+        ])
+        .run()
+        .ok();
+    let (_, r) = rig.tick(T0, &[verdict("ses_d", "ses_d", true)], &[]);
+    assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    assert_eq!(stub.requests().len(), 0);
+    let rows: Vec<String> = rig.query("SELECT status || ':' || detail FROM deliveries");
+    assert_eq!(rows, ["skipped:channel disabled"]);
+    // a warning is below a channel set to critical; a resolve of something never sent stays home
+    rig.home
+        .cmd("wd-store")
+        .args([
+            "--db",
+            &rig.db(),
+            "--config",
+            &rig.cfg,
+            "channels",
+            "set",
+            "hook",
+            "--enabled",
+            "true",
+            "--min-severity",
+            "critical",
+        ])
+        .run()
+        .ok();
+    rig.tick(T0 + MIN5, &[verdict("ses_e", "ses_e", true)], &[])
+        .1
+        .ok();
+    assert_eq!(stub.requests().len(), 0);
+}
+
+fn ollama_rig(stub: &Stub, timeout: u64) -> Rig {
+    Rig::new(&format!(
+        "[second_opinion]\nenabled = true\nurl = \"{}\"\nmodel = \"tiny\"\ntimeout_secs = {timeout}\nmax_in_flight = 3\n",
+        stub.url
+    ))
+}
+
+fn ollama_says(text: &str) -> String {
+    json!({"model": "tiny", "created_at": "2026-11-30T00:00:00Z", "message": {"role": "assistant", "content": text}, "done": true}).to_string()
+}
+
+#[test]
+fn a_yes_from_the_local_model_raises_severity_and_is_recorded() {
+    let stub = Stub::start();
+    stub.route(
+        "POST /api/chat",
+        Reply::Json(
+            200,
+            ollama_says("Yes. It re-reads src/a.js without editing."),
+        ),
+    );
+    let rig = ollama_rig(&stub, 5);
+    let (_, r) = rig.tick(T0, &[verdict("ses_y", "ses_y", true)], &[]);
+    assert_eq!(states(&r), [("trigger".into(), "critical".into())]);
+    assert_eq!(r.records()[0]["details"]["opinion"]["answer"], "yes");
+    let req: Value = serde_json::from_str(&stub.requests()[0].body).unwrap();
+    assert_eq!(req["model"], "tiny");
+    assert_eq!(req["stream"], false);
+    let digest = req["messages"][1]["content"].as_str().unwrap();
+    assert!(digest.contains("top_target: read src/a.js"), "{digest}");
+    assert!(digest.contains("bash make test [exit 2]"), "{digest}");
+    let v = rig
+        .home
+        .cmd("wd-store")
+        .args(["--db", &rig.db(), "verdicts", "--session", "ses_y"])
+        .run();
+    let op: Value =
+        serde_json::from_str(v.kind("verdict_row")[0]["opinion"].as_str().unwrap()).unwrap();
+    assert_eq!(op["line"], "Yes. It re-reads src/a.js without editing.");
+}
+
+#[test]
+fn a_hanging_or_nonsensical_model_never_vetoes_and_never_holds_the_tick() {
+    let stub = Stub::start();
+    stub.route("POST /api/chat", Reply::Hang);
+    let rig = ollama_rig(&stub, 1);
+    let t = std::time::Instant::now();
+    let (_, r) = rig.tick(T0, &[verdict("ses_h", "ses_h", true)], &[]);
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(6),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    assert_eq!(r.records()[0]["details"]["opinion"]["answer"], "error");
+    let stub2 = Stub::start();
+    stub2.route(
+        "POST /api/chat",
+        Reply::Json(200, ollama_says("Purple monkey dishwasher.")),
+    );
+    let rig = ollama_rig(&stub2, 5);
+    let (_, r) = rig.tick(T0, &[verdict("ses_n", "ses_n", true)], &[]);
+    assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    assert_eq!(r.records()[0]["details"]["opinion"]["answer"], "unclear");
+}
+
+#[test]
+fn at_most_three_questions_are_in_flight() {
+    let stub = Stub::start();
+    stub.route(
+        "POST /api/chat",
+        Reply::Delay(600, 200, ollama_says("no, it is working")),
+    );
+    let rig = ollama_rig(&stub, 5);
+    let vs: Vec<String> = (0..7)
+        .map(|i| verdict(&format!("ses_q{i}"), &format!("ses_q{i}"), true))
+        .collect();
+    let (_, r) = rig.tick(T0, &vs, &[]);
+    assert_eq!(r.records().len(), 7);
+    assert_eq!(stub.requests().len(), 7);
+    assert_eq!(stub.inflight.lock().unwrap().1, 3);
+}
+
+#[test]
+fn test_alert_goes_through_enabled_channels() {
+    let stub = Stub::start();
+    stub.route("POST /hook", Reply::Json(200, "{}".into()));
+    let rig = Rig::new(&format!(
+        "[[channels]]\nname = \"hook\"\ntype = \"webhook\"\nurl = \"{}/hook\"\n",
+        stub.url
+    ));
+    let r = rig
+        .home
+        .cmd("wd-alert")
+        .args([
+            "--db",
+            &rig.db(),
+            "--config",
+            &rig.cfg,
+            "--test",
+            "--severity",
+            "critical",
+        ])
+        .run();
+    r.ok();
+    let body: Value = serde_json::from_str(&stub.requests()[0].body).unwrap();
+    assert_eq!(body["title"], "oc-watchdog test alert");
+    assert_eq!(body["severity"], "critical");
+    assert!(
+        r.stderr()
+            .contains("wd-alert: channel hook: sent (HTTP 200)"),
+        "{}",
+        r.story()
+    );
+    let r = rig
+        .home
+        .cmd("wd-alert")
+        .args([
+            "--db",
+            &rig.db(),
+            "--config",
+            &rig.cfg,
+            "--test",
+            "--channel",
+            "nope",
+        ])
+        .run();
+    r.expect_code(2);
+    assert_eq!(
+        r.stderr().trim(),
+        "wd-alert: no channel \"nope\" in the config"
+    );
+}
+
+#[test]
+fn unknown_channel_type_fails_config_load_naming_it() {
+    let rig = Rig::new("[[channels]]\nname = \"x\"\ntype = \"sms\"\n");
+    let r = rig
+        .home
+        .cmd("wd-alert")
+        .args(["--db", &rig.db(), "--config", &rig.cfg])
+        .stdin("")
+        .run();
+    r.expect_code(2);
+    let e = r.stderr();
+    assert!(
+        e.starts_with(&format!(
+            "wd-alert: config {}: unknown variant `sms`",
+            rig.cfg
+        )),
+        "{e}"
+    );
+}

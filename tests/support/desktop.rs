@@ -1,0 +1,196 @@
+//! A real freedesktop notification stack for tests: a private D-Bus session bus
+//! (`dbus-daemon --session`), a virtual display (Xvfb) and the dunst notification daemon, plus
+//! `dbus-monitor` recording every `Notify` call with its hints (dunst's history lacks urgency).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub struct Desktop {
+    _dir: tempfile::TempDir,
+    pub bus: String,
+    pub display: String,
+    monitor_log: PathBuf,
+    kids: Vec<Child>,
+}
+
+/// A notification as the bus saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub app: String,
+    pub summary: String,
+    pub body: String,
+    /// 0 low, 1 normal, 2 critical.
+    pub urgency: Option<u8>,
+}
+
+impl Desktop {
+    pub fn shared() -> &'static Desktop {
+        static D: OnceLock<Desktop> = OnceLock::new();
+        D.get_or_init(Desktop::start)
+    }
+
+    fn start() -> Desktop {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new("dbus-daemon")
+            .args(["--session", "--fork", "--print-address=1", "--print-pid=2"])
+            .output()
+            .expect("dbus-daemon");
+        let bus = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap()
+            .trim()
+            .to_string();
+        let bus_pid = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        let n = 40 + std::process::id() % 200;
+        let display = format!(":{n}");
+        let spawn = |cmd: &mut Command| -> Child {
+            cmd.env("DBUS_SESSION_BUS_ADDRESS", &bus)
+                .env("DISPLAY", &display)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("{cmd:?}: {e} (apt-get install dbus xvfb dunst)"))
+        };
+        let mut kids = vec![spawn(Command::new("Xvfb").args([
+            display.as_str(),
+            "-screen",
+            "0",
+            "800x600x24",
+            "-nolisten",
+            "tcp",
+        ]))];
+        std::thread::sleep(Duration::from_millis(700));
+        kids.push(spawn(&mut Command::new("dunst")));
+        let monitor_log = dir.path().join("monitor.log");
+        let log = std::fs::File::create(&monitor_log).unwrap();
+        kids.push(
+            Command::new("dbus-monitor")
+                .arg("interface='org.freedesktop.Notifications',member='Notify'")
+                .env("DBUS_SESSION_BUS_ADDRESS", &bus)
+                .stdout(log)
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("dbus-monitor"),
+        );
+        // dunst owns the name once it answers
+        let t0 = Instant::now();
+        loop {
+            let ok = Command::new("dunstctl")
+                .arg("count")
+                .env("DBUS_SESSION_BUS_ADDRESS", &bus)
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false);
+            if ok {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "dunst did not start"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let pids: Vec<String> = kids.iter().map(|k| k.id().to_string()).collect();
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "while kill -0 {} 2>/dev/null; do sleep 1; done; kill {} {bus_pid} 2>/dev/null",
+                std::process::id(),
+                pids.join(" ")
+            ))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        Desktop {
+            _dir: dir,
+            bus,
+            display,
+            monitor_log,
+            kids,
+        }
+    }
+
+    /// Every Notify call so far, parsed from dbus-monitor's text.
+    pub fn seen(&self) -> Vec<Seen> {
+        let text = std::fs::read_to_string(&self.monitor_log).unwrap_or_default();
+        let mut out = Vec::new();
+        for block in text.split("method call").skip(1) {
+            if !block.contains("member=Notify") {
+                continue;
+            }
+            // strings run from `string "` to a quote that ends a line (bodies span lines)
+            let mut strings: Vec<String> = Vec::new();
+            let mut rest = block;
+            while let Some(i) = rest.find("string \"") {
+                let after = &rest[i + 8..];
+                let end = after.find("\"\n").unwrap_or(after.len());
+                strings.push(after[..end].to_string());
+                rest = &after[end.min(after.len())..];
+            }
+            // app_name, app_icon, summary, body, then action and hint strings
+            let urgency = block
+                .split("string \"urgency\"")
+                .nth(1)
+                .and_then(|rest| rest.split("variant").nth(1))
+                .and_then(|v| v.split_whitespace().nth(1))
+                .and_then(|b| b.parse().ok());
+            out.push(Seen {
+                app: strings.first().cloned().unwrap_or_default(),
+                summary: strings.get(2).cloned().unwrap_or_default(),
+                body: strings.get(3).cloned().unwrap_or_default(),
+                urgency,
+            });
+        }
+        out
+    }
+
+    /// Waits for notifications whose summary or body contains `needle`.
+    pub fn wait_for(&self, needle: &str, n: usize) -> Vec<Seen> {
+        let t0 = Instant::now();
+        loop {
+            let got: Vec<Seen> = self
+                .seen()
+                .into_iter()
+                .filter(|s| s.summary.contains(needle) || s.body.contains(needle))
+                .collect();
+            if got.len() >= n || t0.elapsed() > Duration::from_secs(5) {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Summaries dunst itself holds (displayed or in history), read with dunstctl.
+    pub fn dunst_summaries(&self) -> Vec<String> {
+        let run = |args: &[&str]| {
+            Command::new("dunstctl")
+                .args(args)
+                .env("DBUS_SESSION_BUS_ADDRESS", &self.bus)
+                .output()
+                .unwrap()
+        };
+        run(&["close-all"]);
+        std::thread::sleep(Duration::from_millis(200));
+        let h = run(&["history"]);
+        let v: serde_json::Value = serde_json::from_slice(&h.stdout).unwrap_or_default();
+        v["data"][0]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["summary"]["data"].as_str().map(String::from))
+            .collect()
+    }
+}
+
+impl Drop for Desktop {
+    fn drop(&mut self) {
+        for k in &mut self.kids {
+            let _ = k.kill();
+        }
+    }
+}
