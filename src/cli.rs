@@ -237,6 +237,30 @@ pub enum Format {
     Csv,
 }
 
+/// RFC 3339 UTC time of epoch milliseconds.
+pub fn iso_ms(ms: i64) -> String {
+    // RFC 3339 in UTC, from epoch ms, without a date crate: days from the civil calendar.
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms.rem_euclid(1000)
+    )
+}
+
 /// Writes an aligned text table (for `--format table`).
 pub fn write_table(out: &mut dyn Write, head: &[&str], rows: &[Vec<String>]) -> Result<()> {
     let mut widths: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
@@ -276,6 +300,13 @@ pub fn write_table(out: &mut dyn Write, head: &[&str], rows: &[Vec<String>]) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn iso_times() {
+        assert_eq!(iso_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso_ms(1_796_069_494_828), "2026-11-30T20:11:34.828Z");
+        assert_eq!(iso_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
 
     #[test]
     fn durations() {

@@ -9,6 +9,7 @@ pub mod calls;
 pub mod cli;
 pub mod config;
 pub mod detect;
+pub mod docs;
 pub mod metrics;
 pub mod opencode;
 pub mod record;

@@ -37,6 +37,11 @@ pub struct Args {
     /// that is not idle, plus their ancestors and descendants.
     #[arg(long, value_name = "WHEN")]
     pub since: Option<String>,
+    /// Also list these sessions and their trees whatever --since says (ids separated by
+    /// commas or spaces; the tick passes the roots of open alerts, so they are judged again
+    /// and resolve when they are gone).
+    #[arg(long, value_name = "IDS")]
+    pub also: Option<String>,
     /// The current time in epoch ms (for --since durations; default: the clock).
     #[arg(long, value_name = "MS")]
     pub now: Option<i64>,
@@ -60,6 +65,15 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
         Some(w) => parse_when(w, now)?,
         None => 0,
     };
+    let also: Vec<String> = args
+        .also
+        .as_deref()
+        .unwrap_or("")
+        .split([',', ' ', '\n'])
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    let sel = Selection { since, also: &also };
     let mut code = Exit::Ok;
     if let Some(p) = &args.db {
         let path = if p.as_os_str().is_empty() {
@@ -67,7 +81,7 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
         } else {
             p.clone()
         };
-        return list_db(&path, since, out);
+        return list_db(&path, &sel, out);
     }
     let given = if args.servers.is_empty() {
         cfg.opencode.servers.clone()
@@ -81,18 +95,24 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
         code = Exit::Error;
     }
     for srv in &live {
-        if list_server(srv, since, out)? == Exit::Error {
+        if list_server(srv, &sel, out)? == Exit::Error {
             code = Exit::Error;
         }
     }
     if live.is_empty() && broken.is_empty() {
         if let Some(db) = &cfg.opencode.db {
             if db.exists() {
-                return list_db(db, since, out);
+                return list_db(db, &sel, out);
             }
         }
     }
     Ok(code)
+}
+
+/// Which sessions to list.
+struct Selection<'a> {
+    since: i64,
+    also: &'a [String],
 }
 
 pub(crate) fn blind(out: &mut Out, source: &str, reason: &str) -> Result<()> {
@@ -126,7 +146,7 @@ fn emit(
     Ok(())
 }
 
-fn list_server(srv: &opencode::Live, since: i64, out: &mut Out) -> Result<Exit> {
+fn list_server(srv: &opencode::Live, sel: &Selection, out: &mut Out) -> Result<Exit> {
     let url = srv.client.base.clone();
     let fetched = (|| -> Result<(Value, Value), Fault> {
         Ok((
@@ -169,7 +189,7 @@ fn list_server(srv: &opencode::Live, since: i64, out: &mut Out) -> Result<Exit> 
                 out,
                 &url,
                 srv.version.clone(),
-                opencode::select_trees(all, since),
+                opencode::select_trees(all, sel.since, sel.also),
             )?;
             Ok(Exit::Ok)
         }
@@ -180,7 +200,7 @@ fn list_server(srv: &opencode::Live, since: i64, out: &mut Out) -> Result<Exit> 
     }
 }
 
-fn list_db(path: &std::path::Path, since: i64, out: &mut Out) -> Result<Exit> {
+fn list_db(path: &std::path::Path, sel: &Selection, out: &mut Out) -> Result<Exit> {
     let db = Db::open(path)?;
     let source = path.display().to_string();
     let rows = db.sessions()?;
@@ -195,7 +215,12 @@ fn list_db(path: &std::path::Path, since: i64, out: &mut Out) -> Result<Exit> {
         .collect();
     match all {
         Ok(all) => {
-            emit(out, &source, version, opencode::select_trees(all, since))?;
+            emit(
+                out,
+                &source,
+                version,
+                opencode::select_trees(all, sel.since, sel.also),
+            )?;
             Ok(Exit::Ok)
         }
         Err(why) => {

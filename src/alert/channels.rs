@@ -3,6 +3,7 @@
 //! over the same event. A failure is returned as text, never raised past the caller.
 
 use super::Event;
+use crate::cli::iso_ms as iso;
 use crate::config::{ChannelConfig, ChannelType, Severity};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -159,29 +160,6 @@ pub fn alertname(kind: &str) -> &'static str {
     }
 }
 
-fn iso(ms: i64) -> String {
-    // RFC 3339 in UTC, from epoch ms, without a date crate: days from the civil calendar.
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms.rem_euclid(1000)
-    )
-}
-
 /// One Alertmanager alert. `ends` set means "resolved at"; `severity` overrides the event's
 /// (to end the warning-level alert when an escalation opens the critical one).
 pub fn am_alert(ev: &Event, ends: Option<i64>, severity: Option<Severity>, host: &str) -> Value {
@@ -271,9 +249,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn iso_times() {
-        assert_eq!(iso(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(iso(1_796_069_494_828), "2026-11-30T20:11:34.828Z");
-        assert_eq!(iso(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    fn pagerduty_resolve_carries_no_payload() {
+        let ev = Event {
+            dedup_key: "k".into(),
+            severity: Severity::Info,
+            state: "resolve".into(),
+            title: "t".into(),
+            summary: "s".into(),
+            details: Default::default(),
+            source: "oc-watchdog".into(),
+            t: 0,
+            alert: "loop".into(),
+            root: "r".into(),
+            agent: None,
+            model: None,
+            link: None,
+        };
+        assert_eq!(
+            pagerduty_body(&ev, "RK"),
+            json!({"routing_key": "RK", "event_action": "resolve", "dedup_key": "k"})
+        );
     }
 }

@@ -163,6 +163,9 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         let chans = effective_channels(&store, &cfg)?;
         deliver_pending(&mut store, &chans, now)?;
         refresh_alertmanager(&store, &chans, now)?;
+        if let Some(p) = &cfg.store.metrics_file {
+            crate::metrics::write(&store, now, Some(p), out)?;
+        }
         Ok(events)
     })();
     let events = r.map_err(|e| store.explain(e))?;

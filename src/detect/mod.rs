@@ -55,16 +55,21 @@ struct Entry {
 
 #[derive(Default)]
 struct Sess {
-    order: usize,
     meta: Option<Session>,
     window: VecDeque<Entry>,
     exact: IdMap<u32>,
     /// Per target in the window: count, description, last call index (ties go to the latest).
-    targets: IdMap<(u32, String, u64)>,
+    targets: IdMap<(u32, Option<String>, u64)>,
+    /// How many targets have each count, so the top count is kept without a scan.
+    count_hist: Vec<u32>,
+    top: u32,
+    /// Effective landed edits in the window, to find an undo without a scan.
+    landed_edits: HashMap<EditSig, u32>,
+    read_only: Option<bool>,
     files: IdMap<(i64, i64, String)>,
     own_landed: u32,
     /// Exact-call counts since the last landed change, bounded.
-    cum: IdMap<(u32, String)>,
+    cum: IdMap<(u32, Option<String>)>,
     cum_max: (u32, u64),
     undone: HashSet<EditSig>,
     /// Effective landings: (call index, cost total at that point).
@@ -130,7 +135,9 @@ pub struct Verdict {
 
 pub struct Detector {
     cfg: DetectorConfig,
-    sessions: HashMap<String, Sess>,
+    /// Session id to its index in `sessions` (the order first seen).
+    ids: HashMap<String, usize, std::hash::BuildHasherDefault<target::Fx>>,
+    sessions: Vec<Sess>,
 }
 
 fn round3(x: f64) -> f64 {
@@ -141,16 +148,35 @@ impl Detector {
     pub fn new(cfg: DetectorConfig) -> Detector {
         Detector {
             cfg,
-            sessions: HashMap::new(),
+            ids: HashMap::default(),
+            sessions: Vec::new(),
         }
     }
 
-    fn sess(&mut self, id: &str) -> &mut Sess {
+    fn index(&mut self, id: &str) -> usize {
+        if let Some(&i) = self.ids.get(id) {
+            return i;
+        }
         let n = self.sessions.len();
-        self.sessions.entry(id.to_string()).or_insert_with(|| Sess {
-            order: n,
+        let w = self.cfg.window;
+        self.sessions.push(Sess {
+            window: VecDeque::with_capacity(w),
+            exact: IdMap::with_capacity_and_hasher(w, Default::default()),
+            targets: IdMap::with_capacity_and_hasher(w, Default::default()),
+            count_hist: vec![0; w + 2],
             ..Sess::default()
-        })
+        });
+        self.ids.insert(id.to_string(), n);
+        n
+    }
+
+    fn sess(&mut self, id: &str) -> &mut Sess {
+        let i = self.index(id);
+        &mut self.sessions[i]
+    }
+
+    fn get(&self, id: &str) -> Option<&Sess> {
+        self.ids.get(id).map(|&i| &self.sessions[i])
     }
 
     /// Records a session's metadata. A later record for the same id replaces the earlier one.
@@ -160,6 +186,7 @@ impl Detector {
         let landed = {
             let st = self.sess(&id);
             st.meta = Some(s);
+            st.read_only = None;
             st.tree_landed_t
         };
         if let (Some(p), Some(t)) = (parent, landed) {
@@ -168,7 +195,7 @@ impl Detector {
     }
 
     fn parent_of(&self, id: &str) -> Option<String> {
-        self.sessions.get(id)?.meta.as_ref()?.parent.clone()
+        self.get(id)?.meta.as_ref()?.parent.clone()
     }
 
     fn propagate_landing(&mut self, from: &str, t: i64) {
@@ -199,6 +226,10 @@ impl Detector {
     }
 
     fn is_read_only(&self, st: &Sess) -> bool {
+        st.read_only.unwrap_or_else(|| self.read_only_of(st))
+    }
+
+    fn read_only_of(&self, st: &Sess) -> bool {
         let Some(m) = &st.meta else { return false };
         let list = &self.cfg.read_only_agents;
         let hit = |s: &str| {
@@ -216,12 +247,8 @@ impl Detector {
         let window = self.cfg.window;
         let cum_cap = (window * 4).max(64);
         let keys: Keys = target::keys(c.tool, c.args);
-        let dir = self
-            .sessions
-            .get(c.session)
-            .and_then(|s| s.meta.as_ref())
-            .and_then(|m| m.directory.clone());
-        let st = self.sess(c.session);
+        let si = self.index(c.session);
+        let st = &mut self.sessions[si];
         st.calls += 1;
         st.cost += c.cost.unwrap_or(0.0);
         st.last_t = c.t;
@@ -243,12 +270,18 @@ impl Detector {
                 if st.undone.contains(&sig) {
                     landed = false;
                 } else if let Some(e) = st
-                    .window
-                    .iter_mut()
-                    .rev()
-                    .find(|e| e.landed && e.edit == Some(inverse))
+                    .landed_edits
+                    .contains_key(&inverse)
+                    .then(|| {
+                        st.window
+                            .iter_mut()
+                            .rev()
+                            .find(|e| e.landed && e.edit == Some(inverse))
+                    })
+                    .flatten()
                 {
                     e.landed = false;
+                    dec_sig(&mut st.landed_edits, inverse);
                     st.own_landed -= 1;
                     st.undone.insert(sig);
                     st.undone.insert(inverse);
@@ -274,9 +307,20 @@ impl Detector {
             let old = st.window.pop_front().unwrap();
             dec(&mut st.exact, old.exact);
             if let Some(t) = st.targets.get_mut(&old.target) {
+                let cnt = t.0 as usize;
+                st.count_hist[cnt] -= 1;
+                st.count_hist[cnt - 1] += 1;
+                if st.top as usize == cnt && st.count_hist[cnt] == 0 {
+                    st.top -= 1;
+                }
                 t.0 -= 1;
                 if t.0 == 0 {
                     st.targets.remove(&old.target);
+                }
+            }
+            if old.landed {
+                if let Some(sig) = old.edit {
+                    dec_sig(&mut st.landed_edits, sig);
                 }
             }
             if let Some((fh, n)) = old.file {
@@ -293,16 +337,25 @@ impl Detector {
         }
         *st.exact.entry(keys.exact).or_insert(0) += 1;
         let calls = st.calls;
-        let e = st
-            .targets
-            .entry(keys.target)
-            .or_insert_with(|| (0, target::describe(c.tool, c.args, dir.as_deref()), 0));
+        let dir = st.meta.as_ref().and_then(|m| m.directory.as_deref());
+        // described only once worked twice: a target seen once is nobody's top target
+        let e = st.targets.entry(keys.target).or_insert((0, None, 0));
         e.0 += 1;
         e.2 = calls;
+        let cnt = e.0 as usize;
+        if st.count_hist.len() <= cnt {
+            st.count_hist.resize(cnt + 1, 0);
+        }
+        st.count_hist[cnt - 1] = st.count_hist[cnt - 1].saturating_sub(1);
+        st.count_hist[cnt] += 1;
+        st.top = st.top.max(e.0);
+        if e.0 == 2 && e.1.is_none() {
+            e.1 = Some(target::describe(c.tool, c.args, dir));
+        }
         if let (Some((fh, n)), Some(total)) = (file, c.file_lines) {
             let e = st.files.entry(fh).or_insert_with(|| {
                 let p = c.args.get("filePath").and_then(Value::as_str).unwrap_or("");
-                let shown = match dir.as_deref() {
+                let shown = match dir {
                     Some(d) => p
                         .strip_prefix(d)
                         .map(|r| r.trim_start_matches('/'))
@@ -316,6 +369,9 @@ impl Detector {
         }
         if landed {
             st.own_landed += 1;
+            if let Some(sig) = edit {
+                *st.landed_edits.entry(sig).or_insert(0) += 1;
+            }
             st.landings.push((st.calls, st.cost));
             if st.landings.len() > 64 {
                 st.landings.drain(..32);
@@ -330,11 +386,11 @@ impl Detector {
                     st.cum_max = (0, 0);
                 }
             }
-            let e = st
-                .cum
-                .entry(keys.exact)
-                .or_insert_with(|| (0, target::describe(c.tool, c.args, dir.as_deref())));
+            let e = st.cum.entry(keys.exact).or_insert((0, None));
             e.0 += 1;
+            if e.0 == 2 {
+                e.1 = Some(target::describe(c.tool, c.args, dir));
+            }
             if e.0 > st.cum_max.0 {
                 st.cum_max = (e.0, keys.exact);
             }
@@ -353,9 +409,11 @@ impl Detector {
                 self.propagate_landing(&p, c.t);
             }
         }
-        let st = &self.sessions[c.session];
-        let (flagged, _, _) = self.judge(st);
-        let st = self.sessions.get_mut(c.session).unwrap();
+        let st = &self.sessions[si];
+        let ro = self.is_read_only(st);
+        let flagged = self.flagged(st);
+        let st = &mut self.sessions[si];
+        st.read_only = Some(ro);
         let changed = flagged != st.flagged;
         st.flagged = flagged;
         if flagged && st.first_flag.is_none() {
@@ -377,19 +435,32 @@ impl Detector {
             }
     }
 
-    /// Applies the rules to a session's current window.
+    /// The flag decision alone, cheap enough for every call.
+    fn flagged(&self, st: &Sess) -> bool {
+        let n = st.window.len().max(1);
+        let dup = (st.window.len() - st.exact.len()) as f64 / n as f64;
+        let top = st.top;
+        let slow = st.cum_max.0;
+        let coverage = st
+            .files
+            .values()
+            .map(|(lines, total, _)| *lines as f64 / (*total).max(1) as f64)
+            .fold(0.0, f64::max);
+        !self.reasons(st, dup, top, slow, coverage).is_empty()
+    }
+
+    /// Applies the rules to a session's current window, with the signals that decided.
     fn judge(&self, st: &Sess) -> (bool, Vec<&'static str>, Signals) {
-        let cfg = &self.cfg;
         let n = st.window.len().max(1);
         let dup = (st.window.len() - st.exact.len()) as f64 / n as f64;
         let (top, top_target) = st
             .targets
             .values()
             .max_by_key(|v| (v.0, v.2))
-            .map(|v| (v.0, Some(v.1.clone())))
+            .map(|v| (v.0, v.1.clone()))
             .unwrap_or((0, None));
         let (slow, slow_call) = match st.cum.get(&st.cum_max.1) {
-            Some(v) if st.cum_max.0 > 0 => (v.0, Some(v.1.clone())),
+            Some(v) if st.cum_max.0 > 0 => (v.0, v.1.clone()),
             _ => (0, None),
         };
         let (coverage, coverage_file) = st
@@ -399,6 +470,28 @@ impl Detector {
             .max_by(|a, b| a.0.total_cmp(&b.0))
             .map(|(c, f)| (c, Some(f.clone())))
             .unwrap_or((0.0, None));
+        let reasons = self.reasons(st, dup, top, slow, coverage);
+        let signals = Signals {
+            dup: round3(dup),
+            top,
+            top_target,
+            slow,
+            slow_call,
+            coverage: round3(coverage),
+            coverage_file,
+        };
+        (!reasons.is_empty(), reasons, signals)
+    }
+
+    fn reasons(
+        &self,
+        st: &Sess,
+        dup: f64,
+        top: u32,
+        slow: u32,
+        coverage: f64,
+    ) -> Vec<&'static str> {
+        let cfg = &self.cfg;
         let ro = self.is_read_only(st);
         let landed = Self::landed_in_window(st);
         let big = st.calls >= cfg.min_calls as u64;
@@ -434,21 +527,12 @@ impl Detector {
                 reasons.push("short_loop");
             }
         }
-        let signals = Signals {
-            dup: round3(dup),
-            top,
-            top_target,
-            slow,
-            slow_call,
-            coverage: round3(coverage),
-            coverage_file,
-        };
-        (!reasons.is_empty(), reasons, signals)
+        reasons
     }
 
     /// The verdict on one session now.
     pub fn verdict(&self, id: &str) -> Option<Verdict> {
-        let st = self.sessions.get(id)?;
+        let st = self.get(id)?;
         let (flagged, reasons, signals) = self.judge(st);
         let meta = st.meta.as_ref();
         let (calls_since, cost_since) = match st.landings.last() {
@@ -495,8 +579,7 @@ impl Detector {
 
     /// Every session seen, in the order first seen.
     pub fn verdicts(&self) -> Vec<Verdict> {
-        let mut ids: Vec<(&String, usize)> =
-            self.sessions.iter().map(|(k, s)| (k, s.order)).collect();
+        let mut ids: Vec<(&String, usize)> = self.ids.iter().map(|(k, &i)| (k, i)).collect();
         ids.sort_by_key(|x| x.1);
         ids.into_iter()
             .filter_map(|(id, _)| self.verdict(id))
@@ -505,7 +588,16 @@ impl Detector {
 
     /// Session metadata, when a record arrived.
     pub fn meta(&self, id: &str) -> Option<&Session> {
-        self.sessions.get(id)?.meta.as_ref()
+        self.get(id)?.meta.as_ref()
+    }
+}
+
+fn dec_sig(m: &mut HashMap<EditSig, u32>, k: EditSig) {
+    if let Some(v) = m.get_mut(&k) {
+        *v -= 1;
+        if *v == 0 {
+            m.remove(&k);
+        }
     }
 }
 
@@ -572,6 +664,23 @@ mod tests {
         }
         fn v(&self, s: &str) -> Verdict {
             self.d.verdict(s).unwrap()
+        }
+    }
+
+    #[test]
+    fn the_kept_top_count_always_equals_a_recount() {
+        let mut f = Feed::new();
+        f.session("s", None, "build");
+        let mut x: u64 = 7;
+        for _ in 0..2000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let file = format!("/f{}", (x >> 33) % 9);
+            f.call("s", "read", json!({ "filePath": file }), false, Some(100));
+            let st = f.d.get("s").unwrap();
+            let recount = st.targets.values().map(|v| v.0).max().unwrap_or(0);
+            assert_eq!(st.top, recount);
         }
     }
 

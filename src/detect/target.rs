@@ -5,25 +5,45 @@
 use serde_json::{Map, Value};
 use std::hash::{Hash, Hasher};
 
-/// A stable 64-bit hash (FNV-1a), so identities do not depend on the process.
-#[derive(Clone, Copy)]
-pub struct Fnv(u64);
+/// A fast non-cryptographic hasher (FxHash's multiply-rotate, eight bytes at a time), stable
+/// across processes, for identities and the session index.
+#[derive(Default, Clone, Copy)]
+pub struct Fx(u64);
 
-impl Default for Fnv {
-    fn default() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
+const FX_K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl Fx {
+    #[inline]
+    fn add(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(FX_K);
     }
 }
 
-impl Hasher for Fnv {
+impl Hasher for Fx {
     fn finish(&self) -> u64 {
         self.0
     }
+    #[inline]
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 ^= b as u64;
-            self.0 = self.0.wrapping_mul(0x100_0000_01b3);
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().unwrap()));
         }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(b) ^ (rest.len() as u64) << 59);
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.add(i as u64);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
     }
 }
 
@@ -51,7 +71,14 @@ fn hash_value<H: Hasher>(v: &Value, h: &mut H) {
     match v {
         Value::Null => 0u8.hash(h),
         Value::Bool(b) => (1u8, *b).hash(h),
-        Value::Number(n) => (2u8, n.to_string()).hash(h),
+        Value::Number(n) => {
+            2u8.hash(h);
+            match (n.as_i64(), n.as_f64()) {
+                (Some(i), _) => i.hash(h),
+                (None, Some(f)) => f.to_bits().hash(h),
+                _ => n.to_string().hash(h),
+            }
+        }
         Value::String(s) => (3u8, s.as_str()).hash(h),
         Value::Array(a) => {
             (4u8, a.len()).hash(h);
@@ -72,6 +99,25 @@ fn hash_value<H: Hasher>(v: &Value, h: &mut H) {
 /// continuation lines joined, comments dropped, leading `VAR=value` assignments and `cd dir &&`
 /// prefixes stripped, whitespace collapsed.
 pub fn normalize_command(cmd: &str) -> String {
+    normalized(cmd).into_owned()
+}
+
+/// [`normalize_command`] without copying a command that is already normal (the common case).
+pub fn normalized(cmd: &str) -> std::borrow::Cow<'_, str> {
+    let first = cmd.split(' ').next().unwrap_or("");
+    let plain = !cmd.contains(['\n', '#', '\t', '\\'])
+        && !cmd.contains("  ")
+        && !cmd.starts_with(' ')
+        && !cmd.ends_with(' ')
+        && !cmd.starts_with("cd ")
+        && !first.contains('=');
+    if plain {
+        return std::borrow::Cow::Borrowed(cmd);
+    }
+    std::borrow::Cow::Owned(normalize_slow(cmd))
+}
+
+fn normalize_slow(cmd: &str) -> String {
     let joined = cmd.replace("\\\n", " ");
     let mut kept = Vec::new();
     for line in joined.lines() {
@@ -129,7 +175,7 @@ pub fn normalize_command(cmd: &str) -> String {
 }
 
 /// The words of a command that name files: they contain a `/` or end in a dot extension.
-fn named_files(cmd: &str) -> Vec<&str> {
+fn named_files(cmd: &str) -> impl Iterator<Item = &str> {
     cmd.split(|c: char| c.is_whitespace() || "|;&<>()'\"`=,".contains(c))
         .filter(|w| !w.is_empty() && !w.starts_with('-'))
         .filter(|w| {
@@ -141,14 +187,12 @@ fn named_files(cmd: &str) -> Vec<&str> {
                         && !ext.chars().all(|c| c.is_ascii_digit())
                 })
         })
-        .collect()
 }
 
 /// The numbers in a command: the slice a `sed -n 120,180p` or `head -50` asks for.
-fn numbers(cmd: &str) -> Vec<&str> {
+fn numbers(cmd: &str) -> impl Iterator<Item = &str> {
     cmd.split(|c: char| !c.is_ascii_digit())
         .filter(|w| !w.is_empty())
-        .collect()
 }
 
 /// Identity and target of one call.
@@ -164,13 +208,13 @@ fn str_arg<'a>(args: &'a Map<String, Value>, k: &str) -> &'a str {
 }
 
 pub fn keys(tool: &str, args: &Map<String, Value>) -> Keys {
-    let mut exact = Fnv::default();
+    let mut exact = Fx::default();
     tool.hash(&mut exact);
-    let mut target = Fnv::default();
+    let mut target = Fx::default();
     tool.hash(&mut target);
     match tool {
         "bash" => {
-            let norm = normalize_command(str_arg(args, "command"));
+            let norm = normalized(str_arg(args, "command"));
             norm.hash(&mut exact);
             for (k, v) in args {
                 if k != "command" && k != "timeout" {
@@ -178,13 +222,18 @@ pub fn keys(tool: &str, args: &Map<String, Value>) -> Keys {
                     hash_value(v, &mut exact);
                 }
             }
-            let files = named_files(&norm);
-            let nums = numbers(&norm);
-            if files.is_empty() && nums.is_empty() {
+            let mut any = false;
+            for f in named_files(&norm) {
+                f.hash(&mut target);
+                any = true;
+            }
+            1u8.hash(&mut target);
+            for n in numbers(&norm) {
+                n.hash(&mut target);
+                any = true;
+            }
+            if !any {
                 norm.hash(&mut target);
-            } else {
-                files.hash(&mut target);
-                nums.hash(&mut target);
             }
         }
         _ => {
@@ -195,15 +244,20 @@ pub fn keys(tool: &str, args: &Map<String, Value>) -> Keys {
             match tool {
                 "read" => {
                     str_arg(args, "filePath").hash(&mut target);
-                    args.get("offset").map(|v| v.to_string()).hash(&mut target);
-                    args.get("limit").map(|v| v.to_string()).hash(&mut target);
+                    hash_value(args.get("offset").unwrap_or(&Value::Null), &mut target);
+                    hash_value(args.get("limit").unwrap_or(&Value::Null), &mut target);
                 }
                 "grep" | "glob" => {
                     str_arg(args, "pattern").hash(&mut target);
                     str_arg(args, "path").hash(&mut target);
                 }
                 "edit" | "write" | "multiedit" => str_arg(args, "filePath").hash(&mut target),
-                _ => hash_value(&Value::Object(args.clone()), &mut target),
+                _ => {
+                    for (k, v) in args {
+                        k.hash(&mut target);
+                        hash_value(v, &mut target);
+                    }
+                }
             }
         }
     }
@@ -278,7 +332,7 @@ pub fn lines_requested(args: &Map<String, Value>, file_lines: i64) -> i64 {
 
 /// A hash of a string, for file identities.
 pub fn hash_str(s: &str) -> u64 {
-    let mut h = Fnv::default();
+    let mut h = Fx::default();
     s.hash(&mut h);
     h.finish()
 }

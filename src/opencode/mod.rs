@@ -95,10 +95,11 @@ pub fn probe(urls: &[String]) -> (Vec<Live>, Vec<(String, String)>) {
     (live, broken)
 }
 
-/// Selects the sessions worth listing: those updated at or after `since`, those not idle, and
-/// for each of them its ancestors and descendants (so each session can be judged on its own
-/// calls and a parent credited with what its subagents landed). Keeps the input order.
-pub fn select_trees(all: Vec<Session>, since: i64) -> Vec<Session> {
+/// Selects the sessions worth listing: those updated at or after `since`, those not idle, those
+/// named in `also`, and for each of them its ancestors and descendants (so each session can be
+/// judged on its own calls and a parent credited with what its subagents landed). Keeps the
+/// input order.
+pub fn select_trees(all: Vec<Session>, since: i64, also: &[String]) -> Vec<Session> {
     let by_id: HashMap<&str, &Session> = all.iter().map(|s| (s.id.as_str(), s)).collect();
     let mut children: HashMap<&str, Vec<&str>> = HashMap::new();
     for s in &all {
@@ -112,6 +113,7 @@ pub fn select_trees(all: Vec<Session>, since: i64) -> Vec<Session> {
         .filter(|s| {
             s.updated.unwrap_or(i64::MAX) >= since
                 || s.status.as_deref().is_some_and(|st| st != "idle")
+                || also.iter().any(|a| a == &s.id)
         })
         .map(|s| s.id.as_str())
         .collect();
@@ -166,7 +168,10 @@ mod tests {
             s("sibling", Some("root"), 5),
             s("other", None, 5),
         ];
-        let got: Vec<String> = select_trees(all, 40).into_iter().map(|s| s.id).collect();
+        let got: Vec<String> = select_trees(all, 40, &[])
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
         assert_eq!(got, ["root", "child", "grandchild"]);
     }
 
@@ -174,9 +179,16 @@ mod tests {
     fn busy_sessions_are_listed_whatever_their_age() {
         let mut old = s("old", None, 1);
         old.status = Some("busy".into());
-        let got = select_trees(vec![old, s("idle", None, 1)], 100);
+        let got = select_trees(vec![old, s("idle", None, 1)], 100, &[]);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].id, "old");
+        let got = select_trees(
+            vec![s("quiet", None, 1), s("x", None, 1)],
+            100,
+            &["quiet".into()],
+        );
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].id, "quiet");
     }
 
     #[test]

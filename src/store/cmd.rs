@@ -59,6 +59,8 @@ pub enum Cmd {
     },
     /// Print the time of the last tick (epoch ms; nothing before the first tick).
     LastTick,
+    /// Print the root sessions of open loop alerts, space-separated (for `oc-sessions --also`).
+    OpenRoots,
     /// Last tick, its sessions and flagged verdicts, open alerts, channels.
     Status,
     /// Open alerts: severity, dedup key, opened, agent, top target, calls and cost since landed.
@@ -136,6 +138,18 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         Cmd::LastTick => {
             if let Some(t) = store.last_tick()? {
                 out.line(&t.to_string())?;
+            }
+            Ok(Exit::Ok)
+        }
+        Cmd::OpenRoots => {
+            let mut st = store.conn.prepare(
+                "SELECT root FROM alerts WHERE state = 'open' AND kind = 'loop' ORDER BY root",
+            )?;
+            let roots: Vec<String> = st
+                .query_map([], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            if !roots.is_empty() {
+                out.line(&roots.join(" "))?;
             }
             Ok(Exit::Ok)
         }
@@ -378,10 +392,27 @@ impl Rows {
                 }
             }
             Format::Table => {
+                // people read times, not epoch milliseconds
+                let timeish = |c: &str| {
+                    matches!(
+                        c,
+                        "t" | "last_tick" | "opened" | "resolved" | "last_fired" | "first_flag_t"
+                    )
+                };
                 let rows: Vec<Vec<String>> = self
                     .rows
                     .iter()
-                    .map(|r| r.iter().map(cell).collect())
+                    .map(|r| {
+                        r.iter()
+                            .zip(&self.cols)
+                            .map(|(v, c)| match v.as_i64() {
+                                Some(ms) if timeish(c) && ms > 1_000_000_000_000 => {
+                                    crate::cli::iso_ms(ms)[..19].replace('T', " ")
+                                }
+                                _ => cell(v),
+                            })
+                            .collect()
+                    })
                     .collect();
                 crate::cli::write_table(out, &self.cols, &rows)?;
             }

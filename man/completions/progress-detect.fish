@@ -1,0 +1,18 @@
+complete -c progress-detect -l format -d 'Output format' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c progress-detect -l now -d 'The current time in epoch ms, for the liveness classes (default: the clock)' -r
+complete -c progress-detect -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c progress-detect -l window -d 'Calls in the window' -r
+complete -c progress-detect -l dup-min -d 'Share of exact repeats in the window that flags' -r
+complete -c progress-detect -l top-min -d 'Count of the most-worked target that flags a normal agent' -r
+complete -c progress-detect -l top-min-ro -d 'Count of the most-worked target that flags a read-only agent' -r
+complete -c progress-detect -l cum-min -d 'Repeats of one exact call since the last landed change that flag' -r
+complete -c progress-detect -l cover-min -d 'Coverage (lines requested from one file / its length) above which a session flags' -r
+complete -c progress-detect -l min-calls -d 'Calls a session needs before dup and coverage count' -r
+complete -c progress-detect -l read-only-agents -d 'Agents that never land (comma-separated; matched on the agent name, else the title)' -r
+complete -c progress-detect -l check -d 'Backtest: check the `expect`/`flag_after` labels; print one summary line and exit 1 when any label fails'
+complete -c progress-detect -l every -d 'Also emit a verdict at every flag transition, as it happens'
+complete -c progress-detect -l line-buffered -d 'Flush after every record'
+complete -c progress-detect -s h -l help -d 'Print help'
+complete -c progress-detect -s V -l version -d 'Print version'

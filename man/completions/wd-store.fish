@@ -1,0 +1,157 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_wd_store_global_optspecs
+    string join \n db= config= format= now= h/help V/version
+end
+
+function __fish_wd_store_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_wd_store_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_wd_store_using_subcommand
+    set -l cmd (__fish_wd_store_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c wd-store -n "__fish_wd_store_needs_command" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
+complete -c wd-store -n "__fish_wd_store_needs_command" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c wd-store -n "__fish_wd_store_needs_command" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c wd-store -n "__fish_wd_store_needs_command" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_needs_command" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_needs_command" -s V -l version -d 'Print version'
+complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "tick" -d 'Record one tick from a verdict stream on stdin, passing the stream through'
+complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "last-tick" -d 'Print the time of the last tick (epoch ms; nothing before the first tick)'
+complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "open-roots" -d 'Print the root sessions of open loop alerts, space-separated (for `oc-sessions --also`)'
+complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "status" -d 'Last tick, its sessions and flagged verdicts, open alerts, channels'
+complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "loops" -d 'Open alerts: severity, dedup key, opened, agent, top target, calls and cost since landed'
+complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "verdicts" -d 'Recorded verdicts, newest first'
+complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "rollup" -d 'Flagged sessions per model next to each model\'s share of all sessions seen'
+complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "channels" -d 'List channels (config merged with run-time settings), or change one'
+complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "prune" -d 'Delete ticks and verdicts older than a duration; open alerts are never pruned'
+complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "metrics" -d 'Write Prometheus metrics (text exposition format) atomically to a file, or stdout'
+complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l outcome -d 'Force the outcome (e.g. no_opencode for an empty tick)' -r -f -a "ok\t''
+flagged\t''
+no_opencode\t''
+blind\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l started -d 'When the tick started, epoch ms (default: when this command started)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_using_subcommand last-tick" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand last-tick" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand last-tick" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand last-tick" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand last-tick" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_using_subcommand open-roots" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand open-roots" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand open-roots" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand open-roots" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand open-roots" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_using_subcommand status" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand status" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand status" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand status" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand status" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l since -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l session -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l limit -d 'At most this many rows' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l flagged -d 'Only flagged verdicts'
+complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l by -r -f -a "model\t''
+agent\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l since -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and not __fish_seen_subcommand_from set help" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and not __fish_seen_subcommand_from set help" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and not __fish_seen_subcommand_from set help" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and not __fish_seen_subcommand_from set help" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and not __fish_seen_subcommand_from set help" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and not __fish_seen_subcommand_from set help" -f -a "set" -d 'Change a channel\'s settings; they apply at the next tick'
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and not __fish_seen_subcommand_from set help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -l enabled -r -f -a "true\t''
+false\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -l min-severity -r -f -a "info\t''
+warning\t''
+critical\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from help" -f -a "set" -d 'Change a channel\'s settings; they apply at the next tick'
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -l older-than -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l output -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "tick" -d 'Record one tick from a verdict stream on stdin, passing the stream through'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "last-tick" -d 'Print the time of the last tick (epoch ms; nothing before the first tick)'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "open-roots" -d 'Print the root sessions of open loop alerts, space-separated (for `oc-sessions --also`)'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "status" -d 'Last tick, its sessions and flagged verdicts, open alerts, channels'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "loops" -d 'Open alerts: severity, dedup key, opened, agent, top target, calls and cost since landed'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "verdicts" -d 'Recorded verdicts, newest first'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "rollup" -d 'Flagged sessions per model next to each model\'s share of all sessions seen'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "channels" -d 'List channels (config merged with run-time settings), or change one'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "prune" -d 'Delete ticks and verdicts older than a duration; open alerts are never pruned'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "metrics" -d 'Write Prometheus metrics (text exposition format) atomically to a file, or stdout'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and __fish_seen_subcommand_from channels" -f -a "set" -d 'Change a channel\'s settings; they apply at the next tick'

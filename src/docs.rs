@@ -1,0 +1,108 @@
+//! The parts of each man page that clap does not know: exit status, the JSONL fields a command
+//! reads and writes, and examples with real output. `examples/gen-docs.rs` renders them with the
+//! clap definitions into `man/`, so help, man pages and completions share one source.
+
+/// (command, exit status, fields, examples)
+pub struct Page {
+    pub name: &'static str,
+    pub exit: &'static str,
+    pub fields: &'static str,
+    pub examples: &'static str,
+}
+
+const STREAM: &str = "\
+session  {kind, id, parent, agent, title, directory, created, updated, status, source, model}
+         fixture labels: expect (flag|no_flag), flag_after (ms)
+call     {kind, session, id, t, end, tool, args, status, landed, exit, file_lines, model, cost}
+blind    {kind, source, reason}      opencode answered in a shape this reader does not know
+source   {kind, source, version, sessions}   one per opencode that answered
+Times are integer milliseconds since the epoch. Filters pass unknown kinds and fields through.";
+
+pub const PAGES: &[Page] = &[
+    Page {
+        name: "oc-sessions",
+        exit: "0  success, also when no opencode was found (nothing is printed)\n\
+               2  an error, or an opencode answered in a shape not understood (a blind record was printed)",
+        fields: STREAM,
+        examples: "\
+$ oc-sessions --since 1h | head -2
+{\"kind\":\"source\",\"source\":\"http://127.0.0.1:4096\",\"version\":\"1.18.33\",\"sessions\":5}
+{\"kind\":\"session\",\"id\":\"ses_dd1a826aaffekANLVhTMrnzvX3\",\"parent\":null,\"agent\":\"build\",\"title\":\"Audit the helpers\",\"directory\":\"/tmp/walk/proj\",\"created\":1796073838933,\"updated\":1796073850128,\"status\":\"idle\",\"source\":\"http://127.0.0.1:4096\",\"model\":\"sim/sim-model\"}",
+    },
+    Page {
+        name: "oc-calls",
+        exit: "0  success\n\
+               2  an error, a bad input line (named by its number), or a session in a shape not understood (a blind record was printed)",
+        fields: STREAM,
+        examples: "\
+$ oc-calls ses_dd1a890f4ffeTdYqgKB1x4Bej0 | jq -c 'select(.kind==\"call\") | [.tool, .landed, .exit]'
+[\"todowrite\",false,null]
+[\"glob\",false,null]
+[\"grep\",false,null]
+[\"read\",false,null]
+[\"edit\",true,null]
+[\"write\",true,null]
+[\"bash\",false,0]
+[\"bash\",true,0]
+[\"todowrite\",false,null]
+Arguments keep verbatim only filePath, path, offset, limit, command (secrets masked), pattern,
+include, subagent_type, timeout and workdir; other strings become sha1:<12 hex>:
+{\"kind\":\"call\",...,\"tool\":\"edit\",\"args\":{\"filePath\":\"/tmp/walk/proj/src/navbar.js\",\"newString\":\"sha1:cd925d3cedda\",\"oldString\":\"sha1:b1aa5079bbbe\"},\"status\":\"completed\",\"landed\":true,...}",
+    },
+    Page {
+        name: "progress-detect",
+        exit: "0  success, also when sessions were flagged\n\
+               1  --check: a label of the backtest does not hold\n\
+               2  an error, or a bad input line (named by its number and skipped; the rest is judged)",
+        fields: "\
+reads    session and call records (see oc-calls(1)); other kinds pass through
+writes   verdict {kind, session, root, parent, agent, title, read_only, calls, flagged, reasons,
+         signals {dup, top, top_target, slow, slow_call, coverage, coverage_file},
+         landed_in_window, calls_since_landed, cost_since_landed, first_flag {index, t, id} | null,
+         model, t, source}; with labels also expect and ok",
+        examples: "\
+$ oc-sessions --since 1h | oc-calls | progress-detect --format table
+session                         agent    calls  flag  reasons     dup   top  slow  cover  first  label  top target
+ses_dd1a826aaffekANLVhTMrnzvX3  build    2      -                 0.00  1    1     0.0                  task general
+ses_dd1a82592ffeChL24CfCHrPm4n  general  10     FLAG  short_loop  0.90  10   10    0.0    8             grep len\\(xs\\) in tools
+ses_dd1a863eeffeaX5bvn47BhPUH2  build    16     FLAG  top         0.81  14   14    0.1    10            bash python3 tools/check.py
+ses_dd1a890f4ffeTdYqgKB1x4Bej0  build    9      -                 0.00  1    1     0.1                  todowrite
+$ progress-detect --check fixtures/labelled.jsonl
+backtest: 18/18 labels hold",
+    },
+    Page {
+        name: "wd-store",
+        exit: "0  success\n\
+               2  an error: the database is locked past the busy timeout, read-only, full, not a watchdog\n   \
+               database or of a newer schema (each named with its path); or a bad input line to tick",
+        fields: "\
+tick reads   verdict, source and blind records; passes every line through, then appends
+             tick {kind, id, t, outcome (ok|flagged|no_opencode|blind), sessions, flagged, sources}
+queries      status, loop, verdict_row, rollup, channel records (JSONL), or --format table|csv",
+        examples: "\
+$ wd-store loops --format table
+severity  dedup_key                                     opened               flagged_ticks  agent    model          top_target                   calls_since_landed  cost_since_landed
+warning   opencode-loop:ses_dd1a863eeffeaX5bvn47BhPUH2  2026-11-30 21:24:12  1              build    sim/sim-model  bash python3 tools/check.py  16                  0.051007
+$ wd-store rollup --by model --since 1h --format table
+model          sessions  share_of_sessions  flagged_sessions  share_of_flagged
+sim/sim-model  5         1.0                2                 1.0",
+    },
+    Page {
+        name: "wd-alert",
+        exit: "0  the tick's transitions were decided and recorded (delivery failures are logged and\n   \
+               recorded, never raised); --test: every channel accepted the test alert\n\
+               1  --test: a channel failed\n\
+               2  an error (config, database), or a bad input line",
+        fields: "\
+reads    verdict, blind, source and tick records (from wd-store tick)
+writes   one event per transition: {dedup_key, severity (info|warning|critical), state
+         (trigger|escalate|resolve), title, summary, details, source, t, alert, root, agent, model,
+         link}; it maps one to one onto PagerDuty Events v2
+logs     oc-watchdog: dedup=... state=... severity=... title=... on stderr, per transition",
+        examples: "\
+$ ... | wd-store tick | wd-alert 2>&1 >/dev/null
+oc-watchdog: dedup=opencode-loop:ses_dd1a863eeffeaX5bvn47BhPUH2 state=trigger severity=warning title=\"opencode loop: build repeats bash python3 tools/check.py\"
+$ wd-alert --test --channel desktop
+wd-alert: channel desktop: sent (notification 2)",
+    },
+];
