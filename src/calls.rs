@@ -2,7 +2,8 @@
 //!
 //! In: session ids as arguments, or JSONL on stdin whose `session` records name their source
 //! (a server URL or a database path); every input line is passed through unchanged. Out: after
-//! each session record, its `call` records in call order; a `blind` record (and exit 2) for a
+//! each session record, its `call` records in call order and one `activity` record (times and
+//! states for the liveness judge); a `blind` record (and exit 2) for a
 //! session whose shape is not understood. Never message text, tool output or file content.
 
 use crate::cli::{for_each_line, Exit, Out};
@@ -102,6 +103,8 @@ impl Calls<'_> {
                 for c in &calls {
                     self.out.line(&to_line("call", c)?)?;
                 }
+                let act = convert::activity_of(id, &msgs);
+                self.out.line(&to_line("activity", &act)?)?;
                 Ok(())
             }
             Err(why) => self.blind(&reader.name(), &format!("session {id}: {why}")),

@@ -16,6 +16,10 @@ session  {kind, id, parent, agent, title, directory, created, updated, status, s
 call     {kind, session, id, t, end, tool, args, status, landed, exit, file_lines, model, cost}
 blind    {kind, source, reason}      opencode answered in a shape this reader does not know
 source   {kind, source, version, sessions}   one per opencode that answered
+activity {kind, session, last_progress, in_flight, running [{tool, t, timeout}], error}
+         after each session's calls: times and states for the liveness judge, no content
+session records from a server also carry retry {attempt, message, next},
+pending {permissions, questions} and todos_open
 Times are integer milliseconds since the epoch. Filters pass unknown kinds and fields through.";
 
 pub const PAGES: &[Page] = &[
@@ -59,7 +63,9 @@ reads    session and call records (see oc-calls(1)); other kinds pass through
 writes   verdict {kind, session, root, parent, agent, title, read_only, calls, flagged, reasons,
          signals {dup, top, top_target, slow, slow_call, coverage, coverage_file},
          landed_in_window, calls_since_landed, cost_since_landed, first_flag {index, t, id} | null,
-         model, t, source}; with labels also expect and ok",
+         model, t, source, liveness {class, silence_s, status, evidence, alert, action}};
+         with labels also expect and ok; liveness only where a session record or an activity
+         record gave evidence (--now sets the clock it is judged at)",
         examples: "\
 $ oc-sessions --since 1h | oc-calls | progress-detect --format table
 session                         agent    calls  flag  reasons     dup   top  slow  cover  first  label  top target

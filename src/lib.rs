@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod detect;
 pub mod docs;
+pub mod liveness;
 pub mod metrics;
 pub mod opencode;
 pub mod record;

@@ -179,23 +179,64 @@ fn list_server(srv: &opencode::Live, sel: &Selection, out: &mut Out) -> Result<E
                     ),
                     None => Some("idle"),
                 };
-                convert::session_of(v, st, &url)
+                let mut sess = convert::session_of(v, st, &url)?;
+                if let Some(r) = status.get(id).filter(|s| s["type"] == "retry") {
+                    let mut r = r.clone();
+                    if let Some(m) = r.get("message").and_then(Value::as_str) {
+                        r["message"] = Value::from(m.chars().take(200).collect::<String>());
+                    }
+                    sess.extra.insert("retry".into(), r);
+                }
+                Ok(sess)
             })
             .collect()
     })();
     match parsed {
         Ok(all) => {
-            emit(
-                out,
-                &url,
-                srv.version.clone(),
-                opencode::select_trees(all, sel.since, sel.also),
-            )?;
+            let mut listed = opencode::select_trees(all, sel.since, sel.also);
+            add_evidence(&srv.client, &mut listed);
+            emit(out, &url, srv.version.clone(), listed)?;
             Ok(Exit::Ok)
         }
         Err(why) => {
             blind(out, &url, &why)?;
             Ok(Exit::Error)
+        }
+    }
+}
+
+/// Liveness evidence the server holds outside the session objects: pending permission and
+/// question requests, and open todos. Best effort: a request that fails leaves the field out
+/// (the liveness judge then knows less, and says so), it never blinds the session list.
+fn add_evidence(c: &opencode::Client, sessions: &mut [Session]) {
+    let count = |path: &str| -> Option<std::collections::HashMap<String, i64>> {
+        let v = c.get(path).ok()?;
+        let mut m = std::collections::HashMap::new();
+        for item in v.as_array()? {
+            if let Some(s) = item.get("sessionID").and_then(Value::as_str) {
+                *m.entry(s.to_string()).or_insert(0) += 1;
+            }
+        }
+        Some(m)
+    };
+    let perms = count("/permission");
+    let questions = count("/question");
+    for s in sessions.iter_mut() {
+        if let (Some(p), Some(q)) = (&perms, &questions) {
+            s.extra.insert(
+                "pending".into(),
+                serde_json::json!({"permissions": p.get(&s.id).copied().unwrap_or(0),
+                                   "questions": q.get(&s.id).copied().unwrap_or(0)}),
+            );
+        }
+        if let Ok(todos) = c.get(&format!("/session/{}/todo", s.id)) {
+            if let Some(list) = todos.as_array() {
+                let open = list
+                    .iter()
+                    .filter(|t| matches!(t["status"].as_str(), Some("pending" | "in_progress")))
+                    .count();
+                s.extra.insert("todos_open".into(), Value::from(open));
+            }
         }
     }
 }
@@ -215,12 +256,13 @@ fn list_db(path: &std::path::Path, sel: &Selection, out: &mut Out) -> Result<Exi
         .collect();
     match all {
         Ok(all) => {
-            emit(
-                out,
-                &source,
-                version,
-                opencode::select_trees(all, sel.since, sel.also),
-            )?;
+            let mut listed = opencode::select_trees(all, sel.since, sel.also);
+            for s in listed.iter_mut() {
+                if let Ok(n) = db.open_todos(&s.id) {
+                    s.extra.insert("todos_open".into(), Value::from(n));
+                }
+            }
+            emit(out, &source, version, listed)?;
             Ok(Exit::Ok)
         }
         Err(why) => {

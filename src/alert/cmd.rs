@@ -9,7 +9,9 @@
 
 use super::channels::{self, deliver};
 use super::opinion::{self, Opinion};
-use super::{decide, details_of, loop_key, Decision, Event, Open, TickView, VerdictIn, BLIND_KEY};
+use super::{
+    decide, details_of, live_key, loop_key, Decision, Event, Open, TickView, VerdictIn, BLIND_KEY,
+};
 use crate::cli::{for_each_line, now_ms, Exit, Out};
 use crate::config::{ChannelConfig, ChannelType, Config, Severity};
 use crate::record::kind_of;
@@ -404,6 +406,59 @@ fn lifecycle(
                     agent,
                     model,
                     link: link(cfg, &root),
+                });
+            }
+            Decision::Live {
+                session,
+                kind,
+                severity,
+            } => {
+                let v = tick.verdicts.iter().find(|v| v.session == session).unwrap();
+                let l = v.liveness.clone().unwrap_or_default();
+                let evidence = l
+                    .get("evidence")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
+                let agent = v.agent.clone().unwrap_or_else(|| "agent".into());
+                let what = match kind {
+                    "stalled" => "stalled",
+                    "retrying" => "keeps retrying its provider",
+                    "waiting" => "needs a person",
+                    "interrupted" => "was interrupted",
+                    _ => "stopped with its own list unfinished",
+                };
+                let key = live_key(kind, &session);
+                let title = format!("opencode {agent} session {what}");
+                let mut details = serde_json::Map::new();
+                details.insert("session".into(), json!(session));
+                details.insert("root".into(), json!(v.root()));
+                details.insert("agent".into(), json!(v.agent));
+                details.insert("model".into(), json!(v.model));
+                details.insert("liveness".into(), l.clone());
+                details.insert("opened".into(), json!(now));
+                tx.execute(
+                    "INSERT INTO alerts (dedup_key, kind, root, state, severity, opened, last_fired, resolved, flagged_ticks,
+                        agent, model, title, top_target, source)
+                     VALUES (?1, ?2, ?3, 'open', ?4, ?5, ?5, NULL, 1, ?6, ?7, ?8, ?9, ?10)
+                     ON CONFLICT (dedup_key) DO UPDATE SET state = 'open', severity = ?4, opened = ?5, last_fired = ?5,
+                        resolved = NULL, flagged_ticks = 1, agent = ?6, model = ?7, title = ?8, top_target = ?9, source = ?10",
+                    params![key, kind, session, severity.as_str(), now, v.agent, v.model, title, evidence, v.source],
+                )?;
+                events.push(Event {
+                    dedup_key: key,
+                    severity,
+                    state: "trigger".into(),
+                    title,
+                    summary: format!("session {session} (agent {agent}): {evidence}"),
+                    details,
+                    source: cfg.alert.source.clone(),
+                    t: now,
+                    alert: kind.into(),
+                    root: session.clone(),
+                    agent: v.agent.clone(),
+                    model: v.model.clone(),
+                    link: link(cfg, &session),
                 });
             }
             Decision::Blind { reasons } => {

@@ -168,6 +168,49 @@ pub enum Decision {
     Resolve { key: String, why: String },
     /// Open (or keep) the blind alert.
     Blind { reasons: Vec<(String, String)> },
+    /// Open a liveness alert (stalled, retrying, waiting, interrupted, unfinished) for a session.
+    Live {
+        session: String,
+        kind: &'static str,
+        severity: Severity,
+    },
+}
+
+/// The alert kind a liveness class asks for.
+pub fn live_kind(class: &str) -> Option<&'static str> {
+    Some(match class {
+        "stalled" => "stalled",
+        "retrying" => "retrying",
+        "awaiting_user" => "waiting",
+        "interrupted" => "interrupted",
+        "needs_finalization" => "unfinished",
+        _ => return None,
+    })
+}
+
+pub const LIVE_KINDS: &[&str] = &[
+    "stalled",
+    "retrying",
+    "waiting",
+    "interrupted",
+    "unfinished",
+];
+
+impl VerdictIn {
+    /// (alert kind, severity) this verdict's liveness asks for.
+    pub fn live_alert(&self) -> Option<(&'static str, Severity)> {
+        let l = self.liveness.as_ref()?;
+        let sev = match l.get("alert").and_then(Value::as_str)? {
+            "warning" => Severity::Warning,
+            "critical" => Severity::Critical,
+            _ => Severity::Info,
+        };
+        Some((live_kind(l.get("class")?.as_str()?)?, sev))
+    }
+}
+
+pub fn live_key(kind: &str, session: &str) -> String {
+    format!("opencode-{kind}:{session}")
 }
 
 pub fn loop_key(root: &str) -> String {
@@ -209,6 +252,53 @@ pub fn decide(open: &[Open], tick: &TickView, escalate_after: u32) -> Vec<Decisi
     for root in flagged.keys() {
         if !handled.contains(root.as_str()) {
             out.push(Decision::Trigger { root: root.clone() });
+        }
+    }
+    // liveness alerts, one per session and kind
+    let by_session: std::collections::HashMap<&str, &VerdictIn> = tick
+        .verdicts
+        .iter()
+        .map(|v| (v.session.as_str(), v))
+        .collect();
+    let mut live_open: HashSet<(String, String)> = HashSet::new();
+    for a in open
+        .iter()
+        .filter(|a| LIVE_KINDS.contains(&a.kind.as_str()))
+    {
+        live_open.insert((a.root.clone(), a.kind.clone()));
+        match by_session.get(a.root.as_str()) {
+            Some(v) if v.live_alert().map(|x| x.0) == Some(a.kind.as_str()) => {}
+            Some(v) => {
+                let class = v
+                    .liveness
+                    .as_ref()
+                    .and_then(|l| l.get("class"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown")
+                    .to_string();
+                if class != "unknown" {
+                    out.push(Decision::Resolve {
+                        key: a.dedup_key.clone(),
+                        why: format!("the session is {class} now"),
+                    });
+                }
+            }
+            None if tick.readable(a.source.as_deref()) => out.push(Decision::Resolve {
+                key: a.dedup_key.clone(),
+                why: "the session is gone from opencode or has gone quiet".into(),
+            }),
+            None => {}
+        }
+    }
+    for v in &tick.verdicts {
+        if let Some((kind, severity)) = v.live_alert() {
+            if !live_open.contains(&(v.session.clone(), kind.to_string())) {
+                out.push(Decision::Live {
+                    session: v.session.clone(),
+                    kind,
+                    severity,
+                });
+            }
         }
     }
     let blind_open = open.iter().any(|a| a.dedup_key == BLIND_KEY);

@@ -7,6 +7,7 @@
 use super::{CallIn, Detector, Verdict};
 use crate::cli::{for_each_line, now_ms, Exit, Format, Out};
 use crate::config::{Config, DetectorConfig};
+use crate::liveness::{self, Activity, Evidence};
 use crate::record::{kind_of, to_line, Session};
 use anyhow::Result;
 use clap::Parser;
@@ -122,6 +123,8 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     }
     let now = args.now.unwrap_or_else(now_ms);
     let mut d = Detector::new(dcfg);
+    let mut evidence: std::collections::HashMap<String, Evidence> = Default::default();
+    let mut activity: std::collections::HashMap<String, Activity> = Default::default();
     let mut bad = 0usize;
     let quiet = args.check || args.format != Format::Jsonl;
     for_each_line(&args.files, stdin, |name, n, line| {
@@ -145,7 +148,12 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         };
         match parsed.kind.as_deref() {
             Some("session") => match serde_json::from_str::<Session>(line) {
-                Ok(s) => d.session(s),
+                Ok(s) => {
+                    if let Ok(ev) = serde_json::from_str::<Evidence>(line) {
+                        evidence.insert(s.id.clone(), ev);
+                    }
+                    d.session(s)
+                }
                 Err(e) => {
                     eprintln!("progress-detect: {name}:{n}: {e}");
                     bad += 1;
@@ -183,6 +191,15 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
                     }
                 }
             }
+            Some("activity") => match serde_json::from_str::<Activity>(line) {
+                Ok(a) => {
+                    activity.insert(a.session.clone(), a);
+                }
+                Err(e) => {
+                    eprintln!("progress-detect: {name}:{n}: {e}");
+                    bad += 1;
+                }
+            },
             Some(_) => {
                 if !quiet {
                     out.line(line)?;
@@ -195,8 +212,16 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         }
         Ok(())
     })?;
-    let verdicts = d.verdicts();
-    let _ = now;
+    let mut verdicts = d.verdicts();
+    for v in &mut verdicts {
+        let ev = evidence.get(&v.session);
+        let act = activity.get(&v.session);
+        // judged only on evidence: fixtures and hand-made streams without any get no class
+        if act.is_some() || ev.is_some_and(|e| e.status.is_some()) {
+            let l = liveness::classify(&ev.cloned().unwrap_or_default(), act, now, &cfg.liveness);
+            v.extra.insert("liveness".into(), serde_json::to_value(l)?);
+        }
+    }
     if args.check {
         return check(&verdicts, args.format, out);
     }

@@ -151,6 +151,71 @@ fn bash_wrote(cmd: &str, unexplained: &[&str]) -> bool {
     names_one || writes
 }
 
+/// What a session's messages say about its liveness (see [`crate::liveness`]). Only times,
+/// states, tool names and error class names: no content.
+pub fn activity_of(session: &str, messages: &Value) -> crate::liveness::Activity {
+    use crate::liveness::{Activity, Running};
+    let mut a = Activity {
+        session: session.to_string(),
+        ..Activity::default()
+    };
+    let mut bump = |t: Option<i64>| {
+        if let Some(t) = t {
+            a.last_progress = Some(a.last_progress.map_or(t, |x| x.max(t)));
+        }
+    };
+    let time = |v: &Value, k: &str| v.get("time").and_then(|t| t.get(k)).and_then(Value::as_i64);
+    let mut last_assistant: Option<&Value> = None;
+    for m in messages.as_array().into_iter().flatten() {
+        let info = &m["info"];
+        bump(time(info, "created"));
+        bump(time(info, "completed"));
+        if info["role"] == "assistant" {
+            last_assistant = Some(m);
+        }
+        for p in m["parts"].as_array().into_iter().flatten() {
+            bump(time(p, "start"));
+            bump(time(p, "end"));
+            if p["type"] == "tool" {
+                let st = &p["state"];
+                bump(time(st, "start"));
+                bump(time(st, "end"));
+            }
+        }
+    }
+    if let Some(m) = last_assistant {
+        let info = &m["info"];
+        a.error = info
+            .get("error")
+            .and_then(|e| e.get("name"))
+            .and_then(Value::as_str)
+            .map(String::from);
+        a.in_flight = time(info, "completed").is_none() && a.error.is_none();
+        for p in m["parts"].as_array().into_iter().flatten() {
+            let st = &p["state"];
+            if p["type"] == "tool" && matches!(st["status"].as_str(), Some("pending" | "running")) {
+                let tool = p["tool"].as_str().unwrap_or("").to_string();
+                let timeout = if tool == "bash" {
+                    Some(
+                        st["input"]
+                            .get("timeout")
+                            .and_then(Value::as_i64)
+                            .unwrap_or(120_000),
+                    )
+                } else {
+                    None
+                };
+                a.running.push(Running {
+                    t: time(st, "start").or(time(info, "created")).unwrap_or(0),
+                    tool,
+                    timeout,
+                });
+            }
+        }
+    }
+    a
+}
+
 /// The calls of one session from its messages (`[{info, parts}]`, in order).
 pub fn calls_of(session: &str, messages: &Value, lines: &mut LineCache) -> Shape<Vec<Call>> {
     let msgs = messages

@@ -7,6 +7,7 @@ mod support;
 mod alert;
 mod detect;
 mod fixtures;
+mod liveness;
 mod readers;
 mod store;
 mod tick;

@@ -111,6 +111,16 @@ impl Sim {
             .status()
             .unwrap();
         assert!(st.success(), "make-project failed");
+        Sim::launch(dir, home, proj)
+    }
+
+    /// Starts opencode again on the HOME (and its sibling project) of an earlier, stopped Sim.
+    pub fn start_in(home: PathBuf) -> Sim {
+        let proj = home.parent().unwrap().join("proj");
+        Sim::launch(tempfile::tempdir().unwrap(), home, proj)
+    }
+
+    fn launch(dir: tempfile::TempDir, home: PathBuf, proj: PathBuf) -> Sim {
         let port_file = dir.path().join("fake.port");
         let fake = Command::new("python3")
             .arg(support_dir().join("fake_model.py"))

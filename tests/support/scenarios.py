@@ -92,6 +92,21 @@ SCRIPTS["child_explore"] = [
 SCRIPTS["child_loop"] = [t("grep", pattern="len\\(xs\\)", path="{ROOT}/tools") for _ in range(10)] + [
     {"text": "mean() divides by len(xs)."}]
 
+# ---- liveness ---------------------------------------------------------------------------------
+
+# the provider stops answering mid-stream (the driver aborts it when done looking)
+SCRIPTS["hang"] = [t("read", filePath=SPEC), dict(t("read", filePath=SPEC), hang=120), {"text": "never"}]
+# the provider answers 503 four times before it succeeds
+SCRIPTS["retry503"] = [dict(t("read", filePath=SPEC), fail_first=4, fail_status=503), {"text": "Read it."}]
+# a bash call that the "asker" agent must get permission for; nobody answers
+SCRIPTS["ask_bash"] = [t("bash", command="ls"), {"text": "Listed."}]
+# stops while its own todo list still has open items
+SCRIPTS["todo_stop"] = [t("todowrite", todos=[
+    {"content": "Read the spec", "status": "completed", "priority": "high"},
+    {"content": "Write the summary", "status": "in_progress", "priority": "high"},
+    {"content": "Commit", "status": "pending", "priority": "low"}]),
+    {"text": "I will stop here for now."}]
+
 # ---- the labelled fixture (issue: progress-detect) -------------------------------------------
 # Shapes of the 15 sessions of the original incident, re-created as real sessions, plus the
 # weaknesses found while building the detector. fixtures/regenerate runs them and labels them.

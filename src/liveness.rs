@@ -1,0 +1,341 @@
+//! Liveness: is a session progressing, silent, retrying, waiting on a person, interrupted, or
+//! stopped with its own list unfinished? Judged on evidence opencode gives, never on the clock
+//! alone: elapsed time only raises suspicion (soft threshold) or, much later and only for a busy
+//! session with nothing else to explain its silence, makes it eligible for an alert (hard
+//! threshold, never below 900 s). Nothing here acts on a session.
+//!
+//! In: the `session` record's evidence (status, retry, pending requests, open todos, from
+//! oc-sessions) and the `activity` record oc-calls writes after a session's calls. Out: a
+//! `liveness` object on the session's verdict.
+
+use crate::config::LivenessConfig;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What oc-calls saw of a session's activity (`{"kind":"activity", ...}`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Activity {
+    pub session: String,
+    /// The latest time anything moved: a message created or completed, a part started or ended.
+    pub last_progress: Option<i64>,
+    /// The last assistant message has neither completed nor failed: a model request in flight.
+    pub in_flight: bool,
+    /// Tool calls still pending or running.
+    #[serde(default)]
+    pub running: Vec<Running>,
+    /// The last assistant message's error class (`MessageAbortedError`, `APIError`, ...).
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Running {
+    pub tool: String,
+    pub t: i64,
+    /// Declared timeout in ms (bash: its `timeout` argument, default 120000).
+    pub timeout: Option<i64>,
+}
+
+/// The evidence a session record carries.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Evidence {
+    pub status: Option<String>,
+    #[serde(default)]
+    pub retry: Option<Value>,
+    #[serde(default)]
+    pub pending: Option<Pending>,
+    #[serde(default)]
+    pub todos_open: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+pub struct Pending {
+    #[serde(default)]
+    pub permissions: i64,
+    #[serde(default)]
+    pub questions: i64,
+}
+
+/// The liveness class of a session with the evidence that decided it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Liveness {
+    /// active, suspect, stalled, long_tool, retrying, awaiting_user, interrupted,
+    /// needs_finalization, idle or unknown.
+    pub class: &'static str,
+    /// Seconds since the last progress, when known.
+    pub silence_s: Option<i64>,
+    pub status: Option<String>,
+    /// One line saying what was observed.
+    pub evidence: String,
+    /// The alert this class asks for, if any: `warning` or `info`.
+    pub alert: Option<&'static str>,
+    /// `probe`: suspicion asks for a read-only second look before anything else.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action: Option<&'static str>,
+}
+
+fn live(
+    class: &'static str,
+    silence: Option<i64>,
+    ev: &Evidence,
+    evidence: String,
+    alert: Option<&'static str>,
+) -> Liveness {
+    Liveness {
+        class,
+        silence_s: silence,
+        status: ev.status.clone(),
+        evidence,
+        alert,
+        action: (class == "suspect").then_some("probe"),
+    }
+}
+
+/// Classifies one session at time `now` (ms).
+pub fn classify(ev: &Evidence, act: Option<&Activity>, now: i64, cfg: &LivenessConfig) -> Liveness {
+    let silence = act
+        .and_then(|a| a.last_progress)
+        .map(|t| ((now - t) / 1000).max(0));
+    let soft = cfg.soft_secs as i64;
+    let hard = cfg.hard_secs as i64;
+    if let Some(p) = &ev.pending {
+        if p.permissions + p.questions > 0 {
+            return live(
+                "awaiting_user",
+                silence,
+                ev,
+                format!(
+                    "{} permission and {} question request(s) wait for a person",
+                    p.permissions, p.questions
+                ),
+                Some("info"),
+            );
+        }
+    }
+    let status = ev.status.as_deref();
+    if status == Some("retry") {
+        let r = ev.retry.clone().unwrap_or(Value::Null);
+        let attempt = r.get("attempt").and_then(Value::as_i64).unwrap_or(0);
+        let msg = r.get("message").and_then(Value::as_str).unwrap_or("");
+        let over = attempt >= cfg.retry_attempts_max as i64
+            || silence.is_some_and(|s| s >= cfg.retry_secs_max as i64);
+        return live(
+            "retrying",
+            silence,
+            ev,
+            format!(
+                "provider retry attempt {attempt}: {}",
+                msg.chars().take(120).collect::<String>()
+            ),
+            over.then_some("warning"),
+        );
+    }
+    let Some(act) = act else {
+        return live(
+            "unknown",
+            None,
+            ev,
+            "no activity record for this session".into(),
+            None,
+        );
+    };
+    let busy = match status {
+        Some("busy") => true,
+        Some("idle") => false,
+        // the database cannot say; an assistant message still open is the evidence
+        None => act.in_flight || !act.running.is_empty(),
+        Some(other) => {
+            return live(
+                "unknown",
+                silence,
+                ev,
+                format!("status {other:?} not understood"),
+                None,
+            );
+        }
+    };
+    if busy {
+        let Some(s) = silence else {
+            return live(
+                "unknown",
+                None,
+                ev,
+                "busy, but no time of last progress".into(),
+                None,
+            );
+        };
+        if let Some(tool) = act.running.iter().max_by_key(|r| r.t) {
+            if let Some(timeout) = tool.timeout {
+                let deadline = tool.t + timeout + cfg.tool_grace_secs as i64 * 1000;
+                if now < deadline {
+                    return live(
+                        "long_tool",
+                        Some(s),
+                        ev,
+                        format!(
+                            "{} running for {} s within its declared timeout of {} s",
+                            tool.tool,
+                            (now - tool.t) / 1000,
+                            timeout / 1000
+                        ),
+                        None,
+                    );
+                }
+                // past its timeout and grace: suspect first; the hard clock starts at the deadline
+                let over = (now - deadline) / 1000;
+                let (class, alert) = if over >= hard {
+                    ("stalled", Some("warning"))
+                } else {
+                    ("suspect", None)
+                };
+                return live(
+                    class,
+                    Some(s),
+                    ev,
+                    format!(
+                        "{} still running {over} s past its timeout of {} s and grace",
+                        tool.tool,
+                        timeout / 1000
+                    ),
+                    alert,
+                );
+            }
+        }
+        if s < soft {
+            return live("active", Some(s), ev, format!("progress {s} s ago"), None);
+        }
+        if s < hard {
+            return live(
+                "suspect",
+                Some(s),
+                ev,
+                format!("busy and silent for {s} s (soft threshold {soft} s)"),
+                None,
+            );
+        }
+        return live(
+            "stalled",
+            Some(s),
+            ev,
+            format!("busy and silent for {s} s (hard threshold {hard} s)"),
+            Some("warning"),
+        );
+    }
+    if let Some(e) = &act.error {
+        return live(
+            "interrupted",
+            silence,
+            ev,
+            format!("stopped after an assistant error: {e}"),
+            Some("info"),
+        );
+    }
+    if let Some(n) = ev.todos_open.filter(|n| *n > 0) {
+        return live(
+            "needs_finalization",
+            silence,
+            ev,
+            format!("stopped with {n} todo(s) still pending or in progress"),
+            Some("info"),
+        );
+    }
+    live("idle", silence, ev, "idle, nothing pending".into(), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: i64 = 1_796_000_000_000;
+
+    fn busy() -> Evidence {
+        Evidence {
+            status: Some("busy".into()),
+            ..Evidence::default()
+        }
+    }
+
+    fn act(last: i64) -> Activity {
+        Activity {
+            session: "s".into(),
+            last_progress: Some(last),
+            in_flight: true,
+            ..Activity::default()
+        }
+    }
+
+    fn class_at(ev: &Evidence, a: &Activity, secs: i64) -> (&'static str, Option<&'static str>) {
+        let l = classify(ev, Some(a), T + secs * 1000, &LivenessConfig::default());
+        (l.class, l.alert)
+    }
+
+    #[test]
+    fn soft_suspects_hard_alerts_and_not_a_second_before() {
+        let a = act(T);
+        assert_eq!(class_at(&busy(), &a, 299), ("active", None));
+        assert_eq!(class_at(&busy(), &a, 300), ("suspect", None));
+        assert_eq!(class_at(&busy(), &a, 899), ("suspect", None));
+        assert_eq!(class_at(&busy(), &a, 900), ("stalled", Some("warning")));
+    }
+
+    #[test]
+    fn progress_resets_the_clock_and_runtime_is_irrelevant() {
+        // a session progressing for 20 minutes: its last progress was 10 s ago
+        let a = act(T + 1190 * 1000);
+        assert_eq!(class_at(&busy(), &a, 1200), ("active", None));
+    }
+
+    #[test]
+    fn a_tool_inside_its_declared_timeout_is_left_alone() {
+        let mut a = act(T);
+        a.running.push(Running {
+            tool: "bash".into(),
+            t: T,
+            timeout: Some(1_800_000),
+        });
+        assert_eq!(class_at(&busy(), &a, 1500), ("long_tool", None));
+        // past timeout + grace: suspect, and stalled only a hard threshold later
+        assert_eq!(class_at(&busy(), &a, 1861), ("suspect", None));
+        assert_eq!(class_at(&busy(), &a, 1860 + 899), ("suspect", None));
+        assert_eq!(
+            class_at(&busy(), &a, 1860 + 900),
+            ("stalled", Some("warning"))
+        );
+    }
+
+    #[test]
+    fn waiting_retrying_interrupted_unfinished() {
+        let mut ev = busy();
+        ev.pending = Some(Pending {
+            permissions: 1,
+            questions: 0,
+        });
+        assert_eq!(
+            class_at(&ev, &act(T), 5000),
+            ("awaiting_user", Some("info"))
+        );
+        let ev = Evidence {
+            status: Some("retry".into()),
+            retry: Some(serde_json::json!({"attempt": 2, "message": "overloaded"})),
+            ..Evidence::default()
+        };
+        assert_eq!(class_at(&ev, &act(T), 10), ("retrying", None));
+        let ev5 = Evidence {
+            retry: Some(serde_json::json!({"attempt": 5})),
+            ..ev
+        };
+        assert_eq!(class_at(&ev5, &act(T), 10), ("retrying", Some("warning")));
+        let idle = Evidence {
+            status: Some("idle".into()),
+            todos_open: Some(2),
+            ..Evidence::default()
+        };
+        let mut a = act(T);
+        a.in_flight = false;
+        assert_eq!(
+            class_at(&idle, &a, 10),
+            ("needs_finalization", Some("info"))
+        );
+        a.error = Some("MessageAbortedError".into());
+        assert_eq!(class_at(&idle, &a, 10), ("interrupted", Some("info")));
+    }
+}

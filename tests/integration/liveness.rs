@@ -1,0 +1,255 @@
+//! Liveness against real opencode sessions (a provider that stops answering mid-stream, 503
+//! retries, an unanswered permission prompt, a session that stops with open todos, an abort),
+//! replayed on a virtual clock with `progress-detect --now`, and through wd-alert.
+
+use crate::support::ocsim::{http, Opts, Sim};
+use crate::support::Home;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// The pipeline's JSONL for one session, as the tick would see it now.
+fn capture(home: &Home, sim: &Sim, id: &str) -> String {
+    let s = home
+        .cmd("oc-sessions")
+        .args(["--server", &sim.url, "--also", id, "--since", "1ms"])
+        .run();
+    s.ok();
+    let mine: String = s
+        .stdout()
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"source\"") || l.contains(&format!("\"id\":\"{id}\"")))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let c = home.cmd("oc-calls").stdin(mine).run();
+    c.ok();
+    c.stdout()
+}
+
+fn liveness_at(home: &Home, stream: &str, now: i64, id: &str) -> Value {
+    let r = home
+        .cmd("progress-detect")
+        .args(["--now", &now.to_string()])
+        .stdin(stream)
+        .run();
+    r.ok();
+    r.kind("verdict")
+        .into_iter()
+        .find(|v| v["session"] == id)
+        .unwrap()["liveness"]
+        .clone()
+}
+
+fn start(sim: &Sim, script: &str, agent: Option<&str>) -> String {
+    let (code, ses) = http("POST", &format!("{}/session", sim.url), Some(&json!({})));
+    assert_eq!(code, 200);
+    let id = ses["id"].as_str().unwrap().to_string();
+    sim.prompt(
+        &id,
+        script,
+        &Opts {
+            agent: agent.map(String::from),
+            ..Opts::default()
+        },
+    );
+    id
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_provider_that_stops_answering_is_suspect_at_300s_and_stalled_at_900s_never_before() {
+    let sim = Sim::shared();
+    let id = start(sim, "hang", None);
+    // the second model request streams its first chunk and then says nothing
+    wait_until("the hanging request", || {
+        let m = sim.get(&format!("/session/{id}/message"));
+        m.as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["info"]["role"] == "assistant")
+            .count()
+            >= 2
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let home = Home::new();
+    let stream = capture(&home, sim, &id);
+    let act: Value = stream
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["kind"] == "activity")
+        .unwrap();
+    assert_eq!(act["in_flight"], true);
+    let last = act["last_progress"].as_i64().unwrap();
+    let at = |s: i64| liveness_at(&home, &stream, last + s * 1000, &id);
+    assert_eq!(at(10)["class"], "active");
+    let l = at(300);
+    assert_eq!(
+        (
+            l["class"].as_str(),
+            l["alert"].clone(),
+            l["action"].as_str()
+        ),
+        (Some("suspect"), Value::Null, Some("probe"))
+    );
+    assert_eq!(at(899)["class"], "suspect");
+    let l = at(900);
+    assert_eq!(l["class"], "stalled");
+    assert_eq!(l["alert"], "warning");
+    assert_eq!(l["status"], "busy");
+    assert_eq!(
+        l["evidence"],
+        "busy and silent for 900 s (hard threshold 900 s)"
+    );
+    // and the watchdog's answer at 900 s: one warning, once
+    let db = home.join("wd.db").display().to_string();
+    let run = |now: i64| {
+        let r = home
+            .cmd("progress-detect")
+            .args(["--now", &now.to_string()])
+            .stdin(stream.clone())
+            .run();
+        let t = home
+            .cmd("wd-store")
+            .args(["--db", &db, "--now", &now.to_string(), "tick"])
+            .stdin(r.stdout())
+            .run();
+        let a = home
+            .cmd("wd-alert")
+            .args(["--db", &db, "--now", &now.to_string()])
+            .stdin(t.stdout())
+            .run();
+        a.ok();
+        a.records()
+    };
+    assert_eq!(run(last + 899_000), Vec::<Value>::new());
+    let evs = run(last + 900_000);
+    assert_eq!(evs.len(), 1);
+    assert_eq!(evs[0]["dedup_key"], format!("opencode-stalled:{id}"));
+    assert_eq!(evs[0]["severity"], "warning");
+    assert_eq!(run(last + 1_200_000), Vec::<Value>::new());
+    http("POST", &format!("{}/session/{id}/abort", sim.url), None);
+}
+
+#[test]
+fn a_503_retry_is_recorded_with_its_attempt() {
+    let sim = Sim::shared();
+    let id = start(sim, "retry503", None);
+    let mut seen = Value::Null;
+    wait_until("status retry", || {
+        let st = sim.get("/session/status");
+        if st[&id]["type"] == "retry" {
+            seen = st[&id].clone();
+            true
+        } else {
+            false
+        }
+    });
+    assert!(seen["attempt"].as_i64().unwrap() >= 1);
+    let home = Home::new();
+    // between two requests the status is retry for seconds (backoff); a read may still land on
+    // the short busy moment of a request, so look up to five times
+    let l = (0..5)
+        .map(|_| liveness_at(&home, &capture(&home, sim, &id), sim_now(), &id))
+        .find(|l| l["class"] == "retrying")
+        .expect("never saw the session retrying");
+    assert!(
+        l["evidence"]
+            .as_str()
+            .unwrap()
+            .starts_with("provider retry attempt "),
+        "{l}"
+    );
+    assert_eq!(l["status"], "retry");
+    assert_eq!(
+        l["alert"],
+        Value::Null,
+        "under the bound: recorded, no alert"
+    );
+    sim.wait_idle(&id, None);
+}
+
+fn sim_now() -> i64 {
+    oc_watchdog::cli::now_ms()
+}
+
+#[test]
+fn an_unanswered_permission_prompt_needs_a_person_not_a_stall_alert() {
+    let sim = Sim::shared();
+    let id = start(sim, "ask_bash", Some("asker"));
+    let mut req = String::new();
+    wait_until("the permission request", || {
+        let p = sim.get("/permission");
+        match p
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["sessionID"] == id.as_str())
+        {
+            Some(p) => {
+                req = p["id"].as_str().unwrap().to_string();
+                true
+            }
+            None => false,
+        }
+    });
+    let home = Home::new();
+    let stream = capture(&home, sim, &id);
+    // hours later it still is a person that is needed, not a stall
+    let l = liveness_at(&home, &stream, sim_now() + 3 * 3_600_000, &id);
+    assert_eq!(l["class"], "awaiting_user");
+    assert_eq!(l["alert"], "info");
+    assert_eq!(
+        l["evidence"],
+        "1 permission and 0 question request(s) wait for a person"
+    );
+    http(
+        "POST",
+        &format!("{}/permission/{req}/reply", sim.url),
+        Some(&json!({"reply": "reject"})),
+    );
+    sim.wait_idle(&id, None);
+}
+
+#[test]
+fn a_session_that_stops_with_open_todos_needs_finalization() {
+    let sim = Sim::shared();
+    let ran = sim.run("todo_stop");
+    let home = Home::new();
+    let stream = capture(&home, sim, &ran.id);
+    let l = liveness_at(&home, &stream, sim_now(), &ran.id);
+    assert_eq!(l["class"], "needs_finalization");
+    assert_eq!(
+        l["evidence"],
+        "stopped with 2 todo(s) still pending or in progress"
+    );
+    assert_eq!(l["alert"], "info");
+}
+
+#[test]
+fn an_aborted_session_is_interrupted_naming_the_error_class() {
+    let sim = Sim::shared();
+    let ran = sim.run_with(
+        "abort",
+        Opts {
+            abort_after: Some(Duration::from_secs(2)),
+            ..Opts::default()
+        },
+    );
+    let home = Home::new();
+    let stream = capture(&home, sim, &ran.id);
+    let l = liveness_at(&home, &stream, sim_now(), &ran.id);
+    assert_eq!(l["class"], "interrupted");
+    assert_eq!(
+        l["evidence"],
+        "stopped after an assistant error: MessageAbortedError"
+    );
+}
