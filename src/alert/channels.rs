@@ -218,7 +218,13 @@ pub fn alertmanager(
                 body.push(am_alert(ev, Some(now), Some(Severity::Warning), &host));
                 body.push(am_alert(ev, None, None, &host));
             }
-            (_, e) => body.push(am_alert(ev, *e, None, &host)),
+            (_, e) => {
+                // a critical alert was a warning once: keep that one ended (idempotent)
+                if ev.severity == Severity::Critical && e.is_none() {
+                    body.push(am_alert(ev, Some(now), Some(Severity::Warning), &host));
+                }
+                body.push(am_alert(ev, *e, None, &host))
+            }
         }
     }
     let body = Value::Array(body);

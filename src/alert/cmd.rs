@@ -601,6 +601,9 @@ fn enqueue(tx: &Transaction, chans: &[Chan], ev: &Event, now: i64) -> Result<()>
             }
         } else if ev.severity < c.min {
             ("skipped", format!("below min_severity {}", c.min.as_str()))
+        } else if c.cfg.kind == ChannelType::Alertmanager {
+            // Alertmanager groups, dedups and silences by itself; every transition goes
+            ("pending", String::new())
         } else if last_sent.is_some_and(|t| now - t < c.cfg.rate_limit_secs as i64 * 1000) {
             (
                 "skipped",
@@ -670,7 +673,16 @@ fn deliver_pending(store: &mut Store, chans: &[Chan], now: i64) -> Result<()> {
         }
         let ev: Event = serde_json::from_str(&body).context("stored event")?;
         match deliver(&c.cfg, &ev, now) {
-            Ok(detail) => set(store, "sent", &detail)?,
+            Ok(detail) => {
+                // some peers of an HA pair may be down: logged and recorded, not raised
+                if let Some((_, f)) = detail.split_once("; failed: ") {
+                    eprintln!(
+                        "oc-watchdog: channel={channel} dedup={} state={} partly failed: {f}",
+                        ev.dedup_key, ev.state
+                    );
+                }
+                set(store, "sent", &detail)?
+            }
             Err(e) => {
                 eprintln!(
                     "oc-watchdog: channel={channel} dedup={} state={} delivery failed: {e}",
@@ -714,11 +726,19 @@ fn refresh_alertmanager(store: &Store, chans: &[Chan], now: i64) -> Result<()> {
         if mine.is_empty() {
             continue;
         }
-        if let Err(e) = channels::alertmanager(&c.cfg, &mine, now) {
-            eprintln!(
+        match channels::alertmanager(&c.cfg, &mine, now) {
+            Err(e) => eprintln!(
                 "oc-watchdog: channel={} re-post of open alerts failed: {e}",
                 c.cfg.name
-            );
+            ),
+            Ok(d) => {
+                if let Some((_, f)) = d.split_once("; failed: ") {
+                    eprintln!(
+                        "oc-watchdog: channel={} re-post of open alerts partly failed: {f}",
+                        c.cfg.name
+                    );
+                }
+            }
         }
     }
     Ok(())

@@ -7,6 +7,7 @@ mod support;
 mod alert;
 mod detect;
 mod fixtures;
+mod fleet;
 mod liveness;
 mod readers;
 mod store;
