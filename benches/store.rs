@@ -89,11 +89,17 @@ fn main() {
             let t = T_END - (ticks - i) as i64 * 300_000;
             // sessions come and go: 200 active per tick out of a rolling population
             let base = i / 12 * 50;
-            let mut flagged = 0;
+            let flagged = (0..200).filter(|s| (base + s + i) % 37 == 0).count() as i64;
+            tick.execute(params![
+                i as i64 + 1,
+                t,
+                flagged,
+                if flagged > 0 { "flagged" } else { "ok" }
+            ])
+            .unwrap();
             for s in 0..200 {
                 let sid = base + s;
                 let f = (sid + i) % 37 == 0;
-                flagged += f as i64;
                 v.execute(params![
                     i as i64 + 1,
                     t,
@@ -105,13 +111,6 @@ fn main() {
                 ])
                 .unwrap();
             }
-            tick.execute(params![
-                i as i64 + 1,
-                t,
-                flagged,
-                if flagged > 0 { "flagged" } else { "ok" }
-            ])
-            .unwrap();
         }
         for a in 0..40 {
             c.execute(

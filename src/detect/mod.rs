@@ -39,15 +39,15 @@ pub struct CallIn<'a> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct EditSig {
-    file: u64,
-    old: u64,
-    new: u64,
+    file: u32,
+    old: u32,
+    new: u32,
 }
 
 struct Entry {
     exact: u64,
     target: u64,
-    file: Option<(u64, i64)>,
+    file: Option<(u64, u32)>,
     landed: bool,
     edit: Option<EditSig>,
     t: i64,
@@ -58,8 +58,10 @@ struct Sess {
     meta: Option<Session>,
     window: VecDeque<Entry>,
     exact: IdMap<u32>,
-    /// Per target in the window: count, description, last call index (ties go to the latest).
-    targets: IdMap<(u32, Option<String>, u64)>,
+    /// Per target in the window: count, last call index (ties go to the latest).
+    targets: IdMap<(u32, u32)>,
+    /// Descriptions of targets worked at least twice (a target seen once is nobody's top).
+    tdesc: IdMap<String>,
     /// How many targets have each count, so the top count is kept without a scan.
     count_hist: Vec<u32>,
     top: u32,
@@ -69,7 +71,9 @@ struct Sess {
     files: IdMap<(i64, i64, String)>,
     own_landed: u32,
     /// Exact-call counts since the last landed change, bounded.
-    cum: IdMap<(u32, Option<String>)>,
+    cum: IdMap<u32>,
+    /// Descriptions of exact calls repeated at least once.
+    cdesc: IdMap<String>,
     cum_max: (u32, u64),
     undone: HashSet<EditSig>,
     /// Effective landings: (call index, cost total at that point).
@@ -132,6 +136,9 @@ pub struct Verdict {
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
+
+/// The reasons a session can be flagged for, in the order verdicts list them.
+pub const REASONS: [&str; 5] = ["dup", "top", "slow", "coverage", "short_loop"];
 
 pub struct Detector {
     cfg: DetectorConfig,
@@ -245,7 +252,7 @@ impl Detector {
     /// Takes one call; returns whether the session's flag state changed with it.
     pub fn call(&mut self, c: &CallIn) -> bool {
         let window = self.cfg.window;
-        let cum_cap = (window * 4).max(64);
+        let cum_cap = (window * 2).max(64);
         let keys: Keys = target::keys(c.tool, c.args);
         let si = self.index(c.session);
         let st = &mut self.sessions[si];
@@ -299,7 +306,10 @@ impl Detector {
         let file = match (c.tool, c.file_lines) {
             ("read", Some(n)) if n > 0 => {
                 let path = c.args.get("filePath").and_then(Value::as_str).unwrap_or("");
-                Some((target::hash_str(path), target::lines_requested(c.args, n)))
+                Some((
+                    target::hash_str(path),
+                    target::lines_requested(c.args, n).min(u32::MAX as i64) as u32,
+                ))
             }
             _ => None,
         };
@@ -316,6 +326,7 @@ impl Detector {
                 t.0 -= 1;
                 if t.0 == 0 {
                     st.targets.remove(&old.target);
+                    st.tdesc.remove(&old.target);
                 }
             }
             if old.landed {
@@ -325,7 +336,7 @@ impl Detector {
             }
             if let Some((fh, n)) = old.file {
                 if let Some(f) = st.files.get_mut(&fh) {
-                    f.0 -= n;
+                    f.0 -= n as i64;
                     if f.0 <= 0 {
                         st.files.remove(&fh);
                     }
@@ -339,9 +350,9 @@ impl Detector {
         let calls = st.calls;
         let dir = st.meta.as_ref().and_then(|m| m.directory.as_deref());
         // described only once worked twice: a target seen once is nobody's top target
-        let e = st.targets.entry(keys.target).or_insert((0, None, 0));
+        let e = st.targets.entry(keys.target).or_insert((0, 0));
         e.0 += 1;
-        e.2 = calls;
+        e.1 = calls as u32;
         let cnt = e.0 as usize;
         if st.count_hist.len() <= cnt {
             st.count_hist.resize(cnt + 1, 0);
@@ -349,8 +360,9 @@ impl Detector {
         st.count_hist[cnt - 1] = st.count_hist[cnt - 1].saturating_sub(1);
         st.count_hist[cnt] += 1;
         st.top = st.top.max(e.0);
-        if e.0 == 2 && e.1.is_none() {
-            e.1 = Some(target::describe(c.tool, c.args, dir));
+        if e.0 == 2 && !st.tdesc.contains_key(&keys.target) {
+            st.tdesc
+                .insert(keys.target, target::describe(c.tool, c.args, dir));
         }
         if let (Some((fh, n)), Some(total)) = (file, c.file_lines) {
             let e = st.files.entry(fh).or_insert_with(|| {
@@ -364,7 +376,7 @@ impl Detector {
                 };
                 (0, total, shown.to_string())
             });
-            e.0 += n;
+            e.0 += n as i64;
             e.1 = total;
         }
         if landed {
@@ -377,22 +389,27 @@ impl Detector {
                 st.landings.drain(..32);
             }
             st.cum.clear();
+            st.cdesc.clear();
             st.cum_max = (0, 0);
         } else {
             if st.cum.len() >= cum_cap && !st.cum.contains_key(&keys.exact) {
-                st.cum.retain(|_, v| v.0 > 1);
+                st.cum.retain(|_, v| *v > 1);
                 if st.cum.len() >= cum_cap {
                     st.cum.clear();
                     st.cum_max = (0, 0);
                 }
+                let cum = &st.cum;
+                st.cdesc.retain(|k, _| cum.contains_key(k));
             }
-            let e = st.cum.entry(keys.exact).or_insert((0, None));
-            e.0 += 1;
-            if e.0 == 2 {
-                e.1 = Some(target::describe(c.tool, c.args, dir));
+            let e = st.cum.entry(keys.exact).or_insert(0);
+            *e += 1;
+            let n = *e;
+            if n == 2 {
+                st.cdesc
+                    .insert(keys.exact, target::describe(c.tool, c.args, dir));
             }
-            if e.0 > st.cum_max.0 {
-                st.cum_max = (e.0, keys.exact);
+            if n > st.cum_max.0 {
+                st.cum_max = (n, keys.exact);
             }
         }
         st.window.push_back(Entry {
@@ -446,7 +463,7 @@ impl Detector {
             .values()
             .map(|(lines, total, _)| *lines as f64 / (*total).max(1) as f64)
             .fold(0.0, f64::max);
-        !self.reasons(st, dup, top, slow, coverage).is_empty()
+        self.reasons(st, dup, top, slow, coverage) != 0
     }
 
     /// Applies the rules to a session's current window, with the signals that decided.
@@ -455,12 +472,12 @@ impl Detector {
         let dup = (st.window.len() - st.exact.len()) as f64 / n as f64;
         let (top, top_target) = st
             .targets
-            .values()
-            .max_by_key(|v| (v.0, v.2))
-            .map(|v| (v.0, v.1.clone()))
+            .iter()
+            .max_by_key(|(_, v)| (v.0, v.1))
+            .map(|(k, v)| (v.0, st.tdesc.get(k).cloned()))
             .unwrap_or((0, None));
         let (slow, slow_call) = match st.cum.get(&st.cum_max.1) {
-            Some(v) if st.cum_max.0 > 0 => (v.0, v.1.clone()),
+            Some(&n) if st.cum_max.0 > 0 => (n, st.cdesc.get(&st.cum_max.1).cloned()),
             _ => (0, None),
         };
         let (coverage, coverage_file) = st
@@ -470,7 +487,13 @@ impl Detector {
             .max_by(|a, b| a.0.total_cmp(&b.0))
             .map(|(c, f)| (c, Some(f.clone())))
             .unwrap_or((0.0, None));
-        let reasons = self.reasons(st, dup, top, slow, coverage);
+        let bits = self.reasons(st, dup, top, slow, coverage);
+        let reasons: Vec<&'static str> = REASONS
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| bits & (1 << i) != 0)
+            .map(|(_, r)| *r)
+            .collect();
         let signals = Signals {
             dup: round3(dup),
             top,
@@ -483,51 +506,33 @@ impl Detector {
         (!reasons.is_empty(), reasons, signals)
     }
 
-    fn reasons(
-        &self,
-        st: &Sess,
-        dup: f64,
-        top: u32,
-        slow: u32,
-        coverage: f64,
-    ) -> Vec<&'static str> {
+    /// The rules, as a bit set over [`REASONS`] (no allocation: this runs at every call).
+    fn reasons(&self, st: &Sess, dup: f64, top: u32, slow: u32, coverage: f64) -> u8 {
         let cfg = &self.cfg;
-        let ro = self.is_read_only(st);
-        let landed = Self::landed_in_window(st);
         let big = st.calls >= cfg.min_calls as u64;
-        let mut reasons = Vec::new();
-        if ro {
-            if top >= cfg.top_min_ro as u32 {
-                reasons.push("top");
+        let mut r = 0u8;
+        let mut set = |i: usize, on: bool| {
+            if on {
+                r |= 1 << i;
             }
-            if slow >= cfg.cum_min as u32 {
-                reasons.push("slow");
-            }
-            if big && coverage > cfg.cover_min {
-                reasons.push("coverage");
-            }
-        } else if !landed {
-            if big && dup >= cfg.dup_min {
-                reasons.push("dup");
-            }
-            if top >= cfg.top_min as u32 {
-                reasons.push("top");
-            }
-            if slow >= cfg.cum_min as u32 {
-                reasons.push("slow");
-            }
-            if big && coverage > cfg.cover_min {
-                reasons.push("coverage");
-            }
-            if !big
-                && top >= cfg.short_top_min as u32
-                && top as f64 / st.calls as f64 >= cfg.short_share_min
-                && !reasons.contains(&"top")
-            {
-                reasons.push("short_loop");
-            }
+        };
+        if self.is_read_only(st) {
+            set(1, top >= cfg.top_min_ro as u32);
+            set(2, slow >= cfg.cum_min as u32);
+            set(3, big && coverage > cfg.cover_min);
+        } else if !Self::landed_in_window(st) {
+            set(0, big && dup >= cfg.dup_min);
+            set(1, top >= cfg.top_min as u32);
+            set(2, slow >= cfg.cum_min as u32);
+            set(3, big && coverage > cfg.cover_min);
+            set(
+                4,
+                !big && top < cfg.top_min as u32
+                    && top >= cfg.short_top_min as u32
+                    && top as f64 / st.calls as f64 >= cfg.short_share_min,
+            );
         }
-        reasons
+        r
     }
 
     /// The verdict on one session now.
@@ -614,7 +619,12 @@ fn edit_sig(c: &CallIn) -> Option<EditSig> {
     if c.tool != "edit" {
         return None;
     }
-    let s = |k: &str| c.args.get(k).and_then(Value::as_str).map(target::hash_str);
+    let s = |k: &str| {
+        c.args
+            .get(k)
+            .and_then(Value::as_str)
+            .map(|v| target::hash_str(v) as u32)
+    };
     Some(EditSig {
         file: s("filePath")?,
         old: s("oldString")?,

@@ -17,11 +17,22 @@ impl Alertmanager {
     fn start() -> Alertmanager {
         let dir = tempfile::tempdir().unwrap();
         let cfg = dir.path().join("am.yml");
-        std::fs::write(&cfg, "route:\n  receiver: \"null\"\nreceivers:\n  - name: \"null\"\n").unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        std::fs::write(
+            &cfg,
+            "route:\n  receiver: \"null\"\nreceivers:\n  - name: \"null\"\n",
+        )
+        .unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let child = Command::new("prometheus-alertmanager")
             .arg(format!("--config.file={}", cfg.display()))
-            .arg(format!("--storage.path={}", dir.path().join("data").display()))
+            .arg(format!(
+                "--storage.path={}",
+                dir.path().join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--cluster.listen-address=")
             .stdout(Stdio::null())
@@ -31,10 +42,17 @@ impl Alertmanager {
         let url = format!("http://127.0.0.1:{port}");
         let t0 = Instant::now();
         while ureq::get(&format!("{url}/-/ready")).call().is_err() {
-            assert!(t0.elapsed() < Duration::from_secs(20), "alertmanager did not start");
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "alertmanager did not start"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
-        Alertmanager { url, child, _dir: dir }
+        Alertmanager {
+            url,
+            child,
+            _dir: dir,
+        }
     }
 
     /// The alerts Alertmanager holds (active, not resolved), as its API returns them.
@@ -68,7 +86,11 @@ fn verdict(root: &str, flagged: bool) -> String {
 #[test]
 fn alertmanager_sees_trigger_escalate_and_resolve_and_one_dead_peer_does_not_matter() {
     let am = Alertmanager::start();
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let home = Home::new();
     let metrics = home.join("oc-watchdog.prom");
     let cfg = home.join("wd.toml");
@@ -90,29 +112,55 @@ fn alertmanager_sees_trigger_escalate_and_resolve_and_one_dead_peer_does_not_mat
         let s = home
             .cmd("wd-store")
             .args(["--db", &db, "--config", &cfg, "--now", &now, "tick"])
-            .stdin(format!("{{\"kind\":\"source\",\"source\":\"http://x\",\"sessions\":1}}\n{}\n", verdict("ses_fleet", flagged)))
+            .stdin(format!(
+                "{{\"kind\":\"source\",\"source\":\"http://x\",\"sessions\":1}}\n{}\n",
+                verdict("ses_fleet", flagged)
+            ))
             .run();
-        let a = home.cmd("wd-alert").args(["--db", &db, "--config", &cfg, "--now", &now]).stdin(s.stdout()).run();
+        let a = home
+            .cmd("wd-alert")
+            .args(["--db", &db, "--config", &cfg, "--now", &now])
+            .stdin(s.stdout())
+            .run();
         a.ok();
         a
     };
     let mine = || -> Vec<Value> {
-        am.alerts().into_iter().filter(|a| a["labels"]["root_session"] == "ses_fleet").collect()
+        am.alerts()
+            .into_iter()
+            .filter(|a| a["labels"]["root_session"] == "ses_fleet")
+            .collect()
     };
     let r = tick(true);
-    assert!(r.stderr().contains("failed: POST http://127.0.0.1:"), "the dead peer is logged: {}", r.story());
+    assert!(
+        r.stderr().contains("failed: POST http://127.0.0.1:"),
+        "the dead peer is logged: {}",
+        r.story()
+    );
     let a = mine();
     assert_eq!(a.len(), 1, "{a:?}");
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string();
     assert_eq!(
         a[0]["labels"],
         json!({"alertname": "OpencodeLoop", "severity": "warning", "host": host, "root_session": "ses_fleet",
                "agent": "build", "model": "sim/sim-model"})
     );
     assert_eq!(a[0]["status"]["state"], "active");
-    assert_eq!(a[0]["annotations"]["summary"], "opencode loop: build repeats read src/a.js");
-    assert!(a[0]["annotations"]["description"].as_str().unwrap().contains("\"calls_since_landed\":41"));
-    assert_eq!(a[0]["generatorURL"], "http://127.0.0.1:8080/loops#ses_fleet");
+    assert_eq!(
+        a[0]["annotations"]["summary"],
+        "opencode loop: build repeats read src/a.js"
+    );
+    assert!(a[0]["annotations"]["description"]
+        .as_str()
+        .unwrap()
+        .contains("\"calls_since_landed\":41"));
+    assert_eq!(
+        a[0]["generatorURL"],
+        "http://127.0.0.1:8080/loops#ses_fleet"
+    );
     let first_update = a[0]["updatedAt"].clone();
     // flagged ticks re-post the open alert (Alertmanager would time it out otherwise)
     std::thread::sleep(Duration::from_millis(50));
@@ -131,13 +179,23 @@ fn alertmanager_sees_trigger_escalate_and_resolve_and_one_dead_peer_does_not_mat
     assert_eq!(mine(), Vec::<Value>::new());
     let failed: i64 = rusqlite::Connection::open(&db)
         .unwrap()
-        .query_row("SELECT count(*) FROM deliveries WHERE status = 'failed'", [], |r| r.get(0))
+        .query_row(
+            "SELECT count(*) FROM deliveries WHERE status = 'failed'",
+            [],
+            |r| r.get(0),
+        )
         .unwrap();
     assert_eq!(failed, 0, "one peer up is a delivery");
     // the metrics file the tick wrote passes the real promtool
     let text = std::fs::read_to_string(&metrics).unwrap();
-    assert!(text.contains("ocwatchdog_ticks_total{outcome=\"flagged\"} 4"), "{text}");
-    assert!(text.contains("ocwatchdog_open_alerts{severity=\"critical\"} 0"), "{text}");
+    assert!(
+        text.contains("ocwatchdog_ticks_total{outcome=\"flagged\"} 4"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ocwatchdog_open_alerts{severity=\"critical\"} 0"),
+        "{text}"
+    );
     let mut p = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
