@@ -72,8 +72,6 @@ impl Drop for Alertmanager {
     }
 }
 
-const T0: i64 = 1_796_000_000_000;
-
 fn verdict(root: &str, flagged: bool) -> String {
     json!({"kind": "verdict", "session": root, "root": root, "agent": "build", "model": "sim/sim-model",
            "flagged": flagged, "reasons": if flagged { vec!["top"] } else { vec![] },
