@@ -132,6 +132,8 @@ pub struct LivenessConfig {
     pub tool_grace_secs: u64,
     pub retry_attempts_max: u64,
     pub retry_secs_max: u64,
+    /// Send one neutral continuation prompt into a stalled or unfinished session (off).
+    pub nudge: bool,
 }
 
 impl Default for LivenessConfig {
@@ -142,6 +144,7 @@ impl Default for LivenessConfig {
             tool_grace_secs: 60,
             retry_attempts_max: 5,
             retry_secs_max: 900,
+            nudge: false,
         }
     }
 }

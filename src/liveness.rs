@@ -241,6 +241,24 @@ pub fn classify(ev: &Evidence, act: Option<&Activity>, now: i64, cfg: &LivenessC
     live("idle", silence, ev, "idle, nothing pending".into(), None)
 }
 
+/// The version of the continuation prompt; part of every nudge's action id.
+pub const NUDGE_VERSION: &str = "v1";
+
+/// The neutral, versioned continuation prompt for a stalled or unfinished session. It states
+/// only what was observed, asks for a check of the todo list and the working tree, and for the
+/// work to be finished or the reason it cannot be; it blames nobody and claims nothing.
+pub fn nudge_prompt(class: &str, evidence: &str) -> String {
+    let what = match class {
+        "stalled" => "this session has been busy without new output",
+        _ => "this session stopped while its todo list still has open items",
+    };
+    format!(
+        "[oc-watchdog nudge {NUDGE_VERSION}] Observed by the local watchdog: {what} ({evidence}). \
+         Please check your todo list and the working tree, do not repeat actions that already \
+         took effect, and either finish the remaining work or say briefly why you cannot."
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -305,6 +305,7 @@ fn lifecycle(
     let chans = effective_channels(store, cfg)?;
     let tx = store.write()?;
     let mut events = Vec::new();
+    let mut nudges: Vec<Nudge> = Vec::new();
     for d in decisions {
         match d {
             Decision::Trigger { root } => {
@@ -430,6 +431,33 @@ fn lifecycle(
                 };
                 let key = live_key(kind, &session);
                 let title = format!("opencode {agent} session {what}");
+                if cfg.liveness.nudge && matches!(kind, "stalled" | "unfinished") {
+                    // one prompt per alert episode: recorded here, in the transaction that opens
+                    // the alert, before anything is sent; a rerun finds the row and sends nothing
+                    let class = l
+                        .get("class")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string();
+                    let action = crate::scrub::hash_str(&format!(
+                        "{session}|{class}|{now}|{}",
+                        crate::liveness::NUDGE_VERSION
+                    ));
+                    let prompt = crate::liveness::nudge_prompt(&class, &evidence);
+                    let fresh = tx.execute(
+                        "INSERT OR IGNORE INTO actions (action_id, session, observation, prompt, t, status)
+                         VALUES (?1, ?2, ?3, ?4, ?5, 'sending')",
+                        params![action, session, class, crate::liveness::NUDGE_VERSION, now],
+                    )? == 1;
+                    if fresh {
+                        nudges.push(Nudge {
+                            action,
+                            session: session.clone(),
+                            source: v.source.clone(),
+                            prompt,
+                        });
+                    }
+                }
                 let mut details = serde_json::Map::new();
                 details.insert("session".into(), json!(session));
                 details.insert("root".into(), json!(v.root()));
@@ -528,7 +556,48 @@ fn lifecycle(
         params![now - 30 * 86_400_000],
     )?;
     tx.commit()?;
+    for n in nudges {
+        send_nudge(store, &n)?;
+    }
     Ok(events)
+}
+
+/// A continuation prompt decided this tick, already recorded as `sending`.
+struct Nudge {
+    action: String,
+    session: String,
+    source: Option<String>,
+    prompt: String,
+}
+
+/// Sends a recorded nudge into its session (opencode's `POST /session/{id}/prompt_async`) and
+/// records the outcome. Never retried: at most once per action id.
+fn send_nudge(store: &mut Store, n: &Nudge) -> Result<()> {
+    let result = match n.source.as_deref() {
+        Some(url) if url.starts_with("http") => crate::opencode::Client::new(url)
+            .post(
+                &format!("/session/{}/prompt_async", n.session),
+                &json!({"parts": [{"type": "text", "text": n.prompt}]}),
+            )
+            .map(|code| format!("HTTP {code}"))
+            .map_err(|e| format!("{e:#}")),
+        _ => Err("the session was read from a database: no server to send to".into()),
+    };
+    let (status, detail) = match &result {
+        Ok(d) => ("sent", d.clone()),
+        Err(e) => ("failed", e.clone()),
+    };
+    eprintln!(
+        "oc-watchdog: nudge session={} action={} status={status} {detail}",
+        n.session, n.action
+    );
+    let tx = store.write()?;
+    tx.execute(
+        "UPDATE actions SET status = ?2, detail = ?3 WHERE action_id = ?1",
+        params![n.action, status, detail],
+    )?;
+    tx.commit()?;
+    Ok(())
 }
 
 fn record_opinion(

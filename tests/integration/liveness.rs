@@ -253,3 +253,108 @@ fn an_aborted_session_is_interrupted_naming_the_error_class() {
         "stopped after an assistant error: MessageAbortedError"
     );
 }
+
+#[test]
+fn the_nudge_is_sent_once_and_only_when_switched_on() {
+    let sim = Sim::shared();
+    let ran = sim.run("todo_stop");
+    let home = Home::new();
+    let db = home.join("wd.db").display().to_string();
+    let on = home.join("on.toml");
+    std::fs::write(&on, "[liveness]\nnudge = true\n").unwrap();
+    let tick = |cfg: Option<&std::path::Path>| {
+        let stream = capture(&home, sim, &ran.id);
+        let mut args = vec!["--db".to_string(), db.clone()];
+        if let Some(c) = cfg {
+            args.extend(["--config".to_string(), c.display().to_string()]);
+        }
+        let v = home.cmd("progress-detect").stdin(stream).run();
+        let t = home
+            .cmd("wd-store")
+            .args(&args)
+            .args(["tick"])
+            .stdin(v.stdout())
+            .run();
+        let a = home.cmd("wd-alert").args(&args).stdin(t.stdout()).run();
+        a.ok();
+        (t.stdout(), a)
+    };
+    let nudges = || -> Vec<String> {
+        sim.get(&format!("/session/{}/message", ran.id))
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["info"]["role"] == "user")
+            .flat_map(|m| m["parts"].as_array().unwrap().clone())
+            .filter_map(|p| p["text"].as_str().map(String::from))
+            .filter(|t| t.starts_with("[oc-watchdog nudge"))
+            .collect()
+    };
+    // off by default: the alert, no prompt
+    let (_, a) = tick(None);
+    assert_eq!(
+        a.records()[0]["dedup_key"],
+        format!("opencode-unfinished:{}", ran.id)
+    );
+    assert!(!a.stderr().contains("nudge"), "{}", a.story());
+    assert_eq!(nudges().len(), 0);
+    // switched on, for a new alert episode on another database
+    let db2 = home.join("wd2.db").display().to_string();
+    let tick2 = || {
+        let stream = capture(&home, sim, &ran.id);
+        let args = [
+            "--db".to_string(),
+            db2.clone(),
+            "--config".into(),
+            on.display().to_string(),
+        ];
+        let v = home.cmd("progress-detect").stdin(stream).run();
+        let t = home
+            .cmd("wd-store")
+            .args(&args)
+            .args(["tick"])
+            .stdin(v.stdout())
+            .run();
+        let a = home.cmd("wd-alert").args(&args).stdin(t.stdout()).run();
+        a.ok();
+        (t.stdout(), a)
+    };
+    let (input, a) = tick2();
+    assert!(
+        a.stderr()
+            .contains(&format!("oc-watchdog: nudge session={} ", ran.id)),
+        "{}",
+        a.story()
+    );
+    assert!(a.stderr().contains("status=sent HTTP 204"), "{}", a.story());
+    sim.wait_idle(&ran.id, None);
+    assert_eq!(
+        nudges(),
+        ["[oc-watchdog nudge v1] Observed by the local watchdog: this session stopped while its todo \
+          list still has open items (stopped with 2 todo(s) still pending or in progress). Please check \
+          your todo list and the working tree, do not repeat actions that already took effect, and \
+          either finish the remaining work or say briefly why you cannot."]
+    );
+    // the same tick again, and the next tick: nothing more is sent
+    let again = home
+        .cmd("wd-alert")
+        .args(["--db", &db2, "--config", on.to_str().unwrap()])
+        .stdin(input)
+        .run();
+    again.ok();
+    let (_, a) = tick2();
+    assert!(!a.stderr().contains("nudge"), "{}", a.story());
+    sim.wait_idle(&ran.id, None);
+    assert_eq!(nudges().len(), 1);
+    let rows: Vec<String> = {
+        let c = rusqlite::Connection::open(&db2).unwrap();
+        let mut st = c
+            .prepare("SELECT observation || ':' || status FROM actions")
+            .unwrap();
+        st.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(rows, ["needs_finalization:sent"]);
+}
