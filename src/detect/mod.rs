@@ -45,8 +45,6 @@ struct EditSig {
 }
 
 struct Entry {
-    exact: u64,
-    target: u64,
     file: Option<(u64, u32)>,
     landed: bool,
     edit: Option<EditSig>,
@@ -57,9 +55,12 @@ struct Entry {
 struct Sess {
     meta: Option<Session>,
     window: VecDeque<Entry>,
-    exact: IdMap<u32>,
-    /// Per target in the window: count, last call index (ties go to the latest).
-    targets: IdMap<(u32, u32)>,
+    /// The window's exact-call and target keys, apart from `window` so a scan over them reads
+    /// a few contiguous cache lines (cheaper than hash probes across thousands of sessions).
+    ex: VecDeque<u64>,
+    tg: VecDeque<u64>,
+    /// Distinct exact calls in the window.
+    distinct: u32,
     /// Descriptions of targets worked at least twice (a target seen once is nobody's top).
     tdesc: IdMap<String>,
     /// How many targets have each count, so the top count is kept without a scan.
@@ -168,8 +169,8 @@ impl Detector {
         let w = self.cfg.window;
         self.sessions.push(Sess {
             window: VecDeque::with_capacity(w),
-            exact: IdMap::with_capacity_and_hasher(w, Default::default()),
-            targets: IdMap::with_capacity_and_hasher(w, Default::default()),
+            ex: VecDeque::with_capacity(w),
+            tg: VecDeque::with_capacity(w),
             count_hist: vec![0; w + 2],
             ..Sess::default()
         });
@@ -315,19 +316,20 @@ impl Detector {
         };
         if st.window.len() == window {
             let old = st.window.pop_front().unwrap();
-            dec(&mut st.exact, old.exact);
-            if let Some(t) = st.targets.get_mut(&old.target) {
-                let cnt = t.0 as usize;
-                st.count_hist[cnt] -= 1;
-                st.count_hist[cnt - 1] += 1;
-                if st.top as usize == cnt && st.count_hist[cnt] == 0 {
-                    st.top -= 1;
-                }
-                t.0 -= 1;
-                if t.0 == 0 {
-                    st.targets.remove(&old.target);
-                    st.tdesc.remove(&old.target);
-                }
+            let k0 = st.ex.pop_front().unwrap();
+            if !st.ex.contains(&k0) {
+                st.distinct -= 1;
+            }
+            let t0 = st.tg.pop_front().unwrap();
+            // its count went from cnt to cnt - 1
+            let cnt = st.tg.iter().filter(|&&t| t == t0).count() + 1;
+            st.count_hist[cnt] -= 1;
+            st.count_hist[cnt - 1] += 1;
+            if st.top as usize == cnt && st.count_hist[cnt] == 0 {
+                st.top -= 1;
+            }
+            if cnt == 1 {
+                st.tdesc.remove(&t0);
             }
             if old.landed {
                 if let Some(sig) = old.edit {
@@ -346,21 +348,21 @@ impl Detector {
                 st.own_landed -= 1;
             }
         }
-        *st.exact.entry(keys.exact).or_insert(0) += 1;
-        let calls = st.calls;
+        if !st.ex.contains(&keys.exact) {
+            st.distinct += 1;
+        }
+        st.ex.push_back(keys.exact);
         let dir = st.meta.as_ref().and_then(|m| m.directory.as_deref());
-        // described only once worked twice: a target seen once is nobody's top target
-        let e = st.targets.entry(keys.target).or_insert((0, 0));
-        e.0 += 1;
-        e.1 = calls as u32;
-        let cnt = e.0 as usize;
+        let cnt = st.tg.iter().filter(|&&t| t == keys.target).count() + 1;
+        st.tg.push_back(keys.target);
         if st.count_hist.len() <= cnt {
             st.count_hist.resize(cnt + 1, 0);
         }
         st.count_hist[cnt - 1] = st.count_hist[cnt - 1].saturating_sub(1);
         st.count_hist[cnt] += 1;
-        st.top = st.top.max(e.0);
-        if e.0 == 2 && !st.tdesc.contains_key(&keys.target) {
+        st.top = st.top.max(cnt as u32);
+        // described only once worked twice: a target seen once is nobody's top target
+        if cnt == 2 && !st.tdesc.contains_key(&keys.target) {
             st.tdesc
                 .insert(keys.target, target::describe(c.tool, c.args, dir));
         }
@@ -413,8 +415,6 @@ impl Detector {
             }
         }
         st.window.push_back(Entry {
-            exact: keys.exact,
-            target: keys.target,
             file,
             landed,
             edit,
@@ -455,7 +455,7 @@ impl Detector {
     /// The flag decision alone, cheap enough for every call.
     fn flagged(&self, st: &Sess) -> bool {
         let n = st.window.len().max(1);
-        let dup = (st.window.len() - st.exact.len()) as f64 / n as f64;
+        let dup = (st.window.len() - st.distinct as usize) as f64 / n as f64;
         let top = st.top;
         let slow = st.cum_max.0;
         let coverage = st
@@ -469,11 +469,17 @@ impl Detector {
     /// Applies the rules to a session's current window, with the signals that decided.
     fn judge(&self, st: &Sess) -> (bool, Vec<&'static str>, Signals) {
         let n = st.window.len().max(1);
-        let dup = (st.window.len() - st.exact.len()) as f64 / n as f64;
-        let (top, top_target) = st
-            .targets
+        let dup = (st.window.len() - st.distinct as usize) as f64 / n as f64;
+        // (count, last position) per target; ties go to the latest
+        let mut counts: IdMap<(u32, usize)> = IdMap::default();
+        for (i, t) in st.tg.iter().enumerate() {
+            let e = counts.entry(*t).or_insert((0, 0));
+            e.0 += 1;
+            e.1 = i;
+        }
+        let (top, top_target) = counts
             .iter()
-            .max_by_key(|(_, v)| (v.0, v.1))
+            .max_by_key(|(_, v)| **v)
             .map(|(k, v)| (v.0, st.tdesc.get(k).cloned()))
             .unwrap_or((0, None));
         let (slow, slow_call) = match st.cum.get(&st.cum_max.1) {
@@ -606,15 +612,6 @@ fn dec_sig(m: &mut HashMap<EditSig, u32>, k: EditSig) {
     }
 }
 
-fn dec(m: &mut IdMap<u32>, k: u64) {
-    if let Some(v) = m.get_mut(&k) {
-        *v -= 1;
-        if *v == 0 {
-            m.remove(&k);
-        }
-    }
-}
-
 fn edit_sig(c: &CallIn) -> Option<EditSig> {
     if c.tool != "edit" {
         return None;
@@ -689,7 +686,13 @@ mod tests {
             let file = format!("/f{}", (x >> 33) % 9);
             f.call("s", "read", json!({ "filePath": file }), false, Some(100));
             let st = f.d.get("s").unwrap();
-            let recount = st.targets.values().map(|v| v.0).max().unwrap_or(0);
+            let mut counts = std::collections::HashMap::new();
+            for t in &st.tg {
+                *counts.entry(*t).or_insert(0u32) += 1;
+            }
+            let recount = counts.values().copied().max().unwrap_or(0);
+            let distinct = st.ex.iter().collect::<std::collections::HashSet<_>>().len();
+            assert_eq!(st.distinct as usize, distinct);
             assert_eq!(st.top, recount);
         }
     }
