@@ -183,6 +183,8 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let mut http: HashMap<String, Reader> = HashMap::new();
     let mut dbs: HashMap<String, Reader> = HashMap::new();
     let mut bad = false;
+    let progress = Progress::new(usize::MAX);
+    let mut read = 0usize;
     for_each_line(&[], stdin, |name, n, line| {
         c.out.line(line)?;
         let kind = match kind_of(line) {
@@ -223,15 +225,19 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
             }
             &dbs[&src]
         };
+        progress.show(read);
+        read += 1;
         c.emit(reader, &s.id)
     })?;
+    progress.done();
     if bad {
         c.code = Exit::Error;
     }
     Ok(c.code)
 }
 
-/// `oc-calls: 12/50 sessions` on stderr, only when stderr is a terminal and there are many.
+/// `oc-calls: 12/50 sessions` on stderr, only when stderr is a terminal and there are many
+/// (`usize::MAX` for "unknown": sessions from stdin are counted as they come).
 struct Progress {
     total: usize,
     on: bool,
@@ -245,7 +251,9 @@ impl Progress {
         }
     }
     fn show(&self, i: usize) {
-        if self.on {
+        if self.on && self.total == usize::MAX {
+            eprint!("\roc-calls: {} sessions", i + 1);
+        } else if self.on {
             eprint!("\roc-calls: {}/{} sessions", i + 1, self.total);
         }
     }

@@ -87,8 +87,8 @@ tick reads   verdict, source and blind records; passes every line through, then 
 queries      status, loop, verdict_row, rollup, channel records (JSONL), or --format table|csv",
         examples: "\
 $ wd-store loops --format table
-severity  dedup_key                                     opened               flagged_ticks  agent    model          top_target                   calls_since_landed  cost_since_landed
-warning   opencode-loop:ses_dd1a863eeffeaX5bvn47BhPUH2  2026-11-30 21:24:12  1              build    sim/sim-model  bash python3 tools/check.py  16                  0.051007
+severity  dedup_key                                     opened               flagged_ticks  agent    model          top_target                   calls_since_landed  cost_since_landed  opinion  last_sent  title
+warning   opencode-loop:ses_dd1a863eeffeaX5bvn47BhPUH2  2026-11-30 21:24:12  1              build    sim/sim-model  bash python3 tools/check.py  16                  0.051007                               opencode loop: build repeats bash python3 tools/check.py
 $ wd-store rollup --by model --since 1h --format table
 model          sessions  share_of_sessions  flagged_sessions  share_of_flagged
 sim/sim-model  5         1.0                2                 1.0",

@@ -478,8 +478,13 @@ fn loops(store: &Store, format: Format, out: &mut Out) -> Result<Exit> {
         store,
         "loop",
         "SELECT severity, dedup_key, opened, flagged_ticks, agent, model, top_target, calls_since_landed,
-                cost_since_landed, opinion, title
-         FROM alerts WHERE state = 'open' ORDER BY severity = 'critical' DESC, opened",
+                cost_since_landed, opinion,
+                -- the last event each channel was sent for this alert (SQLite takes the row of max())
+                (SELECT group_concat(channel || ':' || state, ' ')
+                   FROM (SELECT d.channel, e.state, max(e.id) FROM deliveries d JOIN events e ON e.id = d.event
+                         WHERE e.dedup_key = a.dedup_key AND d.status = 'sent' GROUP BY d.channel)) AS last_sent,
+                title
+         FROM alerts a WHERE state = 'open' ORDER BY severity = 'critical' DESC, opened",
         &[],
     )?
     .print(format, out)?;

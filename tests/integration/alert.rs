@@ -154,6 +154,7 @@ fn lifecycle_triggers_once_escalates_once_and_resolves_on_a_real_desktop() {
     assert_eq!(l["top_target"], "read src/a.js");
     assert_eq!(l["calls_since_landed"], 41);
     assert_eq!(l["cost_since_landed"], 0.37);
+    assert_eq!(l["last_sent"], "desk:trigger");
     // two quiet ticks: still flagged, nothing sent
     for k in 1..=2 {
         let (_, r) = rig.tick(T0 + k * MIN5, std::slice::from_ref(&looping), &env);
