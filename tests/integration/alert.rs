@@ -546,3 +546,120 @@ fn unknown_channel_type_fails_config_load_naming_it() {
         "{e}"
     );
 }
+
+#[test]
+fn a_resolve_that_could_not_be_delivered_or_was_cut_off_by_a_crash_is_never_lost() {
+    let stub = Stub::start();
+    stub.route("POST /hook", Reply::Json(200, "{}".into()));
+    let rig = Rig::new(&format!(
+        "[[channels]]\nname = \"hook\"\ntype = \"webhook\"\nurl = \"{}/hook\"\ntimeout_secs = 1\n",
+        stub.url
+    ));
+    rig.tick(T0, &[verdict("ses_r", "ses_r", true)], &[]).1.ok();
+    // the receiver is down when the loop stops: the resolve fails, is recorded, not raised
+    stub.route(
+        "POST /hook",
+        Reply::Json(503, "{\"error\":\"down\"}".into()),
+    );
+    let (_, r) = rig.tick(T0 + MIN5, &[verdict("ses_r", "ses_r", false)], &[]);
+    r.ok();
+    assert_eq!(states(&r), [("resolve".into(), "info".into())]);
+    let rows: Vec<String> = rig.query("SELECT status FROM deliveries ORDER BY event");
+    assert_eq!(rows, ["sent", "failed"]);
+    // back up: the next run delivers the resolve it still owes
+    stub.route("POST /hook", Reply::Json(200, "{}".into()));
+    rig.tick(T0 + 2 * MIN5, &[verdict("ses_r", "ses_r", false)], &[])
+        .1
+        .ok();
+    let bodies: Vec<Value> = stub
+        .requests()
+        .iter()
+        .map(|r| serde_json::from_str(&r.body).unwrap())
+        .collect();
+    let states: Vec<&str> = bodies
+        .iter()
+        .map(|b| b["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        states,
+        ["trigger", "resolve", "resolve"],
+        "one failed attempt, then delivered"
+    );
+    let rows: Vec<String> = rig.query("SELECT status FROM deliveries ORDER BY event");
+    assert_eq!(rows, ["sent", "sent"]);
+
+    // a crash between recording and sending: the run is killed while a channel hangs
+    stub.route("POST /hook", Reply::Hang);
+    let mut input =
+        String::from("{\"kind\":\"source\",\"source\":\"http://127.0.0.1:4096\",\"sessions\":1}\n");
+    input += &verdict("ses_c", "ses_c", true);
+    input += "\n";
+    let stored = rig
+        .home
+        .cmd("wd-store")
+        .args([
+            "--db",
+            &rig.db(),
+            "--config",
+            &rig.cfg,
+            "--now",
+            &(T0 + 3 * MIN5).to_string(),
+            "tick",
+        ])
+        .stdin(input)
+        .run();
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("wd-alert"))
+        .args([
+            "--db",
+            &rig.db(),
+            "--config",
+            &rig.cfg,
+            "--now",
+            &(T0 + 3 * MIN5).to_string(),
+        ])
+        .env("XDG_CONFIG_HOME", rig.home.join(".config"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stored.stdout().as_bytes())
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while stub
+        .requests()
+        .iter()
+        .filter(|r| r.body.contains("ses_c"))
+        .count()
+        == 0
+    {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let pending: Vec<String> = rig.query("SELECT status FROM deliveries d JOIN events e ON e.id = d.event WHERE e.dedup_key = 'opencode-loop:ses_c'");
+    assert_eq!(
+        pending,
+        ["pending"],
+        "decided and recorded before the send began"
+    );
+    // the next run sends what is owed: at worst one repeat, with the same dedup key
+    stub.route("POST /hook", Reply::Json(200, "{}".into()));
+    rig.tick(T0 + 4 * MIN5, &[verdict("ses_c", "ses_c", true)], &[])
+        .1
+        .ok();
+    let sent: Vec<String> = rig.query("SELECT status FROM deliveries d JOIN events e ON e.id = d.event WHERE e.dedup_key = 'opencode-loop:ses_c'");
+    assert_eq!(sent, ["sent"]);
+    let triggers = stub
+        .requests()
+        .iter()
+        .filter(|r| r.body.contains("\"dedup_key\":\"opencode-loop:ses_c\""))
+        .count();
+    assert_eq!(triggers, 2, "the cut-off attempt and its one repeat");
+}
