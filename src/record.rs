@@ -79,6 +79,19 @@ pub struct Blind {
     pub reason: String,
 }
 
+impl Blind {
+    /// Reads a `blind` line leniently: a missing field reads `?`, because a blind record that is
+    /// itself malformed still means the tick could not see.
+    pub fn read(line: &str) -> Blind {
+        let v: Value = serde_json::from_str(line).unwrap_or_default();
+        let field = |k: &str| v[k].as_str().unwrap_or("?").to_string();
+        Blind {
+            source: field("source"),
+            reason: field("reason"),
+        }
+    }
+}
+
 /// `{"kind":"source", ...}`: one opencode source that answered (a server or a database).
 /// Lets later stages tell "no opencode" from "opencode with nothing to judge".
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::cli::{for_each_line, now_ms, Exit, Out};
 use crate::config::{ChannelConfig, ChannelType, Config, Severity};
-use crate::record::kind_of;
+use crate::record::{kind_of, Blind};
 use crate::store::Store;
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -128,12 +128,9 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
                 }
             },
             Some("blind") => {
-                let v: Value = serde_json::from_str(line)?;
+                let b = Blind::read(line);
                 hasher.push(line);
-                tick.blind.push((
-                    v["source"].as_str().unwrap_or("?").to_string(),
-                    v["reason"].as_str().unwrap_or("?").to_string(),
-                ));
+                tick.blind.push((b.source, b.reason));
             }
             Some("source") => {
                 let v: Value = serde_json::from_str(line)?;
@@ -161,8 +158,9 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         None => format!("input:{}", hasher.finish()),
     };
     let r = (|| -> Result<Vec<Event>> {
-        let events = lifecycle(&mut store, &cfg, &tick, &key, tick_id, now)?;
+        // channel settings are read once per run, for deciding and for delivering
         let chans = effective_channels(&store, &cfg)?;
+        let events = lifecycle(&mut store, &cfg, &chans, &tick, &key, tick_id, now)?;
         deliver_pending(&mut store, &chans, now)?;
         refresh_alertmanager(&store, &chans, now)?;
         if let Some(p) = &cfg.store.metrics_file {
@@ -261,6 +259,7 @@ fn loop_event(
 fn lifecycle(
     store: &mut Store,
     cfg: &Config,
+    chans: &[Chan],
     tick: &TickView,
     key: &str,
     tick_id: Option<i64>,
@@ -302,7 +301,6 @@ fn lifecycle(
         &asks.iter().map(|a| a.1.clone()).collect::<Vec<_>>(),
     );
     let opinions: HashMap<String, Opinion> = asks.into_iter().map(|a| a.0).zip(answers).collect();
-    let chans = effective_channels(store, cfg)?;
     let tx = store.write()?;
     let mut events = Vec::new();
     let mut nudges: Vec<Nudge> = Vec::new();
@@ -545,7 +543,7 @@ fn lifecycle(
     }
     for ev in &events {
         log(ev);
-        enqueue(&tx, &chans, ev, now)?;
+        enqueue(&tx, chans, ev, now)?;
     }
     tx.execute(
         "INSERT INTO alert_ticks (tick_key, t) VALUES (?1, ?2)",

@@ -7,7 +7,7 @@
 use super::Store;
 use crate::cli::{for_each_line, now_ms, parse_duration_ms, parse_when, Exit, Format, Out};
 use crate::config::{Config, Severity};
-use crate::record::kind_of;
+use crate::record::{kind_of, Blind};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use rusqlite::{params, params_from_iter, types::Value as Sql};
@@ -269,12 +269,8 @@ fn tick(
                 }
             }
             Some("blind") => {
-                let v: Value = serde_json::from_str(line).unwrap_or_default();
-                blind.push(format!(
-                    "{}: {}",
-                    v["source"].as_str().unwrap_or("?"),
-                    v["reason"].as_str().unwrap_or("?")
-                ));
+                let b = Blind::read(line);
+                blind.push(format!("{}: {}", b.source, b.reason));
             }
             _ => {}
         }
@@ -544,13 +540,14 @@ pub fn channel_rows(store: &Store, cfg: &Config) -> Result<Vec<Value>> {
     let mut out = Vec::new();
     for c in &cfg.channels {
         let (en, sev) = store.channel_override(&c.name)?;
+        let overridden = en.is_some() || sev.is_some();
         out.push(json!({
             "name": c.name,
             "type": c.kind,
             "enabled": en.unwrap_or(c.enabled),
             "min_severity": sev.unwrap_or_else(|| c.min_severity.as_str().to_string()),
             "rate_limit_secs": c.rate_limit_secs,
-            "overridden": en.is_some() || store.channel_override(&c.name)?.1.is_some(),
+            "overridden": overridden,
         }));
     }
     Ok(out)
