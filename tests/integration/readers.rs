@@ -543,21 +543,30 @@ fn bad_stdin_lines_are_named_and_the_rest_is_read() {
 
 #[test]
 fn broken_pipe_is_a_quiet_success() {
-    let sim = Sim::shared();
-    sim.run("reread");
-    let exe = assert_cmd::cargo::cargo_bin("oc-sessions");
-    let out = std::process::Command::new("sh")
+    // far more output than a pipe buffer holds, so the writer really meets a closed pipe
+    let home = Home::new();
+    let big = home.join("big.jsonl");
+    let line = "{\"kind\":\"note\",\"text\":\"passes through unchanged\"}\n";
+    std::fs::write(&big, line.repeat(50_000)).unwrap();
+    let exe = assert_cmd::cargo::cargo_bin("oc-calls");
+    let out = std::process::Command::new("bash")
         .arg("-c")
         .arg(format!(
-            "'{}' --server {} | head -c 10 >/dev/null; echo ${{PIPESTATUS:-}}",
+            "set -o pipefail; '{}' < '{}' | head -c 10 >/dev/null",
             exe.display(),
-            sim.url
+            big.display()
         ))
+        .env("HOME", home.path())
         .output()
         .unwrap();
     assert!(
         String::from_utf8_lossy(&out.stderr).is_empty(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "oc-calls must exit 0 on a broken pipe"
     );
 }
