@@ -13,7 +13,8 @@ pub struct Page {
 const STREAM: &str = "\
 session  {kind, id, parent, agent, title, directory, created, updated, status, source, model}
          fixture labels: expect (flag|no_flag), flag_after (ms)
-call     {kind, session, id, t, end, tool, args, status, landed, exit, file_lines, model, cost}
+call     {kind, session, id, t, end, tool, args, status, landed, exit, file_lines, model, cost, out}
+         out: sha1: + 12 hex of the tool's output or error text (null while running)
 blind    {kind, source, reason}      opencode answered in a shape this reader does not know
 source   {kind, source, version, sessions}   one per opencode that answered
 activity {kind, session, last_progress, in_flight, running [{tool, t, timeout}], error}

@@ -70,6 +70,11 @@ pub struct Call {
     pub model: Option<String>,
     #[serde(default)]
     pub cost: Option<f64>,
+    /// `sha1:` + 12 hex of the tool's output (or of the error text of a failed call); null while
+    /// the call runs or where the source kept no output. Equal outputs hash equal; the content
+    /// itself never leaves `oc-calls`.
+    #[serde(default)]
+    pub out: Option<String>,
 }
 
 /// `{"kind":"blind", ...}`: a reader met a shape it cannot interpret. Never read as "no calls".

@@ -389,6 +389,12 @@ fn call_of(
     } else {
         None
     };
+    let out = match status {
+        "completed" => state.get("output").and_then(Value::as_str),
+        "error" => state.get("error").and_then(Value::as_str),
+        _ => None,
+    }
+    .map(crate::scrub::hash_str);
     Ok(Call {
         session: session.to_string(),
         id: id.to_string(),
@@ -402,6 +408,7 @@ fn call_of(
         file_lines,
         model: model.clone(),
         cost,
+        out,
     })
 }
 
