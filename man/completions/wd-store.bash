@@ -16,6 +16,9 @@ _wd__store() {
             ",$1")
                 cmd="wd__store"
                 ;;
+            wd__store,block-model)
+                cmd="wd__store__subcmd__block__subcmd__model"
+                ;;
             wd__store,channels)
                 cmd="wd__store__subcmd__channels"
                 ;;
@@ -37,6 +40,9 @@ _wd__store() {
             wd__store,prune)
                 cmd="wd__store__subcmd__prune"
                 ;;
+            wd__store,report)
+                cmd="wd__store__subcmd__report"
+                ;;
             wd__store,rollup)
                 cmd="wd__store__subcmd__rollup"
                 ;;
@@ -45,6 +51,9 @@ _wd__store() {
                 ;;
             wd__store,tick)
                 cmd="wd__store__subcmd__tick"
+                ;;
+            wd__store,unblock-model)
+                cmd="wd__store__subcmd__unblock__subcmd__model"
                 ;;
             wd__store,verdicts)
                 cmd="wd__store__subcmd__verdicts"
@@ -60,6 +69,9 @@ _wd__store() {
                 ;;
             wd__store__subcmd__channels__subcmd__help,set)
                 cmd="wd__store__subcmd__channels__subcmd__help__subcmd__set"
+                ;;
+            wd__store__subcmd__help,block-model)
+                cmd="wd__store__subcmd__help__subcmd__block__subcmd__model"
                 ;;
             wd__store__subcmd__help,channels)
                 cmd="wd__store__subcmd__help__subcmd__channels"
@@ -82,6 +94,9 @@ _wd__store() {
             wd__store__subcmd__help,prune)
                 cmd="wd__store__subcmd__help__subcmd__prune"
                 ;;
+            wd__store__subcmd__help,report)
+                cmd="wd__store__subcmd__help__subcmd__report"
+                ;;
             wd__store__subcmd__help,rollup)
                 cmd="wd__store__subcmd__help__subcmd__rollup"
                 ;;
@@ -90,6 +105,9 @@ _wd__store() {
                 ;;
             wd__store__subcmd__help,tick)
                 cmd="wd__store__subcmd__help__subcmd__tick"
+                ;;
+            wd__store__subcmd__help,unblock-model)
+                cmd="wd__store__subcmd__help__subcmd__unblock__subcmd__model"
                 ;;
             wd__store__subcmd__help,verdicts)
                 cmd="wd__store__subcmd__help__subcmd__verdicts"
@@ -104,12 +122,54 @@ _wd__store() {
 
     case "${cmd}" in
         wd__store)
-            opts="-h -V --db --config --format --now --help --version tick last-tick open-roots status loops verdicts rollup channels prune metrics help"
+            opts="-h -V --db --config --format --now --help --version tick last-tick open-roots status loops verdicts rollup channels prune metrics report block-model unblock-model help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "jsonl table csv" -- "${cur}"))
+                    return 0
+                    ;;
+                --now)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__block__subcmd__model)
+            opts="-h --reason --opencode-config --opencode --db --config --format --now --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --reason)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --opencode-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --opencode)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -244,8 +304,22 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__help)
-            opts="tick last-tick open-roots status loops verdicts rollup channels prune metrics help"
+            opts="tick last-tick open-roots status loops verdicts rollup channels prune metrics report block-model unblock-model help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__help__subcmd__block__subcmd__model)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -369,6 +443,20 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        wd__subcmd__store__subcmd__help__subcmd__report)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         wd__subcmd__store__subcmd__help__subcmd__rollup)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -398,6 +486,20 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__help__subcmd__tick)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__help__subcmd__unblock__subcmd__model)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -583,6 +685,40 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        wd__subcmd__store__subcmd__report)
+            opts="-h --out --db --config --format --now --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "jsonl table csv" -- "${cur}"))
+                    return 0
+                    ;;
+                --now)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         wd__subcmd__store__subcmd__rollup)
             opts="-h --by --since --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -652,7 +788,7 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__tick)
-            opts="-h --outcome --started --db --config --format --now --help"
+            opts="-h --outcome --started --calls --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -666,6 +802,40 @@ _wd__store() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --calls)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "jsonl table csv" -- "${cur}"))
+                    return 0
+                    ;;
+                --now)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__unblock__subcmd__model)
+            opts="-h --db --config --format --now --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

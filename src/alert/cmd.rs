@@ -208,7 +208,7 @@ fn load_open(store: &Store) -> Result<Vec<Open>> {
 }
 
 fn link(cfg: &Config, root: &str) -> Option<String> {
-    (!cfg.alert.link_base.is_empty()).then(|| format!("{}{}", cfg.alert.link_base, root))
+    Some(crate::report::link(cfg, root))
 }
 
 fn loop_event(

@@ -10,6 +10,7 @@ mod fixtures;
 mod fleet;
 mod liveness;
 mod readers;
+mod report;
 mod store;
 mod tick;
 
