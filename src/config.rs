@@ -33,6 +33,8 @@ pub struct Config {
 pub struct ReportConfig {
     /// The operator's page the tick rewrites; default `$XDG_STATE_HOME/oc-watchdog/report.html`.
     pub file: Option<PathBuf>,
+    /// What a click on a desktop alert runs with the page's URL; empty means `xdg-open`.
+    pub open_with: Option<String>,
     /// The user's opencode config that `wd-store block-model` edits; default
     /// `$XDG_CONFIG_HOME/opencode/opencode.jsonc`, else `opencode.json` there.
     pub opencode_config: Option<PathBuf>,

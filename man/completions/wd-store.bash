@@ -34,6 +34,9 @@ _wd__store() {
             wd__store,metrics)
                 cmd="wd__store__subcmd__metrics"
                 ;;
+            wd__store,notify-on-action)
+                cmd="wd__store__subcmd__notify__subcmd__on__subcmd__action"
+                ;;
             wd__store,open-roots)
                 cmd="wd__store__subcmd__open__subcmd__roots"
                 ;;
@@ -88,6 +91,9 @@ _wd__store() {
             wd__store__subcmd__help,metrics)
                 cmd="wd__store__subcmd__help__subcmd__metrics"
                 ;;
+            wd__store__subcmd__help,notify-on-action)
+                cmd="wd__store__subcmd__help__subcmd__notify__subcmd__on__subcmd__action"
+                ;;
             wd__store__subcmd__help,open-roots)
                 cmd="wd__store__subcmd__help__subcmd__open__subcmd__roots"
                 ;;
@@ -122,7 +128,7 @@ _wd__store() {
 
     case "${cmd}" in
         wd__store)
-            opts="-h -V --db --config --format --now --help --version tick last-tick open-roots status loops verdicts rollup channels prune metrics report block-model unblock-model help"
+            opts="-h -V --db --config --format --now --help --version tick last-tick open-roots status loops verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -304,7 +310,7 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__help)
-            opts="tick last-tick open-roots status loops verdicts rollup channels prune metrics report block-model unblock-model help"
+            opts="tick last-tick open-roots status loops verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -402,6 +408,20 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__help__subcmd__metrics)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__help__subcmd__notify__subcmd__on__subcmd__action)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -595,6 +615,40 @@ _wd__store() {
             fi
             case "${prev}" in
                 --output)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "jsonl table csv" -- "${cur}"))
+                    return 0
+                    ;;
+                --now)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__notify__subcmd__on__subcmd__action)
+            opts="-h --wait-secs --db --config --format --now --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --wait-secs)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -365,13 +365,7 @@ fn one_loop(s: &mut String, p: &Page, l: &Loop, id: &str) {
         let _ = write!(
             s,
             "<figure>{}<figcaption><code>{}</code> {} · {} calls, {} since the last landed change</figcaption></figure>",
-            svg::session(
-                &f.session,
-                &f.marks,
-                f.top_target.as_deref(),
-                f.first_flag_t,
-                f.calls
-            ),
+            svg::session(f),
             esc(&f.session),
             f.agent.as_deref().map(esc).unwrap_or_default(),
             num(f.calls),

@@ -10,6 +10,7 @@
 
 pub mod html;
 pub mod marks;
+pub mod open;
 pub mod svg;
 
 use crate::config::Config;
@@ -124,6 +125,8 @@ pub struct Flagged {
     pub calls_since_landed: Option<i64>,
     pub cost_since_landed: Option<f64>,
     pub first_flag_t: Option<i64>,
+    /// When the loop began, as the detector's evidence says.
+    pub loop_start_t: Option<i64>,
     pub marks: Vec<Mark>,
 }
 
@@ -331,7 +334,8 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let mut flagged = c.prepare(
-        "SELECT session, agent, reasons, top_target, calls, calls_since_landed, cost_since_landed, first_flag_t
+        "SELECT session, agent, reasons, json_extract(signals, '$.top_target'), calls, calls_since_landed,
+                cost_since_landed, first_flag_t, json_extract(evidence, '$.loop_start.t')
          FROM verdicts WHERE root = ?1 AND flagged = 1
            AND tick = (SELECT max(tick) FROM verdicts WHERE root = ?1 AND flagged = 1)
          ORDER BY calls_since_landed DESC, session",
@@ -348,6 +352,7 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
                     calls_since_landed: r.get(5)?,
                     cost_since_landed: r.get(6)?,
                     first_flag_t: r.get(7)?,
+                    loop_start_t: r.get(8)?,
                     marks: Vec::new(),
                 })
             })?

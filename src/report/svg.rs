@@ -3,7 +3,7 @@
 //! mark costs about 25 bytes and 200 open loops still fit in well under a megabyte.
 
 use super::html::esc;
-use super::Mark;
+use super::{Flagged, Mark};
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -50,9 +50,14 @@ pub struct Story {
 }
 
 /// Finds the repeated target (the verdict's `top_target`, else the most repeated target since
-/// the last landed change), the loop's start (the first call on it after the last landed change
-/// before the flag) and the first flag.
-pub fn story(marks: &[Mark], top_target: Option<&str>, first_flag_t: Option<i64>) -> Story {
+/// the last landed change), the loop's start (the detector's, else the first call on the target
+/// after the last landed change before the flag) and the first flag.
+pub fn story(
+    marks: &[Mark],
+    top_target: Option<&str>,
+    first_flag_t: Option<i64>,
+    loop_start_t: Option<i64>,
+) -> Story {
     let key = top_target
         .and_then(|t| marks.iter().rev().find(|m| m.target == t))
         .map(|m| m.key.clone())
@@ -72,7 +77,9 @@ pub fn story(marks: &[Mark], top_target: Option<&str>, first_flag_t: Option<i64>
     let flag = first_flag_t.and_then(|t| marks.iter().position(|m| m.t >= t));
     let before = flag.map_or(marks.len(), |f| f + 1);
     let last_land = marks[..before].iter().rposition(|m| m.landed);
-    let start = key.as_ref().and_then(|k| {
+    let given = loop_start_t.and_then(|t| marks.iter().position(|m| m.t >= t));
+    let start = given.or_else(|| {
+        let k = key.as_ref()?;
         let from = last_land.map_or(0, |i| i + 1);
         marks
             .iter()
@@ -95,18 +102,19 @@ pub fn story(marks: &[Mark], top_target: Option<&str>, first_flag_t: Option<i64>
 /// A session's calls along time: one mark per call coloured by tool, repeats of the top target
 /// tall and outlined, landed changes as green triangles below, the loop's start and first flag
 /// as labelled lines.
-pub fn session(
-    id: &str,
-    marks: &[Mark],
-    top_target: Option<&str>,
-    first_flag_t: Option<i64>,
-    total_calls: Option<i64>,
-) -> String {
+pub fn session(f: &Flagged) -> String {
     let mut s = String::new();
+    let marks = &f.marks;
     if marks.is_empty() {
         return s;
     }
-    let st = story(marks, top_target, first_flag_t);
+    let (id, total_calls) = (&f.session, f.calls);
+    let st = story(
+        marks,
+        f.top_target.as_deref(),
+        f.first_flag_t,
+        f.loop_start_t,
+    );
     let t0 = marks[0].t;
     let t1 = marks[marks.len() - 1].t.max(t0 + 1);
     let x = |t: i64| PAD + (t - t0) as f64 / (t1 - t0) as f64 * (W - 2.0 * PAD);
@@ -244,7 +252,7 @@ mod tests {
             m(3, 30, "read", "read a", false),
             m(4, 40, "read", "read a", false),
         ];
-        let st = story(&marks, Some("read a"), Some(35));
+        let st = story(&marks, Some("read a"), Some(35), None);
         assert_eq!(
             st,
             Story {
@@ -255,7 +263,18 @@ mod tests {
                 landed: 1,
             }
         );
-        let svg = session("ses_x", &marks, Some("read a"), Some(35), Some(5));
+        assert_eq!(
+            story(&marks, Some("read a"), Some(35), Some(30)).start,
+            Some(3)
+        );
+        let svg = session(&Flagged {
+            session: "ses_x".into(),
+            top_target: Some("read a".into()),
+            first_flag_t: Some(35),
+            calls: Some(5),
+            marks,
+            ..Flagged::default()
+        });
         assert_eq!(svg.matches("<rect ").count(), 5);
         assert_eq!(svg.matches(" r\"").count(), 4);
         assert_eq!(svg.matches("<path ").count(), 1);
@@ -270,7 +289,7 @@ mod tests {
             m(2, 20, "grep", "grep x", false),
         ];
         assert_eq!(
-            story(&marks, None, None).key.as_deref(),
+            story(&marks, None, None, None).key.as_deref(),
             Some("k-bash make")
         );
     }

@@ -5,6 +5,7 @@
 mod support;
 
 mod alert;
+mod block;
 mod detect;
 mod fixtures;
 mod fleet;

@@ -197,3 +197,70 @@ fn the_page_shows_the_loop_with_its_picture_and_alerts_link_to_it() {
         png.len()
     );
 }
+
+#[test]
+fn a_click_on_the_desktop_alert_opens_the_page_at_the_loop() {
+    let d = crate::support::desktop::Desktop::shared();
+    let home = Home::new();
+    let opened = home.join("opened.txt");
+    let opener = home.join("opener.sh");
+    std::fs::write(
+        &opener,
+        format!("#!/bin/sh\necho \"$1\" >> '{}'\n", opened.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&opener, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let cfg = home.join(".config/oc-watchdog/watchdog.toml");
+    std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+    std::fs::write(
+        &cfg,
+        format!(
+            "[report]\nopen_with = \"{}\"\n\n[[channels]]\nname = \"desk\"\ntype = \"desktop\"\n",
+            opener.display()
+        ),
+    )
+    .unwrap();
+    let root = format!("ses_click{}", std::process::id());
+    let verdict = serde_json::json!({"kind": "verdict", "session": root, "root": root, "agent": "build",
+        "model": "sim/sim-model", "flagged": true, "reasons": ["top"],
+        "signals": {"top": 14, "top_target": "read src/a.js"}, "calls": 20, "calls_since_landed": 20,
+        "cost_since_landed": 0.2});
+    let input = format!(
+        "{{\"kind\":\"source\",\"source\":\"http://127.0.0.1:4096\",\"sessions\":1}}\n{verdict}\n"
+    );
+    let stored = home.cmd("wd-store").args(["tick"]).stdin(input).run();
+    stored.ok();
+    let r = home
+        .cmd("wd-alert")
+        .env("DBUS_SESSION_BUS_ADDRESS", &d.bus)
+        .env("DISPLAY", &d.display)
+        .stdin(stored.stdout())
+        .run();
+    r.ok();
+    let seen = d.wait_for(&root, 1);
+    let url = format!(
+        "file://{}#{root}",
+        home.join(".local/state/oc-watchdog/report.html").display()
+    );
+    assert!(seen[0].body.contains(&url), "{seen:?}");
+    // click it: dunst invokes the default action of the notification on top
+    let t0 = std::time::Instant::now();
+    loop {
+        let _ = Command::new("dunstctl")
+            .arg("action")
+            .arg("0")
+            .env("DBUS_SESSION_BUS_ADDRESS", &d.bus)
+            .env("DISPLAY", &d.display)
+            .output();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        if let Ok(got) = std::fs::read_to_string(&opened) {
+            assert_eq!(got, format!("{url}\n"));
+            break;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "the click opened nothing\n{}",
+            r.story()
+        );
+    }
+}
