@@ -9,6 +9,7 @@ mod detect;
 mod fixtures;
 mod fleet;
 mod liveness;
+mod privacy;
 mod readers;
 mod store;
 mod tick;
