@@ -10,6 +10,7 @@ mod fixtures;
 mod fleet;
 mod liveness;
 mod readers;
+mod sources;
 mod store;
 mod tick;
 
