@@ -10,11 +10,11 @@
 use super::channels::{self, deliver};
 use super::opinion::{self, Opinion};
 use super::{
-    decide, details_of, live_key, loop_key, Decision, Event, Open, TickView, VerdictIn, BLIND_KEY,
+    decide, details_of, live_key, loop_key, Decision, Event, Open, TickView, Verdict, BLIND_KEY,
 };
 use crate::cli::{for_each_line, now_ms, Exit, Out};
 use crate::config::{ChannelConfig, ChannelType, Config, Severity};
-use crate::record::{kind_of, Blind};
+use crate::record::{kind_of, Blind, Signal};
 use crate::store::Store;
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -117,7 +117,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
             }
         };
         match kind.as_deref() {
-            Some("verdict") => match serde_json::from_str::<VerdictIn>(line) {
+            Some("verdict") => match serde_json::from_str::<Verdict>(line) {
                 Ok(v) => {
                     hasher.push(line);
                     tick.verdicts.push(v)
@@ -215,7 +215,7 @@ fn loop_event(
     cfg: &Config,
     state: &str,
     sev: Severity,
-    tree: &[&VerdictIn],
+    tree: &[&Verdict],
     now: i64,
     opened: i64,
 ) -> Event {
@@ -234,7 +234,11 @@ fn loop_event(
         v.model.as_deref().map(|m| format!(", model {m}")).unwrap_or_default(),
         v.calls_since_landed,
         v.cost_since_landed,
-        v.reasons.join(", ")
+        v.reasons
+            .iter()
+            .map(|r| r.name())
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let mut details = details_of(v, tree);
     details.insert("opened".into(), json!(opened));
@@ -281,7 +285,7 @@ fn lifecycle(
     let decisions = decide(&open, tick, cfg.alert.escalate_after_ticks);
     let flagged = tick.flagged_roots();
     // second opinions: newly flagged trees, and once more on the next flagged tick
-    let mut asks: Vec<(String, VerdictIn)> = Vec::new();
+    let mut asks: Vec<(String, Verdict)> = Vec::new();
     if cfg.second_opinion.enabled {
         for d in &decisions {
             match d {
@@ -328,7 +332,7 @@ fn lifecycle(
                         calls_since_landed = ?10, cost_since_landed = ?11, opinion = ?12, source = ?13",
                     params![
                         ev.dedup_key, root, sev.as_str(), now, op.is_some() as i64, v.agent, v.model, ev.title,
-                        v.signals.get("top_target").and_then(Value::as_str), v.calls_since_landed as i64,
+                        v.signals.what(Signal::Top), v.calls_since_landed as i64,
                         v.cost_since_landed, op.map(|o| json!(o).to_string()), v.source
                     ],
                 )?;
@@ -351,7 +355,7 @@ fn lifecycle(
                         cost_since_landed = ?7, asked = asked + ?8, opinion = coalesce(?9, opinion)
                      WHERE dedup_key = ?1",
                     params![
-                        k, flagged_ticks, v.agent, v.model, v.signals.get("top_target").and_then(Value::as_str),
+                        k, flagged_ticks, v.agent, v.model, v.signals.what(Signal::Top),
                         v.calls_since_landed as i64, v.cost_since_landed, op.is_some() as i64,
                         op.map(|o| json!(o).to_string())
                     ],
@@ -414,11 +418,7 @@ fn lifecycle(
             } => {
                 let v = tick.verdicts.iter().find(|v| v.session == session).unwrap();
                 let l = v.liveness.clone().unwrap_or_default();
-                let evidence = l
-                    .get("evidence")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
+                let evidence = l.evidence.clone();
                 let agent = v.agent.clone().unwrap_or_else(|| "agent".into());
                 let what = match kind {
                     "stalled" => "stalled",
@@ -432,16 +432,12 @@ fn lifecycle(
                 if cfg.liveness.nudge && matches!(kind, "stalled" | "unfinished") {
                     // one prompt per alert episode: recorded here, in the transaction that opens
                     // the alert, before anything is sent; a rerun finds the row and sends nothing
-                    let class = l
-                        .get("class")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string();
+                    let class = l.class.as_str();
                     let action = crate::scrub::hash_str(&format!(
                         "{session}|{class}|{now}|{}",
                         crate::liveness::NUDGE_VERSION
                     ));
-                    let prompt = crate::liveness::nudge_prompt(&class, &evidence);
+                    let prompt = crate::liveness::nudge_prompt(class, &evidence);
                     let fresh = tx.execute(
                         "INSERT OR IGNORE INTO actions (action_id, session, observation, prompt, t, status)
                          VALUES (?1, ?2, ?3, ?4, ?5, 'sending')",
@@ -461,7 +457,7 @@ fn lifecycle(
                 details.insert("root".into(), json!(v.root()));
                 details.insert("agent".into(), json!(v.agent));
                 details.insert("model".into(), json!(v.model));
-                details.insert("liveness".into(), l.clone());
+                details.insert("liveness".into(), json!(l));
                 details.insert("opened".into(), json!(now));
                 tx.execute(
                     "INSERT INTO alerts (dedup_key, kind, root, state, severity, opened, last_fired, resolved, flagged_ticks,
@@ -601,7 +597,7 @@ fn send_nudge(store: &mut Store, n: &Nudge) -> Result<()> {
 fn record_opinion(
     tx: &Transaction,
     tick: Option<i64>,
-    v: &VerdictIn,
+    v: &Verdict,
     op: Option<&Opinion>,
 ) -> Result<()> {
     if let (Some(tick), Some(op)) = (tick, op) {

@@ -14,6 +14,7 @@ pub mod cmd;
 pub mod opinion;
 
 use crate::config::Severity;
+use crate::record::{LivenessClass, Signal, Verdict};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashSet};
@@ -43,60 +44,22 @@ pub struct Event {
     pub link: Option<String>,
 }
 
-/// What wd-alert needs of a verdict.
-#[derive(Debug, Clone, Deserialize, Default)]
-pub struct VerdictIn {
-    pub session: String,
-    #[serde(default)]
-    pub root: Option<String>,
-    #[serde(default)]
-    pub agent: Option<String>,
-    #[serde(default)]
-    pub title: Option<String>,
-    #[serde(default)]
-    pub model: Option<String>,
-    #[serde(default)]
-    pub flagged: bool,
-    #[serde(default)]
-    pub reasons: Vec<String>,
-    #[serde(default)]
-    pub signals: Map<String, Value>,
-    #[serde(default)]
-    pub calls: u64,
-    #[serde(default)]
-    pub calls_since_landed: u64,
-    #[serde(default)]
-    pub cost_since_landed: f64,
-    #[serde(default)]
-    pub source: Option<String>,
-    #[serde(default)]
-    pub digest: Vec<String>,
-    #[serde(default)]
-    pub liveness: Option<Value>,
-}
-
-impl VerdictIn {
-    pub fn root(&self) -> &str {
-        self.root.as_deref().unwrap_or(&self.session)
-    }
-    fn sig_str(&self, k: &str) -> Option<&str> {
-        self.signals.get(k).and_then(Value::as_str)
-    }
-    /// What it repeats: the most-worked target, the slow call, or the re-read file.
+/// What a verdict repeats, in words, for alert titles: the most-worked target, the slow call,
+/// or the re-read file.
+impl Verdict {
     pub fn repeats(&self) -> String {
-        if self.reasons.iter().any(|r| r == "coverage")
-            && !self.reasons.iter().any(|r| r == "top" || r == "dup")
-        {
-            if let Some(f) = self.sig_str("coverage_file") {
-                let c = self
-                    .signals
-                    .get("coverage")
-                    .and_then(Value::as_f64)
-                    .unwrap_or(0.0);
+        let has = |s: Signal| self.reasons.contains(&s);
+        if has(Signal::Coverage) && !has(Signal::Top) && !has(Signal::Dup) {
+            if let Some(f) = self.signals.what(Signal::Coverage) {
+                let c = self.signals.value(Signal::Coverage);
                 return format!("re-reads {f} ({c:.1}x its length)");
             }
         }
-        match self.sig_str("top_target").or(self.sig_str("slow_call")) {
+        match self
+            .signals
+            .what(Signal::Top)
+            .or(self.signals.what(Signal::Slow))
+        {
             Some(t) => format!("repeats {t}"),
             None => "loops".into(),
         }
@@ -118,7 +81,7 @@ pub struct Open {
 /// What one tick saw.
 #[derive(Debug, Default)]
 pub struct TickView {
-    pub verdicts: Vec<VerdictIn>,
+    pub verdicts: Vec<Verdict>,
     /// (source, reason) of every blind record.
     pub blind: Vec<(String, String)>,
     /// Sources that answered.
@@ -128,8 +91,8 @@ pub struct TickView {
 
 impl TickView {
     /// Flagged verdicts grouped by root; per root the most telling verdict first.
-    pub fn flagged_roots(&self) -> BTreeMap<String, Vec<&VerdictIn>> {
-        let mut m: BTreeMap<String, Vec<&VerdictIn>> = BTreeMap::new();
+    pub fn flagged_roots(&self) -> BTreeMap<String, Vec<&Verdict>> {
+        let mut m: BTreeMap<String, Vec<&Verdict>> = BTreeMap::new();
         for v in self.verdicts.iter().filter(|v| v.flagged) {
             m.entry(v.root().to_string()).or_default().push(v);
         }
@@ -177,13 +140,13 @@ pub enum Decision {
 }
 
 /// The alert kind a liveness class asks for.
-pub fn live_kind(class: &str) -> Option<&'static str> {
+pub fn live_kind(class: LivenessClass) -> Option<&'static str> {
     Some(match class {
-        "stalled" => "stalled",
-        "retrying" => "retrying",
-        "awaiting_user" => "waiting",
-        "interrupted" => "interrupted",
-        "needs_finalization" => "unfinished",
+        LivenessClass::Stalled => "stalled",
+        LivenessClass::Retrying => "retrying",
+        LivenessClass::AwaitingUser => "waiting",
+        LivenessClass::Interrupted => "interrupted",
+        LivenessClass::NeedsFinalization => "unfinished",
         _ => return None,
     })
 }
@@ -196,16 +159,11 @@ pub const LIVE_KINDS: &[&str] = &[
     "unfinished",
 ];
 
-impl VerdictIn {
+impl Verdict {
     /// (alert kind, severity) this verdict's liveness asks for.
     pub fn live_alert(&self) -> Option<(&'static str, Severity)> {
         let l = self.liveness.as_ref()?;
-        let sev = match l.get("alert").and_then(Value::as_str)? {
-            "warning" => Severity::Warning,
-            "critical" => Severity::Critical,
-            _ => Severity::Info,
-        };
-        Some((live_kind(l.get("class")?.as_str()?)?, sev))
+        Some((live_kind(l.class)?, l.alert?))
     }
 }
 
@@ -255,7 +213,7 @@ pub fn decide(open: &[Open], tick: &TickView, escalate_after: u32) -> Vec<Decisi
         }
     }
     // liveness alerts, one per session and kind
-    let by_session: std::collections::HashMap<&str, &VerdictIn> = tick
+    let by_session: std::collections::HashMap<&str, &Verdict> = tick
         .verdicts
         .iter()
         .map(|v| (v.session.as_str(), v))
@@ -272,14 +230,11 @@ pub fn decide(open: &[Open], tick: &TickView, escalate_after: u32) -> Vec<Decisi
                 let class = v
                     .liveness
                     .as_ref()
-                    .and_then(|l| l.get("class"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("unknown")
-                    .to_string();
-                if class != "unknown" {
+                    .map_or(LivenessClass::Unknown, |l| l.class);
+                if class != LivenessClass::Unknown {
                     out.push(Decision::Resolve {
                         key: a.dedup_key.clone(),
-                        why: format!("the session is {class} now"),
+                        why: format!("the session is {} now", class.as_str()),
                     });
                 }
             }
@@ -316,14 +271,14 @@ pub fn decide(open: &[Open], tick: &TickView, escalate_after: u32) -> Vec<Decisi
 }
 
 /// Signals and counts of a verdict, never content.
-pub fn details_of(v: &VerdictIn, tree: &[&VerdictIn]) -> Map<String, Value> {
+pub fn details_of(v: &Verdict, tree: &[&Verdict]) -> Map<String, Value> {
     let mut d = Map::new();
     d.insert("session".into(), json!(v.session));
     d.insert("root".into(), json!(v.root()));
     d.insert("agent".into(), json!(v.agent));
     d.insert("model".into(), json!(v.model));
     d.insert("reasons".into(), json!(v.reasons));
-    d.insert("signals".into(), Value::Object(v.signals.clone()));
+    d.insert("signals".into(), Value::Object(v.signals.to_map()));
     d.insert("calls".into(), json!(v.calls));
     d.insert("calls_since_landed".into(), json!(v.calls_since_landed));
     d.insert("cost_since_landed".into(), json!(v.cost_since_landed));
@@ -338,12 +293,12 @@ pub fn details_of(v: &VerdictIn, tree: &[&VerdictIn]) -> Map<String, Value> {
 mod tests {
     use super::*;
 
-    fn v(session: &str, root: &str, flagged: bool) -> VerdictIn {
-        VerdictIn {
+    fn v(session: &str, root: &str, flagged: bool) -> Verdict {
+        Verdict {
             session: session.into(),
-            root: Some(root.into()),
+            root: root.into(),
             flagged,
-            ..VerdictIn::default()
+            ..Verdict::default()
         }
     }
 
@@ -359,7 +314,7 @@ mod tests {
         }
     }
 
-    fn tick(vs: Vec<VerdictIn>) -> TickView {
+    fn tick(vs: Vec<Verdict>) -> TickView {
         TickView {
             verdicts: vs,
             sources: vec!["http://s".into()],
