@@ -11,6 +11,7 @@ mod fleet;
 mod liveness;
 mod privacy;
 mod readers;
+mod sources;
 mod store;
 mod tick;
 
