@@ -10,8 +10,10 @@ mod detect;
 mod fixtures;
 mod fleet;
 mod liveness;
+mod privacy;
 mod readers;
 mod report;
+mod sources;
 mod store;
 mod tick;
 
