@@ -9,6 +9,7 @@ mod detect;
 mod fixtures;
 mod fleet;
 mod liveness;
+mod proof;
 mod readers;
 mod sources;
 mod store;
