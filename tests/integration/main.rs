@@ -9,6 +9,7 @@ mod detect;
 mod fixtures;
 mod fleet;
 mod liveness;
+mod privacy;
 mod proof;
 mod readers;
 mod sources;

@@ -316,6 +316,13 @@ impl Sim {
         }
     }
 
+    /// Makes a generated script available to the fake model as `SCRIPT:<name>`.
+    pub fn add_script(&self, name: &str, steps: &Value) {
+        let dir = self._dir.path().join("scripts");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.json")), steps.to_string()).unwrap();
+    }
+
     pub fn log_path(&self) -> PathBuf {
         self._dir.path().join("serve.log")
     }
