@@ -11,6 +11,7 @@ mod fixtures;
 mod fleet;
 mod liveness;
 mod privacy;
+mod proof;
 mod readers;
 mod report;
 mod sources;
