@@ -175,8 +175,9 @@ mod tests {
         assert_eq!(
             format!("{e:#}"),
             format!(
-                "watchdog database {}: schema version 99 is newer than this wd-store knows (2): upgrade oc-watchdog",
-                p.display()
+                "watchdog database {}: schema version 99 is newer than this wd-store knows ({}): upgrade oc-watchdog",
+                p.display(),
+                schema::latest()
             )
         );
     }

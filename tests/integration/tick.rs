@@ -80,7 +80,7 @@ fn config(servers: &str) -> String {
 }
 
 #[test]
-fn the_installed_tick_alerts_once_escalates_once_resolves_and_stays_honest() {
+fn the_installed_tick_alerts_once_resolves_stopped_and_gone_and_stays_honest() {
     let desk = Desktop::shared();
     let mut sim = Sim::start();
     let home = Home::new();
@@ -151,37 +151,51 @@ fn the_installed_tick_alerts_once_escalates_once_resolves_and_stays_honest() {
         seen[0].summary,
         "opencode loop: build repeats read docs/spec.md"
     );
-    // flagged again: quiet, quiet, then critical once
-    for _ in 0..2 {
-        assert_eq!(transitions(&w.tick()), Vec::<String>::new());
-    }
+    // the loop ended before the next tick (the session is idle and made no call): resolved
+    // with `stopped`, never escalated
     let r = w.tick();
     assert_eq!(
         transitions(&r),
         [format!(
-            "oc-watchdog: dedup=opencode-loop:{} state=escalate severity=critical",
+            "oc-watchdog: dedup=opencode-loop:{} state=resolve severity=info reason=stopped",
             looping.id
         )]
+    );
+    let seen = desk.wait_for(&looping.id, 2);
+    assert_eq!(
+        seen.iter().map(|s| s.urgency).collect::<Vec<_>>(),
+        [Some(1), Some(0)]
+    );
+    assert_eq!(
+        seen[1].summary,
+        "resolved (stopped): opencode loop: build repeats read docs/spec.md"
+    );
+    assert!(
+        seen[1].body.contains("the loop burned 8 calls and $"),
+        "{:?}",
+        seen[1]
     );
     assert_eq!(transitions(&w.tick()), Vec::<String>::new());
-    assert_eq!(
-        desk.wait_for(&looping.id, 2)
-            .iter()
-            .map(|s| s.urgency)
-            .collect::<Vec<_>>(),
-        [Some(1), Some(2)]
-    );
-    // the session is deleted: resolved
-    sim.delete(&looping.id);
+    // a loop whose session is deleted: resolved with `gone`
+    let again = sim.run("reread");
     let r = w.tick();
     assert_eq!(
         transitions(&r),
         [format!(
-            "oc-watchdog: dedup=opencode-loop:{} state=resolve severity=info",
-            looping.id
+            "oc-watchdog: dedup=opencode-loop:{} state=trigger severity=warning",
+            again.id
         )]
     );
-    assert_eq!(desk.wait_for(&looping.id, 3).len(), 3);
+    sim.delete(&again.id);
+    let r = w.tick();
+    assert_eq!(
+        transitions(&r),
+        [format!(
+            "oc-watchdog: dedup=opencode-loop:{} state=resolve severity=info reason=gone",
+            again.id
+        )]
+    );
+    assert_eq!(desk.wait_for(&again.id, 2).len(), 2);
     // the healthy session never alerted
     let alerts: i64 = rusqlite::Connection::open(home.join(".local/state/oc-watchdog/watchdog.db"))
         .unwrap()
@@ -264,6 +278,6 @@ fn the_installed_tick_alerts_once_escalates_once_resolves_and_stays_honest() {
     std::fs::write(&cfg_path, config("\"http://127.0.0.1:9\"")).unwrap();
     assert_eq!(
         transitions(&w.tick()),
-        ["oc-watchdog: dedup=watchdog-blind state=resolve severity=info"]
+        ["oc-watchdog: dedup=watchdog-blind state=resolve severity=info reason=readable"]
     );
 }
