@@ -8,7 +8,8 @@
 //! oc-sessions) and the `activity` record oc-calls writes after a session's calls. Out: a
 //! `liveness` object on the session's verdict.
 
-use crate::config::LivenessConfig;
+use crate::config::{LivenessConfig, Severity};
+pub use crate::record::{Liveness, LivenessAction, LivenessClass};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -55,30 +56,12 @@ pub struct Pending {
     pub questions: i64,
 }
 
-/// The liveness class of a session with the evidence that decided it.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Liveness {
-    /// active, suspect, stalled, long_tool, retrying, awaiting_user, interrupted,
-    /// needs_finalization, idle or unknown.
-    pub class: &'static str,
-    /// Seconds since the last progress, when known.
-    pub silence_s: Option<i64>,
-    pub status: Option<String>,
-    /// One line saying what was observed.
-    pub evidence: String,
-    /// The alert this class asks for, if any: `warning` or `info`.
-    pub alert: Option<&'static str>,
-    /// `probe`: suspicion asks for a read-only second look before anything else.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub action: Option<&'static str>,
-}
-
 fn live(
-    class: &'static str,
+    class: LivenessClass,
     silence: Option<i64>,
     ev: &Evidence,
     evidence: String,
-    alert: Option<&'static str>,
+    alert: Option<Severity>,
 ) -> Liveness {
     Liveness {
         class,
@@ -86,7 +69,7 @@ fn live(
         status: ev.status.clone(),
         evidence,
         alert,
-        action: (class == "suspect").then_some("probe"),
+        action: (class == LivenessClass::Suspect).then_some(LivenessAction::Probe),
     }
 }
 
@@ -100,14 +83,14 @@ pub fn classify(ev: &Evidence, act: Option<&Activity>, now: i64, cfg: &LivenessC
     if let Some(p) = &ev.pending {
         if p.permissions + p.questions > 0 {
             return live(
-                "awaiting_user",
+                LivenessClass::AwaitingUser,
                 silence,
                 ev,
                 format!(
                     "{} permission and {} question request(s) wait for a person",
                     p.permissions, p.questions
                 ),
-                Some("info"),
+                Some(Severity::Info),
             );
         }
     }
@@ -119,19 +102,19 @@ pub fn classify(ev: &Evidence, act: Option<&Activity>, now: i64, cfg: &LivenessC
         let over = attempt >= cfg.retry_attempts_max as i64
             || silence.is_some_and(|s| s >= cfg.retry_secs_max as i64);
         return live(
-            "retrying",
+            LivenessClass::Retrying,
             silence,
             ev,
             format!(
                 "provider retry attempt {attempt}: {}",
                 msg.chars().take(120).collect::<String>()
             ),
-            over.then_some("warning"),
+            over.then_some(Severity::Warning),
         );
     }
     let Some(act) = act else {
         return live(
-            "unknown",
+            LivenessClass::Unknown,
             None,
             ev,
             "no activity record for this session".into(),
@@ -145,7 +128,7 @@ pub fn classify(ev: &Evidence, act: Option<&Activity>, now: i64, cfg: &LivenessC
         None => act.in_flight || !act.running.is_empty(),
         Some(other) => {
             return live(
-                "unknown",
+                LivenessClass::Unknown,
                 silence,
                 ev,
                 format!("status {other:?} not understood"),
@@ -156,7 +139,7 @@ pub fn classify(ev: &Evidence, act: Option<&Activity>, now: i64, cfg: &LivenessC
     if busy {
         let Some(s) = silence else {
             return live(
-                "unknown",
+                LivenessClass::Unknown,
                 None,
                 ev,
                 "busy, but no time of last progress".into(),
@@ -168,7 +151,7 @@ pub fn classify(ev: &Evidence, act: Option<&Activity>, now: i64, cfg: &LivenessC
                 let deadline = tool.t + timeout + cfg.tool_grace_secs as i64 * 1000;
                 if now < deadline {
                     return live(
-                        "long_tool",
+                        LivenessClass::LongTool,
                         Some(s),
                         ev,
                         format!(
@@ -183,9 +166,9 @@ pub fn classify(ev: &Evidence, act: Option<&Activity>, now: i64, cfg: &LivenessC
                 // past its timeout and grace: suspect first; the hard clock starts at the deadline
                 let over = (now - deadline) / 1000;
                 let (class, alert) = if over >= hard {
-                    ("stalled", Some("warning"))
+                    (LivenessClass::Stalled, Some(Severity::Warning))
                 } else {
-                    ("suspect", None)
+                    (LivenessClass::Suspect, None)
                 };
                 return live(
                     class,
@@ -201,11 +184,17 @@ pub fn classify(ev: &Evidence, act: Option<&Activity>, now: i64, cfg: &LivenessC
             }
         }
         if s < soft {
-            return live("active", Some(s), ev, format!("progress {s} s ago"), None);
+            return live(
+                LivenessClass::Active,
+                Some(s),
+                ev,
+                format!("progress {s} s ago"),
+                None,
+            );
         }
         if s < hard {
             return live(
-                "suspect",
+                LivenessClass::Suspect,
                 Some(s),
                 ev,
                 format!("busy and silent for {s} s (soft threshold {soft} s)"),
@@ -213,32 +202,38 @@ pub fn classify(ev: &Evidence, act: Option<&Activity>, now: i64, cfg: &LivenessC
             );
         }
         return live(
-            "stalled",
+            LivenessClass::Stalled,
             Some(s),
             ev,
             format!("busy and silent for {s} s (hard threshold {hard} s)"),
-            Some("warning"),
+            Some(Severity::Warning),
         );
     }
     if let Some(e) = &act.error {
         return live(
-            "interrupted",
+            LivenessClass::Interrupted,
             silence,
             ev,
             format!("stopped after an assistant error: {e}"),
-            Some("info"),
+            Some(Severity::Info),
         );
     }
     if let Some(n) = ev.todos_open.filter(|n| *n > 0) {
         return live(
-            "needs_finalization",
+            LivenessClass::NeedsFinalization,
             silence,
             ev,
             format!("stopped with {n} todo(s) still pending or in progress"),
-            Some("info"),
+            Some(Severity::Info),
         );
     }
-    live("idle", silence, ev, "idle, nothing pending".into(), None)
+    live(
+        LivenessClass::Idle,
+        silence,
+        ev,
+        "idle, nothing pending".into(),
+        None,
+    )
 }
 
 /// The version of the continuation prompt; part of every nudge's action id.
@@ -281,7 +276,7 @@ mod tests {
         }
     }
 
-    fn class_at(ev: &Evidence, a: &Activity, secs: i64) -> (&'static str, Option<&'static str>) {
+    fn class_at(ev: &Evidence, a: &Activity, secs: i64) -> (LivenessClass, Option<Severity>) {
         let l = classify(ev, Some(a), T + secs * 1000, &LivenessConfig::default());
         (l.class, l.alert)
     }
@@ -289,17 +284,20 @@ mod tests {
     #[test]
     fn soft_suspects_hard_alerts_and_not_a_second_before() {
         let a = act(T);
-        assert_eq!(class_at(&busy(), &a, 299), ("active", None));
-        assert_eq!(class_at(&busy(), &a, 300), ("suspect", None));
-        assert_eq!(class_at(&busy(), &a, 899), ("suspect", None));
-        assert_eq!(class_at(&busy(), &a, 900), ("stalled", Some("warning")));
+        assert_eq!(class_at(&busy(), &a, 299), (LivenessClass::Active, None));
+        assert_eq!(class_at(&busy(), &a, 300), (LivenessClass::Suspect, None));
+        assert_eq!(class_at(&busy(), &a, 899), (LivenessClass::Suspect, None));
+        assert_eq!(
+            class_at(&busy(), &a, 900),
+            (LivenessClass::Stalled, Some(Severity::Warning))
+        );
     }
 
     #[test]
     fn progress_resets_the_clock_and_runtime_is_irrelevant() {
         // a session progressing for 20 minutes: its last progress was 10 s ago
         let a = act(T + 1190 * 1000);
-        assert_eq!(class_at(&busy(), &a, 1200), ("active", None));
+        assert_eq!(class_at(&busy(), &a, 1200), (LivenessClass::Active, None));
     }
 
     #[test]
@@ -310,13 +308,16 @@ mod tests {
             t: T,
             timeout: Some(1_800_000),
         });
-        assert_eq!(class_at(&busy(), &a, 1500), ("long_tool", None));
+        assert_eq!(class_at(&busy(), &a, 1500), (LivenessClass::LongTool, None));
         // past timeout + grace: suspect, and stalled only a hard threshold later
-        assert_eq!(class_at(&busy(), &a, 1861), ("suspect", None));
-        assert_eq!(class_at(&busy(), &a, 1860 + 899), ("suspect", None));
+        assert_eq!(class_at(&busy(), &a, 1861), (LivenessClass::Suspect, None));
+        assert_eq!(
+            class_at(&busy(), &a, 1860 + 899),
+            (LivenessClass::Suspect, None)
+        );
         assert_eq!(
             class_at(&busy(), &a, 1860 + 900),
-            ("stalled", Some("warning"))
+            (LivenessClass::Stalled, Some(Severity::Warning))
         );
     }
 
@@ -329,19 +330,22 @@ mod tests {
         });
         assert_eq!(
             class_at(&ev, &act(T), 5000),
-            ("awaiting_user", Some("info"))
+            (LivenessClass::AwaitingUser, Some(Severity::Info))
         );
         let ev = Evidence {
             status: Some("retry".into()),
             retry: Some(serde_json::json!({"attempt": 2, "message": "overloaded"})),
             ..Evidence::default()
         };
-        assert_eq!(class_at(&ev, &act(T), 10), ("retrying", None));
+        assert_eq!(class_at(&ev, &act(T), 10), (LivenessClass::Retrying, None));
         let ev5 = Evidence {
             retry: Some(serde_json::json!({"attempt": 5})),
             ..ev
         };
-        assert_eq!(class_at(&ev5, &act(T), 10), ("retrying", Some("warning")));
+        assert_eq!(
+            class_at(&ev5, &act(T), 10),
+            (LivenessClass::Retrying, Some(Severity::Warning))
+        );
         let idle = Evidence {
             status: Some("idle".into()),
             todos_open: Some(2),
@@ -351,9 +355,12 @@ mod tests {
         a.in_flight = false;
         assert_eq!(
             class_at(&idle, &a, 10),
-            ("needs_finalization", Some("info"))
+            (LivenessClass::NeedsFinalization, Some(Severity::Info))
         );
         a.error = Some("MessageAbortedError".into());
-        assert_eq!(class_at(&idle, &a, 10), ("interrupted", Some("info")));
+        assert_eq!(
+            class_at(&idle, &a, 10),
+            (LivenessClass::Interrupted, Some(Severity::Info))
+        );
     }
 }

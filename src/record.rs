@@ -4,8 +4,10 @@
 //! typed records below and pass every other line through byte for byte, so unknown kinds and
 //! fields survive a whole pipeline. All times are integer milliseconds since the Unix epoch.
 
-use serde::{Deserialize, Serialize};
+use crate::config::Severity;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
+use std::collections::BTreeMap;
 
 /// `{"kind":"session", ...}`: one opencode session, as `oc-sessions` lists it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -34,7 +36,7 @@ pub struct Session {
     pub model: Option<String>,
     /// Fixture label: `flag` or `no_flag`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expect: Option<String>,
+    pub expect: Option<Expect>,
     /// Fixture label: must not flag before this time, must flag after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flag_after: Option<i64>,
@@ -75,6 +77,318 @@ pub struct Call {
     /// itself never leaves `oc-calls`.
     #[serde(default)]
     pub out: Option<String>,
+}
+
+/// A fixture label: what the backtest expects of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expect {
+    Flag,
+    NoFlag,
+}
+
+impl Expect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Expect::Flag => "flag",
+            Expect::NoFlag => "no_flag",
+        }
+    }
+}
+
+/// `{"kind":"verdict", ...}`: progress-detect's judgement of one session, as wd-store records it
+/// and wd-alert acts on it. The one shape of a verdict: every command reads and writes this type.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub session: String,
+    /// The top of the session's parent chain (the session itself when it has no parent).
+    #[serde(default)]
+    pub root: String,
+    #[serde(default)]
+    pub parent: Option<String>,
+    #[serde(default)]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Judged as an agent that never lands changes (explore, librarian, ...).
+    #[serde(default)]
+    pub read_only: bool,
+    #[serde(default)]
+    pub calls: u64,
+    #[serde(default)]
+    pub flagged: bool,
+    /// The signals over their thresholds, in signal order; empty when not flagged.
+    #[serde(default)]
+    pub reasons: Vec<Signal>,
+    /// Every signal's reading now, flagged or not.
+    #[serde(default)]
+    pub signals: Signals,
+    #[serde(default)]
+    pub landed_in_window: bool,
+    #[serde(default)]
+    pub calls_since_landed: u64,
+    #[serde(default)]
+    pub cost_since_landed: f64,
+    /// The call at which the session was first flagged.
+    #[serde(default)]
+    pub first_flag: Option<CallRef>,
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Time of the session's last call.
+    #[serde(default)]
+    pub t: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// The calls that make the case, on flagged verdicts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<Evidence>,
+    /// The last calls (at most [`DIGEST_CALLS`]), one line each (`tool target [exit n]`), for
+    /// the second opinion. Targets and exit codes only, never content.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub digest: Vec<String>,
+    /// Liveness class and evidence, where a session record or an activity record gave any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub liveness: Option<Liveness>,
+    /// The fixture label, echoed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect: Option<Expect>,
+    /// Whether the label holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ok: Option<bool>,
+    /// Anything a newer producer adds.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// How many recent calls a verdict's digest keeps.
+pub const DIGEST_CALLS: usize = 12;
+
+impl Verdict {
+    /// The root session, falling back to the session for records that name none.
+    pub fn root(&self) -> &str {
+        if self.root.is_empty() {
+            &self.session
+        } else {
+            &self.root
+        }
+    }
+}
+
+/// One call of a session, by position and id.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CallRef {
+    /// 1-based number of the call within its session.
+    pub index: u64,
+    pub t: i64,
+    pub id: String,
+}
+
+/// Why a verdict flagged: where the loop began, the last change that landed before it, and the
+/// calls the deciding signals counted.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// The first call of the loop: the first call after the last landed change that the deciding
+    /// signals count.
+    #[serde(default)]
+    pub loop_start: Option<CallRef>,
+    /// The last landed change before the loop, if the session ever landed one.
+    #[serde(default)]
+    pub last_landed: Option<CallRef>,
+    /// The calls that make the case (the repeats), oldest first, at most the last 12.
+    #[serde(default)]
+    pub calls: Vec<CallRef>,
+}
+
+/// The detector's signals. A flagged verdict names the ones over their thresholds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Signal {
+    /// Share of calls in the window that repeat an earlier call exactly.
+    Dup,
+    /// Count of the most-worked target in the window.
+    Top,
+    /// Repeats of one exact call since the last landed change.
+    Slow,
+    /// Lines requested from one file over its length.
+    Coverage,
+    /// A short session that works one target most of the time.
+    ShortLoop,
+}
+
+impl Signal {
+    pub const ALL: [Signal; 5] = [
+        Signal::Dup,
+        Signal::Top,
+        Signal::Slow,
+        Signal::Coverage,
+        Signal::ShortLoop,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Dup => "dup",
+            Signal::Top => "top",
+            Signal::Slow => "slow",
+            Signal::Coverage => "coverage",
+            Signal::ShortLoop => "short_loop",
+        }
+    }
+
+    /// The key of the signal's target in the flat `signals` object, if it names one.
+    pub fn what_key(self) -> Option<&'static str> {
+        match self {
+            Signal::Top => Some("top_target"),
+            Signal::Slow => Some("slow_call"),
+            Signal::Coverage => Some("coverage_file"),
+            _ => None,
+        }
+    }
+
+    /// A count (written as an integer) rather than a ratio.
+    pub fn is_count(self) -> bool {
+        !matches!(self, Signal::Dup | Signal::Coverage)
+    }
+
+    /// Whether `signals` carries this signal (a signal with no reading of its own is only a reason).
+    fn has_reading(self) -> bool {
+        !matches!(self, Signal::ShortLoop)
+    }
+}
+
+impl std::fmt::Display for Signal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One signal's reading: its value and what it points at (a target, a call, a file).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reading {
+    pub value: f64,
+    pub what: Option<String>,
+}
+
+/// Every signal's reading. On the wire one flat object, as contract v1 has it:
+/// `{"dup":0.8,"top":31,"top_target":"read src/a.js","slow":30,"slow_call":...}`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Signals(pub BTreeMap<Signal, Reading>);
+
+impl Signals {
+    pub fn set(&mut self, s: Signal, value: f64, what: Option<String>) {
+        self.0.insert(s, Reading { value, what });
+    }
+    pub fn value(&self, s: Signal) -> f64 {
+        self.0.get(&s).map_or(0.0, |r| r.value)
+    }
+    pub fn what(&self, s: Signal) -> Option<&str> {
+        self.0.get(&s).and_then(|r| r.what.as_deref())
+    }
+    /// The flat object, as the wire has it.
+    pub fn to_map(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        for (s, r) in &self.0 {
+            let v = if s.is_count() && r.value.fract() == 0.0 && r.value.abs() < 9e15 {
+                Value::from(r.value as i64)
+            } else {
+                serde_json::Number::from_f64(r.value).map_or(Value::Null, Value::Number)
+            };
+            m.insert(s.name().into(), v);
+            if let Some(k) = s.what_key() {
+                m.insert(k.into(), r.what.clone().map_or(Value::Null, Value::String));
+            }
+        }
+        m
+    }
+    /// Reads the flat object; keys it does not know are ignored.
+    pub fn from_map(m: &Map<String, Value>) -> Signals {
+        let mut out = Signals::default();
+        for s in Signal::ALL.into_iter().filter(|s| s.has_reading()) {
+            let Some(v) = m.get(s.name()).and_then(Value::as_f64) else {
+                continue;
+            };
+            let what = s
+                .what_key()
+                .and_then(|k| m.get(k))
+                .and_then(Value::as_str)
+                .map(String::from);
+            out.set(s, v, what);
+        }
+        out
+    }
+}
+
+impl Serialize for Signals {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        self.to_map().serialize(ser)
+    }
+}
+
+impl<'de> Deserialize<'de> for Signals {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        let m = Map::<String, Value>::deserialize(de)?;
+        Ok(Signals::from_map(&m))
+    }
+}
+
+/// A session's liveness class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LivenessClass {
+    Active,
+    Suspect,
+    Stalled,
+    LongTool,
+    Retrying,
+    AwaitingUser,
+    Interrupted,
+    NeedsFinalization,
+    Idle,
+    #[default]
+    Unknown,
+}
+
+impl LivenessClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LivenessClass::Active => "active",
+            LivenessClass::Suspect => "suspect",
+            LivenessClass::Stalled => "stalled",
+            LivenessClass::LongTool => "long_tool",
+            LivenessClass::Retrying => "retrying",
+            LivenessClass::AwaitingUser => "awaiting_user",
+            LivenessClass::Interrupted => "interrupted",
+            LivenessClass::NeedsFinalization => "needs_finalization",
+            LivenessClass::Idle => "idle",
+            LivenessClass::Unknown => "unknown",
+        }
+    }
+}
+
+/// What a liveness class asks of the watchdog before anything else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LivenessAction {
+    /// Suspicion asks for a read-only second look.
+    Probe,
+}
+
+/// The liveness class of a session with the evidence that decided it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Liveness {
+    pub class: LivenessClass,
+    /// Seconds since the last progress, when known.
+    #[serde(default)]
+    pub silence_s: Option<i64>,
+    #[serde(default)]
+    pub status: Option<String>,
+    /// One line saying what was observed.
+    #[serde(default)]
+    pub evidence: String,
+    /// The alert this class asks for, if any.
+    #[serde(default)]
+    pub alert: Option<Severity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<LivenessAction>,
 }
 
 /// `{"kind":"blind", ...}`: a reader met a shape it cannot interpret. Never read as "no calls".
@@ -144,6 +458,43 @@ mod tests {
             to_line("blind", &b).unwrap(),
             r#"{"kind":"blind","source":"http://x","reason":"r"}"#
         );
+    }
+
+    #[test]
+    fn a_contract_v1_verdict_reads_and_writes_back_the_same_signals() {
+        let line = r#"{"kind":"verdict","session":"ses_a","root":"ses_a","flagged":true,"reasons":["top","slow"],
+            "signals":{"dup":0.8,"top":31,"top_target":"read src/a.js","slow":30,"slow_call":"read src/a.js",
+            "coverage":0.0,"coverage_file":null},"calls":40,"first_flag":{"index":12,"t":5,"id":"prt_1"},
+            "liveness":{"class":"stalled","silence_s":901,"status":"busy","evidence":"busy and silent","alert":"warning"},
+            "opinion":{"answer":"yes"}}"#;
+        let v: Verdict = serde_json::from_str(line).unwrap();
+        assert_eq!(v.reasons, [Signal::Top, Signal::Slow]);
+        assert_eq!(v.signals.value(Signal::Top), 31.0);
+        assert_eq!(v.signals.what(Signal::Slow), Some("read src/a.js"));
+        assert_eq!(v.signals.what(Signal::Coverage), None);
+        assert_eq!(v.first_flag.as_ref().unwrap().index, 12);
+        let l = v.liveness.as_ref().unwrap();
+        assert_eq!(
+            (l.class, l.alert),
+            (LivenessClass::Stalled, Some(Severity::Warning))
+        );
+        assert_eq!(v.extra["opinion"]["answer"], "yes");
+        let back: Value = serde_json::from_str(&to_line("verdict", &v).unwrap()).unwrap();
+        assert_eq!(
+            back["signals"],
+            serde_json::json!({"dup": 0.8, "top": 31, "top_target": "read src/a.js", "slow": 30,
+                               "slow_call": "read src/a.js", "coverage": 0.0, "coverage_file": null})
+        );
+        assert_eq!(back["reasons"], serde_json::json!(["top", "slow"]));
+        assert_eq!(back["opinion"]["answer"], "yes");
+        assert!(back.get("evidence").is_none() && back.get("digest").is_none());
+    }
+
+    #[test]
+    fn a_verdict_naming_no_root_is_its_own_root() {
+        let v: Verdict = serde_json::from_str(r#"{"session":"ses_b"}"#).unwrap();
+        assert_eq!(v.root(), "ses_b");
+        assert!(serde_json::from_str::<Verdict>(r#"{"session":"s","reasons":["dupe"]}"#).is_err());
     }
 
     #[test]

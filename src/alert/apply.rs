@@ -3,7 +3,7 @@
 //! is worked out before it, so the write lock is held only for the inserts and updates.
 
 use super::decide::{Hold, Plan, Step};
-use super::{Delivery, Episode, Event, Kind, Mark, Transition, VerdictIn};
+use super::{Delivery, Episode, Event, Kind, Mark, Transition, Verdict};
 use crate::config::{ChannelConfig, ChannelType, Severity};
 use crate::store::Store;
 use anyhow::Result;
@@ -104,9 +104,9 @@ pub struct Prepared<'a> {
     pub routes: Vec<Vec<(String, Delivery, String)>>,
     pub nudges: Vec<Option<Nudge>>,
     /// This tick's verdicts by root, for the marks of loop episodes.
-    pub trees: &'a HashMap<&'a str, Vec<&'a VerdictIn>>,
+    pub trees: &'a HashMap<&'a str, Vec<&'a Verdict>>,
     /// This tick's verdicts by session.
-    pub sessions: &'a HashMap<&'a str, &'a VerdictIn>,
+    pub sessions: &'a HashMap<&'a str, &'a Verdict>,
     /// Open episodes by id (titles, opened).
     pub open: &'a HashMap<i64, &'a Episode>,
     pub tick_key: &'a str,
@@ -133,9 +133,9 @@ pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<N
     {
         let mut mark = tx.prepare_cached(
             "INSERT INTO episode_sessions (episode, session, calls, calls_since_landed, cost_since_landed, last_call,
-                 first_flag, flagged) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 loop_start, flagged) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
              ON CONFLICT (episode, session) DO UPDATE SET calls = ?3, calls_since_landed = ?4, cost_since_landed = ?5,
-                 last_call = ?6, first_flag = ?7, flagged = ?8",
+                 last_call = ?6, loop_start = ?7, flagged = ?8",
         )?;
         let mut put_marks = |episode: i64, root: &str| -> Result<()> {
             for v in p.trees.get(root).into_iter().flatten() {
@@ -147,7 +147,7 @@ pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<N
                     m.calls_since_landed as i64,
                     m.cost_since_landed,
                     m.last_call,
-                    m.first_flag,
+                    m.loop_start,
                     m.flagged
                 ])?;
             }

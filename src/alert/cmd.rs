@@ -13,7 +13,7 @@ use super::apply::{self, quiet, route, Chan, Nudge, Prepared, SentBefore};
 use super::channels::{self, deliver, Deadline, Sent};
 use super::decide::{self, Input, Step};
 use super::opinion::{self, Opinion};
-use super::{text, Delivery, Episode, Event, Kind, Mark, Reason, TickView, Transition, VerdictIn};
+use super::{text, Delivery, Episode, Event, Kind, Mark, Reason, TickView, Transition, Verdict};
 use crate::cli::{for_each_line, now_ms, Exit, Out};
 use crate::config::{ChannelType, Config, Severity};
 use crate::record::{kind_of, Blind};
@@ -118,7 +118,7 @@ fn read_tick(stdin: &mut dyn BufRead, now: i64) -> Result<(TickView, Option<i64>
             }
         };
         match kind.as_deref() {
-            Some("verdict") => match serde_json::from_str::<VerdictIn>(line) {
+            Some("verdict") => match serde_json::from_str::<Verdict>(line) {
                 Ok(v) => {
                     hasher.push(line);
                     tick.verdicts.push(v)
@@ -230,7 +230,7 @@ fn episode_row(r: &rusqlite::Row) -> rusqlite::Result<Episode> {
 
 fn load_marks(store: &Store, ep: &mut Episode) -> Result<()> {
     let mut st = store.conn.prepare_cached(
-        "SELECT session, calls, calls_since_landed, cost_since_landed, last_call, first_flag, flagged
+        "SELECT session, calls, calls_since_landed, cost_since_landed, last_call, loop_start, flagged
          FROM episode_sessions WHERE episode = ?1",
     )?;
     let rows = st.query_map([ep.id], |r| {
@@ -241,7 +241,7 @@ fn load_marks(store: &Store, ep: &mut Episode) -> Result<()> {
                 calls_since_landed: r.get::<_, i64>(2)? as u64,
                 cost_since_landed: r.get(3)?,
                 last_call: r.get(4)?,
-                first_flag: r.get(5)?,
+                loop_start: r.get(5)?,
                 flagged: r.get(6)?,
             },
         ))
@@ -322,14 +322,14 @@ fn lifecycle(
         escalate_after: cfg.alert.escalate_after_ticks,
     };
     let mut plan = decide::decide(&input(&no_answers));
-    let mut trees: HashMap<&str, Vec<&VerdictIn>> = HashMap::new();
+    let mut trees: HashMap<&str, Vec<&Verdict>> = HashMap::new();
     for v in &tick.verdicts {
         trees.entry(v.root()).or_default().push(v);
     }
     for t in trees.values_mut() {
         t.sort_by_key(|v| std::cmp::Reverse((v.flagged, v.calls_since_landed)));
     }
-    let sessions: HashMap<&str, &VerdictIn> = tick
+    let sessions: HashMap<&str, &Verdict> = tick
         .verdicts
         .iter()
         .map(|v| (v.session.as_str(), v))
@@ -337,8 +337,7 @@ fn lifecycle(
     if cfg.second_opinion.enabled {
         let roots: Vec<String> = plan.questions().iter().map(|s| s.to_string()).collect();
         if !roots.is_empty() {
-            let asked: Vec<VerdictIn> =
-                roots.iter().map(|r| trees[r.as_str()][0].clone()).collect();
+            let asked: Vec<Verdict> = roots.iter().map(|r| trees[r.as_str()][0].clone()).collect();
             let got = opinion::ask_all(&cfg.second_opinion, &asked);
             let answers: HashMap<String, Opinion> = roots.into_iter().zip(got).collect();
             plan = decide::decide(&input(&answers));
@@ -349,7 +348,7 @@ fn lifecycle(
     let mut events: Vec<Option<Event>> = Vec::with_capacity(plan.steps.len());
     let mut nudges: Vec<Option<Nudge>> = Vec::with_capacity(plan.steps.len());
     for step in &plan.steps {
-        let flagged = |root: &str| -> Vec<&VerdictIn> {
+        let flagged = |root: &str| -> Vec<&Verdict> {
             trees
                 .get(root)
                 .map(|t| t.iter().copied().filter(|v| v.flagged).collect())
@@ -366,16 +365,14 @@ fn lifecycle(
                 ..
             } => {
                 let tree = flagged(subject);
-                let mut ev = text::loop_event(
-                    cfg,
-                    Transition::Trigger,
-                    *severity,
-                    &tree,
-                    now,
-                    now,
-                    figures.unwrap_or_default(),
-                    None,
-                );
+                let news = text::LoopNews {
+                    state: Transition::Trigger,
+                    severity: *severity,
+                    opened: now,
+                    figures: figures.unwrap_or_default(),
+                    reason: None,
+                };
+                let mut ev = text::loop_event(cfg, news, &tree, now);
                 if let Some(o) = opinion {
                     ev.details.insert("opinion".into(), json!(o));
                 }
@@ -392,7 +389,7 @@ fn lifecycle(
             } => {
                 let v = sessions[subject.as_str()];
                 if cfg.liveness.nudge && matches!(kind, Kind::Stalled | Kind::Unfinished) {
-                    let class = v.liveness_class().unwrap_or("").to_string();
+                    let class = v.liveness_class().map_or("", |c| c.as_str()).to_string();
                     nudge = Some(Nudge {
                         action: crate::scrub::hash_str(&format!(
                             "{subject}|{class}|{now}|{}",
@@ -416,16 +413,14 @@ fn lifecycle(
             } => {
                 let tree = flagged(root);
                 let opened = by_id.get(episode).map(|e| e.opened).unwrap_or(now);
-                let mut ev = text::loop_event(
-                    cfg,
-                    Transition::Escalate,
-                    Severity::Critical,
-                    &tree,
-                    now,
+                let news = text::LoopNews {
+                    state: Transition::Escalate,
+                    severity: Severity::Critical,
                     opened,
-                    *figures,
-                    Some(*reason),
-                );
+                    figures: *figures,
+                    reason: Some(*reason),
+                };
+                let mut ev = text::loop_event(cfg, news, &tree, now);
                 if let Some(o) = opinion {
                     ev.details.insert("opinion".into(), json!(o));
                 }

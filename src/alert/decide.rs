@@ -3,8 +3,9 @@
 //! The rules are listed in the module docs of `alert`; the table test below has one row each.
 
 use super::opinion::Opinion;
-use super::{Activity, Episode, Figures, Kind, Mark, Reason, TickView, VerdictIn, BLIND_KEY};
+use super::{Activity, Episode, Figures, Kind, Mark, Reason, TickView, Verdict, BLIND_KEY};
 use crate::config::Severity;
+use crate::record::LivenessClass;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Everything a decision depends on.
@@ -106,12 +107,12 @@ impl Plan {
 
 /// The sessions of one tree this tick.
 struct Tree<'a> {
-    all: Vec<&'a VerdictIn>,
-    flagged: Vec<&'a VerdictIn>,
+    all: Vec<&'a Verdict>,
+    flagged: Vec<&'a Verdict>,
 }
 
 /// Calls since the previous tick, and whether a change landed among them.
-fn moved(v: &VerdictIn, marks: &HashMap<String, Mark>) -> (u64, bool) {
+fn moved(v: &Verdict, marks: &HashMap<String, Mark>) -> (u64, bool) {
     let new = match marks.get(&v.session) {
         Some(m) => v.calls.saturating_sub(m.calls),
         None => v.calls,
@@ -133,7 +134,7 @@ pub fn figures<'a>(
     for m in flagged {
         f.calls += m.calls_since_landed;
         f.cost += m.cost_since_landed;
-        first = match (first, m.first_flag) {
+        first = match (first, m.loop_start) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -164,7 +165,7 @@ pub fn decide(i: &Input) -> Plan {
         t.flagged
             .sort_by_key(|v| std::cmp::Reverse(v.calls_since_landed));
     }
-    let sessions: HashMap<&str, &VerdictIn> = tick
+    let sessions: HashMap<&str, &Verdict> = tick
         .verdicts
         .iter()
         .map(|v| (v.session.as_str(), v))
@@ -355,7 +356,7 @@ fn loop_step(i: &Input, a: &Episode, tree: Option<&Tree>) -> Option<Step> {
     })
 }
 
-fn live_step(i: &Input, a: &Episode, kind: Kind, v: Option<&VerdictIn>) -> Option<Step> {
+fn live_step(i: &Input, a: &Episode, kind: Kind, v: Option<&Verdict>) -> Option<Step> {
     let resolve = |reason: Reason, why: String| Step::Resolve {
         episode: a.id,
         key: a.key.clone(),
@@ -366,9 +367,9 @@ fn live_step(i: &Input, a: &Episode, kind: Kind, v: Option<&VerdictIn>) -> Optio
     match v {
         Some(v) if v.live_alert().map(|x| x.0) == Some(kind) => None,
         Some(v) => match v.liveness_class() {
-            Some(class) if class != "unknown" => Some(resolve(
+            Some(class) if class != LivenessClass::Unknown => Some(resolve(
                 Reason::Recovered,
-                format!("the session is {class} now"),
+                format!("the session is {} now", class.as_str()),
             )),
             _ => None,
         },
@@ -383,25 +384,33 @@ fn live_step(i: &Input, a: &Episode, kind: Kind, v: Option<&VerdictIn>) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::{CallRef, Liveness};
     use serde_json::json;
 
     const T: i64 = 1_796_000_000_000;
     const SRC: &str = "http://s";
 
     /// A verdict: session, flagged, total calls, liveness class.
-    fn v(session: &str, flagged: bool, calls: u64, class: &str) -> VerdictIn {
-        VerdictIn {
+    fn v(session: &str, flagged: bool, calls: u64, class: &str) -> Verdict {
+        Verdict {
             session: session.into(),
-            root: Some("r".into()),
+            root: "r".into(),
             flagged,
             calls,
             calls_since_landed: calls,
             cost_since_landed: calls as f64 * 0.01,
             t: Some(T + calls as i64 * 1000),
-            first_flag: Some(super::super::FlagPoint { t: Some(T) }),
+            first_flag: Some(CallRef {
+                index: 0,
+                t: T,
+                id: "prt_1".into(),
+            }),
             source: Some(SRC.into()),
-            liveness: (!class.is_empty()).then(|| json!({"class": class})),
-            ..VerdictIn::default()
+            liveness: (!class.is_empty()).then(|| Liveness {
+                class: serde_json::from_value(json!(class)).unwrap(),
+                ..Liveness::default()
+            }),
+            ..Verdict::default()
         }
     }
 
@@ -435,7 +444,7 @@ mod tests {
         }
     }
 
-    fn tick(vs: Vec<VerdictIn>) -> TickView {
+    fn tick(vs: Vec<Verdict>) -> TickView {
         TickView {
             verdicts: vs,
             sources: vec![SRC.into()],
@@ -572,8 +581,8 @@ mod tests {
             (
                 "the tree is gone from a readable opencode: resolved gone",
                 vec![open(2, w, &[("r", 52)])],
-                tick(vec![VerdictIn {
-                    root: Some("x".into()),
+                tick(vec![Verdict {
+                    root: "x".into(),
                     ..v("x", false, 1, "idle")
                 }]),
                 "resolve gone",
@@ -675,7 +684,11 @@ mod tests {
     #[test]
     fn two_verdicts_for_one_session_give_one_trigger_per_key() {
         let mut stalled = v("s", false, 5, "stalled");
-        stalled.liveness = Some(json!({"class": "stalled", "alert": "warning"}));
+        stalled.liveness = Some(Liveness {
+            class: LivenessClass::Stalled,
+            alert: Some(Severity::Warning),
+            ..Liveness::default()
+        });
         let mut t = tick(vec![
             stalled.clone(),
             stalled,

@@ -27,6 +27,7 @@ pub mod text;
 pub use decide::{decide, Plan, Step};
 
 use crate::config::Severity;
+use crate::record::{LivenessClass, Signal, Verdict};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -73,13 +74,13 @@ impl Kind {
         Kind::ALL.into_iter().find(|k| k.as_str() == s)
     }
     /// The alert kind a liveness class asks for.
-    pub fn of_liveness(class: &str) -> Option<Kind> {
+    pub fn of_liveness(class: LivenessClass) -> Option<Kind> {
         Some(match class {
-            "stalled" => Kind::Stalled,
-            "retrying" => Kind::Retrying,
-            "awaiting_user" => Kind::Waiting,
-            "interrupted" => Kind::Interrupted,
-            "needs_finalization" => Kind::Unfinished,
+            LivenessClass::Stalled => Kind::Stalled,
+            LivenessClass::Retrying => Kind::Retrying,
+            LivenessClass::AwaitingUser => Kind::Waiting,
+            LivenessClass::Interrupted => Kind::Interrupted,
+            LivenessClass::NeedsFinalization => Kind::Unfinished,
             _ => return None,
         })
     }
@@ -203,7 +204,7 @@ impl Delivery {
 }
 
 /// What a loop burned: calls and cost since the last landed change over the tree's flagged
-/// sessions, and for how long it was seen looping (first flag to last call).
+/// sessions, and for how long it looped (loop start to last call).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Figures {
     pub calls: u64,
@@ -245,49 +246,6 @@ pub struct Event {
     pub link: Option<String>,
 }
 
-/// What wd-alert needs of a verdict.
-#[derive(Debug, Clone, Deserialize, Default)]
-pub struct VerdictIn {
-    pub session: String,
-    #[serde(default)]
-    pub root: Option<String>,
-    #[serde(default)]
-    pub agent: Option<String>,
-    #[serde(default)]
-    pub title: Option<String>,
-    #[serde(default)]
-    pub model: Option<String>,
-    #[serde(default)]
-    pub flagged: bool,
-    #[serde(default)]
-    pub reasons: Vec<String>,
-    #[serde(default)]
-    pub signals: Map<String, Value>,
-    #[serde(default)]
-    pub calls: u64,
-    #[serde(default)]
-    pub calls_since_landed: u64,
-    #[serde(default)]
-    pub cost_since_landed: f64,
-    /// Time of the session's last call.
-    #[serde(default)]
-    pub t: Option<i64>,
-    #[serde(default)]
-    pub first_flag: Option<FlagPoint>,
-    #[serde(default)]
-    pub source: Option<String>,
-    #[serde(default)]
-    pub digest: Vec<String>,
-    #[serde(default)]
-    pub liveness: Option<Value>,
-}
-
-#[derive(Debug, Clone, Deserialize, Default, PartialEq)]
-pub struct FlagPoint {
-    #[serde(default)]
-    pub t: Option<i64>,
-}
-
 /// Is a session doing something, by its liveness class?
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Activity {
@@ -299,63 +257,62 @@ pub enum Activity {
     Unknown,
 }
 
-impl VerdictIn {
-    pub fn root(&self) -> &str {
-        self.root.as_deref().unwrap_or(&self.session)
-    }
-    fn sig_str(&self, k: &str) -> Option<&str> {
-        self.signals.get(k).and_then(Value::as_str)
-    }
-    pub fn top_target(&self) -> Option<&str> {
-        self.sig_str("top_target")
-    }
-    /// What it repeats: the most-worked target, the slow call, or the re-read file.
+/// What the lifecycle reads of a verdict.
+impl Verdict {
+    /// What it repeats, in words, for alert titles: the most-worked target, the slow call, or
+    /// the re-read file.
     pub fn repeats(&self) -> String {
-        if self.reasons.iter().any(|r| r == "coverage")
-            && !self.reasons.iter().any(|r| r == "top" || r == "dup")
-        {
-            if let Some(f) = self.sig_str("coverage_file") {
-                let c = self
-                    .signals
-                    .get("coverage")
-                    .and_then(Value::as_f64)
-                    .unwrap_or(0.0);
+        let has = |s: Signal| self.reasons.contains(&s);
+        if has(Signal::Coverage) && !has(Signal::Top) && !has(Signal::Dup) {
+            if let Some(f) = self.signals.what(Signal::Coverage) {
+                let c = self.signals.value(Signal::Coverage);
                 return format!("re-reads {f} ({c:.1}x its length)");
             }
         }
-        match self.sig_str("top_target").or(self.sig_str("slow_call")) {
+        match self
+            .signals
+            .what(Signal::Top)
+            .or(self.signals.what(Signal::Slow))
+        {
             Some(t) => format!("repeats {t}"),
             None => "loops".into(),
         }
     }
-    pub fn liveness_class(&self) -> Option<&str> {
-        self.liveness.as_ref()?.get("class")?.as_str()
+    pub fn top_target(&self) -> Option<&str> {
+        self.signals.what(Signal::Top)
+    }
+    pub fn liveness_class(&self) -> Option<LivenessClass> {
+        self.liveness.as_ref().map(|l| l.class)
     }
     pub fn liveness_evidence(&self) -> &str {
-        self.liveness
-            .as_ref()
-            .and_then(|l| l.get("evidence"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
+        self.liveness.as_ref().map_or("", |l| l.evidence.as_str())
     }
     pub fn activity(&self) -> Activity {
+        use LivenessClass as L;
         match self.liveness_class() {
-            Some("idle" | "interrupted" | "needs_finalization") => Activity::Idle,
-            Some("active" | "suspect" | "stalled" | "long_tool" | "retrying" | "awaiting_user") => {
-                Activity::Busy
-            }
-            _ => Activity::Unknown,
+            Some(L::Idle | L::Interrupted | L::NeedsFinalization) => Activity::Idle,
+            Some(
+                L::Active | L::Suspect | L::Stalled | L::LongTool | L::Retrying | L::AwaitingUser,
+            ) => Activity::Busy,
+            Some(L::Unknown) | None => Activity::Unknown,
         }
     }
     /// (alert kind, severity) this verdict's liveness asks for.
     pub fn live_alert(&self) -> Option<(Kind, Severity)> {
         let l = self.liveness.as_ref()?;
-        let sev = match l.get("alert").and_then(Value::as_str)? {
-            "warning" => Severity::Warning,
-            "critical" => Severity::Critical,
-            _ => Severity::Info,
-        };
-        Some((Kind::of_liveness(self.liveness_class()?)?, sev))
+        Some((Kind::of_liveness(l.class)?, l.alert?))
+    }
+    /// When the loop began: the detector's loop start, else its first flag.
+    pub fn loop_start(&self) -> Option<i64> {
+        self.evidence
+            .as_ref()
+            .and_then(|e| e.loop_start.as_ref())
+            .or(self.first_flag.as_ref())
+            .map(|c| c.t)
+    }
+    /// The signals that flagged it, as words.
+    pub fn reason_names(&self) -> Vec<&'static str> {
+        self.reasons.iter().map(|s| s.name()).collect()
     }
     /// What the previous tick keeps of this verdict.
     pub fn mark(&self) -> Mark {
@@ -364,7 +321,7 @@ impl VerdictIn {
             calls_since_landed: self.calls_since_landed,
             cost_since_landed: self.cost_since_landed,
             last_call: self.t,
-            first_flag: self.first_flag.as_ref().and_then(|f| f.t),
+            loop_start: self.loop_start(),
             flagged: self.flagged,
         }
     }
@@ -377,7 +334,7 @@ pub struct Mark {
     pub calls_since_landed: u64,
     pub cost_since_landed: f64,
     pub last_call: Option<i64>,
-    pub first_flag: Option<i64>,
+    pub loop_start: Option<i64>,
     pub flagged: bool,
 }
 
@@ -408,7 +365,7 @@ pub struct Episode {
 #[derive(Debug, Default)]
 pub struct TickView {
     /// One verdict per session (the last one wins when a session came twice).
-    pub verdicts: Vec<VerdictIn>,
+    pub verdicts: Vec<Verdict>,
     /// (source, reason) of every blind record.
     pub blind: Vec<(String, String)>,
     /// Sources that answered.
@@ -420,7 +377,7 @@ impl TickView {
     /// Keeps the last verdict of each session, in the order sessions were first seen.
     pub fn dedup(&mut self) {
         let mut at: HashMap<String, usize> = HashMap::with_capacity(self.verdicts.len());
-        let mut out: Vec<VerdictIn> = Vec::with_capacity(self.verdicts.len());
+        let mut out: Vec<Verdict> = Vec::with_capacity(self.verdicts.len());
         for v in self.verdicts.drain(..) {
             match at.get(&v.session) {
                 Some(&i) => out[i] = v,

@@ -3,8 +3,8 @@
 //! never content. At most `max_in_flight` questions at once, each with a short timeout. The
 //! answer may raise severity; it never vetoes a flag.
 
-use super::VerdictIn;
 use crate::config::SecondOpinionConfig;
+use crate::record::Verdict;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -25,30 +25,22 @@ impl Opinion {
 }
 
 /// The digest the model sees: agent, counts, signals, recent tool/target/exit lines.
-pub fn digest(v: &VerdictIn) -> String {
+pub fn digest(v: &Verdict) -> String {
     let mut s = format!(
         "agent: {}\ncalls: {} ({} since the last landed change)\nflagged by: {}\n",
         v.agent.as_deref().unwrap_or("unknown"),
         v.calls,
         v.calls_since_landed,
-        v.reasons.join(", ")
+        v.reasons
+            .iter()
+            .map(|r| r.name())
+            .collect::<Vec<_>>()
+            .join(", ")
     );
-    for k in [
-        "dup",
-        "top",
-        "top_target",
-        "slow",
-        "slow_call",
-        "coverage",
-        "coverage_file",
-    ] {
-        if let Some(x) = v.signals.get(k).filter(|x| !x.is_null()) {
-            s += &format!(
-                "{k}: {}\n",
-                x.as_str()
-                    .map(String::from)
-                    .unwrap_or_else(|| x.to_string())
-            );
+    for (sig, r) in &v.signals.0 {
+        s += &format!("{sig}: {}\n", r.value);
+        if let (Some(k), Some(w)) = (sig.what_key(), &r.what) {
+            s += &format!("{k}: {w}\n");
         }
     }
     if !v.digest.is_empty() {
@@ -80,7 +72,7 @@ pub fn parse(reply: &str) -> (String, String) {
 }
 
 /// Asks one question.
-pub fn ask(cfg: &SecondOpinionConfig, v: &VerdictIn) -> Opinion {
+pub fn ask(cfg: &SecondOpinionConfig, v: &Verdict) -> Opinion {
     let url = format!("{}/api/chat", cfg.url.trim_end_matches('/'));
     let body = json!({
         "model": cfg.model,
@@ -122,7 +114,7 @@ pub fn ask(cfg: &SecondOpinionConfig, v: &VerdictIn) -> Opinion {
 }
 
 /// Asks about several verdicts, at most `max_in_flight` at a time.
-pub fn ask_all(cfg: &SecondOpinionConfig, vs: &[VerdictIn]) -> Vec<Opinion> {
+pub fn ask_all(cfg: &SecondOpinionConfig, vs: &[Verdict]) -> Vec<Opinion> {
     let mut out = Vec::with_capacity(vs.len());
     for chunk in vs.chunks(cfg.max_in_flight.max(1)) {
         let got: Vec<Opinion> = std::thread::scope(|s| {

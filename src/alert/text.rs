@@ -2,7 +2,7 @@
 //! figures and reasons come from the plan, the words from here, so every channel (desktop body,
 //! webhook, PagerDuty, Alertmanager) shows the same ones.
 
-use super::{Episode, Event, Figures, Kind, Reason, Transition, VerdictIn};
+use super::{Episode, Event, Figures, Kind, Reason, Transition, Verdict};
 use crate::config::{Config, Severity};
 use serde_json::{json, Map, Value};
 
@@ -57,17 +57,24 @@ fn put_figures(d: &mut Map<String, Value>, f: &Figures) {
     d.insert("figures".into(), json!(f));
 }
 
+/// What a loop event announces.
+pub struct LoopNews {
+    pub state: Transition,
+    pub severity: Severity,
+    pub opened: i64,
+    pub figures: Figures,
+    pub reason: Option<Reason>,
+}
+
 /// A loop's trigger or escalation; `tree` is its flagged verdicts, the most telling first.
-pub fn loop_event(
-    cfg: &Config,
-    state: Transition,
-    sev: Severity,
-    tree: &[&VerdictIn],
-    now: i64,
-    opened: i64,
-    figures: Figures,
-    reason: Option<Reason>,
-) -> Event {
+pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> Event {
+    let LoopNews {
+        state,
+        severity: sev,
+        opened,
+        figures,
+        reason,
+    } = news;
     let v = tree[0];
     let agent = v.agent.clone().unwrap_or_else(|| "agent".into());
     let repeats = v.repeats();
@@ -89,7 +96,7 @@ pub fn loop_event(
         v.session,
         v.model.as_deref().map(|m| format!(", model {m}")).unwrap_or_default(),
         burned(&figures),
-        v.reasons.join(", ")
+        v.reason_names().join(", ")
     );
     let mut ev = base(cfg, Kind::Loop, super::loop_key(v.root()), v.root(), now);
     ev.severity = sev;
@@ -106,7 +113,7 @@ pub fn loop_event(
     d.insert("agent".into(), json!(v.agent));
     d.insert("model".into(), json!(v.model));
     d.insert("reasons".into(), json!(v.reasons));
-    d.insert("signals".into(), Value::Object(v.signals.clone()));
+    d.insert("signals".into(), Value::Object(v.signals.to_map()));
     d.insert("calls".into(), json!(v.calls));
     d.insert("calls_since_landed".into(), json!(v.calls_since_landed));
     d.insert("cost_since_landed".into(), json!(v.cost_since_landed));
@@ -166,7 +173,7 @@ pub fn resolve_event(
 }
 
 /// A liveness alert's trigger.
-pub fn live_event(cfg: &Config, kind: Kind, sev: Severity, v: &VerdictIn, now: i64) -> Event {
+pub fn live_event(cfg: &Config, kind: Kind, sev: Severity, v: &Verdict, now: i64) -> Event {
     let agent = v.agent.clone().unwrap_or_else(|| "agent".into());
     let what = match kind {
         Kind::Stalled => "stalled",
@@ -187,7 +194,7 @@ pub fn live_event(cfg: &Config, kind: Kind, sev: Severity, v: &VerdictIn, now: i
     d.insert("root".into(), json!(v.root()));
     d.insert("agent".into(), json!(v.agent));
     d.insert("model".into(), json!(v.model));
-    d.insert("liveness".into(), v.liveness.clone().unwrap_or_default());
+    d.insert("liveness".into(), json!(v.liveness));
     d.insert("opened".into(), json!(now));
     ev
 }

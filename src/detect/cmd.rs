@@ -4,11 +4,11 @@
 //! other line (unknown kinds, `source`, `blind`) passes through unchanged. Out: one `verdict`
 //! per session at the end of input (and one per flag transition with `--every`).
 
-use super::{CallIn, Detector, Verdict};
+use super::{CallIn, Detector};
 use crate::cli::{for_each_line, now_ms, Exit, Format, Out};
 use crate::config::{Config, DetectorConfig};
 use crate::liveness::{self, Activity, Evidence};
-use crate::record::{kind_of, to_line, Session};
+use crate::record::{kind_of, to_line, Session, Signal, Verdict};
 use anyhow::Result;
 use clap::Parser;
 use serde::Deserialize;
@@ -219,7 +219,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         // judged only on evidence: fixtures and hand-made streams without any get no class
         if act.is_some() || ev.is_some_and(|e| e.status.is_some()) {
             let l = liveness::classify(&ev.cloned().unwrap_or_default(), act, now, &cfg.liveness);
-            v.extra.insert("liveness".into(), serde_json::to_value(l)?);
+            v.liveness = Some(l);
         }
     }
     if args.check {
@@ -256,7 +256,7 @@ fn check(verdicts: &[Verdict], format: Format, out: &mut Out) -> Result<Exit> {
             "FAIL {} {:?}: expect {} got {}{when}",
             v.session,
             v.title.as_deref().unwrap_or(""),
-            v.expect.as_deref().unwrap_or(""),
+            v.expect.map_or("", |e| e.as_str()),
             got
         )?;
     }
@@ -274,20 +274,26 @@ fn row(v: &Verdict) -> Vec<String> {
         v.agent.clone().unwrap_or_default(),
         v.calls.to_string(),
         if v.flagged { "FLAG".into() } else { "-".into() },
-        v.reasons.join(","),
-        format!("{:.2}", v.signals.dup),
-        v.signals.top.to_string(),
-        v.signals.slow.to_string(),
-        format!("{:.1}", v.signals.coverage),
+        v.reasons
+            .iter()
+            .map(|r| r.name())
+            .collect::<Vec<_>>()
+            .join(","),
+        format!("{:.2}", v.signals.value(Signal::Dup)),
+        v.signals.value(Signal::Top).to_string(),
+        v.signals.value(Signal::Slow).to_string(),
+        format!("{:.1}", v.signals.value(Signal::Coverage)),
         v.first_flag
             .as_ref()
             .map(|f| f.index.to_string())
             .unwrap_or_default(),
         v.expect
-            .clone()
-            .map(|e| format!("{e} {}", if v.ok == Some(true) { "ok" } else { "FAIL" }))
+            .map(|e| {
+                let held = if v.ok == Some(true) { "ok" } else { "FAIL" };
+                format!("{} {held}", e.as_str())
+            })
             .unwrap_or_default(),
-        v.signals.top_target.clone().unwrap_or_default(),
+        v.signals.what(Signal::Top).unwrap_or_default().to_string(),
     ]
 }
 

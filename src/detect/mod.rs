@@ -18,8 +18,7 @@ pub mod cmd;
 pub mod target;
 
 use crate::config::DetectorConfig;
-use crate::record::Session;
-use serde::Serialize;
+use crate::record::{CallRef, Expect, Session, Signal, Signals, Verdict};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet, VecDeque};
 use target::{IdMap, Keys};
@@ -86,60 +85,8 @@ struct Sess {
     last_t: i64,
     model: Option<String>,
     flagged: bool,
-    first_flag: Option<FlagPoint>,
+    first_flag: Option<CallRef>,
 }
-
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct FlagPoint {
-    /// 1-based number of the call within its session.
-    pub index: u64,
-    pub t: i64,
-    pub id: String,
-}
-
-#[derive(Debug, Clone, Serialize, PartialEq, Default)]
-pub struct Signals {
-    pub dup: f64,
-    pub top: u32,
-    pub top_target: Option<String>,
-    pub slow: u32,
-    pub slow_call: Option<String>,
-    pub coverage: f64,
-    pub coverage_file: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Verdict {
-    pub session: String,
-    pub root: String,
-    pub parent: Option<String>,
-    pub agent: Option<String>,
-    pub title: Option<String>,
-    pub read_only: bool,
-    pub calls: u64,
-    pub flagged: bool,
-    pub reasons: Vec<&'static str>,
-    pub signals: Signals,
-    pub landed_in_window: bool,
-    pub calls_since_landed: u64,
-    pub cost_since_landed: f64,
-    pub first_flag: Option<FlagPoint>,
-    pub model: Option<String>,
-    /// Time of the session's last call.
-    pub t: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub source: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub expect: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ok: Option<bool>,
-    /// Liveness class and evidence (added by the liveness judge).
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
-}
-
-/// The reasons a session can be flagged for, in the order verdicts list them.
-pub const REASONS: [&str; 5] = ["dup", "top", "slow", "coverage", "short_loop"];
 
 pub struct Detector {
     cfg: DetectorConfig,
@@ -434,7 +381,7 @@ impl Detector {
         let changed = flagged != st.flagged;
         st.flagged = flagged;
         if flagged && st.first_flag.is_none() {
-            st.first_flag = Some(FlagPoint {
+            st.first_flag = Some(CallRef {
                 index: st.calls,
                 t: c.t,
                 id: c.id.to_string(),
@@ -467,7 +414,7 @@ impl Detector {
     }
 
     /// Applies the rules to a session's current window, with the signals that decided.
-    fn judge(&self, st: &Sess) -> (bool, Vec<&'static str>, Signals) {
+    fn judge(&self, st: &Sess) -> (bool, Vec<Signal>, Signals) {
         let n = st.window.len().max(1);
         let dup = (st.window.len() - st.distinct as usize) as f64 / n as f64;
         // (count, last position) per target; ties go to the latest
@@ -494,25 +441,21 @@ impl Detector {
             .map(|(c, f)| (c, Some(f.clone())))
             .unwrap_or((0.0, None));
         let bits = self.reasons(st, dup, top, slow, coverage);
-        let reasons: Vec<&'static str> = REASONS
+        let reasons: Vec<Signal> = Signal::ALL
             .iter()
             .enumerate()
             .filter(|(i, _)| bits & (1 << i) != 0)
             .map(|(_, r)| *r)
             .collect();
-        let signals = Signals {
-            dup: round3(dup),
-            top,
-            top_target,
-            slow,
-            slow_call,
-            coverage: round3(coverage),
-            coverage_file,
-        };
+        let mut signals = Signals::default();
+        signals.set(Signal::Dup, round3(dup), None);
+        signals.set(Signal::Top, top as f64, top_target);
+        signals.set(Signal::Slow, slow as f64, slow_call);
+        signals.set(Signal::Coverage, round3(coverage), coverage_file);
         (!reasons.is_empty(), reasons, signals)
     }
 
-    /// The rules, as a bit set over [`REASONS`] (no allocation: this runs at every call).
+    /// The rules, as a bit set over [`Signal::ALL`] (no allocation: this runs at every call).
     fn reasons(&self, st: &Sess, dup: f64, top: u32, slow: u32, coverage: f64) -> u8 {
         let cfg = &self.cfg;
         let big = st.calls >= cfg.min_calls as u64;
@@ -550,16 +493,16 @@ impl Detector {
             Some(&(i, c)) => (st.calls - i, st.cost - c),
             None => (st.calls, st.cost),
         };
-        let expect = meta.and_then(|m| m.expect.clone());
-        let ok = expect.as_deref().map(|e| match e {
-            "flag" => {
+        let expect = meta.and_then(|m| m.expect);
+        let ok = expect.map(|e| match e {
+            Expect::Flag => {
                 flagged
                     && match (meta.and_then(|m| m.flag_after), &st.first_flag) {
                         (Some(after), Some(f)) => f.t >= after,
                         _ => true,
                     }
             }
-            _ => st.first_flag.is_none(),
+            Expect::NoFlag => st.first_flag.is_none(),
         });
         Some(Verdict {
             session: id.to_string(),
@@ -584,7 +527,7 @@ impl Detector {
             source: meta.and_then(|m| m.source.clone()),
             expect,
             ok,
-            extra: Map::new(),
+            ..Verdict::default()
         })
     }
 
@@ -714,7 +657,7 @@ mod tests {
         }
         let v = f.v("s");
         assert!(v.flagged);
-        assert_eq!(v.reasons, ["top"]);
+        assert_eq!(v.reasons, [Signal::Top]);
         // the short-loop rule fired first: 8 repeats in 10 calls
         assert_eq!(v.first_flag.unwrap().index, 10);
     }
@@ -788,7 +731,7 @@ mod tests {
         let v = f.v("e");
         assert!(v.read_only);
         assert!(v.flagged);
-        assert_eq!(v.signals.top, 8);
+        assert_eq!(v.signals.value(Signal::Top), 8.0);
     }
 
     #[test]
@@ -807,7 +750,7 @@ mod tests {
             );
         }
         let v = f.v("s");
-        assert_eq!(v.signals.coverage, 4.0);
+        assert_eq!(v.signals.value(Signal::Coverage), 4.0);
         assert!(!v.flagged, "{v:?}");
         f.call(
             "s",
@@ -817,6 +760,6 @@ mod tests {
             Some(100),
         );
         let v = f.v("s");
-        assert_eq!(v.reasons, ["coverage"]);
+        assert_eq!(v.reasons, [Signal::Coverage]);
     }
 }

@@ -7,11 +7,10 @@
 use super::Store;
 use crate::cli::{for_each_line, now_ms, parse_duration_ms, parse_when, Exit, Format, Out};
 use crate::config::{Config, Severity};
-use crate::record::{kind_of, Blind};
+use crate::record::{kind_of, Blind, Verdict};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use rusqlite::{params, params_from_iter, types::Value as Sql};
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -22,7 +21,7 @@ Examples:
   wd-store status --format table
   wd-store loops --format table
   wd-store alerts --since 7d --format table
-  wd-store verdicts --since 1h --flagged | jq -r '[.session, .top_target] | @tsv'
+  wd-store verdicts --since 1h --flagged | jq -r '[.session, .signals.top_target] | @tsv'
   wd-store rollup --by model --since 1h --format table
   wd-store channels set desktop --enabled false
   wd-store prune --older-than 30d";
@@ -217,46 +216,6 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     r.map_err(|e| store.explain(e))
 }
 
-/// A verdict record as wd-store reads it (unknown fields ignored).
-#[derive(Deserialize, Default)]
-struct V {
-    session: String,
-    #[serde(default)]
-    root: Option<String>,
-    agent: Option<String>,
-    model: Option<String>,
-    #[serde(default)]
-    flagged: bool,
-    #[serde(default)]
-    reasons: Vec<String>,
-    #[serde(default)]
-    signals: Sig,
-    landed_in_window: Option<bool>,
-    calls: Option<i64>,
-    calls_since_landed: Option<i64>,
-    cost_since_landed: Option<f64>,
-    first_flag: Option<Flag>,
-    opinion: Option<Value>,
-    liveness: Option<Value>,
-}
-
-#[derive(Deserialize, Default)]
-struct Sig {
-    dup: Option<f64>,
-    top: Option<i64>,
-    top_target: Option<String>,
-    slow: Option<i64>,
-    slow_call: Option<String>,
-    coverage: Option<f64>,
-    coverage_file: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct Flag {
-    index: Option<i64>,
-    t: Option<i64>,
-}
-
 fn tick(
     store: &mut Store,
     stdin: &mut dyn BufRead,
@@ -265,7 +224,7 @@ fn tick(
     started: i64,
 ) -> Result<Exit> {
     out.line_buffered(false);
-    let mut vs: Vec<V> = Vec::new();
+    let mut vs: Vec<Verdict> = Vec::new();
     let mut sources: Vec<String> = Vec::new();
     let mut blind: Vec<String> = Vec::new();
     let mut bad = 0;
@@ -280,7 +239,7 @@ fn tick(
             }
         };
         match kind.as_deref() {
-            Some("verdict") => match serde_json::from_str::<V>(line) {
+            Some("verdict") => match serde_json::from_str::<Verdict>(line) {
                 Ok(v) => vs.push(v),
                 Err(e) => {
                     eprintln!("wd-store: {name}:{n}: {e}");
@@ -325,36 +284,35 @@ fn tick(
     let id = tx.last_insert_rowid();
     {
         let mut ins = tx.prepare(
-            "INSERT OR REPLACE INTO verdicts (tick, t, session, root, agent, model, flagged, reasons, dup, top, top_target,
-             slow, slow_call, coverage, coverage_file, landed_in_window, calls, calls_since_landed, cost_since_landed,
-             first_flag_index, first_flag_t, opinion, liveness)
-             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23)",
+            "INSERT OR REPLACE INTO verdicts (tick, t, session, root, agent, model, flagged, reasons, signals,
+             landed_in_window, calls, calls_since_landed, cost_since_landed, first_flag_index, first_flag_t,
+             loop_start_index, evidence, digest, opinion, liveness)
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20)",
         )?;
         for v in &vs {
+            let reasons: Vec<&str> = v.reasons.iter().map(|r| r.name()).collect();
+            let loop_start = v.evidence.as_ref().and_then(|e| e.loop_start.as_ref());
             ins.execute(params![
                 id,
                 started,
                 v.session,
-                v.root.clone().unwrap_or_else(|| v.session.clone()),
+                v.root(),
                 v.agent,
                 v.model,
                 v.flagged,
-                v.reasons.join(","),
-                v.signals.dup,
-                v.signals.top,
-                v.signals.top_target,
-                v.signals.slow,
-                v.signals.slow_call,
-                v.signals.coverage,
-                v.signals.coverage_file,
+                reasons.join(","),
+                Value::Object(v.signals.to_map()).to_string(),
                 v.landed_in_window,
-                v.calls,
-                v.calls_since_landed,
+                v.calls as i64,
+                v.calls_since_landed as i64,
                 v.cost_since_landed,
-                v.first_flag.as_ref().and_then(|f| f.index),
-                v.first_flag.as_ref().and_then(|f| f.t),
-                v.opinion.as_ref().map(|o| o.to_string()),
-                v.liveness.as_ref().map(|o| o.to_string()),
+                v.first_flag.as_ref().map(|f| f.index as i64),
+                v.first_flag.as_ref().map(|f| f.t),
+                loop_start.map(|f| f.index as i64),
+                v.evidence.as_ref().map(|e| json!(e).to_string()),
+                (!v.digest.is_empty()).then(|| json!(v.digest).to_string()),
+                v.extra.get("opinion").map(|o| o.to_string()),
+                v.liveness.as_ref().map(|o| json!(o).to_string()),
             ])?;
         }
     }
@@ -366,6 +324,9 @@ fn tick(
     )?;
     Ok(if bad > 0 { Exit::Error } else { Exit::Ok })
 }
+
+/// Columns whose text is JSON written by wd-store itself (verdicts' signals, evidence, digest).
+const JSON_COLS: &[&str] = &["signals", "evidence", "digest"];
 
 /// Rows with named columns, printed as JSONL objects, a table, or CSV.
 pub struct Rows {
@@ -398,6 +359,17 @@ impl Rows {
                     .collect::<rusqlite::Result<Vec<Value>>>()
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut rows = rows;
+        // columns that hold JSON objects come out as objects, not as strings of JSON
+        for (i, c) in cols.iter().enumerate() {
+            if JSON_COLS.contains(c) {
+                for r in &mut rows {
+                    if let Some(parsed) = r[i].as_str().and_then(|t| serde_json::from_str(t).ok()) {
+                        r[i] = parsed;
+                    }
+                }
+            }
+        }
         Ok(Rows { kind, cols, rows })
     }
 
@@ -566,9 +538,9 @@ fn verdicts(
     out: &mut Out,
 ) -> Result<Exit> {
     let mut sql = String::from(
-        "SELECT t, tick, session, root, agent, model, flagged, reasons, dup, top, top_target, slow, slow_call,
-                coverage, coverage_file, landed_in_window, calls, calls_since_landed, cost_since_landed,
-                first_flag_index, first_flag_t, opinion, liveness
+        "SELECT t, tick, session, root, agent, model, flagged, reasons, signals, landed_in_window, calls,
+                calls_since_landed, cost_since_landed, first_flag_index, first_flag_t, loop_start_index, evidence,
+                digest, opinion, liveness
          FROM verdicts WHERE 1 = 1",
     );
     let mut p: Vec<Sql> = Vec::new();

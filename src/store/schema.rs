@@ -125,7 +125,46 @@ CREATE TABLE actions (
 ) WITHOUT ROWID;
 CREATE INDEX actions_session ON actions (session, t);
 "#,
-    // 3: alert episodes (issue 13). One row per episode, so closed ones stay as history with
+    // 3: a verdict's signals in one JSON column (the flat object of contract v1), so a new
+    // detector signal needs no migration; its evidence and digest beside them
+    r#"
+CREATE TABLE verdicts_v3 (
+    tick               INTEGER NOT NULL REFERENCES ticks (id) ON DELETE CASCADE,
+    t                  INTEGER NOT NULL,
+    session            TEXT NOT NULL,
+    root               TEXT NOT NULL,
+    agent              TEXT,
+    model              TEXT,
+    flagged            INTEGER NOT NULL,
+    reasons            TEXT NOT NULL DEFAULT '',
+    signals            TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(signals)),
+    landed_in_window   INTEGER,
+    calls              INTEGER,
+    calls_since_landed INTEGER,
+    cost_since_landed  REAL,
+    first_flag_index   INTEGER,
+    first_flag_t       INTEGER,
+    loop_start_index   INTEGER,
+    evidence           TEXT CHECK (evidence IS NULL OR json_valid(evidence)),
+    digest             TEXT CHECK (digest IS NULL OR json_valid(digest)),
+    opinion            TEXT,
+    liveness           TEXT,
+    PRIMARY KEY (tick, session)
+) WITHOUT ROWID;
+INSERT INTO verdicts_v3 (tick, t, session, root, agent, model, flagged, reasons, signals, landed_in_window,
+    calls, calls_since_landed, cost_since_landed, first_flag_index, first_flag_t, opinion, liveness)
+SELECT tick, t, session, root, agent, model, flagged, reasons,
+    json_object('dup', dup, 'top', top, 'top_target', top_target, 'slow', slow, 'slow_call', slow_call,
+                'coverage', coverage, 'coverage_file', coverage_file),
+    landed_in_window, calls, calls_since_landed, cost_since_landed, first_flag_index, first_flag_t, opinion, liveness
+FROM verdicts;
+DROP TABLE verdicts;
+ALTER TABLE verdicts_v3 RENAME TO verdicts;
+CREATE INDEX verdicts_t ON verdicts (t);
+CREATE INDEX verdicts_session ON verdicts (session, t);
+CREATE INDEX verdicts_model ON verdicts (t, model, flagged);
+CREATE INDEX verdicts_flagged ON verdicts (t) WHERE flagged = 1;
+    // 4: alert episodes (issue 13). One row per episode, so closed ones stay as history with
     // their reason and figures; `alerts` becomes a view of each key's latest episode for the
     // readers that know it. Columns say what they hold: loop targets in `top_target`, liveness
     // evidence and blind reasons in `evidence`; the nudge's version in `prompt_version` and its
@@ -155,7 +194,7 @@ CREATE TABLE episodes (
     -- loops: calls and cost since the last landed change over the tree's flagged sessions
     calls         INTEGER,
     cost          REAL,
-    -- loops: first flag to last call, ms
+    -- loops: loop start to last call, ms
     duration_ms   INTEGER,
     opinion       TEXT,
     source        TEXT,
@@ -176,7 +215,8 @@ CREATE TABLE episode_sessions (
     calls_since_landed INTEGER NOT NULL,
     cost_since_landed  REAL NOT NULL,
     last_call          INTEGER,
-    first_flag         INTEGER,
+    -- when the loop began (the detector's loop start, else its first flag)
+    loop_start         INTEGER,
     flagged            INTEGER NOT NULL,
     PRIMARY KEY (episode, session)
 ) WITHOUT ROWID;

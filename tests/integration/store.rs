@@ -90,7 +90,7 @@ fn tick_passes_the_stream_through_and_records_it() {
     assert_eq!(rows.len(), 10);
     let nav = rows
         .iter()
-        .find(|v| v["top_target"] == "read src/navbar.js")
+        .find(|v| v["signals"]["top_target"] == "read src/navbar.js")
         .unwrap();
     assert_eq!(nav["reasons"], "dup,top,slow,coverage");
     assert_eq!(nav["first_flag_index"], 13);
@@ -334,11 +334,29 @@ fn an_older_database_is_upgraded_without_losing_rows() {
             [],
         )
         .unwrap();
+        c.execute(
+            "INSERT INTO verdicts (tick, t, session, root, flagged, reasons, dup, top, top_target, slow, coverage)
+             VALUES (1, 1796000000000, 'ses_loop', 'ses_loop', 1, 'top,slow', 0.5, 14, 'read src/a.js', 15, 1.5)",
+            [],
+        )
+        .unwrap();
     }
     let r = home.cmd("wd-store").args(["--db", &path, "verdicts"]).run();
     r.ok();
-    assert_eq!(r.kind("verdict_row")[0]["session"], "ses_old");
-    assert_eq!(count(&path, "PRAGMA user_version"), 2);
+    let rows = r.kind("verdict_row");
+    assert_eq!(rows[1]["session"], "ses_old");
+    // the version-1 signal columns moved into the one signals object
+    assert_eq!(rows[0]["session"], "ses_loop");
+    assert_eq!(rows[0]["reasons"], "top,slow");
+    assert_eq!(
+        rows[0]["signals"],
+        json!({"dup": 0.5, "top": 14, "top_target": "read src/a.js", "slow": 15, "slow_call": null,
+               "coverage": 1.5, "coverage_file": null})
+    );
+    assert_eq!(
+        count(&path, "PRAGMA user_version"),
+        oc_watchdog::store::schema::latest()
+    );
     assert_eq!(count(&path, "SELECT count(*) FROM actions"), 0);
 }
 
