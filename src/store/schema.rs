@@ -164,6 +164,7 @@ CREATE INDEX verdicts_t ON verdicts (t);
 CREATE INDEX verdicts_session ON verdicts (session, t);
 CREATE INDEX verdicts_model ON verdicts (t, model, flagged);
 CREATE INDEX verdicts_flagged ON verdicts (t) WHERE flagged = 1;
+"#,
     // 4: alert episodes (issue 13). One row per episode, so closed ones stay as history with
     // their reason and figures; `alerts` becomes a view of each key's latest episode for the
     // readers that know it. Columns say what they hold: loop targets in `top_target`, liveness
