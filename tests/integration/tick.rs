@@ -394,8 +394,8 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let t0 = std::time::Instant::now();
     while !f() {
         assert!(
-            t0.elapsed() < std::time::Duration::from_secs(120),
-            "waited 2 minutes for {what}"
+            t0.elapsed() < std::time::Duration::from_secs(300),
+            "waited 5 minutes for {what}"
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
