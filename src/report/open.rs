@@ -75,7 +75,7 @@ pub fn show(note: &Note, timeout: Duration) -> Option<std::result::Result<u32, S
             None if l.trim().is_empty() => Err("the notifier ended without a word".into()),
             None => Err(l.trim().to_string()),
         },
-        Err(_) => Err(format!("no answer within {}s", timeout.as_secs())),
+        Err(_) => Err(format!("no answer within {:.1}s", timeout.as_secs_f64())),
     })
 }
 
