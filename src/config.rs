@@ -27,13 +27,45 @@ pub struct Config {
     pub channels: Vec<ChannelConfig>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct OpencodeConfig {
-    /// Servers to read; empty means rc-servers.json, then http://127.0.0.1:4096.
+    /// Servers to read besides those found running (opencode in a container, on another host).
     pub servers: Vec<String>,
-    /// opencode's database, read when no server answers; empty means no database reading.
+    /// opencode's database, always read when it exists; unset means
+    /// `$XDG_DATA_HOME/opencode/opencode.db`, the path opencode itself uses.
     pub db: Option<PathBuf>,
+    /// Which running opencode servers to find and read (see [`Discover`]).
+    pub discover: Discover,
+    /// Seconds one server may take for everything a command asks of it, body reads included.
+    pub server_deadline_secs: std::num::NonZeroU64,
+    /// The largest response body read from a server, in MiB; a larger one is a blind record.
+    pub body_cap_mib: std::num::NonZeroU64,
+}
+
+impl Default for OpencodeConfig {
+    fn default() -> Self {
+        OpencodeConfig {
+            servers: Vec::new(),
+            db: None,
+            discover: Discover::Database,
+            server_deadline_secs: std::num::NonZeroU64::new(10).unwrap(),
+            body_cap_mib: std::num::NonZeroU64::new(256).unwrap(),
+        }
+    }
+}
+
+/// Which running opencode processes' servers `oc-sessions` finds (from `/proc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Discover {
+    /// Those writing the database the watchdog reads: their sessions are the ones it judges.
+    #[default]
+    Database,
+    /// Every opencode process readable in `/proc`, whatever database it writes.
+    All,
+    /// None: only the configured servers.
+    Off,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -326,6 +358,14 @@ impl Config {
             .unwrap_or_else(crate::opencode::db::default_path)
     }
 
+    /// The bounds of talking to one opencode server.
+    pub fn opencode_limits(&self) -> crate::opencode::http::Limits {
+        crate::opencode::http::Limits {
+            deadline: std::time::Duration::from_secs(self.opencode.server_deadline_secs.get()),
+            body_cap: self.opencode.body_cap_mib.get().saturating_mul(1 << 20),
+        }
+    }
+
     /// The watchdog database's busy timeout.
     pub fn store_busy(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.store.busy_timeout_ms.unwrap_or(5000))
@@ -370,5 +410,16 @@ mod tests {
             ["explore", "librarian", "oracle"]
         );
         assert!(!c.second_opinion.enabled);
+        assert_eq!(c.opencode.discover, Discover::Database);
+        assert_eq!(c.opencode_limits().deadline.as_secs(), 10);
+        assert_eq!(c.opencode_limits().body_cap, 256 << 20);
+    }
+
+    #[test]
+    fn opencode_bounds_are_never_zero() {
+        let e = Config::parse("[opencode]\nserver_deadline_secs = 0\n").unwrap_err();
+        assert!(format!("{e:#}").contains("nonzero"), "{e:#}");
+        let e = Config::parse("[opencode]\ndiscover = \"some\"\n").unwrap_err();
+        assert!(format!("{e:#}").contains("unknown variant `some`"), "{e:#}");
     }
 }

@@ -11,12 +11,17 @@ pub struct Page {
 }
 
 const STREAM: &str = "\
-session  {kind, id, parent, agent, title, directory, created, updated, status, source, model}
+session  {kind, id, parent, agent, title, directory, created, updated, status, source, sources, model}
+         source: the server URL when a server lists it, else the database path (export:FILE
+         from an export); sources: every source listing it, when more than one does
          fixture labels: expect (flag|no_flag), flag_after (ms), flag_by (ms)
 call     {kind, session, id, t, end, tool, args, status, landed, exit, file_lines, model, cost, out}
          out: sha1: + 12 hex of the tool's output or error text (null while running)
-blind    {kind, source, reason}      opencode answered in a shape this reader does not know
-source   {kind, source, version, sessions}   one per opencode that answered
+blind    {kind, source, reason}      a source that could not be read (hung, too big, locked,
+         corrupt, a shape this reader does not know)
+source   {kind, source, reader, found, version, sessions, ...}   one per source read:
+         reader database (schema, pids of opencode processes writing it) or server (pids,
+         projects); found: argument, configured, default, discovered
 activity {kind, session, last_progress, in_flight, running [{tool, t, timeout}], error}
          after each session's calls: times and states for the liveness judge, no content
 session records from a server also carry retry {attempt, message, next},
@@ -30,9 +35,10 @@ pub const PAGES: &[Page] = &[
                2  an error, or an opencode answered in a shape not understood (a blind record was printed)",
         fields: STREAM,
         examples: "\
-$ oc-sessions --since 1h | head -2
-{\"kind\":\"source\",\"source\":\"http://127.0.0.1:4096\",\"version\":\"1.18.33\",\"sessions\":5}
-{\"kind\":\"session\",\"id\":\"ses_dd1a826aaffekANLVhTMrnzvX3\",\"parent\":null,\"agent\":\"build\",\"title\":\"Audit the helpers\",\"directory\":\"/tmp/walk/proj\",\"created\":1796073838933,\"updated\":1796073850128,\"status\":\"idle\",\"source\":\"http://127.0.0.1:4096\",\"model\":\"sim/sim-model\"}",
+$ oc-sessions --since 1h | head -3
+{\"kind\":\"source\",\"source\":\"/tmp/src-exp/home/.local/share/opencode/opencode.db\",\"reader\":\"database\",\"found\":[\"default\"],\"version\":\"1.18.33\",\"sessions\":2,\"pids\":[9456],\"schema\":\"20260622202450_simplify_session_input\"}
+{\"kind\":\"source\",\"source\":\"http://127.0.0.1:4096\",\"reader\":\"server\",\"found\":[\"discovered\"],\"version\":\"1.18.33\",\"sessions\":2,\"pids\":[9456],\"projects\":3}
+{\"kind\":\"session\",\"id\":\"ses_dcf4bcacbffeKejLmVcyEV1gtb\",\"parent\":null,\"agent\":\"build\",\"title\":\"Scripted session\",\"directory\":\"/tmp/src-exp/proj\",\"created\":1796113446196,\"updated\":1796113547590,\"status\":\"idle\",\"source\":\"http://127.0.0.1:4096\",\"sources\":[\"http://127.0.0.1:4096\",\"/tmp/src-exp/home/.local/share/opencode/opencode.db\"],\"model\":\"sim/sim-model\",\"pending\":{\"permissions\":0,\"questions\":0},\"todos_open\":0}",
     },
     Page {
         name: "oc-calls",

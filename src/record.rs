@@ -28,9 +28,14 @@ pub struct Session {
     /// `busy`, `idle`, `retry`, or null when the source cannot tell (the database).
     #[serde(default)]
     pub status: Option<String>,
-    /// The server URL or database path the session was read from.
+    /// Where the session was read from: a server URL when a server lists it (its live fields
+    /// win and a nudge goes there), else the database path (or `export:FILE`).
     #[serde(default)]
     pub source: Option<String>,
+    /// Every source that lists this session (servers first, then the database), when more
+    /// than one does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<String>,
     /// `provider/model`.
     #[serde(default)]
     pub model: Option<String>,
@@ -375,14 +380,25 @@ impl Blind {
     }
 }
 
-/// `{"kind":"source", ...}`: one opencode source that answered (a server or a database).
-/// Lets later stages tell "no opencode" from "opencode with nothing to judge".
+/// `{"kind":"source", ...}`: one opencode source that was read (a database or a server), and
+/// how it was found. Lets later stages tell "no opencode" from "opencode with nothing to judge",
+/// and an operator see what the watchdog sees.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Source {
     pub source: String,
+    /// `database` or `server`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reader: Option<String>,
+    /// `argument`, `configured`, `default` (the database at opencode's own path), `discovered`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub found: Vec<String>,
     #[serde(default)]
     pub version: Option<String>,
+    /// Sessions listed from this source.
     pub sessions: usize,
+    /// The rest: `schema` (a database's newest migration), `pids` and `projects` (a server's).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 /// Serialises `value` as one compact JSON object with `kind` first.

@@ -23,7 +23,7 @@ _oc__calls() {
 
     case "${cmd}" in
         oc__calls)
-            opts="-h -V --server --db --config --line-buffered --help --version"
+            opts="-h -V --server --db --export --config --line-buffered --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -34,6 +34,10 @@ _oc__calls() {
                     return 0
                     ;;
                 --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --export)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

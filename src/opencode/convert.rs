@@ -54,18 +54,51 @@ pub fn session_of(v: &Value, status: Option<&str>, source: &str) -> Shape<Sessio
     })
 }
 
-/// Reads the total line count of files on disk, once per path, for reads whose metadata lacks it.
+/// Reads the total line count of files on disk, once per path, for reads whose metadata lacks
+/// it. Only regular files up to [`LINES_MAX_BYTES`], opened without blocking (a FIFO or a
+/// device named by a read must neither hang the reader nor fill its memory), counted as they
+/// stream in.
 #[derive(Default)]
 pub struct LineCache(HashMap<String, Option<i64>>);
 
+/// The largest file whose lines are counted (32 MiB); a larger one gets no `file_lines`.
+pub const LINES_MAX_BYTES: u64 = 32 << 20;
+
+/// Lines of a regular file (a last line without a newline counts), or None.
+pub fn count_lines(path: &str) -> Option<i64> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+    const O_NONBLOCK: i32 = 0o4000;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() || meta.len() > LINES_MAX_BYTES {
+        return None;
+    }
+    let mut f = f.take(LINES_MAX_BYTES);
+    let mut buf = vec![0u8; 64 << 10];
+    let (mut n, mut last) = (0usize, b'\n');
+    loop {
+        let k = f.read(&mut buf).ok()?;
+        if k == 0 {
+            break;
+        }
+        n += buf[..k].iter().filter(|&&b| b == b'\n').count();
+        last = buf[k - 1];
+    }
+    Some((n + (last != b'\n') as usize) as i64)
+}
+
 impl LineCache {
     fn lines(&mut self, path: &str) -> Option<i64> {
-        *self.0.entry(path.to_string()).or_insert_with(|| {
-            let data = std::fs::read(path).ok()?;
-            let n = data.iter().filter(|&&b| b == b'\n').count();
-            let tail = !data.is_empty() && data.last() != Some(&b'\n');
-            Some((n + tail as usize) as i64)
-        })
+        *self
+            .0
+            .entry(path.to_string())
+            .or_insert_with(|| count_lines(path))
     }
 }
 
@@ -416,6 +449,37 @@ fn call_of(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn lines_are_counted_only_in_regular_files_and_never_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f.txt");
+        std::fs::write(&f, "a\nb\nc").unwrap();
+        assert_eq!(count_lines(f.to_str().unwrap()), Some(3));
+        std::fs::write(&f, "a\nb\n").unwrap();
+        assert_eq!(count_lines(f.to_str().unwrap()), Some(2));
+        std::fs::write(&f, "").unwrap();
+        assert_eq!(count_lines(f.to_str().unwrap()), Some(0));
+        // a device that never ends, a directory, a FIFO nobody writes to: no count, at once
+        assert_eq!(count_lines("/dev/zero"), None);
+        assert_eq!(count_lines(dir.path().to_str().unwrap()), None);
+        let fifo = dir.path().join("fifo");
+        let st = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let t0 = std::time::Instant::now();
+        assert_eq!(count_lines(fifo.to_str().unwrap()), None);
+        assert!(t0.elapsed() < std::time::Duration::from_secs(1));
+        // too big to count
+        let big = dir.path().join("big");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(LINES_MAX_BYTES + 1)
+            .unwrap();
+        assert_eq!(count_lines(big.to_str().unwrap()), None);
+    }
 
     #[test]
     fn git_commit_is_found_in_chains() {

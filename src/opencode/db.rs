@@ -21,50 +21,143 @@ pub fn default_path() -> PathBuf {
     crate::config::xdg_dir("XDG_DATA_HOME", ".local/share").join("opencode/opencode.db")
 }
 
+/// Columns this reader needs, by table. A database without one of them is of a schema this
+/// reader does not know (a newer opencode, most likely): blind, not empty.
+const NEEDED: &[(&str, &[&str])] = &[
+    (
+        "session",
+        &[
+            "id",
+            "parent_id",
+            "agent",
+            "title",
+            "directory",
+            "model",
+            "version",
+            "time_created",
+            "time_updated",
+        ],
+    ),
+    ("message", &["id", "session_id", "time_created", "data"]),
+    ("part", &["id", "message_id", "session_id", "data"]),
+];
+
+/// One row of the session index: id, parent, last update.
+pub type Row = (String, Option<String>, i64);
+
 impl Db {
+    /// Opens a database that must exist.
     pub fn open(path: &Path) -> Result<Db> {
-        let shown = path.display();
+        match Db::open_if_there(path) {
+            Ok(Some(db)) => Ok(db),
+            Ok(None) => bail!("opencode database {}: no such file", path.display()),
+            Err(why) => bail!("opencode database {}: {why}", path.display()),
+        }
+    }
+
+    /// Opens a database if the file exists (`None`: no opencode history yet). Errors say why
+    /// it cannot be read: locked, not a database, or a schema this reader does not know.
+    pub fn open_if_there(path: &Path) -> std::result::Result<Option<Db>, String> {
         if !path.exists() {
-            bail!("opencode database {shown}: no such file");
+            return Ok(None);
         }
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
-        .with_context(|| format!("opencode database {shown}: cannot open read-only"))?;
-        conn.busy_timeout(Duration::from_secs(2))?;
-        conn.pragma_update(None, "query_only", true)?;
-        let tables: i64 = conn
+        .map_err(|e| format!("cannot open read-only: {e}"))?;
+        conn.busy_timeout(Duration::from_secs(2))
+            .map_err(|e| e.to_string())?;
+        conn.pragma_update(None, "query_only", true)
+            .map_err(|e| e.to_string())?;
+        for (table, cols) in NEEDED {
+            let mut st = conn
+                .prepare(&format!("PRAGMA table_info({table})"))
+                .map_err(|e| format!("cannot read: {e}"))?;
+            let have: Vec<String> = st
+                .query_map([], |r| r.get::<_, String>(1))
+                .and_then(|rows| rows.collect())
+                .map_err(|e| format!("cannot read: {e}"))?;
+            if have.is_empty() {
+                return Err(format!(
+                    "not an opencode database of a known schema: no table {table}"
+                ));
+            }
+            if let Some(c) = cols.iter().find(|c| !have.iter().any(|h| h == *c)) {
+                return Err(format!(
+                    "not an opencode database of a known schema (newer opencode?): table {table} has no column {c}"
+                ));
+            }
+        }
+        Ok(Some(Db {
+            conn,
+            path: path.to_path_buf(),
+        }))
+    }
+
+    /// The newest schema migration opencode applied (`migration.id`), if it keeps that table.
+    pub fn schema(&self) -> Option<String> {
+        self.conn
+            .query_row("SELECT max(id) FROM migration", [], |r| r.get(0))
+            .ok()
+            .flatten()
+    }
+
+    /// The opencode version that wrote the most recently updated session.
+    pub fn newest_version(&self) -> Option<String> {
+        self.conn
             .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN ('session','message','part')",
+                "SELECT version FROM session ORDER BY time_updated DESC LIMIT 1",
                 [],
                 |r| r.get(0),
             )
-            .with_context(|| format!("opencode database {shown}: cannot read (locked or not a database?)"))?;
-        if tables != 3 {
-            bail!("opencode database {shown}: not an opencode database (no session/message/part tables)");
-        }
-        Ok(Db {
-            conn,
-            path: path.to_path_buf(),
-        })
+            .ok()
     }
 
-    fn err(&self, what: &str) -> String {
-        format!("opencode database {}: {what}", self.path.display())
-    }
-
-    /// Every session, as API `Session` objects.
-    pub fn sessions(&self) -> Result<Vec<Value>> {
+    /// Every session's id, parent and last update: the cheap index that picks what to read.
+    pub fn index(&self) -> Result<Vec<Row>> {
         let mut st = self
             .conn
-            .prepare(
-                "SELECT id, parent_id, agent, title, directory, model, time_created, time_updated, version, slug
-                 FROM session ORDER BY time_updated DESC",
-            )
+            .prepare("SELECT id, parent_id, time_updated FROM session")
             .with_context(|| self.err("cannot list sessions"))?;
         let rows = st
-            .query_map([], |r| {
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<Row>>>())
+            .with_context(|| self.err("cannot list sessions"))?;
+        Ok(rows)
+    }
+
+    /// Every session, as API `Session` objects, newest update first.
+    pub fn sessions(&self) -> Result<Vec<Value>> {
+        self.query_sessions("1", &[])
+    }
+
+    /// These sessions, as API `Session` objects, newest update first.
+    pub fn sessions_by_id(&self, ids: &[&str]) -> Result<Vec<Value>> {
+        let mut out = Vec::new();
+        // SQLite's default limit on bound parameters is 32766; stay well under it.
+        for chunk in ids.chunks(500) {
+            let marks = vec!["?"; chunk.len()].join(",");
+            out.extend(self.query_sessions(&format!("id IN ({marks})"), chunk)?);
+        }
+        out.sort_by(|a, b| {
+            b["time"]["updated"]
+                .as_i64()
+                .cmp(&a["time"]["updated"].as_i64())
+        });
+        Ok(out)
+    }
+
+    fn query_sessions(&self, filter: &str, args: &[&str]) -> Result<Vec<Value>> {
+        let mut st = self
+            .conn
+            .prepare(&format!(
+                "SELECT id, parent_id, agent, title, directory, model, time_created, time_updated, version
+                 FROM session WHERE {filter} ORDER BY time_updated DESC"
+            ))
+            .with_context(|| self.err("cannot list sessions"))?;
+        let rows = st
+            .query_map(rusqlite::params_from_iter(args), |r| {
                 Ok((
                     r.get::<_, String>(0)?,
                     r.get::<_, Option<String>>(1)?,
@@ -103,9 +196,13 @@ impl Db {
         Ok(out)
     }
 
+    fn err(&self, what: &str) -> String {
+        format!("opencode database {}: {what}", self.path.display())
+    }
+
     /// One session as an API `Session` object, if it exists.
     pub fn session(&self, id: &str) -> Result<Option<Value>> {
-        Ok(self.sessions()?.into_iter().find(|s| s["id"] == id))
+        Ok(self.sessions_by_id(&[id])?.into_iter().next())
     }
 
     /// A session's messages with their parts, `[{info, parts}]`, in order, read in one

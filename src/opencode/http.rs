@@ -1,17 +1,28 @@
-//! A small client for `opencode serve`'s classic HTTP API: bounded timeouts, optional basic
-//! auth (`OPENCODE_SERVER_PASSWORD`, `OPENCODE_SERVER_USERNAME`), errors naming URL and status.
+//! A small client for `opencode serve`'s classic HTTP API: optional basic auth
+//! (`OPENCODE_SERVER_PASSWORD`, `OPENCODE_SERVER_USERNAME`), errors naming URL and status, and
+//! bounds a hung or hostile server cannot get past:
+//! * one overall deadline per server (all requests of one command to it share it, body reads
+//!   included), so a server that accepts and never answers, or trickles its body, costs at most
+//!   that long;
+//! * a cap on each response body, parsed as it streams in (never buffered whole);
+//! * redirects followed only to the same scheme, host and port.
+//!
+//! Only a refused connection means "no server there"; every other failure is a fault the
+//! watchdog reports as blind.
 
 use anyhow::{anyhow, Result};
 use base64::Engine;
 use serde_json::Value;
-use std::time::Duration;
+use std::io::Read;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// What went wrong talking to a server: not there at all, or there but unreadable.
 #[derive(Debug)]
 pub enum Fault {
-    /// Connection refused, no route, or no answer before the timeout: treat as "no opencode".
+    /// Connection refused: nothing listens there, so "no opencode".
     Absent(String),
-    /// It answered, but not as opencode 1.18.x does: the watchdog is blind.
+    /// It answered, but not as opencode 1.18.x does, or too slowly, or too much: blind.
     Broken(String),
     /// HTTP 404: the thing asked for is not there (a deleted session).
     NotFound(String),
@@ -25,23 +36,99 @@ impl std::fmt::Display for Fault {
     }
 }
 
+/// The bounds of talking to one server (`[opencode] server_deadline_secs`, `body_cap_mib`).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub deadline: Duration,
+    pub body_cap: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            deadline: Duration::from_secs(10),
+            body_cap: 256 << 20,
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Client {
     pub base: String,
     agent: ureq::Agent,
     auth: Option<String>,
+    limits: Limits,
+    /// When this client's overall deadline passes; shared by its clones.
+    until: Arc<Instant>,
 }
 
-/// Timeouts: connecting is local and quick; a hung server is given up after `read`.
+/// Connecting is local and quick; a slow connect still counts against the deadline.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
-pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Same-origin redirects followed at most this many times.
+const MAX_REDIRECTS: usize = 3;
+
+/// A reader that fails once more than `cap` bytes have come through.
+struct Capped<R> {
+    inner: R,
+    left: u64,
+    cap: u64,
+}
+
+const OVER_CAP: &str = "oc-watchdog: body over cap";
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n as u64 > self.left {
+            self.left = 0;
+            return Err(std::io::Error::other(OVER_CAP));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// `scheme://host:port` of a URL (the default port spelt out), for the same-origin check.
+fn origin(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let hostport = rest.split(['/', '?', '#']).next()?;
+    let hostport = hostport.rsplit('@').next()?;
+    let has_port = match hostport.rfind(']') {
+        Some(i) => hostport[i..].contains(':'),
+        None => hostport.contains(':'),
+    };
+    let hp = if has_port {
+        hostport.to_ascii_lowercase()
+    } else {
+        let port = if scheme.eq_ignore_ascii_case("https") {
+            443
+        } else {
+            80
+        };
+        format!("{}:{port}", hostport.to_ascii_lowercase())
+    };
+    Some(format!("{}://{hp}", scheme.to_ascii_lowercase()))
+}
 
 impl Client {
+    /// A client with the default limits, its deadline starting now.
     pub fn new(base: &str) -> Client {
+        Client::with_limits(base, Limits::default())
+    }
+
+    pub fn with_limits(base: &str, limits: Limits) -> Client {
         let agent = ureq::AgentBuilder::new()
             .timeout_connect(CONNECT_TIMEOUT)
-            .timeout_read(READ_TIMEOUT)
-            .timeout_write(READ_TIMEOUT)
+            .redirects(0)
             .build();
         let auth = std::env::var("OPENCODE_SERVER_PASSWORD")
             .ok()
@@ -59,32 +146,111 @@ impl Client {
             base: base.trim_end_matches('/').to_string(),
             agent,
             auth,
+            limits,
+            until: Arc::new(Instant::now() + limits.deadline),
         }
     }
 
-    /// GET a JSON document.
+    fn late(&self, url: &str) -> Fault {
+        Fault::Broken(format!(
+            "GET {url}: no complete answer within {}s (the overall deadline per server)",
+            self.limits.deadline.as_secs_f64()
+        ))
+    }
+
+    /// GET a JSON document, parsed as it streams in.
     pub fn get(&self, path: &str) -> Result<Value, Fault> {
-        let url = format!("{}{}", self.base, path);
-        let mut req = self.agent.get(&url);
-        if let Some(a) = &self.auth {
-            req = req.set("Authorization", a);
+        let mut url = format!("{}{}", self.base, path);
+        for _ in 0..=MAX_REDIRECTS {
+            let left = self.until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.late(&url));
+            }
+            let mut req = self.agent.get(&url).timeout(left);
+            if let Some(a) = &self.auth {
+                req = req.set("Authorization", a);
+            }
+            let resp = match req.call() {
+                Ok(r) => r,
+                Err(ureq::Error::Status(404, _)) => {
+                    return Err(Fault::NotFound(format!("GET {url}: HTTP 404")))
+                }
+                Err(ureq::Error::Status(code, _)) => {
+                    return Err(Fault::Broken(format!("GET {url}: HTTP {code}")))
+                }
+                Err(ureq::Error::Transport(t)) => return Err(self.transport(&url, t)),
+            };
+            if (300..400).contains(&resp.status()) {
+                let to = resp.header("location").unwrap_or("").to_string();
+                let next = if to.starts_with('/') {
+                    format!("{}{to}", origin(&url).unwrap_or_default())
+                } else {
+                    to.clone()
+                };
+                if origin(&next).is_none() || origin(&next) != origin(&url) {
+                    return Err(Fault::Broken(format!(
+                        "GET {url}: HTTP {} redirect to {to:?} not followed (another host)",
+                        resp.status()
+                    )));
+                }
+                url = next;
+                continue;
+            }
+            let body = Capped {
+                inner: resp.into_reader(),
+                left: self.limits.body_cap,
+                cap: self.limits.body_cap,
+            };
+            let mut body = std::io::BufReader::with_capacity(64 << 10, body);
+            return serde_json::from_reader::<_, Value>(&mut body).map_err(|e| {
+                if e.is_io() {
+                    let msg = e.to_string();
+                    if msg.contains(OVER_CAP) {
+                        return Fault::Broken(format!(
+                            "GET {url}: body over the cap of {} (body_cap_mib)",
+                            mib(body.get_ref().cap)
+                        ));
+                    }
+                    if Instant::now() >= *self.until || msg.contains("timed out") {
+                        return self.late(&url);
+                    }
+                    return Fault::Broken(format!("GET {url}: {e}"));
+                }
+                Fault::Broken(format!("GET {url}: not JSON: {e}"))
+            });
         }
-        match req.call() {
-            Ok(resp) => resp.into_json::<Value>().map_err(|e| classify_io(&url, e)),
-            Err(ureq::Error::Status(404, _)) => {
-                Err(Fault::NotFound(format!("GET {url}: HTTP 404")))
+        Err(Fault::Broken(format!(
+            "GET {url}: more than {MAX_REDIRECTS} redirects"
+        )))
+    }
+
+    fn transport(&self, url: &str, t: ureq::Transport) -> Fault {
+        let refused = {
+            let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(&t);
+            let mut found = false;
+            while let Some(e) = src {
+                if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                    if io.kind() == std::io::ErrorKind::ConnectionRefused {
+                        found = true;
+                    }
+                }
+                src = e.source();
             }
-            Err(ureq::Error::Status(code, _)) => {
-                Err(Fault::Broken(format!("GET {url}: HTTP {code}")))
-            }
-            Err(ureq::Error::Transport(t)) => Err(Fault::Absent(format!("GET {url}: {t}"))),
+            found
+        };
+        if refused {
+            Fault::Absent(format!("GET {url}: connection refused"))
+        } else if Instant::now() >= *self.until || t.to_string().contains("timed out") {
+            self.late(url)
+        } else {
+            Fault::Broken(format!("GET {url}: {t}"))
         }
     }
 
     /// POST a JSON body; returns the HTTP status.
     pub fn post(&self, path: &str, body: &Value) -> Result<u16> {
         let url = format!("{}{}", self.base, path);
-        let mut req = self.agent.post(&url);
+        let mut req = self.agent.post(&url).timeout(self.limits.deadline);
         if let Some(a) = &self.auth {
             req = req.set("Authorization", a);
         }
@@ -96,11 +262,28 @@ impl Client {
     }
 }
 
-fn classify_io(url: &str, e: std::io::Error) -> Fault {
-    match e.kind() {
-        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
-            Fault::Absent(format!("GET {url}: no answer within {READ_TIMEOUT:?}"))
-        }
-        _ => Fault::Broken(format!("GET {url}: not JSON: {e}")),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_spell_out_default_ports_and_ignore_paths() {
+        assert_eq!(
+            origin("http://127.0.0.1:4096/session?x=1").as_deref(),
+            Some("http://127.0.0.1:4096")
+        );
+        assert_eq!(
+            origin("http://Example.org/a").as_deref(),
+            Some("http://example.org:80")
+        );
+        assert_eq!(
+            origin("http://[::1]:80/").as_deref(),
+            Some("http://[::1]:80")
+        );
+        assert_ne!(
+            origin("http://127.0.0.1:4096/"),
+            origin("http://127.0.0.2:4096/")
+        );
+        assert_eq!(origin("/relative"), None);
     }
 }

@@ -3,60 +3,115 @@
 
 pub mod convert;
 pub mod db;
+pub mod discover;
+pub mod export;
 pub mod http;
 
 use crate::record::Session;
-use anyhow::Result;
+use serde::Serialize;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
 
-pub use http::{Client, Fault};
+pub use http::{Client, Fault, Limits};
 
-/// The default server when nothing else names one.
-pub const DEFAULT_SERVER: &str = "http://127.0.0.1:4096";
-
-/// Servers to probe: those given; else the `serverUrl`s of `rc-servers.json` when it exists;
-/// else the default.
-pub fn servers(given: &[String]) -> Result<Vec<String>> {
-    if !given.is_empty() {
-        return Ok(given.to_vec());
-    }
-    let rc = rc_servers_path();
-    if rc.exists() {
-        return rc_servers(&rc);
-    }
-    Ok(vec![DEFAULT_SERVER.to_string()])
+/// How a source came to be read: named on the command line, set in the config, opencode's own
+/// default path, or found running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Found {
+    Argument,
+    Configured,
+    Default,
+    Discovered,
 }
 
-/// `$XDG_DATA_HOME/opencode/rc-servers.json` (`~/.local/share/...` by default).
-pub fn rc_servers_path() -> PathBuf {
-    crate::config::xdg_dir("XDG_DATA_HOME", ".local/share").join("opencode/rc-servers.json")
+/// A server to read, with how it was found (one server under two URLs is one entry).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planned {
+    pub url: String,
+    pub found: Vec<Found>,
+    /// The opencode processes seen listening on it.
+    pub pids: Vec<u32>,
 }
 
-/// The `serverUrl` of each entry of an rc-servers file.
-pub fn rc_servers(path: &Path) -> Result<Vec<String>> {
-    use anyhow::Context;
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let v: Value =
-        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
-    let list = v
-        .as_array()
-        .or_else(|| v.get("servers").and_then(Value::as_array))
-        .with_context(|| {
-            format!(
-                "{}: expected a list of {{\"serverUrl\": ...}}",
-                path.display()
-            )
-        })?;
-    let mut out: Vec<String> = list
-        .iter()
-        .filter_map(|e| e.get("serverUrl").and_then(Value::as_str))
-        .map(|s| s.trim_end_matches('/').to_string())
-        .collect();
-    out.dedup();
-    Ok(out)
+/// What makes two URLs the same server: scheme and port, with every loopback spelling
+/// (`localhost`, `127.x.x.x`, `[::1]`, `0.0.0.0`) counted as one host.
+fn server_key(url: &str) -> String {
+    let url = url.trim_end_matches('/').to_ascii_lowercase();
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url;
+    };
+    let hostport = rest.split('/').next().unwrap_or(rest);
+    let (host, port) = match hostport.rfind(':') {
+        Some(i) if !hostport[i..].contains(']') => (&hostport[..i], &hostport[i + 1..]),
+        _ => (hostport, if scheme == "https" { "443" } else { "80" }),
+    };
+    let loopback =
+        matches!(host, "localhost" | "[::1]" | "0.0.0.0" | "[::]") || host.starts_with("127.");
+    let host = if loopback { "loopback" } else { host };
+    format!("{scheme}://{host}:{port}{}", &rest[hostport.len()..])
+}
+
+/// The servers to read: those given as arguments, then those configured, then those found
+/// running, each once (the first spelling of its URL is kept).
+pub fn plan_servers(
+    given: &[String],
+    configured: &[String],
+    found: &[discover::Listener],
+) -> Vec<Planned> {
+    let mut out: Vec<Planned> = Vec::new();
+    let mut add = |url: &str, how: Found, pid: Option<u32>| {
+        let key = server_key(url);
+        let i = match out.iter().position(|p| server_key(&p.url) == key) {
+            Some(i) => i,
+            None => {
+                out.push(Planned {
+                    url: url.trim_end_matches('/').to_string(),
+                    found: Vec::new(),
+                    pids: Vec::new(),
+                });
+                out.len() - 1
+            }
+        };
+        let p = &mut out[i];
+        if !p.found.contains(&how) {
+            p.found.push(how);
+        }
+        if let Some(pid) = pid.filter(|pid| !p.pids.contains(pid)) {
+            p.pids.push(pid);
+        }
+    };
+    for u in given {
+        add(u, Found::Argument, None);
+    }
+    for u in configured {
+        add(u, Found::Configured, None);
+    }
+    for l in found {
+        add(&l.url, Found::Discovered, Some(l.pid));
+    }
+    out
+}
+
+/// The running opencode processes that matter (from `/proc`): with [`Discover::Database`],
+/// those whose environment points opencode at `db`, the database being read; with
+/// [`Discover::All`], every one; with [`Discover::Off`], none.
+pub fn discovered(mode: crate::config::Discover, db: &std::path::Path) -> Vec<discover::Process> {
+    use crate::config::Discover;
+    let canonical =
+        |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    match mode {
+        Discover::Off => Vec::new(),
+        mode => {
+            let mine = canonical(db);
+            discover::processes(std::path::Path::new("/proc"))
+                .into_iter()
+                .filter(|p| {
+                    mode == Discover::All || p.db.as_deref().map(canonical) == Some(mine.clone())
+                })
+                .collect()
+        }
+    }
 }
 
 /// A server that answered the health probe.
@@ -65,73 +120,69 @@ pub struct Live {
     pub version: Option<String>,
 }
 
-/// Probes servers concurrently. Returns those that answered and, for those that answered
-/// wrongly, a fault. Servers that are simply not there are left out.
-pub fn probe(urls: &[String]) -> (Vec<Live>, Vec<(String, String)>) {
-    let results: Vec<(String, Result<Value, Fault>)> = std::thread::scope(|s| {
-        let handles: Vec<_> = urls
-            .iter()
-            .map(|u| {
-                s.spawn(move || {
-                    let c = Client::new(u);
-                    (c.base.clone(), c.get("/global/health"))
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let mut live = Vec::new();
-    let mut broken = Vec::new();
-    for (url, r) in results {
-        match r {
-            Ok(v) => live.push(Live {
-                client: Client::new(&url),
+/// Probes one server. `Ok(None)`: nothing there (connection refused), or, for a port found on
+/// an opencode process but not configured, something that is not opencode's API (opencode
+/// also listens for things like OAuth callbacks). Err: there, but unreadable.
+pub fn probe(p: &Planned, limits: Limits) -> Result<Option<Live>, String> {
+    let client = Client::with_limits(&p.url, limits);
+    let only_found = p.found == [Found::Discovered];
+    match client.get("/global/health") {
+        Ok(v) => {
+            if only_found && v.get("healthy").is_none() {
+                return Ok(None);
+            }
+            Ok(Some(Live {
                 version: v.get("version").and_then(Value::as_str).map(String::from),
-            }),
-            Err(Fault::Absent(_)) => {}
-            Err(Fault::Broken(why)) | Err(Fault::NotFound(why)) => broken.push((url, why)),
+                client,
+            }))
         }
+        Err(Fault::Absent(_)) => Ok(None),
+        Err(Fault::NotFound(_)) if only_found => Ok(None),
+        Err(Fault::Broken(why)) if only_found && why.contains(": not JSON: ") => Ok(None),
+        Err(Fault::Broken(why)) | Err(Fault::NotFound(why)) => Err(why),
     }
-    (live, broken)
 }
 
-/// Selects the sessions worth listing: those updated at or after `since`, those not idle, those
-/// named in `also`, and for each of them its ancestors and descendants (so each session can be
-/// judged on its own calls and a parent credited with what its subagents landed). Keeps the
-/// input order.
-pub fn select_trees(all: Vec<Session>, since: i64, also: &[String]) -> Vec<Session> {
-    let by_id: HashMap<&str, &Session> = all.iter().map(|s| (s.id.as_str(), s)).collect();
-    let mut children: HashMap<&str, Vec<&str>> = HashMap::new();
-    for s in &all {
-        if let Some(p) = &s.parent {
-            children.entry(p.as_str()).or_default().push(s.id.as_str());
+/// A session in the selection graph: enough to pick what to list without reading it all.
+pub struct Node<'a> {
+    pub id: &'a str,
+    pub parent: Option<&'a str>,
+    pub updated: Option<i64>,
+    /// A server says it is busy or retrying.
+    pub active: bool,
+}
+
+/// The ids worth listing: sessions updated at or after `since`, those not idle, those named in
+/// `also`, and for each of them its ancestors and descendants (so each session can be judged
+/// on its own calls and a parent credited with what its subagents landed).
+pub fn select<'a>(nodes: &[Node<'a>], since: i64, also: &[String]) -> HashSet<&'a str> {
+    let by_id: HashMap<&str, &Node> = nodes.iter().map(|n| (n.id, n)).collect();
+    let mut children: HashMap<&str, Vec<&'a str>> = HashMap::new();
+    for n in nodes {
+        if let Some(p) = n.parent {
+            children.entry(p).or_default().push(n.id);
         }
     }
-    let mut keep: HashSet<&str> = HashSet::new();
-    let seeds: Vec<&str> = all
+    let mut keep: HashSet<&'a str> = HashSet::new();
+    let seeds = nodes
         .iter()
-        .filter(|s| {
-            s.updated.unwrap_or(i64::MAX) >= since
-                || s.status.as_deref().is_some_and(|st| st != "idle")
-                || also.iter().any(|a| a == &s.id)
+        .filter(|n| {
+            n.updated.unwrap_or(i64::MAX) >= since || n.active || also.iter().any(|a| a == n.id)
         })
-        .map(|s| s.id.as_str())
-        .collect();
+        .map(|n| n.id);
     for seed in seeds {
-        // ancestors
         let mut cur = Some(seed);
         let mut guard = 0;
         while let Some(id) = cur {
             if !keep.insert(id) && id != seed {
                 break;
             }
-            cur = by_id.get(id).and_then(|s| s.parent.as_deref());
+            cur = by_id.get(id).and_then(|n| n.parent);
             guard += 1;
             if guard > 10_000 {
                 break;
             }
         }
-        // descendants
         let mut stack = vec![seed];
         while let Some(id) = stack.pop() {
             for &c in children.get(id).into_iter().flatten() {
@@ -141,7 +192,26 @@ pub fn select_trees(all: Vec<Session>, since: i64, also: &[String]) -> Vec<Sessi
             }
         }
     }
-    let keep: HashSet<String> = keep.into_iter().map(String::from).collect();
+    keep
+}
+
+/// [`select`] over session records, keeping the input order.
+pub fn select_trees(all: Vec<Session>, since: i64, also: &[String]) -> Vec<Session> {
+    let keep: HashSet<String> = {
+        let nodes: Vec<Node> = all
+            .iter()
+            .map(|s| Node {
+                id: &s.id,
+                parent: s.parent.as_deref(),
+                updated: s.updated,
+                active: s.status.as_deref().is_some_and(|st| st != "idle"),
+            })
+            .collect();
+        select(&nodes, since, also)
+            .into_iter()
+            .map(String::from)
+            .collect()
+    };
     all.into_iter().filter(|s| keep.contains(&s.id)).collect()
 }
 
@@ -192,17 +262,44 @@ mod tests {
     }
 
     #[test]
-    fn rc_servers_lists_server_urls() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("rc.json");
-        std::fs::write(
-            &p,
-            r#"[{"serverUrl":"http://127.0.0.1:4096/"},{"serverUrl":"http://127.0.0.1:5000"},{"x":1}]"#,
-        )
-        .unwrap();
+    fn one_server_under_two_urls_is_read_once_and_says_how_it_was_found() {
+        let found = vec![
+            discover::Listener {
+                pid: 7,
+                port: 4096,
+                url: "http://127.0.0.1:4096".into(),
+                db: None,
+            },
+            discover::Listener {
+                pid: 8,
+                port: 5000,
+                url: "http://127.0.0.1:5000".into(),
+                db: None,
+            },
+        ];
+        let plan = plan_servers(
+            &[],
+            &[
+                "http://localhost:4096/".into(),
+                "http://10.0.0.5:4096".into(),
+            ],
+            &found,
+        );
+        let got: Vec<(&str, &[Found], &[u32])> = plan
+            .iter()
+            .map(|p| (p.url.as_str(), p.found.as_slice(), p.pids.as_slice()))
+            .collect();
         assert_eq!(
-            rc_servers(&p).unwrap(),
-            ["http://127.0.0.1:4096", "http://127.0.0.1:5000"]
+            got,
+            [
+                (
+                    "http://localhost:4096",
+                    &[Found::Configured, Found::Discovered][..],
+                    &[7][..]
+                ),
+                ("http://10.0.0.5:4096", &[Found::Configured][..], &[][..]),
+                ("http://127.0.0.1:5000", &[Found::Discovered][..], &[8][..]),
+            ]
         );
     }
 }

@@ -9,7 +9,9 @@ mod detect;
 mod fixtures;
 mod fleet;
 mod liveness;
+mod privacy;
 mod readers;
+mod sources;
 mod store;
 mod tick;
 

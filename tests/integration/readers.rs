@@ -2,7 +2,7 @@
 //! real SQLite database, and stub servers for faults and shapes opencode does not produce.
 
 use crate::support::ocsim::{Opts, Sim};
-use crate::support::stub::{Reply, Stub};
+use crate::support::stub::Stub;
 use crate::support::Home;
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -298,13 +298,33 @@ fn http_and_database_give_the_same_calls() {
     let sa: Vec<Value> = over_http.kind("session").into_iter().map(strip).collect();
     let sb: Vec<Value> = from_db.kind("session").into_iter().map(strip).collect();
     assert_eq!(sa, sb);
-    // the pipeline form reads each session from its own source
+    // the pipeline form: the database, and the server found running on it (the same
+    // sessions, one record each, naming both), each call once
     let listed = home
         .cmd("oc-sessions")
         .args(["--db", db.to_str().unwrap()])
         .run();
     listed.ok();
-    assert_eq!(listed.kind("source")[0]["source"], db.to_str().unwrap());
+    let sources = listed.kind("source");
+    assert_eq!(sources.len(), 2, "{}", listed.story());
+    assert_eq!(sources[0]["source"], db.to_str().unwrap());
+    assert_eq!(sources[0]["reader"], "database");
+    assert_eq!(sources[0]["found"], serde_json::json!(["argument"]));
+    assert_eq!(sources[1]["source"], sim.url.as_str());
+    assert_eq!(sources[1]["reader"], "server");
+    assert_eq!(sources[1]["found"], serde_json::json!(["discovered"]));
+    let h = listed
+        .kind("session")
+        .into_iter()
+        .filter(|s| s["id"] == healthy.id.as_str())
+        .collect::<Vec<_>>();
+    assert_eq!(h.len(), 1);
+    assert_eq!(h[0]["source"], sim.url.as_str());
+    assert_eq!(
+        h[0]["sources"],
+        serde_json::json!([sim.url, db.to_str().unwrap()])
+    );
+    assert_eq!(h[0]["status"], "idle");
     let piped = home.cmd("oc-calls").stdin(listed.stdout()).run();
     piped.ok();
     let n = piped
@@ -313,7 +333,7 @@ fn http_and_database_give_the_same_calls() {
         .filter(|c| c["session"] == healthy.id.as_str())
         .count();
     assert_eq!(n, 9);
-    assert_eq!(piped.kind("source").len(), 1, "source records pass through");
+    assert_eq!(piped.kind("source").len(), 2, "source records pass through");
 }
 
 #[test]
@@ -353,15 +373,27 @@ fn missing_database_is_named() {
         r.stderr().trim(),
         "oc-sessions: opencode database /nonexistent/opencode.db: no such file"
     );
-    let not_db = home.join("x.db");
-    std::fs::write(&not_db, "hello, not sqlite").unwrap();
-    let r = home
-        .cmd("oc-sessions")
-        .args(["--db", not_db.to_str().unwrap()])
-        .run();
+    // at opencode's own path, no database is no history yet: nothing to say
+    let r = home.cmd("oc-sessions").args(["--no-discover"]).run();
+    r.ok();
+    assert_eq!(r.stdout(), "");
+    assert_eq!(r.stderr(), "");
+    // a file that is not a database is a blind record naming it and why
+    let not_db = home.join(".local/share/opencode/opencode.db");
+    std::fs::create_dir_all(not_db.parent().unwrap()).unwrap();
+    std::fs::write(
+        &not_db,
+        "hello, not sqlite, but long enough to have a header page",
+    )
+    .unwrap();
+    let r = home.cmd("oc-sessions").args(["--no-discover"]).run();
     r.expect_code(2);
-    assert!(
-        r.stderr().contains(not_db.to_str().unwrap()),
+    let blind = r.kind("blind");
+    assert_eq!(blind.len(), 1, "{}", r.story());
+    assert_eq!(blind[0]["source"], not_db.to_str().unwrap());
+    assert_eq!(
+        blind[0]["reason"],
+        "cannot read: file is not a database",
         "{}",
         r.story()
     );
@@ -392,20 +424,7 @@ fn no_opencode_is_a_quiet_empty_success() {
 }
 
 #[test]
-fn server_that_never_answers_is_given_up_within_seconds() {
-    let stub = Stub::start();
-    stub.route("GET /global/health", Reply::Hang);
-    let home = Home::new();
-    let t0 = Instant::now();
-    let r = home.cmd("oc-sessions").args(["--server", &stub.url]).run();
-    r.ok();
-    assert_eq!(r.stdout(), "");
-    let took = t0.elapsed();
-    assert!(took < Duration::from_secs(8), "took {took:?}");
-}
-
-#[test]
-fn every_answering_server_is_read_and_rc_servers_json_is_used() {
+fn every_configured_server_that_answers_is_read() {
     let sim = Sim::shared();
     let ran = sim.run("reread");
     let stub = Stub::start();
@@ -421,24 +440,35 @@ fn every_answering_server_is_read_and_rc_servers_json_is_used() {
         .local_addr()
         .unwrap()
         .port();
-    std::fs::create_dir_all(home.join(".local/share/opencode")).unwrap();
+    let cfg = home.join(".config/oc-watchdog/watchdog.toml");
+    std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
     std::fs::write(
-        home.join(".local/share/opencode/rc-servers.json"),
+        &cfg,
         format!(
-            r#"[{{"serverUrl":"{}"}},{{"serverUrl":"http://127.0.0.1:{dead}"}},{{"serverUrl":"{}"}}]"#,
+            "[opencode]\nservers = [\"{}\", \"http://127.0.0.1:{dead}\", \"{}\"]\n",
             sim.url, stub.url
         ),
     )
     .unwrap();
     let r = home.cmd("oc-sessions").run();
     r.ok();
-    let sources: Vec<&str> = r
+    let sources: Vec<(String, Value)> = r
         .kind("source")
         .iter()
-        .map(|s| s["source"].as_str().unwrap().to_string())
-        .map(|s| Box::leak(s.into_boxed_str()) as &str)
+        .map(|s| {
+            (
+                s["source"].as_str().unwrap().to_string(),
+                s["found"].clone(),
+            )
+        })
         .collect();
-    assert_eq!(sources, [sim.url.as_str(), stub.url.as_str()]);
+    assert_eq!(
+        sources,
+        [
+            (sim.url.clone(), serde_json::json!(["configured"])),
+            (stub.url.clone(), serde_json::json!(["configured"]))
+        ]
+    );
     let sessions = r.kind("session");
     assert!(sessions.iter().any(|s| s["id"] == ran.id.as_str()));
     let stubbed = sessions.iter().find(|s| s["id"] == "ses_stub1").unwrap();

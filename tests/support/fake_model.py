@@ -8,6 +8,8 @@ How a request picks its answer (stateless, so opencode's own retries land on the
   * Otherwise the LAST user message containing `SCRIPT:<name>` selects scenarios.SCRIPTS[name];
     the step index is the number of assistant messages after that user message.
   * An exhausted script answers with the text "Done.".
+  * A name that scenarios.py does not know is looked up as scripts/<name>.json next to the port
+    file (tests write generated scripts there: a list of steps in the same shape).
 Step keys: tool+args | tools:[{tool,args}] | text; optional delay (s), fail_first + fail_status
 + fail_type (the first N requests of that step get an HTTP error), hang (s: stream the role chunk,
 then stall for that long before closing without finishing).
@@ -30,6 +32,19 @@ import scenarios  # noqa: E402
 
 MARKER = re.compile(r"SCRIPT:([A-Za-z0-9_.\-]+)")
 FAILS = {}
+SCRIPT_DIR = None
+
+
+def script_named(name):
+    if name in scenarios.SCRIPTS:
+        return scenarios.SCRIPTS[name]
+    if SCRIPT_DIR:
+        try:
+            with open(os.path.join(SCRIPT_DIR, name + ".json")) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+    return None
 LOCK = threading.Lock()
 
 
@@ -61,7 +76,7 @@ def decide(body):
         mm = MARKER.search(t)
         if mm:
             name = mm.group(1)
-            script = scenarios.SCRIPTS.get(name)
+            script = script_named(name)
             if script is None:
                 return name, None, {"text": "Unknown script " + name}
             step = sum(1 for m in msgs[i + 1:] if m.get("role") == "assistant")
@@ -162,6 +177,9 @@ def main():
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--port-file")
     a = p.parse_args()
+    global SCRIPT_DIR
+    if a.port_file:
+        SCRIPT_DIR = os.path.join(os.path.dirname(os.path.abspath(a.port_file)), "scripts")
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     srv.daemon_threads = True
     if a.port_file:

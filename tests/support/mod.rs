@@ -5,6 +5,7 @@
 
 pub mod desktop;
 pub mod ocsim;
+pub mod secrets;
 pub mod stub;
 
 use serde_json::Value;

@@ -52,6 +52,97 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The scripted fake model on its own (for `opencode run`, which needs no server).
+pub struct Fake {
+    _dir: tempfile::TempDir,
+    pub port: u16,
+    child: Child,
+}
+
+impl Fake {
+    pub fn start() -> Fake {
+        let dir = tempfile::tempdir().unwrap();
+        let port_file = dir.path().join("fake.port");
+        let child = Command::new("python3")
+            .arg(support_dir().join("fake_model.py"))
+            .args(["--port", "0", "--port-file"])
+            .arg(&port_file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 fake_model.py");
+        let t0 = Instant::now();
+        let port = loop {
+            if let Ok(s) = std::fs::read_to_string(&port_file) {
+                if let Ok(p) = s.trim().parse() {
+                    break p;
+                }
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "fake model did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        Fake {
+            _dir: dir,
+            port,
+            child,
+        }
+    }
+
+    /// Writes opencode's config for this fake model into `home` (`~/.config/opencode`).
+    pub fn configure(&self, home: &Path) {
+        std::fs::create_dir_all(home.join(".config/opencode")).unwrap();
+        std::fs::write(
+            home.join(".config/opencode/opencode.json"),
+            serde_json::to_string_pretty(&opencode_config(self.port)).unwrap(),
+        )
+        .unwrap();
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Makes a scenario project (a git repo with the files the scripts read) at `dir`.
+pub fn make_project(dir: &Path) {
+    let st = Command::new("python3")
+        .arg(support_dir().join("scenarios.py"))
+        .arg("make-project")
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(st.success(), "make-project failed");
+}
+
+/// An `opencode` command (`run`, `serve`, `export`...) working in `proj` with `home` as its
+/// HOME and XDG dirs, offline.
+pub fn opencode(home: &Path, proj: &Path) -> Command {
+    let mut c = Command::new(std::env::var("OPENCODE_BIN").unwrap_or_else(|_| "opencode".into()));
+    c.current_dir(proj)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_STATE_HOME", home.join(".local/state"))
+        .env("XDG_CACHE_HOME", home.join(".cache"))
+        .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+        .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+        .env("OPENCODE_DISABLE_LSP_DOWNLOAD", "1")
+        .env("OPENCODE_DISABLE_SHARE", "1")
+        .env_remove("OPENCODE_SERVER_PASSWORD");
+    c
+}
+
+/// A free loopback port (for a server nobody configured).
+pub fn random_port() -> u16 {
+    free_port()
+}
+
 fn opencode_config(fake_port: u16) -> Value {
     let model = json!({"name": "Sim Model", "tool_call": true, "attachment": false, "reasoning": false,
                        "temperature": true, "limit": {"context": 200000, "output": 8192},
@@ -221,6 +312,13 @@ impl Sim {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// Makes a generated script available to the fake model as `SCRIPT:<name>`.
+    pub fn add_script(&self, name: &str, steps: &Value) {
+        let dir = self._dir.path().join("scripts");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.json")), steps.to_string()).unwrap();
     }
 
     pub fn log_path(&self) -> PathBuf {

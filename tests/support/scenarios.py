@@ -38,6 +38,11 @@ SCRIPTS = {}
 
 SCRIPTS["reread"] = [t("read", filePath=SPEC) for _ in range(8)] + [{"text": "Still reading."}]
 
+# the new user's loop (issue #11): the same file read 40 times, slowly enough that a watchdog tick
+# lands while `opencode run` (or a serve) is still at it
+SCRIPTS["slow_reread40"] = [dict(t("read", filePath=SPEC), delay=0.5) for _ in range(40)] + [
+    {"text": "Still reading."}]
+
 TODOS = [{"content": "Fix navItem1", "status": "in_progress", "priority": "high"},
          {"content": "Add footer", "status": "pending", "priority": "medium"}]
 SCRIPTS["healthy"] = [

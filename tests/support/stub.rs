@@ -22,6 +22,13 @@ pub enum Reply {
     Hang,
     /// Answer after a delay.
     Delay(u64, u16, String),
+    /// Send the headers of a JSON answer, then one byte of body every `ms`, forever.
+    Trickle(u64),
+    /// A 200 answer whose body is a JSON list `[0,0,0,...]` of about this many bytes, written
+    /// as the client reads it (`Stub::sent` counts the bytes that went out).
+    Big(u64),
+    /// A redirect: status and `Location`.
+    Redirect(u16, String),
 }
 
 pub struct Stub {
@@ -33,6 +40,8 @@ pub struct Stub {
     auth: Arc<Mutex<Option<String>>>,
     /// (requests in flight now, most ever in flight at once).
     pub inflight: Arc<Mutex<(usize, usize)>>,
+    /// Body bytes written by `Big` replies.
+    pub sent: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Stub {
@@ -43,17 +52,25 @@ impl Stub {
         let routes: Arc<Mutex<HashMap<String, Reply>>> = Arc::default();
         let auth: Arc<Mutex<Option<String>>> = Arc::default();
         let inflight: Arc<Mutex<(usize, usize)>> = Arc::default();
-        let (lg, rt, au, inf) = (log.clone(), routes.clone(), auth.clone(), inflight.clone());
+        let sent: Arc<std::sync::atomic::AtomicU64> = Arc::default();
+        let (lg, rt, au, inf, sn) = (
+            log.clone(),
+            routes.clone(),
+            auth.clone(),
+            inflight.clone(),
+            sent.clone(),
+        );
         std::thread::spawn(move || {
             for s in l.incoming().flatten() {
-                let (lg, rt, au, inf) = (lg.clone(), rt.clone(), au.clone(), inf.clone());
+                let (lg, rt, au, inf, sn) =
+                    (lg.clone(), rt.clone(), au.clone(), inf.clone(), sn.clone());
                 std::thread::spawn(move || {
                     {
                         let mut f = inf.lock().unwrap();
                         f.0 += 1;
                         f.1 = f.1.max(f.0);
                     }
-                    serve(s, lg, rt, au);
+                    serve(s, lg, rt, au, sn);
                     inf.lock().unwrap().0 -= 1;
                 });
             }
@@ -65,6 +82,7 @@ impl Stub {
             routes,
             auth,
             inflight,
+            sent,
         }
     }
 
@@ -92,6 +110,7 @@ fn serve(
     log: Arc<Mutex<Vec<Request>>>,
     routes: Arc<Mutex<HashMap<String, Reply>>>,
     auth: Arc<Mutex<Option<String>>>,
+    sent: Arc<std::sync::atomic::AtomicU64>,
 ) {
     let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
     let mut r = BufReader::new(s.try_clone().unwrap());
@@ -146,6 +165,47 @@ fn serve(
     };
     match reply {
         Reply::Hang => std::thread::sleep(Duration::from_secs(60)),
+        Reply::Trickle(ms) => {
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n["
+            );
+            for _ in 0..100_000 {
+                std::thread::sleep(Duration::from_millis(ms));
+                if s.write_all(b"0,").and_then(|_| s.flush()).is_err() {
+                    break;
+                }
+            }
+        }
+        Reply::Big(bytes) => {
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n[",
+                bytes + 2
+            );
+            let chunk = "0,".repeat(32 << 10);
+            let mut left = bytes;
+            while left > 0 {
+                let n = left.min(chunk.len() as u64) as usize;
+                let piece = if n == chunk.len() {
+                    &chunk[..]
+                } else {
+                    &chunk[..n]
+                };
+                if s.write_all(piece.as_bytes()).is_err() {
+                    return;
+                }
+                sent.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                left -= n as u64;
+            }
+            let _ = s.write_all(b"0]");
+        }
+        Reply::Redirect(code, to) => {
+            let _ = write!(
+                s,
+                "HTTP/1.1 {code} X\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
         Reply::Delay(..) => unreachable!(),
         Reply::Json(code, body) => {
             let _ = write!(

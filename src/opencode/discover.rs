@@ -1,0 +1,217 @@
+//! Finds running opencode servers without configuration, from `/proc` (Linux): processes whose
+//! executable or `argv[0]` is opencode, their socket inodes (`/proc/PID/fd/*` -> `socket:[N]`),
+//! and the TCP sockets listening on a loopback or wildcard address (`/proc/net/tcp`, `tcp6`).
+//!
+//! opencode 1.18 listens on no fixed port: `serve` and `web` take `--port` (4096 first, else a
+//! random one), the TUI and `opencode run` listen nowhere unless given `--port`. So the only
+//! reliable way to find the live APIs is to ask the kernel which sockets opencode holds.
+//! Processes of other users are unreadable (and skipped) unless the watchdog runs as root.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// A loopback port an opencode process listens on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    pub pid: u32,
+    pub port: u16,
+    /// `http://127.0.0.1:PORT`, or `http://[::1]:PORT` for a socket bound to `::1` only.
+    pub url: String,
+    /// The database this process writes: `$XDG_DATA_HOME/opencode/opencode.db` of its
+    /// environment (None when its environment names neither `XDG_DATA_HOME` nor `HOME`).
+    pub db: Option<PathBuf>,
+}
+
+/// Is this process opencode? Its executable (`.../opencode-ai/bin/opencode.exe` for the npm
+/// install) or its `argv[0]` is named `opencode...`.
+fn is_opencode(proc_dir: &Path) -> bool {
+    let named = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("opencode"))
+    };
+    if std::fs::read_link(proc_dir.join("exe")).is_ok_and(|e| named(&e)) {
+        return true;
+    }
+    std::fs::read(proc_dir.join("cmdline")).is_ok_and(|c| {
+        let argv0 = c.split(|&b| b == 0).next().unwrap_or(&[]);
+        named(Path::new(&*String::from_utf8_lossy(argv0)))
+    })
+}
+
+/// The database path a process's environment points opencode at (opencode uses xdg-basedir:
+/// an absolute `XDG_DATA_HOME`, else `$HOME/.local/share`).
+fn db_of(proc_dir: &Path) -> Option<PathBuf> {
+    let env = std::fs::read(proc_dir.join("environ")).ok()?;
+    let mut home = None;
+    let mut data = None;
+    for kv in env.split(|&b| b == 0) {
+        let kv = String::from_utf8_lossy(kv);
+        if let Some(v) = kv.strip_prefix("XDG_DATA_HOME=") {
+            if Path::new(v).is_absolute() {
+                data = Some(PathBuf::from(v));
+            }
+        } else if let Some(v) = kv.strip_prefix("HOME=") {
+            home = Some(PathBuf::from(v));
+        }
+    }
+    let data = data.or_else(|| home.map(|h| h.join(".local/share")))?;
+    Some(data.join("opencode/opencode.db"))
+}
+
+/// Socket inodes a process holds open.
+fn socket_inodes(proc_dir: &Path) -> Vec<u64> {
+    let Ok(rd) = std::fs::read_dir(proc_dir.join("fd")) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|l| {
+            l.to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// Listening sockets reachable over loopback, by inode: `(port, host to connect to)`.
+/// Lines look like `0: 0100007F:1000 00000000:0000 0A ... uid timeout inode ...`; state `0A` is
+/// LISTEN. Addresses are hex in host byte order per 32-bit word.
+pub fn parse_listening(tcp: &str, v6: bool) -> HashMap<u64, (u16, &'static str)> {
+    let mut out = HashMap::new();
+    for line in tcp.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 10 || f[3] != "0A" {
+            continue;
+        }
+        let Some((addr, port)) = f[1].split_once(':') else {
+            continue;
+        };
+        let (Ok(port), Ok(inode)) = (u16::from_str_radix(port, 16), f[9].parse::<u64>()) else {
+            continue;
+        };
+        let host = if v6 {
+            match addr {
+                // `::` (any) or `::1` (loopback)
+                "00000000000000000000000000000000" => "127.0.0.1",
+                "00000000000000000000000001000000" => "[::1]",
+                // ::ffff:127.x.x.x
+                a if a.len() == 32
+                    && a.starts_with("0000000000000000FFFF0000")
+                    && a.ends_with("7F") =>
+                {
+                    "127.0.0.1"
+                }
+                _ => continue,
+            }
+        } else {
+            // 0.0.0.0 (any) or 127.x.x.x (the low byte of the word is the first octet)
+            if addr == "00000000" || (addr.len() == 8 && addr.ends_with("7F")) {
+                "127.0.0.1"
+            } else {
+                continue;
+            }
+        };
+        out.insert(inode, (port, host));
+    }
+    out
+}
+
+/// A running opencode process: where it works, which database it writes, where it listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Process {
+    pub pid: u32,
+    /// Its working directory: the project of a TUI or an `opencode run`.
+    pub cwd: Option<PathBuf>,
+    pub db: Option<PathBuf>,
+    /// Loopback URLs it listens on (none for the TUI and `opencode run` by default).
+    pub urls: Vec<(u16, String)>,
+}
+
+/// Every opencode process readable under `proc` (normally `/proc`), in pid order.
+pub fn processes(proc: &Path) -> Vec<Process> {
+    let mut socks = HashMap::new();
+    for (file, v6) in [("net/tcp", false), ("net/tcp6", true)] {
+        if let Ok(text) = std::fs::read_to_string(proc.join(file)) {
+            socks.extend(parse_listening(&text, v6));
+        }
+    }
+    let me = std::process::id();
+    let mut pids: Vec<u32> = std::fs::read_dir(proc)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|&p| p != me)
+        .collect();
+    pids.sort_unstable();
+    let mut out = Vec::new();
+    for pid in pids {
+        let dir = proc.join(pid.to_string());
+        if !is_opencode(&dir) {
+            continue;
+        }
+        let mut ports: Vec<(u16, &str)> = socket_inodes(&dir)
+            .iter()
+            .filter_map(|i| socks.get(i).copied())
+            .collect();
+        ports.sort_unstable();
+        ports.dedup();
+        out.push(Process {
+            pid,
+            cwd: std::fs::read_link(dir.join("cwd")).ok(),
+            db: db_of(&dir),
+            urls: ports
+                .into_iter()
+                .map(|(port, host)| (port, format!("http://{host}:{port}")))
+                .collect(),
+        });
+    }
+    out
+}
+
+/// Every loopback port an opencode process listens on, in pid then port order.
+pub fn listeners(procs: &[Process]) -> Vec<Listener> {
+    procs
+        .iter()
+        .flat_map(|p| {
+            p.urls.iter().map(|(port, url)| Listener {
+                pid: p.pid,
+                port: *port,
+                url: url.clone(),
+                db: p.db.clone(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listening_loopback_and_wildcard_sockets_are_read_from_proc_net_tcp() {
+        // real lines: 127.0.0.1:4096 and 0.0.0.0:2024 listening, one established, one on 10.0.0.5
+        let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1000 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 12243 1 0000000040bb5f8f 100 0 0 10 0
+   1: 00000000:07E8 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1587 1 000000009687bd76 100 0 0 10 0
+   2: 0100007F:1000 0100007F:D2F0 01 00000000:00000000 00:00000000 00000000     0        0 13001 1 0000000040bb5f8f 20 4 30 10 -1
+   3: 0500000A:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 13002 1 0000000040bb5f8f 100 0 0 10 0
+";
+        let got = parse_listening(tcp, false);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[&12243], (4096, "127.0.0.1"));
+        assert_eq!(got[&1587], (2024, "127.0.0.1"));
+        let tcp6 = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000001000000:1F91 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1 0 100 0 0 10 0
+   1: 0000000000000000FFFF00000100007F:1F92 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 778 1 0 100 0 0 10 0
+   2: 20010DB8000000000000000000000001:1F93 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 779 1 0 100 0 0 10 0
+";
+        let got = parse_listening(tcp6, true);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[&777], (8081, "[::1]"));
+        assert_eq!(got[&778], (8082, "127.0.0.1"));
+    }
+}

@@ -1,0 +1,1346 @@
+//! Masking secrets in a shell command, by grammar and by shape.
+//!
+//! The command is read as a shell would ([`super::lex`]); each simple command is then looked at
+//! with what its tool makes of its words (`mysql -pX` takes `X` as a password, `ssh -p 22` a
+//! port), and every word, comment and here-document body is looked at for shapes that are
+//! secrets whatever the tool (credentials in URLs, `password=` pairs, auth headers, known token
+//! formats, long random strings, PEM blocks). Each finding is a byte range of the original
+//! text; the ranges are replaced by [`MASK`] and everything else stays verbatim, so the masked
+//! command reads like the original and the same command always masks the same way.
+
+use super::lex::{lex, lex_states, Op, Tok, Word, ANSI_C, DOUBLE, SINGLE, UNQUOTED};
+use super::MASK;
+use regex::Regex;
+use std::sync::LazyLock;
+
+/// Masks the secrets in `cmd`.
+pub fn mask_command(cmd: &str) -> String {
+    let mut ranges = Vec::new();
+    command(cmd, 0, true, &mut ranges);
+    shapes(cmd, &mut ranges);
+    apply(cmd, ranges, &lex_states(cmd).1)
+}
+
+/// Masks the secrets in free text that is not a command (a search pattern, a path): shapes,
+/// pairs and headers, no grammar.
+pub fn mask_text(s: &str) -> String {
+    let mut ranges = Vec::new();
+    let w = Word::verbatim(s, 0);
+    word_rules(&w, true, &mut ranges);
+    shapes(s, &mut ranges);
+    apply(s, ranges, &vec![UNQUOTED; s.len() + 1])
+}
+
+/// Maps ranges found in a word's value (read as a command of its own) to the original, taking
+/// in the value's own quotes around each range so the value still parses after masking.
+fn inner(out: &mut Vec<(usize, usize)>, w: &Word, sub: Vec<(usize, usize)>) {
+    if sub.is_empty() {
+        return;
+    }
+    let st = lex_states(&w.text).1;
+    for (a, b) in sub {
+        if a < b && b <= w.text.len() {
+            let (a, b) = take_quotes(&w.text, &st, a, b);
+            out.push(w.orig(a, b));
+        }
+    }
+}
+
+fn opens(q: u8) -> &'static str {
+    match q {
+        SINGLE => "'",
+        DOUBLE => "\"",
+        ANSI_C => "$'",
+        _ => "",
+    }
+}
+
+fn closes(q: u8) -> &'static str {
+    match q {
+        SINGLE | ANSI_C => "'",
+        DOUBLE => "\"",
+        _ => "",
+    }
+}
+
+/// Widens `a..b` over a quote that opens right before it or closes right after it.
+fn take_quotes(s: &str, st: &[u8], mut a: usize, mut b: usize) -> (usize, usize) {
+    let bytes = s.as_bytes();
+    if st[b] != UNQUOTED
+        && b < bytes.len()
+        && closes(st[b]).as_bytes()[0] == bytes[b]
+        && st[b + 1] != st[b]
+    {
+        b += 1;
+    }
+    let open = opens(st[a]).len();
+    if open > 0 && a >= open && s[..a].ends_with(opens(st[a])) && st[a - open] == UNQUOTED {
+        a -= open;
+    }
+    (a, b)
+}
+
+/// Replaces the ranges by the mask. A range that starts inside one kind of quotes and ends in
+/// another gets the quotes closed and reopened after the mask, so the masked command still
+/// parses as the original did (and masks the same way again).
+fn apply(s: &str, mut ranges: Vec<(usize, usize)>, st: &[u8]) -> String {
+    ranges.retain(|(a, b)| a < b && *b <= s.len());
+    ranges.sort_unstable();
+    let mut merged: Vec<(usize, usize)> = Vec::new();
+    for (a, b) in ranges {
+        match merged.last_mut() {
+            Some(m) if a <= m.1 => m.1 = m.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut at = 0;
+    for (a, b) in merged {
+        let (a, b) = take_quotes(s, st, a, b);
+        if !s.is_char_boundary(a) || !s.is_char_boundary(b) || a < at {
+            continue;
+        }
+        out.push_str(&s[at..a]);
+        out.push_str(MASK);
+        if st[a] != st[b] {
+            out.push_str(closes(st[a]));
+            out.push_str(opens(st[b]));
+        }
+        at = b;
+    }
+    out.push_str(&s[at..]);
+    out
+}
+
+/// How deep commands inside words (`sh -c '...'`, `ssh host '...'`) are read.
+const DEPTH: usize = 4;
+
+/// Collects the ranges to mask in `s`, read as a command. With `assign_all`, every assignment
+/// that is not a plain setting is masked (a command line, a `.env` body); without it (text inside
+/// a quoted word, which may be a query or connection string), only secret-named ones.
+fn command(s: &str, depth: usize, assign_all: bool, out: &mut Vec<(usize, usize)>) {
+    let toks = lex(s);
+    // simple commands: their words, with what each word is to the shell
+    let mut cmds: Vec<(Vec<(&Word, Role)>, bool)> = vec![(Vec::new(), false)];
+    let mut role = Role::Arg;
+    for t in &toks {
+        match t {
+            Tok::Word(w) => {
+                cmds.last_mut().unwrap().0.push((w, role));
+                role = Role::Arg;
+                word_rules(w, false, out);
+                if depth < DEPTH && w.text.contains([' ', '\t', '\n', ';', '|', '&', '`', '$']) {
+                    let mut sub = Vec::new();
+                    command(&w.text, depth + 1, false, &mut sub);
+                    inner(out, w, sub);
+                }
+            }
+            Tok::Op(Op::End) => cmds.push((Vec::new(), false)),
+            Tok::Op(Op::Pipe) => {
+                cmds.last_mut().unwrap().1 = true;
+                cmds.push((Vec::new(), false));
+            }
+            Tok::Op(Op::Redirect) => role = Role::File,
+            Tok::Op(Op::HereDoc) => role = Role::Delim,
+            Tok::Op(Op::HereString) => role = Role::Stdin,
+            Tok::Text(a, b) => {
+                let body = &s[*a..*b];
+                let w = Word::verbatim(body, *a);
+                word_rules(&w, true, out);
+                if depth < DEPTH {
+                    let mut sub = Vec::new();
+                    command(body, depth + 1, false, &mut sub);
+                    out.extend(sub.into_iter().map(|(x, y)| (x + a, y + a)));
+                }
+                // a `.env` body: every `NAME=value` line that is not a plain setting
+                for c in ENV_LINE.captures_iter(body) {
+                    let v = c.get(2).unwrap();
+                    if !plain_variable(&c[1]) && !v.as_str().trim().is_empty() {
+                        out.push((a + v.start(), a + v.end()));
+                    }
+                }
+            }
+        }
+    }
+    for i in 0..cmds.len() {
+        let feeds_secret_reader = cmds[i].1 && cmds.get(i + 1).is_some_and(|c| reads_secret(&c.0));
+        simple(&cmds[i].0, feeds_secret_reader, assign_all, depth, out);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Arg,
+    File,
+    Delim,
+    Stdin,
+}
+
+fn mask(out: &mut Vec<(usize, usize)>, w: &Word, a: usize, b: usize) {
+    if a < b && b <= w.text.len() && w.text[a..b] != *MASK {
+        out.push(w.orig(a, b));
+    }
+}
+
+fn mask_all(out: &mut Vec<(usize, usize)>, w: &Word) {
+    mask(out, w, 0, w.text.len());
+}
+
+/// A command that reads a secret on stdin (so what is piped into it is one).
+fn reads_secret(words: &[(&Word, Role)]) -> bool {
+    let t: Vec<&str> = words.iter().map(|(w, _)| w.text.as_str()).collect();
+    let has = |s: &str| t.contains(&s);
+    has("--password-stdin")
+        || has("--passphrase-fd")
+        || has("--with-token")
+        || has("--token-stdin")
+        || has("chpasswd")
+        || (has("passwd") && has("--stdin"))
+        || (has("sudo") && (has("-S") || has("--stdin")))
+        || (has("vault") && has("login") && has("-"))
+        || (has("-passin") && has("stdin"))
+        || t.iter()
+            .any(|w| w.starts_with("--password-stdin") || w.starts_with("--passphrase-fd"))
+}
+
+fn basename(s: &str) -> &str {
+    s.rsplit('/').next().unwrap_or(s)
+}
+
+/// `NAME=value` (also `NAME+=value`, `NAME[i]=value`) as the shell reads an assignment word.
+fn assignment(s: &str) -> Option<(&str, usize)> {
+    let eq = s.find('=')?;
+    let name = s[..eq].trim_end_matches('+');
+    let name = name.split('[').next().unwrap_or(name);
+    let mut ch = name.chars();
+    let first = ch.next()?;
+    ((first.is_ascii_alphabetic() || first == '_')
+        && ch.all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    .then_some((name, eq + 1))
+}
+
+/// Variables whose values are settings, never secrets; every other assignment is masked.
+fn plain_variable(name: &str) -> bool {
+    const PLAIN: &[&str] = &[
+        "PATH",
+        "HOME",
+        "USER",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "TERM",
+        "TZ",
+        "TMPDIR",
+        "EDITOR",
+        "VISUAL",
+        "PAGER",
+        "DEBUG",
+        "CI",
+        "NODE_ENV",
+        "RUST_LOG",
+        "RUST_BACKTRACE",
+        "PYTHONPATH",
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+        "GOPATH",
+        "GOOS",
+        "GOARCH",
+        "GOFLAGS",
+        "CGO_ENABLED",
+        "DISPLAY",
+        "JAVA_HOME",
+        "NODE_OPTIONS",
+        "PORT",
+        "HOST",
+        "LOG_LEVEL",
+        "VERBOSE",
+        "NO_COLOR",
+        "FORCE_COLOR",
+        "COLUMNS",
+        "LINES",
+        "RAILS_ENV",
+        "FLASK_ENV",
+        "FLASK_APP",
+        "DJANGO_SETTINGS_MODULE",
+        "CC",
+        "CXX",
+        "CFLAGS",
+        "CXXFLAGS",
+        "LDFLAGS",
+        "MAKEFLAGS",
+        "DEBIAN_FRONTEND",
+        "ENV",
+        "OLDPWD",
+        "IFS",
+        "PS1",
+        "PS4",
+        "HISTFILE",
+        "CARGO_TERM_COLOR",
+        "CARGO_INCREMENTAL",
+        "RUSTFLAGS",
+        "NPM_CONFIG_LOGLEVEL",
+        "TARGET",
+    ];
+    const PREFIX: &[&str] = &[
+        "LC_",
+        "XDG_",
+        "PYTHON",
+        "NODE_",
+        "RUST",
+        "CARGO_",
+        "GO",
+        "JAVA_",
+        "MAVEN_",
+        "GRADLE_",
+        "DJANGO_",
+        "FLASK_",
+        "PIP_",
+        "UV_",
+        "POETRY_",
+        "npm_config_",
+        "GIT_",
+        "PYTEST_",
+        "TF_LOG",
+    ];
+    PLAIN.contains(&name)
+        || PREFIX.iter().any(|p| name.starts_with(p))
+        || [
+            "_DIR", "_PATH", "_HOME", "_FILE", "_LEVEL", "_MODE", "_PORT", "_HOST", "_VERSION",
+            "_JOBS", "_THREADS",
+        ]
+        .iter()
+        .any(|s| name.ends_with(s))
+}
+
+/// Masks the value of an assignment word when it may be a secret.
+fn assign(out: &mut Vec<(usize, usize)>, w: &Word, all: bool) {
+    if let Some((name, at)) = assignment(&w.text) {
+        if secret_name(name) || all && !plain_variable(name) {
+            mask(out, w, at, w.text.len());
+        }
+    }
+}
+
+/// Flags whose value is a `NAME=value` assignment for the program being run.
+const ENV_FLAGS: &[&str] = &[
+    "-e",
+    "--env",
+    "--build-arg",
+    "--set",
+    "--set-string",
+    "--set-env-vars",
+    "-var",
+    "--var",
+    "--extra-vars",
+    "--from-literal",
+    "--secret-env",
+    "--define",
+    "--label-env",
+    "-v",
+];
+
+/// Masks the value of an assignment that starts at byte `at` of `w`.
+fn assign_from(out: &mut Vec<(usize, usize)>, w: &Word, at: usize) {
+    if let Some((name, eq)) = assignment(&w.text[at..]) {
+        if secret_name(name) || !plain_variable(name) {
+            mask(out, w, at + eq, w.text.len());
+        }
+    }
+}
+
+/// Wrappers that run the rest of their words as a command.
+const WRAPPERS: &[&str] = &[
+    "sudo",
+    "doas",
+    "env",
+    "exec",
+    "nohup",
+    "time",
+    "command",
+    "builtin",
+    "stdbuf",
+    "nice",
+    "ionice",
+    "timeout",
+    "xargs",
+    "watch",
+    "strace",
+    "ltrace",
+    "unbuffer",
+    "setsid",
+    "chronic",
+    "caffeinate",
+    "torsocks",
+    "proxychains",
+    "proxychains4",
+    "catchsegv",
+    "eatmydata",
+    "then",
+    "do",
+    "else",
+    "!",
+    "{",
+];
+
+/// Value-taking flags of the wrappers (so the value is not taken for the command).
+const WRAPPER_FLAGS: &[&str] = &[
+    "-u", "-g", "-h", "-p", "-C", "-U", "-r", "-t", "-D", "-n", "-c", "-s", "-k", "-o", "-e", "-i",
+    "-I", "-P", "-L",
+];
+
+/// How a tool takes a secret after a short flag.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Takes {
+    /// Only attached (`mysql -pX`; `mysql -p X` prompts and X is a database).
+    Glued,
+    /// Attached or as the next word.
+    Either,
+    /// `user:password` (curl -u): the part after the first `:`.
+    UserColon,
+    /// `user%password` (smbclient -U).
+    UserPercent,
+    /// `user,password` (lftp -u).
+    UserComma,
+}
+
+/// The secret-taking short flags of a tool, given its first non-flag argument (subcommand).
+fn short_flags(tool: &str, sub: Option<&str>) -> &'static [(&'static str, Takes)] {
+    use Takes::*;
+    match tool {
+        "mysql" | "mariadb" | "mysqldump" | "mysqladmin" | "mysqlimport" | "mysqlshow"
+        | "mysqlcheck" | "mysqlpump" | "mysqlbinlog" | "mysqlslap" | "mariadb-dump"
+        | "mariadb-admin" | "mydumper" | "myloader" => &[("-p", Glued)],
+        "sshpass" => &[("-p", Either)],
+        "7z" | "7za" | "7zr" | "7zz" | "unrar" => &[("-p", Glued)],
+        "rar" => &[("-hp", Glued), ("-p", Glued)],
+        "zip" | "unzip" | "zipcloak" | "funzip" => &[("-P", Either)],
+        "redis-cli" | "keydb-cli" | "valkey-cli" => &[("-a", Either)],
+        "mongo" | "mongosh" | "mongodump" | "mongorestore" | "mongoexport" | "mongoimport"
+        | "mongostat" | "mongotop" | "mongofiles" => &[("-p", Either)],
+        "sqlcmd" | "bcp" | "osql" | "isql" | "bcp.exe" => &[("-P", Either)],
+        "ldapsearch" | "ldapadd" | "ldapmodify" | "ldapdelete" | "ldapwhoami" | "ldappasswd"
+        | "ldapcompare" | "ldapmodrdn" | "ldapexop" => &[("-w", Either)],
+        "ipmitool" => &[("-P", Either)],
+        "ssh-keygen" => &[("-N", Either), ("-P", Either)],
+        "cqlsh" => &[("-p", Either)],
+        "mosquitto_pub" | "mosquitto_sub" | "mosquitto_rr" => &[("-P", Either)],
+        "snmpwalk" | "snmpget" | "snmpset" | "snmpbulkwalk" | "snmpgetnext" | "snmptrap"
+        | "snmptable" => &[("-A", Either), ("-X", Either), ("-c", Either)],
+        "openssl" => &[("-k", Either)],
+        "usermod" | "useradd" => &[("-p", Either)],
+        "rdesktop" => &[("-p", Either)],
+        "curl" => &[("-u", UserColon), ("-U", UserColon), ("-b", Either)],
+        "http" | "https" | "xh" | "xhs" => &[("-a", UserColon)],
+        "smbclient" | "rpcclient" | "smbcacls" | "smbget" | "net" => &[("-U", UserPercent)],
+        "lftp" => &[("-u", UserComma)],
+        "docker" | "podman" | "nerdctl" | "buildah" | "skopeo" | "helm" | "oras" | "crane"
+        | "az"
+            if sub == Some("login") || sub == Some("registry") =>
+        {
+            &[("-p", Either)]
+        }
+        "twine" => &[("-p", Either)],
+        "pg_dump" | "psql" => &[],
+        _ => &[],
+    }
+}
+
+/// Tools that run their words as shell code.
+const SHELLS: &[&str] = &[
+    "sh", "bash", "zsh", "dash", "ksh", "fish", "ash", "su", "runuser", "ssh", "eval", "watch",
+    "script", "busybox",
+];
+
+/// Tools whose positional words are patterns and files, never settings.
+const SEARCHERS: &[&str] = &[
+    "grep", "egrep", "fgrep", "rg", "ag", "ack", "find", "ls", "cat", "less", "head", "tail", "wc",
+    "sed", "awk", "jq", "yq", "echo", "printf", "man", "which", "type", "file", "stat",
+];
+
+/// Tools whose first argument is `user/password@database`.
+const SLASH_LOGIN: &[&str] = &[
+    "sqlplus", "expdp", "impdp", "exp", "imp", "sqlldr", "rman", "dgmgrl", "sql",
+];
+
+fn simple(
+    words: &[(&Word, Role)],
+    feeds_secret_reader: bool,
+    all: bool,
+    depth: usize,
+    out: &mut Vec<(usize, usize)>,
+) {
+    let args: Vec<&Word> = words
+        .iter()
+        .filter(|(_, r)| *r == Role::Arg)
+        .map(|(w, _)| *w)
+        .collect();
+    let mut i = 0;
+    while i < args.len() && assignment(&args[i].text).is_some() {
+        assign(out, args[i], all);
+        i += 1;
+    }
+    while i < args.len() && WRAPPERS.contains(&basename(&args[i].text)) {
+        let wrapper = basename(&args[i].text);
+        let mut number = matches!(wrapper, "timeout" | "nice" | "watch");
+        i += 1;
+        while i < args.len() {
+            let t = args[i].text.as_str();
+            if assignment(t).is_some() {
+                assign(out, args[i], all);
+            } else if t.starts_with('-') && t.len() > 1 {
+                if WRAPPER_FLAGS.contains(&t) && wrapper != "time" {
+                    i += 1;
+                }
+            } else if number && t.starts_with(|c: char| c.is_ascii_digit()) {
+                number = false;
+            } else {
+                break;
+            }
+            i += 1;
+        }
+    }
+    if i >= args.len() {
+        return;
+    }
+    let tool = basename(&args[i].text);
+    let rest = &args[i + 1..];
+    // shell code given to a shell (`bash -c '...'`, `ssh host '...'`, `eval "..."`) is a command
+    // line of its own: its assignments are masked as the top level's are
+    if depth < DEPTH {
+        for (k, w) in rest.iter().enumerate() {
+            let after_c = k > 0 && rest[k - 1].text == "-c";
+            if (after_c || SHELLS.contains(&tool)) && w.text.contains([' ', '\t', '\n', '=', ';']) {
+                let mut sub = Vec::new();
+                command(&w.text, depth + 1, true, &mut sub);
+                inner(out, w, sub);
+            }
+        }
+    }
+    if feeds_secret_reader && matches!(tool, "echo" | "printf" | "cat" | "print") {
+        for w in rest {
+            if !w.text.starts_with('-') {
+                mask_all(out, w);
+            }
+        }
+    }
+    if reads_secret(words) {
+        for (w, r) in words {
+            if *r == Role::Stdin {
+                mask_all(out, w);
+            }
+        }
+    }
+    if matches!(
+        tool,
+        "export" | "declare" | "typeset" | "local" | "readonly" | "setenv" | "set"
+    ) {
+        for w in rest {
+            assign(out, w, all);
+        }
+        if tool == "setenv" && rest.len() >= 2 {
+            mask_all(out, rest[1]);
+        }
+        return;
+    }
+    let sub = rest
+        .iter()
+        .map(|w| w.text.as_str())
+        .find(|t| !t.starts_with('-'));
+    let flags = short_flags(tool, sub);
+    let mut positional: Vec<&Word> = Vec::new();
+    let mut j = 0;
+    while j < rest.len() {
+        let w = rest[j];
+        let t = w.text.as_str();
+        let next = rest
+            .get(j + 1)
+            .filter(|n| !n.text.starts_with('-') || n.text == "-");
+        // `-e NAME=value`, `--build-arg NAME=value`: an assignment for another program
+        if ENV_FLAGS.contains(&t) {
+            if let Some(n) = rest.get(j + 1) {
+                assign(out, n, true);
+                j += 2;
+                continue;
+            }
+        }
+        if let Some((f, _)) = t.split_once('=') {
+            if ENV_FLAGS.contains(&f) && f.starts_with("--") {
+                assign_from(out, w, f.len() + 1);
+            }
+        }
+        if let Some(&(flag, takes)) = flags.iter().find(|(f, _)| t.starts_with(f)) {
+            let glued = t.len() > flag.len();
+            let value: Option<(&Word, usize)> = if glued {
+                Some((w, flag.len()))
+            } else if takes != Takes::Glued {
+                next.map(|n| (*n, 0))
+            } else {
+                None
+            };
+            if let Some((vw, at)) = value {
+                if !glued {
+                    j += 1;
+                }
+                secret_part(out, vw, at, takes);
+                j += 1;
+                continue;
+            }
+        }
+        if let Some(name) = t
+            .strip_prefix("--")
+            .or_else(|| t.strip_prefix('-').filter(|n| n.len() > 2))
+        {
+            let (name, value) = match name.split_once('=') {
+                Some((n, _)) => (n, Some(t.find('=').unwrap() + 1)),
+                None => (name, None),
+            };
+            let user_pair = matches!(
+                name,
+                "user" | "proxy-user" | "basic-auth" | "creds" | "auth"
+            );
+            if secret_name(name) || user_pair {
+                let takes = if user_pair {
+                    Takes::UserColon
+                } else {
+                    Takes::Either
+                };
+                let takes = if name == "creds"
+                    || name == "auth"
+                        && !w.text.contains(':')
+                        && next.map_or(true, |n| !n.text.contains(':'))
+                {
+                    Takes::Either
+                } else {
+                    takes
+                };
+                match value {
+                    Some(at) => secret_part(out, w, at, takes),
+                    None => {
+                        if let Some(n) = next {
+                            secret_part(out, n, 0, takes);
+                            j += 1;
+                        }
+                    }
+                }
+            }
+            j += 1;
+            continue;
+        }
+        if t.starts_with('-') && t.len() > 1 {
+            j += 1;
+            continue;
+        }
+        // xfreerdp-style `/p:secret`
+        if matches!(tool, "xfreerdp" | "wlfreerdp" | "sdl-freerdp" | "xfreerdp3") {
+            for p in ["/p:", "/password:", "/gp:", "/gateway-password:"] {
+                if t.starts_with(p) {
+                    mask(out, w, p.len(), t.len());
+                }
+            }
+        }
+        if let Some(prev) = positional.last() {
+            let searching = SEARCHERS.contains(&tool)
+                || tool == "git" && matches!(sub, Some("grep" | "log" | "show" | "diff"));
+            if positional_key(&prev.text) && !searching {
+                mask_all(out, w);
+            }
+        }
+        positional.push(w);
+        j += 1;
+    }
+    let pos: Vec<&str> = positional.iter().map(|w| w.text.as_str()).collect();
+    match tool {
+        t if SLASH_LOGIN.contains(&t) => {
+            if let Some(w) = positional
+                .iter()
+                .find(|w| w.text.contains('/') && !w.text.starts_with('@'))
+            {
+                let a = w.text.find('/').unwrap() + 1;
+                let b = w.text[a..].find('@').map(|k| k + a).unwrap_or(w.text.len());
+                mask(out, w, a, b);
+            }
+        }
+        "htpasswd"
+            if rest
+                .iter()
+                .any(|w| w.text.starts_with('-') && w.text.contains('b')) =>
+        {
+            if let Some(w) = positional.last() {
+                mask_all(out, w);
+            }
+        }
+        "redis-cli" | "keydb-cli" | "valkey-cli" => {
+            if let Some(k) = pos.iter().position(|p| p.eq_ignore_ascii_case("auth")) {
+                for w in &positional[k + 1..] {
+                    mask_all(out, w);
+                }
+            }
+            if let Some(k) = pos.iter().position(|p| {
+                p.eq_ignore_ascii_case("requirepass") || p.eq_ignore_ascii_case("masterauth")
+            }) {
+                for w in &positional[k + 1..] {
+                    mask_all(out, w);
+                }
+            }
+        }
+        "openssl" | "mkpasswd" if tool == "mkpasswd" || pos.first() == Some(&"passwd") => {
+            let skip = usize::from(tool == "openssl");
+            for w in positional.iter().skip(skip) {
+                mask_all(out, w);
+            }
+        }
+        "rabbitmqctl" if matches!(pos.first(), Some(&"add_user") | Some(&"change_password")) => {
+            if let Some(w) = positional.get(2) {
+                mask_all(out, w);
+            }
+        }
+        "vault" | "bao" if pos.first() == Some(&"login") => {
+            for w in positional.iter().skip(1) {
+                if !w.text.contains('=') && w.text != "-" {
+                    mask_all(out, w);
+                }
+            }
+        }
+        "wpa_passphrase" => {
+            if let Some(w) = positional.get(1) {
+                mask_all(out, w);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Masks the secret part of `w` from byte `at`, as `takes` says.
+fn secret_part(out: &mut Vec<(usize, usize)>, w: &Word, at: usize, takes: Takes) {
+    let v = &w.text[at..];
+    let sep = match takes {
+        Takes::UserColon => Some(':'),
+        Takes::UserPercent => Some('%'),
+        Takes::UserComma => Some(','),
+        _ => None,
+    };
+    match sep {
+        None => mask(out, w, at, w.text.len()),
+        Some(c) => {
+            if let Some(k) = v.find(c) {
+                mask(out, w, at + k + 1, w.text.len());
+            } else if randomish(v) {
+                mask(out, w, at, w.text.len());
+            }
+        }
+    }
+}
+
+/// Splits a name into lowercase words at `-`, `_`, `.`, `:` and camelCase boundaries.
+fn name_words(name: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut prev_lower = false;
+    for c in name.chars() {
+        if !c.is_ascii_alphanumeric() {
+            if !cur.is_empty() {
+                words.push(std::mem::take(&mut cur));
+            }
+            prev_lower = false;
+            continue;
+        }
+        if c.is_ascii_uppercase() && prev_lower && !cur.is_empty() {
+            words.push(std::mem::take(&mut cur));
+        }
+        prev_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        cur.push(c.to_ascii_lowercase());
+    }
+    if !cur.is_empty() {
+        words.push(cur);
+    }
+    words
+}
+
+/// Whether a flag, variable, field or header name says its value is a secret.
+pub fn secret_name(name: &str) -> bool {
+    let words = name_words(name);
+    let Some(last) = words.last() else {
+        return false;
+    };
+    const NOT: &[&str] = &[
+        "file",
+        "files",
+        "path",
+        "dir",
+        "directory",
+        "env",
+        "stdin",
+        "fd",
+        "type",
+        "length",
+        "len",
+        "prompt",
+        "helper",
+        "cmd",
+        "command",
+        "url",
+        "uri",
+        "endpoint",
+        "id",
+        "ids",
+        "name",
+        "names",
+        "format",
+        "algorithm",
+        "algo",
+        "method",
+        "mode",
+        "size",
+        "bits",
+        "count",
+        "policy",
+        "server",
+        "host",
+        "port",
+        "location",
+        "ref",
+        "user",
+        "username",
+        "expiry",
+        "expires",
+        "ttl",
+        "timeout",
+        "hint",
+        "version",
+        "limit",
+        "limits",
+        "budget",
+        "usage",
+        "count",
+        "min",
+        "max",
+        "strength",
+        "required",
+        "reset",
+        "rotation",
+        "manager",
+        "source",
+        "provider",
+        "store",
+    ];
+    if words[0] == "no" || words[0] == "max" || words[0] == "min" || NOT.contains(&last.as_str()) {
+        return false;
+    }
+    let flat: String = words.concat();
+    const SUB: &[&str] = &[
+        "passw",
+        "passphrase",
+        "passwd",
+        "secret",
+        "apikey",
+        "accesskey",
+        "privatekey",
+        "authtoken",
+        "storepass",
+        "keypass",
+        "requirepass",
+        "masterauth",
+        "credential",
+        "cookie",
+        "signature",
+        "bearer",
+        "passin",
+        "passout",
+        "sessionid",
+        "secretkey",
+        "authorization",
+        "authkey",
+        "accesstoken",
+        "refreshtoken",
+        "idtoken",
+        "clientsecret",
+        "sastoken",
+        "connectionstring",
+    ];
+    if SUB.iter().any(|s| flat.contains(s)) {
+        return true;
+    }
+    const WORDS: &[&str] = &[
+        "pass", "pw", "pwd", "auth", "oauth", "sig", "creds", "cred", "otp", "totp", "jwt", "csrf",
+        "xsrf", "sid", "sas", "psk", "passcode", "pin",
+    ];
+    if words
+        .iter()
+        .any(|w| WORDS.contains(&w.as_str()) || w == "token" || w.ends_with("token"))
+    {
+        return true;
+    }
+    // `key` needs a qualifier: `api_key`, `STRIPE_KEY`, but not `--key 2` or `sort_key`
+    const PLAIN_KEY: &[&str] = &[
+        "public",
+        "primary",
+        "foreign",
+        "sort",
+        "partition",
+        "cache",
+        "group",
+        "dedup",
+        "lookup",
+        "hot",
+        "short",
+        "sub",
+        "gpg",
+        "ssh",
+        "host",
+        "idempotency",
+        "has",
+        "primary",
+        "natural",
+        "composite",
+        "unique",
+        "index",
+        "dict",
+        "map",
+        "row",
+        "column",
+        "field",
+        "object",
+        "cache",
+    ];
+    words.len() >= 2
+        && (last == "key" || last == "keys")
+        && !PLAIN_KEY.contains(&words[words.len() - 2].as_str())
+}
+
+/// A broader reading for URL query parameters and connection-string fields, where a bare
+/// `key`, `token`, `sig` or `code` is a credential.
+fn secret_param(name: &str) -> bool {
+    secret_name(name)
+        || matches!(
+            name.to_ascii_lowercase().as_str(),
+            "key"
+                | "token"
+                | "sig"
+                | "code"
+                | "session"
+                | "secret"
+                | "apikey"
+                | "access_token"
+                | "x-amz-security-token"
+                | "st"
+                | "se"
+        )
+}
+
+/// A positional word naming a setting whose value follows (`aws configure set
+/// aws_secret_access_key X`, `nmcli ... password X`), but not a subcommand noun like `secret`
+/// or `token` (`kubectl create secret generic`, `vault token create`).
+fn positional_key(word: &str) -> bool {
+    const NOUNS: &[&str] = &[
+        "secret",
+        "secrets",
+        "token",
+        "tokens",
+        "auth",
+        "key",
+        "keys",
+        "credential",
+        "credentials",
+        "cookie",
+        "cookies",
+        "session",
+        "sessions",
+        "login",
+        "pass",
+        "pin",
+        "sig",
+        "creds",
+    ];
+    let lower = word.to_ascii_lowercase();
+    let name_like = word.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+    // the name's last word says what the value is: `user.password`, `aws_secret_access_key`,
+    // but not `django.contrib.auth.models`
+    let last = name_words(word).pop().unwrap_or_default();
+    let says = [
+        "pass",
+        "password",
+        "passwd",
+        "passphrase",
+        "pw",
+        "pwd",
+        "token",
+        "secret",
+        "key",
+        "credential",
+        "credentials",
+        "creds",
+        "cookie",
+        "signature",
+        "pin",
+        "otp",
+    ]
+    .contains(&last.as_str())
+        || ["pass", "password", "token", "secret"]
+            .iter()
+            .any(|s| last.ends_with(s));
+    name_like
+        && says
+        && (!NOUNS.contains(&lower.as_str()) && secret_name(word)
+            || matches!(lower.as_str(), "password" | "passwd" | "passphrase"))
+}
+
+static ENV_LINE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?m)^\t*(?:export[ \t]+)?([A-Z_][A-Z0-9_]*)=([^\n]*[^\n,(\[{])$").unwrap()
+});
+static URL_USERINFO: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"[A-Za-z][A-Za-z0-9+.-]*://").unwrap());
+static PAIR: LazyLock<Regex> = LazyLock::new(|| {
+    // key=value, key:=value (httpie), key==value (httpie query), key = "value"
+    Regex::new(r#"([A-Za-z0-9_.\-]*[A-Za-z0-9_])(?:\s*(:?==?)\s*["']|(:?==?))"#).unwrap()
+});
+static QUOTED_KEY: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"(["'])([A-Za-z0-9_.\-]{1,64})["']\]?\s*[:=]\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'|([^,}\]\s"']+))"#).unwrap()
+});
+static HEADER: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?m)(?:^|[=\s({,]|\b)([A-Za-z][A-Za-z0-9_-]*)[ \t]*:[ \t]*([^\n]*)").unwrap()
+});
+static SCHEME: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(bearer|basic|digest|negotiate|token|apikey|sso-key|ntlm|aws4-hmac-sha256|hmac)\s+(\S+)").unwrap()
+});
+
+/// Secrets that a word is by its own shape, whatever the tool: URL credentials, `key=value`
+/// pairs, quoted `"key": "value"` fields, auth headers.
+fn word_rules(w: &Word, free: bool, out: &mut Vec<(usize, usize)>) {
+    let t = w.text.as_str();
+    // scheme://user:password@host, password may hold `@`; the authority ends at the first `/`
+    for m in URL_USERINFO.find_iter(t) {
+        let rest = &t[m.end()..];
+        let stop = rest
+            .find(|c: char| c.is_whitespace() || c == '"' || c == '\'')
+            .unwrap_or(rest.len());
+        let rest = &rest[..stop];
+        let slash = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let Some(at) = rest[..slash].rfind('@').or_else(|| {
+            // `@` after a `/` inside a password: take the last `@` before a `:port` or path
+            let at = rest.rfind('@')?;
+            rest[..at].contains(':').then_some(at)
+        }) else {
+            continue;
+        };
+        let info = &rest[..at];
+        let base = m.end();
+        match info.find(':') {
+            Some(c) => mask(out, w, base + c + 1, base + at),
+            None if randomish(info) || info.starts_with("ghp_") || info.len() >= 30 => {
+                mask(out, w, base, base + at)
+            }
+            None => {}
+        }
+    }
+    for c in PAIR.captures_iter(t) {
+        let key = c.get(1).unwrap();
+        let whole = c.get(0).unwrap();
+        let before = t[..key.start()].chars().next_back();
+        let param = matches!(before, Some('?' | '&' | ';'));
+        if !(secret_name(key.as_str()) || param && secret_param(key.as_str())) {
+            continue;
+        }
+        let quoted = t[..whole.end()].ends_with(['"', '\'']);
+        let start = whole.end();
+        // a word that is `KEY=value` (or `--flag=KEY=value`): the value is the rest of the word
+        // (unless what follows the first space reads as a command: `PGPASSWORD=x psql -c ...`)
+        let whole_word = matches!(before, None | Some('='))
+            && !quoted
+            && !free
+            && t[start..]
+                .split_once(char::is_whitespace)
+                .map_or(true, |(_, more)| {
+                    !more
+                        .split_whitespace()
+                        .any(|x| x.starts_with('-') || x.starts_with([';', '|', '&']))
+                });
+        let end = if whole_word {
+            t.len()
+        } else if quoted {
+            let q = t[..start].chars().next_back().unwrap();
+            t[start..].find(q).map(|k| start + k).unwrap_or(t.len())
+        } else {
+            value_end(t, start)
+        };
+        mask(out, w, start, end);
+    }
+    for c in QUOTED_KEY.captures_iter(t) {
+        if !secret_name(&c[2]) {
+            continue;
+        }
+        if let Some(v) = c.get(3).or(c.get(4)).or(c.get(5)) {
+            mask(out, w, v.start(), v.end());
+        }
+    }
+    for c in HEADER.captures_iter(t) {
+        let name = c.get(1).unwrap();
+        let value = c.get(2).unwrap();
+        // `PASS: 3 tests` is a test report, not a header
+        if value.as_str().trim().is_empty()
+            || !secret_name(name.as_str())
+            || name.as_str().eq_ignore_ascii_case("pass")
+            || value.as_str().starts_with("//")
+        {
+            continue;
+        }
+        let v = value.as_str();
+        // keep the auth scheme (`Bearer ***`), mask the rest of the header
+        let skip = SCHEME
+            .captures(v)
+            .filter(|s| s.get(0).unwrap().start() == 0)
+            .map(|s| s.get(2).unwrap().start())
+            .unwrap_or(0);
+        let end = v.trim_end_matches(['"', '\'', ',', '}']).len().max(skip);
+        mask(out, w, value.start() + skip, value.start() + end);
+    }
+    for c in SCHEME.captures_iter(t) {
+        let scheme = c[1].to_ascii_lowercase();
+        let v = c.get(2).unwrap();
+        let strong = matches!(
+            scheme.as_str(),
+            "bearer" | "negotiate" | "sso-key" | "aws4-hmac-sha256" | "ntlm"
+        );
+        if strong
+            || v.as_str().len() >= 8
+                && (randomish(v.as_str()) || v.as_str().ends_with('=') || scheme == "basic")
+        {
+            let end = v.start() + v.as_str().trim_end_matches(['"', '\'', ',', ';']).len();
+            mask(out, w, v.start(), end);
+        }
+    }
+}
+
+/// Where an unquoted `key=value` value ends: at whitespace or a quote, or at `&`, `;` or `,`
+/// when another `key=` follows (a query string, a connection string, mount options).
+fn value_end(t: &str, start: usize) -> usize {
+    static NEXT_KEY: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"^\s*[A-Za-z_][A-Za-z0-9_. \-]*=").unwrap());
+    let b = t.as_bytes();
+    let mut i = start;
+    while i < b.len() {
+        match b[i] {
+            b' ' | b'\t' | b'\n' | b'"' | b'\'' => return i,
+            b'&' | b';' | b',' | b'#' if NEXT_KEY.is_match(&t[i + 1..]) || i + 1 == b.len() => {
+                return i
+            }
+            b'&' | b';' | b'|' if b.get(i + 1).map_or(true, |c| c.is_ascii_whitespace()) => {
+                return i
+            }
+            b'}' | b')' if i + 1 == b.len() => return i,
+            _ => i += 1,
+        }
+    }
+    b.len()
+}
+
+struct Shape {
+    re: Regex,
+    /// The capture group to mask (0: the whole match).
+    group: usize,
+    /// Also require the match to look random (for prefixes ordinary words may carry).
+    random: bool,
+}
+
+static SHAPES: LazyLock<Vec<Shape>> = LazyLock::new(|| {
+    let s = |re: &str, group: usize, random: bool| Shape {
+        re: Regex::new(re).unwrap(),
+        group,
+        random,
+    };
+    vec![
+        s(
+            r"sk-(?:proj-|ant-[a-z]+\d*-|svcacct-|admin-)?[A-Za-z0-9_-]{16,}",
+            0,
+            true,
+        ),
+        s(r"(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{10,}", 0, false),
+        s(r"whsec_[A-Za-z0-9]{16,}", 0, false),
+        s(r"gh[pousr]_[A-Za-z0-9]{20,}", 0, false),
+        s(r"github_pat_[A-Za-z0-9_]{20,}", 0, false),
+        s(
+            r"gl(?:pat|dt|rt|ptt|cbt|imt|oas|soat|ft|agent)-[A-Za-z0-9_-]{16,}",
+            0,
+            false,
+        ),
+        s(r"xox[abposre]-[A-Za-z0-9-]{10,}", 0, false),
+        s(r"xapp-[A-Za-z0-9-]{10,}", 0, false),
+        s(r"npm_[A-Za-z0-9]{20,}", 0, false),
+        s(
+            r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|APKA)[0-9A-Z]{16}\b",
+            0,
+            false,
+        ),
+        s(r"AIza[0-9A-Za-z_-]{30,}", 0, false),
+        s(r"ya29\.[0-9A-Za-z_-]{20,}", 0, false),
+        s(
+            r"eyJ[A-Za-z0-9_-]{8,}\.(?:eyJ)?[A-Za-z0-9_-]{8,}(?:\.[A-Za-z0-9_-]*)?",
+            0,
+            false,
+        ),
+        s(r"hv[sbr]\.[A-Za-z0-9_-]{20,}", 0, false),
+        s(r"\bs\.[A-Za-z0-9]{24}\b", 0, true),
+        s(r"pypi-[A-Za-z0-9_-]{20,}", 0, false),
+        s(r"dop_v1_[a-f0-9]{20,}", 0, false),
+        s(r"shp(?:at|ss|ca|pa)_[a-fA-F0-9]{20,}", 0, false),
+        s(r"SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}", 0, false),
+        s(r"hf_[A-Za-z0-9]{20,}", 0, true),
+        s(r"dp\.(?:st|ct|sa|scim|pt)\.[A-Za-z0-9_.-]{20,}", 0, false),
+        s(
+            r"(?:lin|pat|key|tok|api|sq0atp|sq0csp|EAAC)[_-][A-Za-z0-9_-]{24,}",
+            0,
+            true,
+        ),
+        s(
+            r"hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9/_-]+)",
+            1,
+            false,
+        ),
+        s(
+            r"discord(?:app)?\.com/api/webhooks/[0-9]+/([A-Za-z0-9_-]+)",
+            1,
+            false,
+        ),
+        s(
+            r"(?s)-----BEGIN [A-Z0-9 ]*-----(.*?)(?:-----END [A-Z0-9 ]*-----|\z)",
+            1,
+            false,
+        ),
+    ]
+});
+
+static RUN: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"[A-Za-z0-9+/_=-]{20,}").unwrap());
+
+/// Secrets by shape anywhere in the original text: known token formats, webhook paths, PEM
+/// blocks, and long random-looking strings.
+fn shapes(s: &str, out: &mut Vec<(usize, usize)>) {
+    for sh in SHAPES.iter() {
+        for c in sh.re.captures_iter(s) {
+            let m = c.get(sh.group).unwrap();
+            if sh.random && !mixed(m.as_str()) {
+                continue;
+            }
+            if !m.as_str().trim().is_empty() {
+                out.push((m.start(), m.end()));
+            }
+        }
+    }
+    for m in RUN.find_iter(s) {
+        let run = m.as_str();
+        if randomish(run) {
+            out.push((m.start(), m.end()));
+            continue;
+        }
+        // `key=value` runs: judge each side; then words joined by separators one by one
+        let mut at = m.start();
+        for seg in run.split('=') {
+            if randomish(seg) {
+                out.push((at, at + seg.len()));
+            } else {
+                let mut p = at;
+                for piece in seg.split(['/', '-', '_', '+']) {
+                    if randomish(piece) {
+                        out.push((p, p + piece.len()));
+                    }
+                    p += piece.len() + 1;
+                }
+            }
+            at += seg.len() + 1;
+        }
+    }
+}
+
+/// Letters and digits both present, and some uppercase (for `sk-`-style prefixes).
+fn mixed(s: &str) -> bool {
+    let d = s.bytes().filter(u8::is_ascii_digit).count();
+    let u = s.bytes().filter(u8::is_ascii_uppercase).count();
+    d >= 2 && (u >= 2 || d >= 6)
+}
+
+/// Whether a string looks like a random credential (base64, base64url, hex) rather than a
+/// word, an identifier or a path: by length, mix of character classes, how often the class
+/// changes, and character entropy.
+pub fn randomish(s: &str) -> bool {
+    let s = s.trim_end_matches('=');
+    let n = s.len();
+    if n < 20
+        || !s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+/_-".contains(&b))
+    {
+        return false;
+    }
+    let (mut u, mut l, mut d) = (0usize, 0usize, 0usize);
+    // class changes between neighbouring letters and digits (separators skipped), and how much
+    // of the string sits in runs of four or more lowercase letters, as words do
+    let (mut changes, mut prev) = (0usize, 9u8);
+    let (mut in_runs, mut run) = (0usize, 0usize);
+    for b in s.bytes() {
+        let c = match b {
+            b'A'..=b'Z' => 0,
+            b'a'..=b'z' => 1,
+            b'0'..=b'9' => 2,
+            _ => 3,
+        };
+        match c {
+            0 => u += 1,
+            1 => l += 1,
+            2 => d += 1,
+            _ => {}
+        }
+        if c == 1 {
+            run += 1;
+        } else {
+            if run >= 4 {
+                in_runs += run;
+            }
+            run = 0;
+        }
+        if c != 3 {
+            if prev != 9 && c != prev {
+                changes += 1;
+            }
+            prev = c;
+        }
+    }
+    if run >= 4 {
+        in_runs += run;
+    }
+    let alnum = u + l + d;
+    if alnum * 4 < n * 3 {
+        return false;
+    }
+    if s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return n >= 32 && d >= 4 && (u + l) >= 4 && (u == 0 || l == 0);
+    }
+    let churn = changes as f64 / (alnum.max(2) - 1) as f64;
+    let wordy = in_runs as f64 / n as f64;
+    let ent = entropy(s);
+    if u >= 2 && l >= 2 && d >= 2 {
+        return churn >= 0.45 && ent >= 3.6 && wordy < 0.45;
+    }
+    if (u == 0 || l == 0) && d * 4 >= alnum && (u + l) * 4 >= alnum && n >= 24 {
+        return churn >= 0.3 && ent >= 3.8;
+    }
+    if d == 0 && u >= 4 && l >= 4 && n >= 40 {
+        return churn >= 0.5 && wordy < 0.3;
+    }
+    false
+}
+
+fn entropy(s: &str) -> f64 {
+    let mut f = [0u32; 256];
+    for b in s.bytes() {
+        f[b as usize] += 1;
+    }
+    let n = s.len() as f64;
+    f.iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = c as f64 / n;
+            -p * p.log2()
+        })
+        .sum()
+}

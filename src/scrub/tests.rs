@@ -1,0 +1,286 @@
+//! The masker's table: commands of every family the privacy promise names, what they mask to,
+//! and ordinary commands that must come out untouched.
+
+use super::*;
+use proptest::prelude::*;
+use serde_json::json;
+
+#[path = "../../tests/support/secrets.rs"]
+mod secrets;
+
+#[test]
+fn hash_is_sha1_prefix() {
+    // sha1("abc") = a9993e364706816aba3e25717850c26c9cd0d89d
+    assert_eq!(hash_str("abc"), "sha1:a9993e364706");
+}
+
+#[test]
+fn args_keep_only_detector_keys() {
+    let input = json!({"filePath": "/p/a.js", "oldString": "secret body", "newString": "x",
+                       "offset": 3, "replaceAll": true, "todos": [{"content": "plan", "n": 1}]});
+    let out = scrub_args(input.as_object().unwrap());
+    assert_eq!(out["filePath"], "/p/a.js");
+    assert_eq!(out["offset"], 3);
+    assert_eq!(out["oldString"], hash_str("secret body"));
+    assert_eq!(out["replaceAll"], true);
+    assert_eq!(out["todos"][0]["content"], hash_str("plan"));
+    assert_eq!(out["todos"][0]["n"], 1);
+}
+
+#[test]
+fn a_command_that_is_not_a_string_is_hashed_and_kept_keys_keep_their_type() {
+    let input = json!({"command": ["mysql", "-pSECRETmysql"], "workdir": {"p": "hunter2"},
+                       "timeout": "hunter2", "description": "run it", "filePath": 7});
+    let out = scrub_args(input.as_object().unwrap());
+    assert_eq!(
+        out["command"],
+        json!([hash_str("mysql"), hash_str("-pSECRETmysql")])
+    );
+    assert_eq!(out["workdir"], json!({"p": hash_str("hunter2")}));
+    assert_eq!(out["timeout"], hash_str("hunter2"));
+    assert_eq!(out["filePath"], 7);
+    let text = serde_json::to_string(&out).unwrap();
+    assert!(
+        !text.contains("SECRET") && !text.contains("hunter2"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_grep_pattern_is_masked_by_shape() {
+    let input = json!({"pattern": "ghp_R2x8Kq0vTz7LmN4bW9cY1dF5hJ3sA6eU0iO2", "include": "*.rs"});
+    let out = scrub_args(input.as_object().unwrap());
+    assert_eq!(out["pattern"], "***");
+    assert_eq!(out["include"], "*.rs");
+}
+
+/// Commands of every family, with what they mask to.
+pub const TABLE: &[(&str, &str)] = &[
+    // tools' password flags: glued, separate, short, long
+    ("mysql -uroot -pSECRETmysql app -e 'select 1'", "mysql -uroot -p*** app -e 'select 1'"),
+    ("mysqldump -u root -p'pa ss' db > d.sql", "mysqldump -u root -p*** db > d.sql"),
+    ("mysql -u root -p app", "mysql -u root -p app"),
+    ("mariadb --password=hunter2 -h db", "mariadb --password=*** -h db"),
+    ("mysql --password hunter2 -h db", "mysql --password *** -h db"),
+    ("sshpass -p 'hunter2' ssh deploy@web1 uptime", "sshpass -p *** ssh deploy@web1 uptime"),
+    ("sshpass -phunter2 scp a b:", "sshpass -p*** scp a b:"),
+    ("7z x -phunter2 backup.7z", "7z x -p*** backup.7z"),
+    ("unzip -P hunter2 site.zip", "unzip -P *** site.zip"),
+    ("zip -r -P hunter2 out.zip dir", "zip -r -P *** out.zip dir"),
+    ("rar a -hphunter2 a.rar dir", "rar a -hp*** a.rar dir"),
+    ("redis-cli -h cache -a hunter2 ping", "redis-cli -h cache -a *** ping"),
+    ("redis-cli -h cache AUTH default hunter2", "redis-cli -h cache AUTH *** ***"),
+    ("mongosh --username admin --password hunter2 db", "mongosh --username admin --password *** db"),
+    ("mongodump -u admin -p hunter2 --db app", "mongodump -u admin -p *** --db app"),
+    ("sqlcmd -S db -U sa -P 'Hunter2!' -Q 'select 1'", "sqlcmd -S db -U sa -P *** -Q 'select 1'"),
+    ("ldapsearch -x -D cn=admin -w hunter2 -b dc=x", "ldapsearch -x -D cn=admin -w *** -b dc=x"),
+    ("docker login -u bob -p hunter2 registry.io", "docker login -u bob -p *** registry.io"),
+    ("docker run -p 8080:80 nginx", "docker run -p 8080:80 nginx"),
+    ("echo hunter2 | docker login --password-stdin -u bob", "echo *** | docker login --password-stdin -u bob"),
+    ("helm repo add x https://charts --username bob --password hunter2", "helm repo add x https://charts --username bob --password ***"),
+    ("openssl enc -aes-256-cbc -pass pass:hunter2 -in a", "openssl enc -aes-256-cbc -pass *** -in a"),
+    ("openssl pkcs12 -export -passout pass:hunter2 -out a.p12", "openssl pkcs12 -export -passout *** -out a.p12"),
+    ("gpg --batch --passphrase hunter2 -d f.gpg", "gpg --batch --passphrase *** -d f.gpg"),
+    ("keytool -list -keystore ks.jks -storepass hunter2", "keytool -list -keystore ks.jks -storepass ***"),
+    ("ssh-keygen -t ed25519 -N hunter2 -f k", "ssh-keygen -t ed25519 -N *** -f k"),
+    ("ssh -p 2222 deploy@web1", "ssh -p 2222 deploy@web1"),
+    ("az login -u bob@x.com -p hunter2", "az login -u bob@x.com -p ***"),
+    ("kubectl --token=hunter2 get pods", "kubectl --token=*** get pods"),
+    ("psql --no-password -h db -U app", "psql --no-password -h db -U app"),
+    ("sqlplus scott/tiger@orcl @run.sql", "sqlplus scott/***@orcl @run.sql"),
+    ("htpasswd -b .htpasswd bob hunter2", "htpasswd -b .htpasswd bob ***"),
+    ("ipmitool -I lanplus -H bmc -U admin -P hunter2 power status", "ipmitool -I lanplus -H bmc -U admin -P *** power status"),
+    // user:password pairs
+    ("curl -u admin:hunter2 https://api/x", "curl -u admin:*** https://api/x"),
+    ("curl -uadmin:hunter2 https://api/x", "curl -uadmin:*** https://api/x"),
+    ("curl --user admin:hunter2 https://api/x", "curl --user admin:*** https://api/x"),
+    ("curl -u admin https://api/x", "curl -u admin https://api/x"),
+    ("git clone https://bob:hunter2@example.com/r", "git clone https://bob:***@example.com/r"),
+    ("psql postgresql://app:p@ss@db:5432/app", "psql postgresql://app:***@db:5432/app"),
+    ("redis-cli -u redis://:hunter2@cache:6379/0 ping", "redis-cli -u redis://:***@cache:6379/0 ping"),
+    ("psql 'host=db user=app password=hunter2 dbname=app'", "psql 'host=db user=app password=*** dbname=app'"),
+    ("sqlcmd -C 'Server=db;User Id=sa;Password=hunter2;'", "sqlcmd -C 'Server=db;User Id=sa;Password=***;'"),
+    ("smbclient //fs/share -U bob%hunter2", "smbclient //fs/share -U bob%***"),
+    ("mount -t cifs //fs/s /mnt -o username=bob,password=hunter2", "mount -t cifs //fs/s /mnt -o username=bob,password=***"),
+    ("lftp -u bob,hunter2 ftp.example.com", "lftp -u bob,*** ftp.example.com"),
+    // headers
+    ("curl -H 'Authorization: Bearer eyJhbGciOi' http://h", "curl -H 'Authorization: Bearer ***' http://h"),
+    ("curl -H \"X-API-Key: hunter2\" http://h", "curl -H \"X-API-Key: ***\" http://h"),
+    ("curl -H 'Cookie: sid=abc; theme=dark' http://h", "curl -H 'Cookie: ***' http://h"),
+    ("curl --header 'PRIVATE-TOKEN: hunter2' https://gitlab/api", "curl --header 'PRIVATE-TOKEN: ***' https://gitlab/api"),
+    ("http GET api/x X-Auth-Token:hunter2", "http GET api/x X-Auth-Token:***"),
+    ("git -c http.extraHeader='Authorization: Basic Ym9iOmh1bnRlcjI=' fetch", "git -c http.extraHeader='Authorization: Basic ***' fetch"),
+    ("curl -b 'session=hunter2' http://h", "curl -b *** http://h"),
+    // URL query parameters
+    ("curl 'https://api/x?user=bob&token=hunter2&page=2'", "curl 'https://api/x?user=bob&token=***&page=2'"),
+    ("wget 'https://s3/b/o?X-Amz-Signature=abc123&X-Amz-Expires=60'", "wget 'https://s3/b/o?X-Amz-Signature=***&X-Amz-Expires=60'"),
+    ("curl https://maps/api?key=hunter2", "curl https://maps/api?key=***"),
+    // known token shapes anywhere in a word
+    ("echo ghp_R2x8Kq0vTz7LmN4bW9cY1dF5hJ3sA6eU0iO2", "echo ***"),
+    ("OPENAI=1 python run.py --k=sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv", "OPENAI=*** python run.py --k=***"),
+    ("stripe charges list --api-key sk_live_4eC39HqLyjWDarjtT1zdp7dc", "stripe charges list --api-key ***"),
+    ("glab auth login --token glpat-xR8vK2mQ9wL4tZ7yB1nC", "glab auth login --token ***"),
+    ("curl -d 'token=xoxb-123456789012-abcdefghij' slack", "curl -d 'token=***' slack"),
+    ("npm publish --//registry.npmjs.org/:_authToken=npm_a8B2c4D6e8F0g2H4i6J8k0L2m4N6o8P0q2R4", "npm publish --//registry.npmjs.org/:_authToken=***"),
+    ("aws s3 ls # key AKIAIOSFODNN7EXAMPLE", "aws s3 ls # key ***"),
+    ("x eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", "x ***"),
+    ("curl -X POST https://hooks.slack.com/services/T0000/B0000/XXXXXXXX", "curl -X POST https://hooks.slack.com/services/***"),
+    ("VAULT_ADDR=http://v:8200 vault login hvs.CAESIJx8y2KqL0vWzR7mN4bT9cY1dF5hJ3sA", "VAULT_ADDR=*** vault login ***"),
+    ("echo '-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----' > k", "echo '-----BEGIN RSA PRIVATE KEY-----***-----END RSA PRIVATE KEY-----' > k"),
+    ("x da39a3ee5e6b4b0d3255bfef95601890afd80709", "x ***"),
+    ("echo QWxhZGRpbjpvcGVuIHNlc2FtZTEyMzQ1Njc4OQ", "echo ***"),
+    // assignments in every form
+    ("API_KEY=abc123 make deploy", "API_KEY=*** make deploy"),
+    ("export TOKEN='x y'; run", "export TOKEN=***; run"),
+    ("declare -x DB_PASSWORD=hunter2", "declare -x DB_PASSWORD=***"),
+    ("env GITHUB_TOKEN=hunter2 gh pr list", "env GITHUB_TOKEN=*** gh pr list"),
+    ("set -a; PGPASSWORD=hunter2; set +a; psql", "set -a; PGPASSWORD=***; set +a; psql"),
+    ("sudo -u app DB_PASS=hunter2 ./migrate", "sudo -u app DB_PASS=*** ./migrate"),
+    ("RUST_LOG=debug cargo test", "RUST_LOG=debug cargo test"),
+    ("docker run -e POSTGRES_PASSWORD=hunter2 postgres", "docker run -e POSTGRES_PASSWORD=*** postgres"),
+    ("curl -d '{\"user\": \"bob\", \"password\": \"hunter2\"}' http://h", "curl -d '{\"user\": \"bob\", \"password\": \"***\"}' http://h"),
+    ("curl -d 'user=bob&password=hunter2' http://h", "curl -d 'user=bob&password=***' http://h"),
+    ("cat > .env <<'EOF'\nDB_PASSWORD=hunter2\nAPI_KEY=abc\nEOF\nnpm start", "cat > .env <<'EOF'\nDB_PASSWORD=***\nAPI_KEY=***\nEOF\nnpm start"),
+    ("kubectl create secret generic db --from-literal=password=hunter2", "kubectl create secret generic db --from-literal=password=***"),
+    ("aws configure set aws_secret_access_key hunter2", "aws configure set aws_secret_access_key ***"),
+    // shell grammar: chains, nesting, tabs, newlines
+    ("cd app && mysql -pSECRET app; echo done", "cd app && mysql -p*** app; echo done"),
+    ("true || sshpass -p hunter2 ssh h", "true || sshpass -p *** ssh h"),
+    ("bash -c 'mysql -uroot -phunter2 -e \"show databases\"'", "bash -c 'mysql -uroot -p*** -e \"show databases\"'"),
+    ("ssh web1 \"PGPASSWORD=hunter2 psql -c 'select 1'\"", "ssh web1 \"PGPASSWORD=*** psql -c 'select 1'\""),
+    ("echo $(mysql -phunter2 -N -e 'select 1')", "echo $(mysql -p*** -N -e 'select 1')"),
+    ("mysql\t-phunter2\tapp", "mysql\t-p***\tapp"),
+    ("ls\nmysql -phunter2 app\nls", "ls\nmysql -p*** app\nls"),
+    ("/usr/bin/mysql -phunter2", "/usr/bin/mysql -p***"),
+];
+
+#[test]
+fn every_family_is_masked() {
+    assert!(TABLE.len() >= 60, "{} rows", TABLE.len());
+    let mut wrong = Vec::new();
+    for (cmd, want) in TABLE {
+        let got = mask_command(cmd);
+        if got != *want {
+            wrong.push(format!("  {cmd:?}\n  got  {got:?}\n  want {want:?}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} wrong:\n{}",
+        wrong.len(),
+        TABLE.len(),
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn masking_is_stable_and_idempotent() {
+    for (cmd, _) in TABLE {
+        let once = mask_command(cmd);
+        assert_eq!(mask_command(cmd), once);
+        assert_eq!(mask_command(&once), once, "{cmd:?}");
+    }
+}
+
+#[test]
+fn ordinary_commands_are_untouched() {
+    let mut wrong = Vec::new();
+    for cmd in [
+        "cat src/navbar.js | head -50",
+        "sed -n '120,180p' docs/spec.md",
+        "git add -A && git commit -q -m 'Fix navItem1 return; add footer'",
+        "python3 -m pytest tests/test_really_long_module_name_here.py -x",
+        "ls /usr/lib/x86_64-linux-gnu/some_library_directory_name",
+        "cargo test --lib scrub::tests -- --nocapture",
+        "npm run build -- --mode production",
+        "docker compose -f docker-compose.yml up -d --build",
+        "grep -rn 'TODO' src/ | wc -l",
+        "find . -name '*.rs' -newer Cargo.toml -print",
+        "kubectl get pods -n kube-system -o wide",
+        "ssh -p 2222 deploy@web1 'systemctl status nginx'",
+        "tar -xzf node-v20.11.1-linux-x64.tar.xz -C /opt",
+        "rg -n 'fn main' --type rust",
+        "git log --oneline -20 -- src/components/Header2Footer3Widget4.tsx",
+        "curl -s http://localhost:8080/api/v1/health",
+        "jq '.items[] | select(.kind == \"call\")' out.jsonl",
+        "awk -F: '{print $1}' /etc/passwd",
+        "sort --key=2 data.txt",
+        "make -j4 CFLAGS=-O2",
+        "python -c 'print(1+1)'",
+        "git diff HEAD~3 --stat",
+        "go test ./... -run TestGetUserProfileByEmailAddressHandler",
+    ] {
+        let got = mask_command(cmd);
+        if got != cmd {
+            wrong.push(format!("  {cmd:?}\n  got {got:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "changed:\n{}", wrong.join("\n"));
+}
+
+/// Members of the families not designed for: other tools and spellings than the table's.
+#[test]
+fn held_out_members_are_masked() {
+    let mut wrong = Vec::new();
+    for (cmd, secret) in [
+        ("mysqladmin -uroot -pS3cretAdm1n status", "S3cretAdm1n"),
+        ("cqlsh -u cassandra -p Cass4ndraPw db", "Cass4ndraPw"),
+        ("mosquitto_pub -h m -u bob -P MqttPw99 -t x -m y", "MqttPw99"),
+        ("influx -username admin -password InfluxPw7 -execute 'show databases'", "InfluxPw7"),
+        ("wget --http-password=WgetPw42 https://x/f", "WgetPw42"),
+        ("svn checkout --password SvnPw42 https://svn/x", "SvnPw42"),
+        ("twine upload -u __token__ -p pypi-AgEIcHlwaS5vcmcCJGE4ZjY3 dist/*", "pypi-AgEIcHlwaS5vcmcCJGE4ZjY3"),
+        ("mongo mongodb+srv://app:Atl4sPw@cluster0.x.mongodb.net/db", "Atl4sPw"),
+        ("amqp-publish -u amqp://guest:RabbitPw1@mq:5672/ -r q", "RabbitPw1"),
+        ("ftp ftp://anon:FtpPw123@files.example.com/", "FtpPw123"),
+        ("curl -H 'X-Vault-Token: VaultTok3n' http://v", "VaultTok3n"),
+        ("curl -H 'Ocp-Apim-Subscription-Key: AzSubKey9' http://v", "AzSubKey9"),
+        ("curl 'https://blob.core/c/b?sv=2021&sig=AzSasSig9%3D&se=2030'", "AzSasSig9"),
+        ("curl 'https://api/x?access_token=OAuthTok9'", "OAuthTok9"),
+        ("export ANTHROPIC_API_KEY=sk-ant-api03-Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2", "sk-ant-api03"),
+        ("typeset -x HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWxYz123456", "hf_AbCd"),
+        ("STRIPE_SECRET=whsec_8f7d6c5b4a3928170615f4e3d2c1b0a9 node app.js", "whsec_"),
+        ("git push https://oauth2:glpat-Gh7Jk9Lm2Np4Qr6St8Vw@gitlab.com/x.git", "glpat-Gh7J"),
+        ("docker run -e 'SLACK_WEBHOOK=https://hooks.slack.com/services/T01/B02/Zz9Yy8Xx' app", "Zz9Yy8Xx"),
+        ("java -Djavax.net.ssl.keyStorePassword=JksPw42 -jar app.jar", "JksPw42"),
+        ("mvn deploy -Dgpg.passphrase=GpgPhrase7", "GpgPhrase7"),
+        ("nmcli dev wifi connect HomeNet password WifiPw123", "WifiPw123"),
+        ("git config --global user.password GitPw42", "GitPw42"),
+        ("python -c \"import requests; requests.get(u, headers={'Authorization': 'Bearer PyTok3n'})\"", "PyTok3n"),
+        ("node -e \"fetch(u, {headers: {'x-api-key': 'NodeKey9'}})\"", "NodeKey9"),
+        ("cat <<EOF > config.json\n{\"db\": {\"password\": \"HeredocPw9\"}}\nEOF", "HeredocPw9"),
+        ("tee .env.local <<EOF\nSTRIPE_KEY=HeredocKey9\nEOF", "HeredocKey9"),
+        ("printf '%s' TeePw99 | sudo -S apt update", "TeePw99"),
+        ("echo 'bob:ChPw99' | chpasswd", "ChPw99"),
+        ("xfreerdp /u:bob /p:RdpPw99 /v:host", "RdpPw99"),
+        ("snmpwalk -v3 -u bob -A SnmpAuth9 -X SnmpPriv9 host", "SnmpAuth9"),
+        ("rabbitmqctl add_user bob RmqPw99", "RmqPw99"),
+        ("vault login s.Q8w7E6r5T4y3U2i1O0p9A8s7", "s.Q8w7E6r5T4y3U2i1O0p9A8s7"),
+        ("curl --oauth2-bearer BearTok9 https://api", "BearTok9"),
+        ("echo $((1+1)); DB_PASSWORD=Chain9 ./run", "Chain9"),
+        ("terraform apply -var 'db_password=TfPw99'", "TfPw99"),
+        ("ansible-playbook site.yml -e 'ansible_become_pass=BecomePw9'", "BecomePw9"),
+        ("gh secret set TOKEN --body 'Zq8Wx7Ec6Rv5Tb4Yn3Um2Ik1Ol0Pz9'", "Zq8Wx7Ec6Rv5Tb4Yn3Um2Ik1Ol0Pz9"),
+    ] {
+        let got = mask_command(cmd);
+        if got.contains(secret) {
+            wrong.push(format!("  {cmd:?}\n  got {got:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "leaked:\n{}", wrong.join("\n"));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, max_shrink_iters: 0, ..ProptestConfig::default() })]
+
+    /// A generated secret of any family, in any shell grammar, never survives masking.
+    #[test]
+    fn no_generated_secret_survives_masking(c in secrets::command()) {
+        let masked = mask_command(&c.command);
+        let leaks = c.leaks(&masked);
+        prop_assert!(leaks.is_empty(), "{}: {:?}\n -> {:?}\n leaked {:?}", c.family, c.command, masked, leaks);
+        // and masking is stable
+        let again = mask_command(&masked);
+        prop_assert!(again == masked, "unstable: {:?}\n -> {:?}\n -> {:?}", c.command, masked, again);
+    }
+}
