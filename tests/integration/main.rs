@@ -10,6 +10,7 @@ mod fixtures;
 mod fleet;
 mod liveness;
 mod privacy;
+mod proof;
 mod readers;
 mod sources;
 mod store;
