@@ -47,9 +47,9 @@ fn fill(db: &str) {
         let model = MODELS[a % 4];
         let opened = T_END - (a as i64 + 1) * 600_000;
         tx.execute(
-            "INSERT INTO alerts (dedup_key, kind, root, state, severity, opened, last_fired, flagged_ticks, agent, model,
-                title, top_target, calls_since_landed, cost_since_landed)
-             VALUES (?1, 'loop', ?2, 'open', ?3, ?4, ?5, 4, 'build', ?6, ?7, ?8, 90, 1.23)",
+            "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired, flagged_ticks,
+                agent, model, title, top_target, calls, cost)
+             VALUES (?1, 'loop', ?2, 'open', ?3, ?3, ?4, ?5, 4, 'build', ?6, ?7, ?8, 90, 1.23)",
             params![
                 format!("opencode-loop:{root}"),
                 root,
@@ -111,9 +111,10 @@ fn fill(db: &str) {
             let root = format!("ses_old{d:02}{e:02}xxxxxxxxxxxxxxxxx");
             let opened = T_END - d * 86_400_000 - e * 3_600_000;
             tx.execute(
-                "INSERT INTO alerts (dedup_key, kind, root, state, severity, opened, last_fired, resolved, agent, model,
-                    title, calls_since_landed, cost_since_landed)
-                 VALUES (?1, 'loop', ?2, 'resolved', 'warning', ?3, ?4, ?4, 'build', ?5, 'opencode loop', 40, 0.4)",
+                "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired, resolved,
+                    reason, agent, model, title, calls, cost, duration_ms)
+                 VALUES (?1, 'loop', ?2, 'resolved', 'info', 'warning', ?3, ?4, ?4, 'stopped', 'build', ?5, 'opencode loop',
+                    40, 0.4, 1800000)",
                 params![
                     format!("opencode-loop:{root}"),
                     root,
