@@ -107,7 +107,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let mut tick_id: Option<i64> = None;
     let mut hasher = InputHash::default();
     let mut bad = 0;
-    for_each_line(&[], stdin, |name, n, line| {
+    let skipped = for_each_line(&[], stdin, |name, n, line| {
         let kind = match kind_of(line) {
             Ok(k) => k,
             Err(e) => {
@@ -133,13 +133,27 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
                 tick.blind.push((b.source, b.reason));
             }
             Some("source") => {
-                let v: Value = serde_json::from_str(line)?;
+                let v: Value = match serde_json::from_str(line) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        eprintln!("wd-alert: {name}:{n}: {e}");
+                        bad += 1;
+                        return Ok(());
+                    }
+                };
                 if let Some(s) = v["source"].as_str() {
                     tick.sources.push(s.to_string());
                 }
             }
             Some("tick") => {
-                let v: Value = serde_json::from_str(line)?;
+                let v: Value = match serde_json::from_str(line) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        eprintln!("wd-alert: {name}:{n}: {e}");
+                        bad += 1;
+                        return Ok(());
+                    }
+                };
                 tick_id = v["id"].as_i64();
                 if let Some(t) = v["t"].as_i64() {
                     tick.t = t;
@@ -149,6 +163,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         }
         Ok(())
     })?;
+    bad += skipped;
     if bad > 0 && tick.blind.is_empty() {
         tick.blind
             .push(("wd-alert input".into(), format!("{bad} unreadable line(s)")));
@@ -667,7 +682,12 @@ fn enqueue(tx: &Transaction, chans: &[Chan], ev: &Event, now: i64) -> Result<()>
         } else if c.cfg.kind == ChannelType::Alertmanager {
             // Alertmanager groups, dedups and silences by itself; every transition goes
             ("pending", String::new())
-        } else if last_sent.is_some_and(|t| now - t < c.cfg.rate_limit_secs as i64 * 1000) {
+        } else if last_sent.is_some_and(|t| {
+            now.saturating_sub(t)
+                < i64::try_from(c.cfg.rate_limit_secs)
+                    .unwrap_or(i64::MAX)
+                    .saturating_mul(1000)
+        }) {
             (
                 "skipped",
                 format!("rate limited ({}s)", c.cfg.rate_limit_secs),

@@ -8,6 +8,7 @@ mod alert;
 mod detect;
 mod fixtures;
 mod fleet;
+mod hardening;
 mod liveness;
 mod privacy;
 mod readers;
