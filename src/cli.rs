@@ -286,8 +286,30 @@ pub fn iso_ms(ms: i64) -> String {
     )
 }
 
+/// A cell as a terminal may show it: control characters (an escape sequence in a command or a
+/// title an agent chose) are written as escapes, never sent to the operator's terminal.
+fn visible(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// Writes an aligned text table (for `--format table`).
 pub fn write_table(out: &mut dyn Write, head: &[&str], rows: &[Vec<String>]) -> Result<()> {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| visible(c)).collect())
+        .collect();
+    let rows = &rows;
     let mut widths: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
@@ -331,6 +353,21 @@ mod tests {
         assert_eq!(iso_ms(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(iso_ms(1_796_069_494_828), "2026-11-30T20:11:34.828Z");
         assert_eq!(iso_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn a_table_never_sends_control_characters_to_the_terminal() {
+        let mut out = Vec::new();
+        write_table(
+            &mut out,
+            &["title"],
+            &[vec!["loop \u{1b}]0;pwned\u{7}\u{1b}[2J".into()]],
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "title\nloop \\u{1b}]0;pwned\\u{7}\\u{1b}[2J\n"
+        );
     }
 
     #[test]

@@ -416,3 +416,54 @@ fn uninstall_keeps_an_edited_config_unless_purge() {
     install("--purge");
     assert!(!conf.exists());
 }
+
+#[test]
+fn a_failed_delivery_does_not_write_the_webhook_credentials_to_the_journal_or_database() {
+    let home = Home::new();
+    let cfg = home.join("watchdog.toml");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    std::fs::write(
+        &cfg,
+        format!("[[channels]]\nname = \"hook\"\ntype = \"webhook\"\nurl = \"http://bob:S3cretHookPw@127.0.0.1:{dead}/hook?token=QueryTok3n\"\ntimeout_secs = 1\n"),
+    )
+    .unwrap();
+    let db = home.join("w.db");
+    let verdict = r#"{"kind":"verdict","session":"ses_x","root":"ses_x","agent":"build","calls":50,"flagged":true,"reasons":["top"],"signals":{"top":20,"top_target":"bash make"},"landed_in_window":false,"calls_since_landed":50,"cost_since_landed":0.5,"t":1796000000000}"#;
+    let r = home
+        .cmd("wd-alert")
+        .args([
+            "--db",
+            db.to_str().unwrap(),
+            "--config",
+            cfg.to_str().unwrap(),
+            "--now",
+            &NOW.to_string(),
+        ])
+        .stdin(format!("{verdict}\n"))
+        .run();
+    r.ok();
+    assert!(
+        r.stderr()
+            .contains("delivery failed: POST http://bob:***@127.0.0.1:"),
+        "{}",
+        r.story()
+    );
+    let c = rusqlite::Connection::open(&db).unwrap();
+    let errors: String = c
+        .query_row(
+            "SELECT group_concat(detail, ' ') FROM deliveries",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    for text in [r.stdout(), r.stderr(), errors] {
+        assert!(
+            !text.contains("S3cretHookPw") && !text.contains("QueryTok3n"),
+            "{text}"
+        );
+    }
+}
