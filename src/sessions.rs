@@ -142,27 +142,12 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
         seen.merge_servers(&reads, since, &also);
     }
 
-    // A server knows the status of the sessions it runs; it reports every other one as idle.
-    // Where an opencode process the watchdog cannot ask (a TUI, an `opencode run`) works in a
-    // session's directory, that "idle" is a guess: say unknown, as the database would.
     let asked: HashSet<u32> = reads
         .iter()
         .filter(|r| r.live.is_some())
         .flat_map(|r| r.plan.pids.iter().copied())
         .collect();
-    let unasked: Vec<&Path> = procs
-        .iter()
-        .filter(|p| !asked.contains(&p.pid))
-        .filter_map(|p| p.cwd.as_deref())
-        .collect();
-    for sess in seen.sessions.iter_mut() {
-        let dir = sess.directory.as_deref().map(Path::new);
-        if sess.status.as_deref() == Some("idle")
-            && dir.is_some_and(|d| unasked.iter().any(|c| d.starts_with(c)))
-        {
-            sess.status = None;
-        }
-    }
+    idle_is_unknown_where_unasked(&mut seen.sessions, &procs, &asked);
 
     // open todos of sessions only servers list (the database's were read with them)
     for sess in seen.sessions.iter_mut() {
@@ -546,6 +531,29 @@ fn read_db(
     Ok(())
 }
 
+/// A server knows the status of the sessions it runs; it reports every other one as idle.
+/// Where an opencode process the watchdog did not ask (a TUI, an `opencode run`: no server)
+/// works in a session's directory, that "idle" is a guess: say unknown, as the database would.
+fn idle_is_unknown_where_unasked(
+    sessions: &mut [Session],
+    procs: &[discover::Process],
+    asked: &HashSet<u32>,
+) {
+    let unasked: Vec<&Path> = procs
+        .iter()
+        .filter(|p| !asked.contains(&p.pid))
+        .filter_map(|p| p.cwd.as_deref())
+        .collect();
+    for s in sessions.iter_mut() {
+        let dir = s.directory.as_deref().map(Path::new);
+        if s.status.as_deref() == Some("idle")
+            && dir.is_some_and(|d| unasked.iter().any(|c| d.starts_with(c)))
+        {
+            s.status = None;
+        }
+    }
+}
+
 pub(crate) fn blind(out: &mut Out, source: &str, reason: &str) -> Result<()> {
     out.line(&to_line(
         "blind",
@@ -560,6 +568,39 @@ pub(crate) fn blind(out: &mut Out, source: &str, reason: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_servers_idle_is_unknown_where_an_opencode_without_a_server_works() {
+        let sess = |id: &str, dir: &str, st: &str| Session {
+            id: id.into(),
+            directory: Some(dir.into()),
+            status: Some(st.into()),
+            ..Session::default()
+        };
+        let mut all = vec![
+            sess("ses_run", "/w/a", "idle"),
+            sess("ses_sub", "/w/a/sub", "idle"),
+            sess("ses_busy", "/w/a", "busy"),
+            sess("ses_served", "/w/b", "idle"),
+        ];
+        let procs = vec![
+            discover::Process {
+                pid: 1,
+                cwd: Some("/w/a".into()),
+                db: None,
+                urls: vec![],
+            },
+            discover::Process {
+                pid: 2,
+                cwd: Some("/w/b".into()),
+                db: None,
+                urls: vec![(4096, "http://127.0.0.1:4096".into())],
+            },
+        ];
+        idle_is_unknown_where_unasked(&mut all, &procs, &HashSet::from([2]));
+        let got: Vec<Option<&str>> = all.iter().map(|s| s.status.as_deref()).collect();
+        assert_eq!(got, [None, None, Some("busy"), Some("idle")]);
+    }
 
     #[test]
     fn project_directories_are_percent_encoded() {

@@ -11,6 +11,7 @@ mod fleet;
 mod hardening;
 mod liveness;
 mod privacy;
+mod proof;
 mod readers;
 mod sources;
 mod store;

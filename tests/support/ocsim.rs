@@ -124,7 +124,9 @@ pub fn make_project(dir: &Path) {
 /// HOME and XDG dirs, offline.
 pub fn opencode(home: &Path, proj: &Path) -> Command {
     let mut c = Command::new(std::env::var("OPENCODE_BIN").unwrap_or_else(|_| "opencode".into()));
+    // opencode takes its project from $PWD, not from the working directory
     c.current_dir(proj)
+        .env("PWD", proj)
         .env("HOME", home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
         .env("XDG_DATA_HOME", home.join(".local/share"))

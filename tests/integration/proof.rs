@@ -1,0 +1,295 @@
+//! The proof of issue #11, as a new user meets it: the watchdog installed into a temp HOME that
+//! opencode shares, no watchdog configuration written, a real `opencode run` looping with the
+//! scripted model (no port: only the database shows it), then a real `opencode serve` on a
+//! random port nobody configured, in a second project.
+
+use crate::support::ocsim::{self, http};
+use crate::support::Home;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The watchdog installed into a temp HOME that opencode shares, as a new user has it.
+struct Machine {
+    home: Home,
+    desk: &'static crate::support::desktop::Desktop,
+    kids: Vec<std::process::Child>,
+}
+
+impl Machine {
+    fn install() -> Machine {
+        let m = Machine {
+            home: Home::new(),
+            desk: crate::support::desktop::Desktop::shared(),
+            kids: Vec::new(),
+        };
+        let bins = assert_cmd::cargo::cargo_bin("wd-store")
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let r = m.run(
+            crate::support::repo()
+                .join("deploy/install")
+                .to_str()
+                .unwrap(),
+            &["--from", bins.to_str().unwrap()],
+        );
+        r.ok();
+        m
+    }
+
+    fn cmd(&self, prog: &str) -> std::process::Command {
+        let h = self.home.path();
+        let mut c = std::process::Command::new(prog);
+        c.env_clear()
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    h.join(".local/bin").display(),
+                    std::env::var("PATH").unwrap()
+                ),
+            )
+            .env("HOME", h)
+            .env("XDG_CONFIG_HOME", h.join(".config"))
+            .env("XDG_DATA_HOME", h.join(".local/share"))
+            .env("XDG_STATE_HOME", h.join(".local/state"))
+            .env("XDG_CACHE_HOME", h.join(".cache"))
+            .env("DBUS_SESSION_BUS_ADDRESS", &self.desk.bus)
+            .env("DISPLAY", &self.desk.display);
+        c
+    }
+
+    fn run(&self, prog: &str, args: &[&str]) -> crate::support::Run {
+        let out = self.cmd(prog).args(args).output().unwrap();
+        crate::support::Run {
+            shown: format!("{prog} {}", args.join(" ")),
+            out,
+        }
+    }
+
+    fn sh(&self, script: &str) -> crate::support::Run {
+        self.run("sh", &["-c", script])
+    }
+
+    fn tick(&self) -> crate::support::Run {
+        let r = self.run(
+            self.home
+                .join(".local/bin/oc-watchdog-tick")
+                .to_str()
+                .unwrap(),
+            &[],
+        );
+        r.ok();
+        r
+    }
+
+    fn project(&self, name: &str) -> PathBuf {
+        let p = self.home.join(&format!("work/{name}"));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        ocsim::make_project(&p);
+        p
+    }
+
+    fn db(&self) -> PathBuf {
+        self.home.join(".local/share/opencode/opencode.db")
+    }
+
+    /// The session of `proj` and its tool calls so far, once it has at least `n`.
+    fn wait_calls(&self, proj: &Path, n: i64) -> String {
+        let t0 = Instant::now();
+        loop {
+            if let Ok(c) = rusqlite::Connection::open_with_flags(
+                self.db(),
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+            ) {
+                let got: rusqlite::Result<(String, i64)> = c.query_row(
+                    "SELECT s.id, (SELECT count(*) FROM part p WHERE p.session_id = s.id
+                        AND p.data LIKE '%\"type\":\"tool\"%') FROM session s
+                     WHERE s.directory = ?1 ORDER BY s.time_created DESC LIMIT 1",
+                    [proj.to_str().unwrap()],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                );
+                if let Ok((id, k)) = got {
+                    if k >= n {
+                        return id;
+                    }
+                }
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "no session in {} with {n} calls\n--- run.out\n{}\n--- run.err\n{}",
+                proj.display(),
+                std::fs::read_to_string(self.home.join("run.out")).unwrap_or_default(),
+                std::fs::read_to_string(self.home.join("run.err")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    fn transitions(r: &crate::support::Run) -> Vec<String> {
+        r.stderr()
+            .lines()
+            .filter(|l| l.starts_with("oc-watchdog: dedup="))
+            .map(|l| l.split(" title=").next().unwrap().to_string())
+            .collect()
+    }
+
+    fn last_outcome(&self) -> String {
+        rusqlite::Connection::open(self.home.join(".local/state/oc-watchdog/watchdog.db"))
+            .unwrap()
+            .query_row(
+                "SELECT outcome FROM ticks ORDER BY id DESC LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        for k in &mut self.kids {
+            // opencode serve ignores SIGTERM while busy; SIGINT stops it
+            let _ = std::process::Command::new("kill")
+                .args(["-INT", &k.id().to_string()])
+                .status();
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        for k in &mut self.kids {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+    }
+}
+
+#[test]
+fn a_new_users_opencode_run_loop_and_an_unconfigured_serve_are_seen_with_no_configuration() {
+    let mut m = Machine::install();
+    assert_eq!(
+        std::fs::read_to_string(m.home.join(".config/oc-watchdog/watchdog.toml")).unwrap(),
+        std::fs::read_to_string(crate::support::repo().join("config/watchdog.toml")).unwrap(),
+        "the installed config is the default one, untouched"
+    );
+    assert_eq!(m.last_outcome(), "no_opencode");
+    let fake = ocsim::Fake::start();
+    fake.configure(m.home.path());
+
+    // a plain `opencode run` looping: no port, no server, only the database
+    let a = m.project("proj_a");
+    let run = ocsim::opencode(m.home.path(), &a)
+        .args(["run", "SCRIPT:slow_reread40 go"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(m.home.join("run.out")).unwrap())
+        .stderr(std::fs::File::create(m.home.join("run.err")).unwrap())
+        .spawn()
+        .expect("opencode run");
+    m.kids.push(run);
+    let looping = m.wait_calls(&a, 10);
+    let r = m.tick();
+    assert!(
+        m.kids[0].try_wait().unwrap().is_none(),
+        "opencode run finished before the tick"
+    );
+    assert_eq!(m.last_outcome(), "flagged", "{}", r.story());
+    assert_eq!(
+        Machine::transitions(&r),
+        [format!(
+            "oc-watchdog: dedup=opencode-loop:{looping} state=trigger severity=warning"
+        )]
+    );
+    let src = m.sh("oc-sessions | jq -c 'select(.kind==\"source\")'");
+    src.ok();
+    let sources: Vec<Value> = src.records();
+    assert_eq!(sources.len(), 1, "{}", src.story());
+    assert_eq!(sources[0]["source"], m.db().to_str().unwrap());
+    assert_eq!(sources[0]["found"], json!(["default"]));
+
+    // a real `opencode serve` on a random port nobody configured, in a second project
+    let b = m.project("proj_b");
+    let port = ocsim::random_port();
+    let serve = ocsim::opencode(m.home.path(), &b)
+        .args([
+            "serve",
+            "--hostname",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("opencode serve");
+    let pid = serve.id();
+    m.kids.push(serve);
+    let url = format!("http://127.0.0.1:{port}");
+    let t0 = Instant::now();
+    while ureq::get(&format!("{url}/global/health"))
+        .timeout(Duration::from_secs(2))
+        .call()
+        .is_err()
+    {
+        assert!(t0.elapsed() < Duration::from_secs(60), "serve not healthy");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (code, ses) = http("POST", &format!("{url}/session"), Some(&json!({})));
+    assert_eq!(code, 200, "{ses}");
+    let served = ses["id"].as_str().unwrap().to_string();
+    let (code, v) = http(
+        "POST",
+        &format!("{url}/session/{served}/prompt_async"),
+        Some(&json!({"parts": [{"type": "text", "text": "SCRIPT:slow_reread40 go"}]})),
+    );
+    assert!(code < 300, "{v}");
+    assert_eq!(m.wait_calls(&b, 10), served);
+
+    let listed = m.sh("oc-sessions --since 10m");
+    listed.ok();
+    let server = listed
+        .kind("source")
+        .into_iter()
+        .find(|s| s["reader"] == "server")
+        .unwrap_or_else(|| panic!("the serve was not found\n{}", listed.story()));
+    assert_eq!(server["source"], url.as_str());
+    assert_eq!(server["found"], json!(["discovered"]));
+    assert_eq!(server["pids"], json!([pid]));
+    let sessions = listed.kind("session");
+    let s = sessions
+        .iter()
+        .find(|s| s["id"] == served.as_str())
+        .unwrap();
+    assert_eq!(s["status"], "busy", "{}", listed.story());
+    assert_eq!(s["source"], url.as_str());
+    assert_eq!(s["sources"], json!([url, m.db().to_str().unwrap()]));
+    assert!(sessions.iter().any(|s| s["id"] == looping.as_str()));
+    // judged once, on each call once
+    let judged = m.sh("oc-sessions --since 10m | oc-calls | progress-detect");
+    judged.ok();
+    let verdicts: Vec<Value> = judged
+        .kind("verdict")
+        .into_iter()
+        .filter(|v| v["session"] == served.as_str())
+        .collect();
+    assert_eq!(verdicts.len(), 1, "{}", judged.story());
+    let calls = m.sh("oc-sessions --since 10m | oc-calls");
+    let ids: Vec<String> = calls
+        .kind("call")
+        .iter()
+        .filter(|c| c["session"] == served.as_str())
+        .map(|c| c["id"].as_str().unwrap().to_string())
+        .collect();
+    let distinct: std::collections::HashSet<&String> = ids.iter().collect();
+    assert_eq!(ids.len(), distinct.len(), "a call written twice");
+    assert_eq!(verdicts[0]["flagged"], true);
+    let r = m.tick();
+    assert_eq!(
+        Machine::transitions(&r),
+        [format!(
+            "oc-watchdog: dedup=opencode-loop:{served} state=trigger severity=warning"
+        )],
+        "{}",
+        r.story()
+    );
+    assert_eq!(m.last_outcome(), "flagged");
+}
