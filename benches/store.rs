@@ -114,8 +114,8 @@ fn main() {
         }
         for a in 0..40 {
             c.execute(
-                "INSERT INTO alerts (dedup_key, kind, root, state, severity, opened, last_fired, agent, top_target, calls_since_landed, cost_since_landed)
-                 VALUES (?1, 'loop', ?2, ?3, 'warning', ?4, ?4, 'build', 'read src/f.js', 30, 0.2)",
+                "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired, agent, top_target, calls, cost)
+                 VALUES (?1, 'loop', ?2, ?3, 'warning', 'warning', ?4, ?4, 'build', 'read src/f.js', 30, 0.2)",
                 params![format!("opencode-loop:ses_a{a}"), format!("ses_a{a}"), if a < 5 { "open" } else { "resolved" }, T_END - a * 600_000],
             )
             .unwrap();

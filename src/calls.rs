@@ -36,8 +36,8 @@ pub struct Args {
     /// from stdin.
     #[arg(value_name = "SESSION")]
     pub sessions: Vec<String>,
-    /// Server to read the given session ids from when the database lacks them (repeatable;
-    /// besides those configured and those found running).
+    /// Server to read the given session ids from (repeatable; besides those configured and
+    /// those found running). Without --db, the database is then not consulted.
     #[arg(long = "server", value_name = "URL")]
     pub servers: Vec<String>,
     /// opencode's database to read the given session ids from (default: [opencode] db, else
@@ -298,7 +298,7 @@ fn read_export(c: &mut Calls, file: &str, stdin: &mut dyn BufRead) -> Result<()>
 }
 
 /// `oc-calls SESSION...`: each from the database when it holds it, else from a server
-/// (given, configured, or found running).
+/// (given, configured, or found running); with `--server` and no `--db`, from servers only.
 fn by_id(c: &mut Calls, args: &Args, cfg: &Config) -> Result<()> {
     let (path, how) = match (&args.db, &cfg.opencode.db) {
         (Some(p), _) if !p.as_os_str().is_empty() => (p.clone(), Found::Argument),
@@ -306,7 +306,13 @@ fn by_id(c: &mut Calls, args: &Args, cfg: &Config) -> Result<()> {
         _ => (opencode::db::default_path(), Found::Default),
     };
     let mut readers: Vec<Reader> = Vec::new();
-    match Db::open_if_there(&path) {
+    // `--server URL` without `--db` asks for that server: the database is not consulted
+    let db = if !args.servers.is_empty() && args.db.is_none() {
+        Ok(None)
+    } else {
+        Db::open_if_there(&path)
+    };
+    match db {
         Ok(Some(d)) => readers.push(Reader::Db(d)),
         Ok(None) if how == Found::Argument => {
             return Err(anyhow!(

@@ -116,7 +116,8 @@ pub struct StoreConfig {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AlertConfig {
-    /// Flagged ticks after which an open alert escalates to critical.
+    /// The flagged tick (1 at the trigger; only ticks with new calls and no landing count) on
+    /// which an open loop alert escalates to critical.
     pub escalate_after_ticks: u32,
     /// Base of the "look closer" link in alerts; empty means none.
     pub link_base: String,

@@ -109,9 +109,17 @@ sim/sim-model  5         1.0                2                 1.0",
         fields: "\
 reads    verdict, blind, source and tick records (from wd-store tick)
 writes   one event per transition: {dedup_key, severity (info|warning|critical), state
-         (trigger|escalate|resolve), title, summary, details, source, t, alert, root, agent, model,
-         link}; it maps one to one onto PagerDuty Events v2
-logs     oc-watchdog: dedup=... state=... severity=... title=... on stderr, per transition",
+         (trigger|escalate|resolve), title, summary, details, source, t, alert, root, reason,
+         figures {calls, cost, duration_ms, flagged_ticks}, episode, agent, model, link}; it maps
+         one to one onto PagerDuty Events v2
+         reason: escalate still_looping|second_opinion; resolve progress|stopped|gone (loops),
+         readable (blind), recovered|gone (liveness)
+rules    a tick counts toward escalation only when the tree's flagged sessions made new calls
+         since the previous tick and landed nothing; flagged_ticks is 1 at the trigger and the
+         alert escalates when it reaches escalate_after_ticks (default 3); a busy session that
+         makes no call neither counts nor resolves; stopped: every flagged session idle and no
+         call since the previous tick
+logs     oc-watchdog: dedup=... state=... severity=... [reason=...] title=... on stderr, per transition",
         examples: "\
 $ ... | wd-store tick | wd-alert 2>&1 >/dev/null
 oc-watchdog: dedup=opencode-loop:ses_dd1a863eeffeaX5bvn47BhPUH2 state=trigger severity=warning title=\"opencode loop: build repeats bash python3 tools/check.py\"

@@ -1,4 +1,4 @@
-complete -c oc-calls -l server -d 'Server to read the given session ids from when the database lacks them (repeatable; besides those configured and those found running)' -r
+complete -c oc-calls -l server -d 'Server to read the given session ids from (repeatable; besides those configured and those found running). Without --db, the database is then not consulted' -r
 complete -c oc-calls -l db -d 'opencode\'s database to read the given session ids from (default: [opencode] db, else $XDG_DATA_HOME/opencode/opencode.db)' -r -F
 complete -c oc-calls -l export -d 'Read sessions from files `opencode export <id>` wrote (`-`: stdin; several documents may follow each other)' -r
 complete -c oc-calls -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F

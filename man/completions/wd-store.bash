@@ -16,6 +16,9 @@ _wd__store() {
             ",$1")
                 cmd="wd__store"
                 ;;
+            wd__store,alerts)
+                cmd="wd__store__subcmd__alerts"
+                ;;
             wd__store,channels)
                 cmd="wd__store__subcmd__channels"
                 ;;
@@ -61,6 +64,9 @@ _wd__store() {
             wd__store__subcmd__channels__subcmd__help,set)
                 cmd="wd__store__subcmd__channels__subcmd__help__subcmd__set"
                 ;;
+            wd__store__subcmd__help,alerts)
+                cmd="wd__store__subcmd__help__subcmd__alerts"
+                ;;
             wd__store__subcmd__help,channels)
                 cmd="wd__store__subcmd__help__subcmd__channels"
                 ;;
@@ -104,12 +110,54 @@ _wd__store() {
 
     case "${cmd}" in
         wd__store)
-            opts="-h -V --db --config --format --now --help --version tick last-tick open-roots status loops verdicts rollup channels prune metrics help"
+            opts="-h -V --db --config --format --now --help --version tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "jsonl table csv" -- "${cur}"))
+                    return 0
+                    ;;
+                --now)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__alerts)
+            opts="-h --since --kind --limit --db --config --format --now --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kind)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -244,8 +292,22 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__help)
-            opts="tick last-tick open-roots status loops verdicts rollup channels prune metrics help"
+            opts="tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__help__subcmd__alerts)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -456,12 +518,16 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__loops)
-            opts="-h --db --config --format --now --help"
+            opts="-h --recent --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --recent)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

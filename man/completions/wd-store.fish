@@ -36,7 +36,8 @@ complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "tick" -d 'Record 
 complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "last-tick" -d 'Print the time of the last tick (epoch ms; nothing before the first tick)'
 complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "open-roots" -d 'Print the root sessions of open loop alerts, space-separated (for `oc-sessions --also`)'
 complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "status" -d 'Last tick, its sessions and flagged verdicts, open alerts, channels'
-complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "loops" -d 'Open alerts: severity, dedup key, opened, agent, top target, calls and cost since landed'
+complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "loops" -d 'Open alerts (and those closed in the last --recent, with why): severity, dedup key, what the last tick made of it, agent, top target, what the loop burned'
+complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "alerts" -d 'The history of alert episodes, closed ones included: reason, duration, calls, cost'
 complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "verdicts" -d 'Recorded verdicts, newest first'
 complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "rollup" -d 'Flagged sessions per model next to each model\'s share of all sessions seen'
 complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "channels" -d 'List channels (config merged with run-time settings), or change one'
@@ -76,6 +77,7 @@ table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand status" -l now -d 'The current time in epoch ms (default: the clock)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand status" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l recent -d 'Also list episodes resolved this long ago or less' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
@@ -83,6 +85,16 @@ table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l now -d 'The current time in epoch ms (default: the clock)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l since -d 'Episodes open at any time since then' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l kind -d 'Only this kind (loop, blind, stalled, retrying, waiting, interrupted, unfinished)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l limit -d 'At most this many rows, newest first' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l since -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l session -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l limit -d 'At most this many rows' -r
@@ -143,15 +155,16 @@ table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l now -d 'The current time in epoch ms (default: the clock)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -s h -l help -d 'Print help'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "tick" -d 'Record one tick from a verdict stream on stdin, passing the stream through'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "last-tick" -d 'Print the time of the last tick (epoch ms; nothing before the first tick)'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "open-roots" -d 'Print the root sessions of open loop alerts, space-separated (for `oc-sessions --also`)'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "status" -d 'Last tick, its sessions and flagged verdicts, open alerts, channels'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "loops" -d 'Open alerts: severity, dedup key, opened, agent, top target, calls and cost since landed'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "verdicts" -d 'Recorded verdicts, newest first'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "rollup" -d 'Flagged sessions per model next to each model\'s share of all sessions seen'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "channels" -d 'List channels (config merged with run-time settings), or change one'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "prune" -d 'Delete ticks and verdicts older than a duration; open alerts are never pruned'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "metrics" -d 'Write Prometheus metrics (text exposition format) atomically to a file, or stdout'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops verdicts rollup channels prune metrics help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "tick" -d 'Record one tick from a verdict stream on stdin, passing the stream through'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "last-tick" -d 'Print the time of the last tick (epoch ms; nothing before the first tick)'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "open-roots" -d 'Print the root sessions of open loop alerts, space-separated (for `oc-sessions --also`)'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "status" -d 'Last tick, its sessions and flagged verdicts, open alerts, channels'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "loops" -d 'Open alerts (and those closed in the last --recent, with why): severity, dedup key, what the last tick made of it, agent, top target, what the loop burned'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "alerts" -d 'The history of alert episodes, closed ones included: reason, duration, calls, cost'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "verdicts" -d 'Recorded verdicts, newest first'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "rollup" -d 'Flagged sessions per model next to each model\'s share of all sessions seen'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "channels" -d 'List channels (config merged with run-time settings), or change one'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "prune" -d 'Delete ticks and verdicts older than a duration; open alerts are never pruned'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "metrics" -d 'Write Prometheus metrics (text exposition format) atomically to a file, or stdout'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wd-store -n "__fish_wd_store_using_subcommand help; and __fish_seen_subcommand_from channels" -f -a "set" -d 'Change a channel\'s settings; they apply at the next tick'

@@ -2,18 +2,58 @@
 //! D-Bus), a JSON webhook, PagerDuty Events API v2, or Prometheus Alertmanager. Thin adapters
 //! over the same event. A failure is returned as text, never raised past the caller.
 
-use super::Event;
+use super::{Event, Kind, Transition};
 use crate::cli::iso_ms as iso;
 use crate::config::{ChannelConfig, ChannelType, Severity};
 use serde_json::{json, Value};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Delivers `ev`; `Err` carries what went wrong, for the log and the database.
-pub fn deliver(ch: &ChannelConfig, ev: &Event, now: i64) -> Result<String, String> {
+/// A delivery that went out: what answered, and the peers that failed when only some did
+/// (an Alertmanager HA pair with one peer down).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Sent {
+    pub detail: String,
+    pub peer_failures: Vec<String>,
+}
+
+impl From<String> for Sent {
+    fn from(detail: String) -> Sent {
+        Sent {
+            detail,
+            peer_failures: Vec::new(),
+        }
+    }
+}
+
+/// How long the desktop channel may spend in one run, over all its notifications: a session
+/// bus that accepts but never answers costs one timeout per run, not one per alert.
+pub struct Deadline {
+    until: Instant,
+}
+
+impl Deadline {
+    pub fn after(d: Duration) -> Deadline {
+        Deadline {
+            until: Instant::now() + d,
+        }
+    }
+    pub fn left(&self) -> Duration {
+        self.until.saturating_duration_since(Instant::now())
+    }
+}
+
+/// Delivers `ev`; `Err` carries what went wrong, for the log and the database. `desktop` bounds
+/// the desktop channel's time in this run.
+pub fn deliver(
+    ch: &ChannelConfig,
+    ev: &Event,
+    now: i64,
+    desktop_left: Duration,
+) -> Result<Sent, String> {
     match ch.kind {
-        ChannelType::Desktop => desktop(ch, ev),
-        ChannelType::Webhook => webhook(ch, ev),
-        ChannelType::Pagerduty => pagerduty(ch, ev),
+        ChannelType::Desktop => desktop(ev, desktop_left).map(Sent::from),
+        ChannelType::Webhook => webhook(ch, ev).map(Sent::from),
+        ChannelType::Pagerduty => pagerduty(ch, ev).map(Sent::from),
         ChannelType::Alertmanager => alertmanager(ch, &[(ev.clone(), None)], now),
     }
 }
@@ -61,7 +101,8 @@ fn env_secret(name: &Option<String>, what: &str) -> Result<Option<String>, Strin
     }
 }
 
-/// The notification body: which session, agent and target, and how to look closer.
+/// The notification body: which session, agent and target, what the loop burned and why it
+/// ended, and how to look closer.
 pub fn desktop_body(ev: &Event) -> String {
     let mut b = ev.summary.clone();
     if let Some(l) = &ev.link {
@@ -71,7 +112,7 @@ pub fn desktop_body(ev: &Event) -> String {
     b
 }
 
-fn desktop(ch: &ChannelConfig, ev: &Event) -> Result<String, String> {
+fn desktop(ev: &Event, wait: Duration) -> Result<String, String> {
     use notify_rust::{Notification, Urgency};
     let urgency = match ev.severity {
         Severity::Critical => Urgency::Critical,
@@ -88,12 +129,12 @@ fn desktop(ch: &ChannelConfig, ev: &Event) -> Result<String, String> {
     std::thread::spawn(move || {
         let _ = tx.send(n.show().map(|h| h.id()).map_err(|e| e.to_string()));
     });
-    match rx.recv_timeout(Duration::from_secs(ch.timeout_secs.max(1))) {
+    match rx.recv_timeout(wait) {
         Ok(Ok(id)) => Ok(format!("notification {id}")),
         Ok(Err(e)) => Err(format!("desktop notification: {e}")),
         Err(_) => Err(format!(
-            "desktop notification: no answer within {}s",
-            ch.timeout_secs
+            "desktop notification: no answer within {:.1}s",
+            wait.as_secs_f64()
         )),
     }
 }
@@ -111,7 +152,7 @@ fn webhook(ch: &ChannelConfig, ev: &Event) -> Result<String, String> {
 
 /// The PagerDuty Events API v2 body for an event.
 pub fn pagerduty_body(ev: &Event, routing_key: &str) -> Value {
-    let action = if ev.state == "resolve" {
+    let action = if ev.state == Transition::Resolve {
         "resolve"
     } else {
         "trigger"
@@ -128,7 +169,7 @@ pub fn pagerduty_body(ev: &Event, routing_key: &str) -> Value {
             "severity": ev.severity.as_str(),
             "component": ev.agent,
             "group": ev.root,
-            "class": ev.alert,
+            "class": ev.alert.as_str(),
             "custom_details": ev.details,
         });
         if let Some(l) = &ev.link {
@@ -149,16 +190,16 @@ fn pagerduty(ch: &ChannelConfig, ev: &Event) -> Result<String, String> {
 }
 
 /// Alertmanager's `alertname` for an alert kind.
-pub fn alertname(kind: &str) -> &'static str {
+pub fn alertname(kind: Kind) -> &'static str {
     match kind {
-        "blind" => "WatchdogBlind",
-        "loop" => "OpencodeLoop",
-        "stalled" => "OpencodeStalled",
-        "retrying" => "OpencodeRetrying",
-        "waiting" => "OpencodeAwaitingUser",
-        "interrupted" => "OpencodeInterrupted",
-        "unfinished" => "OpencodeNeedsFinalization",
-        _ => "OpencodeWatchdog",
+        Kind::Blind => "WatchdogBlind",
+        Kind::Loop => "OpencodeLoop",
+        Kind::Stalled => "OpencodeStalled",
+        Kind::Retrying => "OpencodeRetrying",
+        Kind::Waiting => "OpencodeAwaitingUser",
+        Kind::Interrupted => "OpencodeInterrupted",
+        Kind::Unfinished => "OpencodeNeedsFinalization",
+        Kind::Test => "OpencodeWatchdog",
     }
 }
 
@@ -168,7 +209,7 @@ pub fn am_alert(ev: &Event, ends: Option<i64>, severity: Option<Severity>, host:
     let sev = severity.unwrap_or(ev.severity);
     // the resolve event is severity info; it must end the alert that was firing
     let labels = json!({
-        "alertname": alertname(&ev.alert),
+        "alertname": alertname(ev.alert),
         "severity": sev.as_str(),
         "host": host,
         "root_session": ev.root,
@@ -184,6 +225,12 @@ pub fn am_alert(ev: &Event, ends: Option<i64>, severity: Option<Severity>, host:
         },
         "startsAt": iso(ev.details.get("opened").and_then(Value::as_i64).unwrap_or(ev.t)),
     });
+    if let Some(r) = ev.reason {
+        a["annotations"]["reason"] = json!(r.as_str());
+    }
+    if let Some(f) = &ev.figures {
+        a["annotations"]["burned"] = json!(super::text::burned(f));
+    }
     if let Some(l) = &ev.link {
         a["generatorURL"] = json!(l);
     }
@@ -205,18 +252,18 @@ pub fn alertmanager(
     ch: &ChannelConfig,
     alerts: &[(Event, Option<i64>)],
     now: i64,
-) -> Result<String, String> {
+) -> Result<Sent, String> {
     let host = hostname();
     let mut body = Vec::new();
     for (ev, ends) in alerts {
-        match (ev.state.as_str(), ends) {
-            ("resolve", _) => {
+        match (ev.state, ends) {
+            (Transition::Resolve, _) => {
                 // end whichever severity was firing
                 for sev in [Severity::Warning, Severity::Critical] {
                     body.push(am_alert(ev, Some(now), Some(sev), &host));
                 }
             }
-            ("escalate", _) => {
+            (Transition::Escalate, _) => {
                 body.push(am_alert(ev, Some(now), Some(Severity::Warning), &host));
                 body.push(am_alert(ev, None, None, &host));
             }
@@ -241,14 +288,11 @@ pub fn alertmanager(
     }
     if ok.is_empty() {
         Err(failed.join("; "))
-    } else if failed.is_empty() {
-        Ok(format!("posted to {}", ok.join(", ")))
     } else {
-        Ok(format!(
-            "posted to {}; failed: {}",
-            ok.join(", "),
-            failed.join("; ")
-        ))
+        Ok(Sent {
+            detail: format!("posted to {}", ok.join(", ")),
+            peer_failures: failed,
+        })
     }
 }
 
@@ -261,14 +305,17 @@ mod tests {
         let ev = Event {
             dedup_key: "k".into(),
             severity: Severity::Info,
-            state: "resolve".into(),
+            state: Transition::Resolve,
             title: "t".into(),
             summary: "s".into(),
             details: Default::default(),
             source: "oc-watchdog".into(),
             t: 0,
-            alert: "loop".into(),
+            alert: Kind::Loop,
             root: "r".into(),
+            reason: Some(super::super::Reason::Stopped),
+            figures: None,
+            episode: Some(1),
             agent: None,
             model: None,
             link: None,

@@ -1,28 +1,31 @@
 //! `wd-alert`: verdicts in, alert transitions out, delivered through channels.
 //!
 //! In: the tick stream (`verdict`, `blind`, `source` and the `tick` record `wd-store tick`
-//! appends). State lives in the watchdog database. Each run decides transitions and writes
-//! them, with one pending delivery per channel (an outbox), in one transaction; only then are
-//! deliveries attempted and their outcome recorded. So the same tick twice sends nothing, and a
-//! crash can at worst repeat one notification, never lose a resolve. Out: each new event as
-//! JSONL; a log line per transition and per failed delivery on stderr.
+//! appends). State lives in the watchdog database. Each run reads the open episodes, decides a
+//! plan (`decide`), asks the second opinion if wanted, words the events (`text`) and routes them,
+//! and only then writes the plan with one pending delivery per channel (an outbox) in one short
+//! transaction (`apply`); deliveries are attempted after it and their outcome recorded. So the
+//! same tick twice sends nothing, and a crash can at worst repeat one notification, never lose a
+//! resolve. Out: each new event as JSONL; a log line per transition and per failed delivery on
+//! stderr.
 
-use super::channels::{self, deliver};
+use super::apply::{self, quiet, route, Chan, Nudge, Prepared, SentBefore};
+use super::channels::{self, deliver, Deadline, Sent};
+use super::decide::{self, Input, Step};
 use super::opinion::{self, Opinion};
-use super::{
-    decide, details_of, live_key, loop_key, Decision, Event, Open, TickView, Verdict, BLIND_KEY,
-};
+use super::{text, Delivery, Episode, Event, Kind, Mark, Reason, TickView, Transition, Verdict};
 use crate::cli::{for_each_line, now_ms, Exit, Out};
-use crate::config::{ChannelConfig, ChannelType, Config, Severity};
-use crate::record::{kind_of, Blind, Signal};
+use crate::config::{ChannelType, Config, Severity};
+use crate::record::{kind_of, Blind};
 use crate::store::Store;
 use anyhow::{Context, Result};
 use clap::Parser;
-use rusqlite::{params, OptionalExtension, Transaction};
+use rusqlite::{params, OptionalExtension};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::io::BufRead;
 use std::path::PathBuf;
+use std::time::Duration;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -58,13 +61,6 @@ pub fn main() -> i32 {
     crate::cli::main("wd-alert", run)
 }
 
-/// A channel with its run-time settings applied.
-struct Chan {
-    cfg: ChannelConfig,
-    enabled: bool,
-    min: Severity,
-}
-
 fn effective_channels(store: &Store, cfg: &Config) -> Result<Vec<Chan>> {
     cfg.channels
         .iter()
@@ -83,23 +79,28 @@ fn effective_channels(store: &Store, cfg: &Config) -> Result<Vec<Chan>> {
 }
 
 fn log(ev: &Event) {
+    let why = ev
+        .reason
+        .map(|r| format!(" reason={}", r.as_str()))
+        .unwrap_or_default();
     eprintln!(
-        "oc-watchdog: dedup={} state={} severity={} title={:?}",
+        "oc-watchdog: dedup={} state={} severity={}{why} title={:?}",
         ev.dedup_key,
-        ev.state,
+        ev.state.as_str(),
         ev.severity.as_str(),
         ev.title
     );
 }
 
-pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
-    let cfg = Config::load(args.config.as_deref())?;
-    let now = args.now.unwrap_or_else(now_ms);
-    let path = args.db.clone().unwrap_or_else(|| cfg.store_db());
-    let mut store = Store::open_with(&path, cfg.store_busy())?;
-    if args.test {
-        return test(&store, &cfg, &args, now, out);
-    }
+/// The operator's local hour, in-process (TZ, else /etc/localtime).
+pub fn local_hour(now: i64) -> Option<u8> {
+    let ts = jiff::Timestamp::from_millisecond(now).ok()?;
+    let tz = jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC);
+    Some(ts.to_zoned(tz).hour() as u8)
+}
+
+/// Reads the tick stream.
+fn read_tick(stdin: &mut dyn BufRead, now: i64) -> Result<(TickView, Option<i64>, String, usize)> {
     let mut tick = TickView {
         t: now,
         ..TickView::default()
@@ -168,10 +169,24 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         tick.blind
             .push(("wd-alert input".into(), format!("{bad} unreadable line(s)")));
     }
+    // two verdicts for one session (a stream fed twice): the last one counts
+    tick.dedup();
     let key = match tick_id {
         Some(id) => format!("tick:{id}"),
         None => format!("input:{}", hasher.finish()),
     };
+    Ok((tick, tick_id, key, bad))
+}
+
+pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
+    let cfg = Config::load(args.config.as_deref())?;
+    let now = args.now.unwrap_or_else(now_ms);
+    let path = args.db.clone().unwrap_or_else(|| cfg.store_db());
+    let mut store = Store::open_with(&path, cfg.store_busy())?;
+    if args.test {
+        return test(&store, &cfg, &args, now, out);
+    }
+    let (tick, tick_id, key, bad) = read_tick(stdin, now)?;
     let r = (|| -> Result<Vec<Event>> {
         // channel settings are read once per run, for deciding and for delivering
         let chans = effective_channels(&store, &cfg)?;
@@ -204,74 +219,85 @@ impl InputHash {
     }
 }
 
-fn load_open(store: &Store) -> Result<Vec<Open>> {
-    let mut st = store.conn.prepare(
-        "SELECT dedup_key, kind, root, severity, flagged_ticks, asked, source FROM alerts WHERE state = 'open'",
+const EPISODE_COLS: &str = "id, dedup_key, kind, root, severity, flagged_ticks, asked, source, opened, title, agent, model, reason";
+
+fn episode_row(r: &rusqlite::Row) -> rusqlite::Result<Episode> {
+    Ok(Episode {
+        id: r.get(0)?,
+        key: r.get(1)?,
+        kind: Kind::parse(&r.get::<_, String>(2)?),
+        subject: r.get(3)?,
+        severity: Severity::parse(&r.get::<_, String>(4)?).unwrap_or(Severity::Warning),
+        flagged_ticks: r.get(5)?,
+        asked: r.get(6)?,
+        source: r.get(7)?,
+        opened: r.get(8)?,
+        title: r.get(9)?,
+        agent: r.get(10)?,
+        model: r.get(11)?,
+        reason: r
+            .get::<_, Option<String>>(12)?
+            .as_deref()
+            .and_then(Reason::parse),
+        marks: HashMap::new(),
+    })
+}
+
+fn load_marks(store: &Store, ep: &mut Episode) -> Result<()> {
+    let mut st = store.conn.prepare_cached(
+        "SELECT session, calls, calls_since_landed, cost_since_landed, last_call, loop_start, flagged
+         FROM episode_sessions WHERE episode = ?1",
     )?;
-    let rows = st.query_map([], |r| {
-        Ok(Open {
-            dedup_key: r.get(0)?,
-            kind: r.get(1)?,
-            root: r.get(2)?,
-            severity: Severity::parse(&r.get::<_, String>(3)?).unwrap_or(Severity::Warning),
-            flagged_ticks: r.get(4)?,
-            asked: r.get(5)?,
-            source: r.get(6)?,
-        })
+    let rows = st.query_map([ep.id], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            Mark {
+                calls: r.get::<_, i64>(1)? as u64,
+                calls_since_landed: r.get::<_, i64>(2)? as u64,
+                cost_since_landed: r.get(3)?,
+                last_call: r.get(4)?,
+                loop_start: r.get(5)?,
+                flagged: r.get(6)?,
+            },
+        ))
     })?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-}
-
-fn link(cfg: &Config, root: &str) -> Option<String> {
-    (!cfg.alert.link_base.is_empty()).then(|| format!("{}{}", cfg.alert.link_base, root))
-}
-
-fn loop_event(
-    cfg: &Config,
-    state: &str,
-    sev: Severity,
-    tree: &[&Verdict],
-    now: i64,
-    opened: i64,
-) -> Event {
-    let v = tree[0];
-    let agent = v.agent.clone().unwrap_or_else(|| "agent".into());
-    let repeats = v.repeats();
-    let title = format!("opencode loop: {agent} {repeats}");
-    let in_tree = if v.root() != v.session {
-        format!(" (in the tree of {})", v.root())
-    } else {
-        String::new()
-    };
-    let summary = format!(
-        "session {}{in_tree}, agent {agent}{}: {repeats}; {} calls and ${:.2} since its last landed change (flagged by {})",
-        v.session,
-        v.model.as_deref().map(|m| format!(", model {m}")).unwrap_or_default(),
-        v.calls_since_landed,
-        v.cost_since_landed,
-        v.reasons
-            .iter()
-            .map(|r| r.name())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let mut details = details_of(v, tree);
-    details.insert("opened".into(), json!(opened));
-    Event {
-        dedup_key: loop_key(v.root()),
-        severity: sev,
-        state: state.into(),
-        title,
-        summary,
-        details,
-        source: cfg.alert.source.clone(),
-        t: now,
-        alert: "loop".into(),
-        root: v.root().to_string(),
-        agent: v.agent.clone(),
-        model: v.model.clone(),
-        link: link(cfg, v.root()),
+    for row in rows {
+        let (s, m) = row?;
+        ep.marks.insert(s, m);
     }
+    Ok(())
+}
+
+fn load_open(store: &Store) -> Result<Vec<Episode>> {
+    let mut st = store.conn.prepare(&format!(
+        "SELECT {EPISODE_COLS} FROM episodes WHERE state = 'open' ORDER BY id"
+    ))?;
+    let mut eps = st
+        .query_map([], episode_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    for e in eps.iter_mut().filter(|e| e.kind == Some(Kind::Loop)) {
+        load_marks(store, e)?;
+    }
+    Ok(eps)
+}
+
+/// The last episode of each flagged tree that has no open one.
+fn load_last(store: &Store, tick: &TickView, open: &[Episode]) -> Result<HashMap<String, Episode>> {
+    let mut out = HashMap::new();
+    let mut st = store.conn.prepare_cached(&format!(
+        "SELECT {EPISODE_COLS} FROM episodes WHERE dedup_key = ?1 ORDER BY id DESC LIMIT 1"
+    ))?;
+    for v in tick.verdicts.iter().filter(|v| v.flagged) {
+        let key = super::loop_key(v.root());
+        if out.contains_key(&key) || open.iter().any(|e| e.key == key) {
+            continue;
+        }
+        if let Some(mut e) = st.query_row([&key], episode_row).optional()? {
+            load_marks(store, &mut e)?;
+            out.insert(key, e);
+        }
+    }
+    Ok(out)
 }
 
 /// Decides this tick's transitions and records them with their outbox, in one transaction.
@@ -284,299 +310,212 @@ fn lifecycle(
     tick_id: Option<i64>,
     now: i64,
 ) -> Result<Vec<Event>> {
-    let seen: Option<i64> = store
-        .conn
-        .query_row(
-            "SELECT t FROM alert_ticks WHERE tick_key = ?1",
-            [key],
-            |r| r.get(0),
-        )
-        .optional()?;
-    if seen.is_some() {
+    let processed = |store: &Store| -> Result<bool> {
+        Ok(store
+            .conn
+            .query_row(
+                "SELECT 1 FROM alert_ticks WHERE tick_key = ?1",
+                [key],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some())
+    };
+    if processed(store)? {
         eprintln!("wd-alert: {key} was already processed; nothing new to send");
         return Ok(Vec::new());
     }
+    // read: what is open, what the previous tick saw (no write lock held)
     let open = load_open(store)?;
-    let decisions = decide(&open, tick, cfg.alert.escalate_after_ticks);
-    let flagged = tick.flagged_roots();
-    // second opinions: newly flagged trees, and once more on the next flagged tick
-    let mut asks: Vec<(String, Verdict)> = Vec::new();
+    let last = load_last(store, tick, &open)?;
+    let no_answers = HashMap::new();
+    let input = |answers| Input {
+        open: &open,
+        last: &last,
+        tick,
+        answers,
+        escalate_after: cfg.alert.escalate_after_ticks,
+    };
+    let mut plan = decide::decide(&input(&no_answers));
+    let mut trees: HashMap<&str, Vec<&Verdict>> = HashMap::new();
+    for v in &tick.verdicts {
+        trees.entry(v.root()).or_default().push(v);
+    }
+    for t in trees.values_mut() {
+        t.sort_by_key(|v| std::cmp::Reverse((v.flagged, v.calls_since_landed)));
+    }
+    let sessions: HashMap<&str, &Verdict> = tick
+        .verdicts
+        .iter()
+        .map(|v| (v.session.as_str(), v))
+        .collect();
     if cfg.second_opinion.enabled {
-        for d in &decisions {
-            match d {
-                Decision::Trigger { root } => asks.push((root.clone(), flagged[root][0].clone())),
-                Decision::Continue {
-                    root,
-                    ask_again: true,
-                    escalate: false,
-                    ..
-                } => asks.push((root.clone(), flagged[root][0].clone())),
-                _ => {}
-            }
+        let roots: Vec<String> = plan.questions().iter().map(|s| s.to_string()).collect();
+        if !roots.is_empty() {
+            let asked: Vec<Verdict> = roots.iter().map(|r| trees[r.as_str()][0].clone()).collect();
+            let got = opinion::ask_all(&cfg.second_opinion, &asked);
+            let answers: HashMap<String, Opinion> = roots.into_iter().zip(got).collect();
+            plan = decide::decide(&input(&answers));
         }
     }
-    let answers = opinion::ask_all(
-        &cfg.second_opinion,
-        &asks.iter().map(|a| a.1.clone()).collect::<Vec<_>>(),
-    );
-    let opinions: HashMap<String, Opinion> = asks.into_iter().map(|a| a.0).zip(answers).collect();
-    let tx = store.write()?;
-    let mut events = Vec::new();
-    let mut nudges: Vec<Nudge> = Vec::new();
-    for d in decisions {
-        match d {
-            Decision::Trigger { root } => {
-                let tree = &flagged[&root];
-                let op = opinions.get(&root);
-                let sev = if op.is_some_and(Opinion::yes) {
-                    Severity::Critical
-                } else {
-                    Severity::Warning
+    let by_id: HashMap<i64, &Episode> = open.iter().map(|e| (e.id, e)).collect();
+    // word the events, route them, decide the nudges: all before the write lock
+    let mut events: Vec<Option<Event>> = Vec::with_capacity(plan.steps.len());
+    let mut nudges: Vec<Option<Nudge>> = Vec::with_capacity(plan.steps.len());
+    for step in &plan.steps {
+        let flagged = |root: &str| -> Vec<&Verdict> {
+            trees
+                .get(root)
+                .map(|t| t.iter().copied().filter(|v| v.flagged).collect())
+                .unwrap_or_default()
+        };
+        let mut nudge = None;
+        let ev = match step {
+            Step::Open {
+                kind: Kind::Loop,
+                subject,
+                severity,
+                figures,
+                opinion,
+                ..
+            } => {
+                let tree = flagged(subject);
+                let news = text::LoopNews {
+                    state: Transition::Trigger,
+                    severity: *severity,
+                    opened: now,
+                    figures: figures.unwrap_or_default(),
+                    reason: None,
                 };
-                let mut ev = loop_event(cfg, "trigger", sev, tree, now, now);
-                if let Some(o) = op {
+                let mut ev = text::loop_event(cfg, news, &tree, now);
+                if let Some(o) = opinion {
                     ev.details.insert("opinion".into(), json!(o));
                 }
-                let v = tree[0];
-                tx.execute(
-                    "INSERT INTO alerts (dedup_key, kind, root, state, severity, opened, last_fired, resolved, flagged_ticks,
-                        asked, agent, model, title, top_target, calls_since_landed, cost_since_landed, opinion, source)
-                     VALUES (?1, 'loop', ?2, 'open', ?3, ?4, ?4, NULL, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
-                     ON CONFLICT (dedup_key) DO UPDATE SET state = 'open', severity = ?3, opened = ?4, last_fired = ?4,
-                        resolved = NULL, flagged_ticks = 1, asked = ?5, agent = ?6, model = ?7, title = ?8, top_target = ?9,
-                        calls_since_landed = ?10, cost_since_landed = ?11, opinion = ?12, source = ?13",
-                    params![
-                        ev.dedup_key, root, sev.as_str(), now, op.is_some() as i64, v.agent, v.model, ev.title,
-                        v.signals.what(Signal::Top), v.calls_since_landed as i64,
-                        v.cost_since_landed, op.map(|o| json!(o).to_string()), v.source
-                    ],
-                )?;
-                record_opinion(&tx, tick_id, v, op)?;
-                events.push(ev);
+                Some(ev)
             }
-            Decision::Continue {
-                key: k,
-                root,
-                flagged_ticks,
-                escalate,
-                ask_again,
-            } => {
-                let tree = &flagged[&root];
-                let v = tree[0];
-                let op = opinions.get(&root).filter(|_| ask_again);
-                let up = escalate || op.is_some_and(Opinion::yes);
-                tx.execute(
-                    "UPDATE alerts SET flagged_ticks = ?2, agent = ?3, model = ?4, top_target = ?5, calls_since_landed = ?6,
-                        cost_since_landed = ?7, asked = asked + ?8, opinion = coalesce(?9, opinion)
-                     WHERE dedup_key = ?1",
-                    params![
-                        k, flagged_ticks, v.agent, v.model, v.signals.what(Signal::Top),
-                        v.calls_since_landed as i64, v.cost_since_landed, op.is_some() as i64,
-                        op.map(|o| json!(o).to_string())
-                    ],
-                )?;
-                record_opinion(&tx, tick_id, v, op)?;
-                if up {
-                    let opened: i64 = tx.query_row(
-                        "SELECT opened FROM alerts WHERE dedup_key = ?1",
-                        [&k],
-                        |r| r.get(0),
-                    )?;
-                    let mut ev = loop_event(cfg, "escalate", Severity::Critical, tree, now, opened);
-                    ev.details
-                        .insert("flagged_ticks".into(), json!(flagged_ticks));
-                    if let Some(o) = op {
-                        ev.details.insert("opinion".into(), json!(o));
-                    }
-                    tx.execute(
-                        "UPDATE alerts SET severity = 'critical', last_fired = ?2, title = ?3 WHERE dedup_key = ?1",
-                        params![k, now, ev.title],
-                    )?;
-                    events.push(ev);
-                }
-            }
-            Decision::Resolve { key: k, why } => {
-                let (kind, root, title, agent, model, opened): (String, String, String, Option<String>, Option<String>, i64) =
-                    tx.query_row(
-                        "SELECT kind, root, title, agent, model, opened FROM alerts WHERE dedup_key = ?1",
-                        [&k],
-                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
-                    )?;
-                tx.execute(
-                    "UPDATE alerts SET state = 'resolved', severity = 'info', resolved = ?2, last_fired = ?2 WHERE dedup_key = ?1",
-                    params![k, now],
-                )?;
-                let mut details = serde_json::Map::new();
-                details.insert("why".into(), json!(why));
-                details.insert("opened".into(), json!(opened));
-                details.insert("open_for_ms".into(), json!(now - opened));
-                events.push(Event {
-                    dedup_key: k.clone(),
-                    severity: Severity::Info,
-                    state: "resolve".into(),
-                    title: format!("resolved: {title}"),
-                    summary: format!("{root}: {why}"),
-                    details,
-                    source: cfg.alert.source.clone(),
-                    t: now,
-                    alert: kind,
-                    root: root.clone(),
-                    agent,
-                    model,
-                    link: link(cfg, &root),
-                });
-            }
-            Decision::Live {
-                session,
+            Step::Open {
+                kind: Kind::Blind, ..
+            } => Some(text::blind_event(cfg, &tick.blind, now)),
+            Step::Open {
                 kind,
+                subject,
                 severity,
+                ..
             } => {
-                let v = tick.verdicts.iter().find(|v| v.session == session).unwrap();
-                let l = v.liveness.clone().unwrap_or_default();
-                let evidence = l.evidence.clone();
-                let agent = v.agent.clone().unwrap_or_else(|| "agent".into());
-                let what = match kind {
-                    "stalled" => "stalled",
-                    "retrying" => "keeps retrying its provider",
-                    "waiting" => "needs a person",
-                    "interrupted" => "was interrupted",
-                    _ => "stopped with its own list unfinished",
+                let v = sessions[subject.as_str()];
+                if cfg.liveness.nudge && matches!(kind, Kind::Stalled | Kind::Unfinished) {
+                    let class = v.liveness_class().map_or("", |c| c.as_str()).to_string();
+                    nudge = Some(Nudge {
+                        action: crate::scrub::hash_str(&format!(
+                            "{subject}|{class}|{now}|{}",
+                            crate::liveness::NUDGE_VERSION
+                        )),
+                        session: subject.clone(),
+                        source: v.source.clone(),
+                        prompt: crate::liveness::nudge_prompt(&class, v.liveness_evidence()),
+                        observation: class,
+                    });
+                }
+                Some(text::live_event(cfg, *kind, *severity, v, now))
+            }
+            Step::Count {
+                episode,
+                root,
+                escalate: Some(reason),
+                figures,
+                opinion,
+                ..
+            } => {
+                let tree = flagged(root);
+                let opened = by_id.get(episode).map(|e| e.opened).unwrap_or(now);
+                let news = text::LoopNews {
+                    state: Transition::Escalate,
+                    severity: Severity::Critical,
+                    opened,
+                    figures: *figures,
+                    reason: Some(*reason),
                 };
-                let key = live_key(kind, &session);
-                let title = format!("opencode {agent} session {what}");
-                if cfg.liveness.nudge && matches!(kind, "stalled" | "unfinished") {
-                    // one prompt per alert episode: recorded here, in the transaction that opens
-                    // the alert, before anything is sent; a rerun finds the row and sends nothing
-                    let class = l.class.as_str();
-                    let action = crate::scrub::hash_str(&format!(
-                        "{session}|{class}|{now}|{}",
-                        crate::liveness::NUDGE_VERSION
-                    ));
-                    let prompt = crate::liveness::nudge_prompt(class, &evidence);
-                    let fresh = tx.execute(
-                        "INSERT OR IGNORE INTO actions (action_id, session, observation, prompt, t, status)
-                         VALUES (?1, ?2, ?3, ?4, ?5, 'sending')",
-                        params![action, session, class, crate::liveness::NUDGE_VERSION, now],
-                    )? == 1;
-                    if fresh {
-                        nudges.push(Nudge {
-                            action,
-                            session: session.clone(),
-                            source: v.source.clone(),
-                            prompt,
-                        });
-                    }
+                let mut ev = text::loop_event(cfg, news, &tree, now);
+                if let Some(o) = opinion {
+                    ev.details.insert("opinion".into(), json!(o));
                 }
-                let mut details = serde_json::Map::new();
-                details.insert("session".into(), json!(session));
-                details.insert("root".into(), json!(v.root()));
-                details.insert("agent".into(), json!(v.agent));
-                details.insert("model".into(), json!(v.model));
-                details.insert("liveness".into(), json!(l));
-                details.insert("opened".into(), json!(now));
-                tx.execute(
-                    "INSERT INTO alerts (dedup_key, kind, root, state, severity, opened, last_fired, resolved, flagged_ticks,
-                        agent, model, title, top_target, source)
-                     VALUES (?1, ?2, ?3, 'open', ?4, ?5, ?5, NULL, 1, ?6, ?7, ?8, ?9, ?10)
-                     ON CONFLICT (dedup_key) DO UPDATE SET state = 'open', severity = ?4, opened = ?5, last_fired = ?5,
-                        resolved = NULL, flagged_ticks = 1, agent = ?6, model = ?7, title = ?8, top_target = ?9, source = ?10",
-                    params![key, kind, session, severity.as_str(), now, v.agent, v.model, title, evidence, v.source],
-                )?;
-                events.push(Event {
-                    dedup_key: key,
-                    severity,
-                    state: "trigger".into(),
-                    title,
-                    summary: format!("session {session} (agent {agent}): {evidence}"),
-                    details,
-                    source: cfg.alert.source.clone(),
-                    t: now,
-                    alert: kind.into(),
-                    root: session.clone(),
-                    agent: v.agent.clone(),
-                    model: v.model.clone(),
-                    link: link(cfg, &session),
-                });
+                ev.episode = Some(*episode);
+                Some(ev)
             }
-            Decision::Blind { reasons } => {
-                let is_open: bool = tx
-                    .query_row(
-                        "SELECT state = 'open' FROM alerts WHERE dedup_key = ?1",
-                        [BLIND_KEY],
-                        |r| r.get(0),
-                    )
-                    .optional()?
-                    .unwrap_or(false);
-                let text: Vec<String> = reasons.iter().map(|(s, r)| format!("{s}: {r}")).collect();
-                if is_open {
-                    tx.execute(
-                        "UPDATE alerts SET flagged_ticks = flagged_ticks + 1, top_target = ?2 WHERE dedup_key = ?1",
-                        params![BLIND_KEY, text.join("; ")],
-                    )?;
-                    continue;
+            Step::Resolve {
+                episode,
+                reason,
+                why,
+                figures,
+                ..
+            } => by_id
+                .get(episode)
+                .map(|ep| text::resolve_event(cfg, ep, *reason, why, *figures, now)),
+            Step::Count { .. } | Step::Hold { .. } | Step::StillBlind { .. } => None,
+        };
+        events.push(ev);
+        nudges.push(nudge);
+    }
+    let hour = local_hour(now);
+    let mut routes = Vec::with_capacity(events.len());
+    {
+        let mut key_last = store.conn.prepare_cached(
+            "SELECT max(d.t) FROM deliveries d JOIN events e ON e.id = d.event
+             WHERE e.dedup_key = ?1 AND d.channel = ?2 AND d.status = 'sent'",
+        )?;
+        let mut episode_sent = store.conn.prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM deliveries d JOIN events e ON e.id = d.event
+             WHERE e.episode = ?1 AND d.channel = ?2 AND d.status = 'sent')",
+        )?;
+        for (ev, step) in events.iter().zip(&plan.steps) {
+            let mut rs = Vec::new();
+            if let Some(ev) = ev {
+                let episode = match step {
+                    Step::Count { episode, .. } | Step::Resolve { episode, .. } => Some(*episode),
+                    _ => None,
+                };
+                for c in chans {
+                    let name = &c.cfg.name;
+                    let sent = SentBefore {
+                        key_last: key_last.query_row(params![ev.dedup_key, name], |r| r.get(0))?,
+                        episode: match episode {
+                            Some(e) => episode_sent.query_row(params![e, name], |r| r.get(0))?,
+                            None => false,
+                        },
+                    };
+                    let (status, detail) = route(c, ev, sent, hour, now);
+                    rs.push((name.clone(), status, detail));
                 }
-                let title = "watchdog is blind: cannot read opencode".to_string();
-                let mut details = serde_json::Map::new();
-                details.insert(
-                    "sources".into(),
-                    json!(reasons.iter().map(|r| &r.0).collect::<Vec<_>>()),
-                );
-                details.insert("reasons".into(), json!(text));
-                details.insert("opened".into(), json!(now));
-                tx.execute(
-                    "INSERT INTO alerts (dedup_key, kind, root, state, severity, opened, last_fired, resolved, flagged_ticks,
-                        title, top_target, source)
-                     VALUES (?1, 'blind', ?2, 'open', 'warning', ?3, ?3, NULL, 1, ?4, ?5, ?2)
-                     ON CONFLICT (dedup_key) DO UPDATE SET state = 'open', severity = 'warning', opened = ?3,
-                        last_fired = ?3, resolved = NULL, flagged_ticks = 1, title = ?4, top_target = ?5, source = ?2",
-                    params![BLIND_KEY, reasons[0].0, now, title, text.join("; ")],
-                )?;
-                events.push(Event {
-                    dedup_key: BLIND_KEY.into(),
-                    severity: Severity::Warning,
-                    state: "trigger".into(),
-                    title,
-                    summary: format!(
-                        "the watchdog cannot see opencode sessions, so it cannot tell loops: {}",
-                        text.join("; ")
-                    ),
-                    details,
-                    source: cfg.alert.source.clone(),
-                    t: now,
-                    alert: "blind".into(),
-                    root: reasons[0].0.clone(),
-                    agent: None,
-                    model: None,
-                    link: None,
-                });
             }
+            routes.push(rs);
         }
     }
+    let written = apply::apply(
+        store,
+        Prepared {
+            plan: &plan,
+            events,
+            routes,
+            nudges,
+            trees: &trees,
+            sessions: &sessions,
+            open: &by_id,
+            tick_key: key,
+            tick_id,
+            now,
+        },
+    )?;
+    let Some((events, nudges)) = written else {
+        eprintln!("wd-alert: {key} was already processed; nothing new to send");
+        return Ok(Vec::new());
+    };
     for ev in &events {
         log(ev);
-        enqueue(&tx, chans, ev, now)?;
     }
-    tx.execute(
-        "INSERT INTO alert_ticks (tick_key, t) VALUES (?1, ?2)",
-        params![key, now],
-    )?;
-    tx.execute(
-        "DELETE FROM alert_ticks WHERE t < ?1",
-        params![now - 30 * 86_400_000],
-    )?;
-    tx.commit()?;
     for n in nudges {
         send_nudge(store, &n)?;
     }
     Ok(events)
-}
-
-/// A continuation prompt decided this tick, already recorded as `sending`.
-struct Nudge {
-    action: String,
-    session: String,
-    source: Option<String>,
-    prompt: String,
 }
 
 /// Sends a recorded nudge into its session (opencode's `POST /session/{id}/prompt_async`) and
@@ -609,169 +548,127 @@ fn send_nudge(store: &mut Store, n: &Nudge) -> Result<()> {
     Ok(())
 }
 
-fn record_opinion(
-    tx: &Transaction,
-    tick: Option<i64>,
-    v: &Verdict,
-    op: Option<&Opinion>,
-) -> Result<()> {
-    if let (Some(tick), Some(op)) = (tick, op) {
-        tx.execute(
-            "UPDATE verdicts SET opinion = ?3 WHERE tick = ?1 AND session = ?2",
-            params![tick, v.session, json!(op).to_string()],
-        )?;
-    }
-    Ok(())
-}
-
-/// Local hour now (the operator's wall clock), via date(1), which honours TZ.
-fn local_hour(now: i64) -> Option<u8> {
-    let out = std::process::Command::new("date")
-        .args(["-d", &format!("@{}", now / 1000), "+%H"])
-        .output()
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
-}
-
-fn quiet(c: &ChannelConfig, now: i64) -> bool {
-    match (c.quiet_hours, local_hour(now)) {
-        (Some([a, b]), Some(h)) if a != b => {
-            if a < b {
-                (a..b).contains(&h)
-            } else {
-                h >= a || h < b
-            }
-        }
-        _ => false,
-    }
-}
-
-/// Adds one delivery row per channel for a new event: pending, deferred (quiet hours) or
-/// skipped (disabled, below the channel's severity, rate limited), with the reason.
-fn enqueue(tx: &Transaction, chans: &[Chan], ev: &Event, now: i64) -> Result<()> {
-    tx.execute(
-        "INSERT INTO events (dedup_key, t, state, severity, body) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![
-            ev.dedup_key,
-            now,
-            ev.state,
-            ev.severity.as_str(),
-            serde_json::to_string(ev)?
-        ],
-    )?;
-    let id = tx.last_insert_rowid();
-    for c in chans {
-        let name = &c.cfg.name;
-        let last_sent: Option<i64> = tx.query_row(
-            "SELECT max(d.t) FROM deliveries d JOIN events e ON e.id = d.event
-                 WHERE e.dedup_key = ?1 AND d.channel = ?2 AND d.status = 'sent' AND e.id < ?3",
-            params![ev.dedup_key, name, id],
-            |r| r.get(0),
-        )?;
-        let (status, detail) = if !c.enabled {
-            ("skipped", "channel disabled".to_string())
-        } else if ev.state == "resolve" {
-            // a resolve goes wherever the alert went, whatever the limits
-            if last_sent.is_some() || ev.severity >= c.min {
-                ("pending", String::new())
-            } else {
-                ("skipped", "nothing was sent here for this alert".into())
-            }
-        } else if ev.severity < c.min {
-            ("skipped", format!("below min_severity {}", c.min.as_str()))
-        } else if c.cfg.kind == ChannelType::Alertmanager {
-            // Alertmanager groups, dedups and silences by itself; every transition goes
-            ("pending", String::new())
-        } else if last_sent.is_some_and(|t| {
-            now.saturating_sub(t)
-                < i64::try_from(c.cfg.rate_limit_secs)
-                    .unwrap_or(i64::MAX)
-                    .saturating_mul(1000)
-        }) {
-            (
-                "skipped",
-                format!("rate limited ({}s)", c.cfg.rate_limit_secs),
-            )
-        } else if quiet(&c.cfg, now) {
-            ("deferred", "quiet hours".into())
-        } else {
-            ("pending", String::new())
-        };
-        tx.execute(
-            "INSERT INTO deliveries (event, channel, status, attempts, t, detail) VALUES (?1, ?2, ?3, 0, ?4, ?5)",
-            params![id, name, status, now, detail],
-        )?;
-    }
-    Ok(())
+/// One row of the outbox.
+struct Owed {
+    event: i64,
+    channel: String,
+    status: Delivery,
+    body: String,
+    attempts: i64,
+    key: String,
+    state: String,
 }
 
 /// Delivers what is pending (and deferred deliveries whose quiet hours ended, and failed
-/// resolves, up to 5 attempts). Each outcome is recorded as soon as it is known.
+/// resolves, up to 5 attempts). Each outcome is recorded as soon as it is known. A pending or
+/// deferred trigger or escalation that a newer event of its alert superseded is not sent. The
+/// desktop channel gets its `timeout_secs` per run in all; what it could not try stays pending.
 fn deliver_pending(store: &mut Store, chans: &[Chan], now: i64) -> Result<()> {
-    let todo: Vec<(i64, String, String, String, i64, String)> = {
+    let todo: Vec<Owed> = {
         let mut st = store.conn.prepare(
-            "SELECT d.event, d.channel, d.status, e.body, d.attempts, e.dedup_key FROM deliveries d JOIN events e ON e.id = d.event
+            "SELECT d.event, d.channel, d.status, e.body, d.attempts, e.dedup_key, e.state FROM deliveries d JOIN events e ON e.id = d.event
              WHERE d.status IN ('pending', 'deferred') OR (d.status = 'failed' AND e.state = 'resolve' AND d.attempts < 5)
              ORDER BY d.event",
         )?;
         let rows = st.query_map([], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-            ))
+            Ok(Owed {
+                event: r.get(0)?,
+                channel: r.get(1)?,
+                status: Delivery::parse(&r.get::<_, String>(2)?).unwrap_or(Delivery::Pending),
+                body: r.get(3)?,
+                attempts: r.get(4)?,
+                key: r.get(5)?,
+                state: r.get(6)?,
+            })
         })?;
         rows.collect::<rusqlite::Result<_>>()?
     };
-    for (event, channel, status, body, attempts, key) in todo {
-        let set = |store: &mut Store, st: &str, detail: &str| -> Result<()> {
+    let hour = local_hour(now);
+    let mut desktop: HashMap<String, Deadline> = HashMap::new();
+    for o in todo {
+        let set = |store: &mut Store,
+                   st: Delivery,
+                   detail: &str,
+                   peers: Option<String>|
+         -> Result<()> {
             let tx = store.write()?;
+            let tried = matches!(st, Delivery::Sent | Delivery::Failed) as i64;
             tx.execute(
-                "UPDATE deliveries SET status = ?3, attempts = ?4, t = ?5, detail = ?6 WHERE event = ?1 AND channel = ?2",
-                params![event, channel, st, attempts + (st == "sent" || st == "failed") as i64, now, detail],
+                "UPDATE deliveries SET status = ?3, attempts = ?4, t = ?5, detail = ?6, peer_failures = ?7
+                 WHERE event = ?1 AND channel = ?2",
+                params![o.event, o.channel, st.as_str(), o.attempts + tried, now, detail, peers],
             )?;
             tx.commit()?;
             Ok(())
         };
-        let Some(c) = chans.iter().find(|c| c.cfg.name == channel) else {
-            set(store, "skipped", "channel no longer configured")?;
+        let Some(c) = chans.iter().find(|c| c.cfg.name == o.channel) else {
+            set(
+                store,
+                Delivery::Skipped,
+                "channel no longer configured",
+                None,
+            )?;
             continue;
         };
-        if status == "deferred" {
+        if o.status != Delivery::Failed && o.state != "resolve" {
             let newer: bool = store.conn.query_row(
                 "SELECT EXISTS (SELECT 1 FROM events WHERE dedup_key = ?1 AND id > ?2)",
-                params![key, event],
+                params![o.key, o.event],
                 |r| r.get(0),
             )?;
             if newer {
-                set(store, "skipped", "superseded while deferred")?;
-                continue;
-            }
-            if quiet(&c.cfg, now) {
+                set(
+                    store,
+                    Delivery::Skipped,
+                    "superseded before it was sent",
+                    None,
+                )?;
                 continue;
             }
         }
-        let ev: Event = serde_json::from_str(&body).context("stored event")?;
-        match deliver(&c.cfg, &ev, now) {
-            Ok(detail) => {
+        if o.status == Delivery::Deferred && quiet(&c.cfg, hour) {
+            continue;
+        }
+        let left = if c.cfg.kind == ChannelType::Desktop {
+            let d = desktop
+                .entry(c.cfg.name.clone())
+                .or_insert_with(|| Deadline::after(Duration::from_secs(c.cfg.timeout_secs.max(1))));
+            let left = d.left();
+            if left < Duration::from_millis(50) {
+                // not tried this run: stays owed for the next one
+                continue;
+            }
+            left
+        } else {
+            Duration::ZERO
+        };
+        let ev: Event = serde_json::from_str(&o.body).context("stored event")?;
+        match deliver(&c.cfg, &ev, now, left) {
+            Ok(Sent {
+                detail,
+                peer_failures,
+            }) => {
                 // some peers of an HA pair may be down: logged and recorded, not raised
-                if let Some((_, f)) = detail.split_once("; failed: ") {
+                let peers = (!peer_failures.is_empty()).then(|| {
                     eprintln!(
-                        "oc-watchdog: channel={channel} dedup={} state={} partly failed: {f}",
-                        ev.dedup_key, ev.state
+                        "oc-watchdog: channel={} dedup={} state={} partly failed: {}",
+                        o.channel,
+                        ev.dedup_key,
+                        ev.state.as_str(),
+                        peer_failures.join("; ")
                     );
-                }
-                set(store, "sent", &detail)?
+                    json!(peer_failures).to_string()
+                });
+                set(store, Delivery::Sent, &detail, peers)?
             }
             Err(e) => {
                 eprintln!(
-                    "oc-watchdog: channel={channel} dedup={} state={} delivery failed: {e}",
-                    ev.dedup_key, ev.state
+                    "oc-watchdog: channel={} dedup={} state={} delivery failed: {e}",
+                    o.channel,
+                    ev.dedup_key,
+                    ev.state.as_str()
                 );
-                set(store, "failed", &e)?;
+                set(store, Delivery::Failed, &e, None)?;
             }
         }
     }
@@ -789,14 +686,14 @@ fn refresh_alertmanager(store: &Store, chans: &[Chan], now: i64) -> Result<()> {
         return Ok(());
     }
     let mut st = store.conn.prepare(
-        "SELECT e.body FROM alerts a JOIN events e ON e.id = (SELECT max(id) FROM events WHERE dedup_key = a.dedup_key)
-         WHERE a.state = 'open'",
+        "SELECT e.body FROM episodes p JOIN events e ON e.id = (SELECT max(id) FROM events WHERE episode = p.id)
+         WHERE p.state = 'open'",
     )?;
     let open: Vec<Event> = st
         .query_map([], |r| r.get::<_, String>(0))?
         .filter_map(|b| b.ok().and_then(|b| serde_json::from_str::<Event>(&b).ok()))
         .map(|mut e| {
-            e.state = "trigger".into();
+            e.state = Transition::Trigger;
             e
         })
         .collect();
@@ -814,14 +711,12 @@ fn refresh_alertmanager(store: &Store, chans: &[Chan], now: i64) -> Result<()> {
                 "oc-watchdog: channel={} re-post of open alerts failed: {e}",
                 c.cfg.name
             ),
-            Ok(d) => {
-                if let Some((_, f)) = d.split_once("; failed: ") {
-                    eprintln!(
-                        "oc-watchdog: channel={} re-post of open alerts partly failed: {f}",
-                        c.cfg.name
-                    );
-                }
-            }
+            Ok(s) if !s.peer_failures.is_empty() => eprintln!(
+                "oc-watchdog: channel={} re-post of open alerts partly failed: {}",
+                c.cfg.name,
+                s.peer_failures.join("; ")
+            ),
+            Ok(_) => {}
         }
     }
     Ok(())
@@ -845,9 +740,9 @@ fn test(store: &Store, cfg: &Config, args: &Args, now: i64, out: &mut Out) -> Re
         let mut details = serde_json::Map::new();
         details.insert("test".into(), json!(true));
         let ev = Event {
-            dedup_key: "oc-watchdog-test".into(),
+            dedup_key: super::TEST_KEY.into(),
             severity: sev,
-            state: "trigger".into(),
+            state: Transition::Trigger,
             title: "oc-watchdog test alert".into(),
             summary: format!(
                 "a test of the {} channel ({:?}); nothing is looping",
@@ -856,15 +751,19 @@ fn test(store: &Store, cfg: &Config, args: &Args, now: i64, out: &mut Out) -> Re
             details,
             source: cfg.alert.source.clone(),
             t: now,
-            alert: "test".into(),
+            alert: Kind::Test,
             root: "test".into(),
+            reason: None,
+            figures: None,
+            episode: None,
             agent: None,
             model: None,
             link: None,
         };
         out.line(&serde_json::to_string(&ev)?)?;
-        match deliver(&c.cfg, &ev, now) {
-            Ok(d) => eprintln!("wd-alert: channel {}: sent ({d})", c.cfg.name),
+        let wait = Duration::from_secs(c.cfg.timeout_secs.max(1));
+        match deliver(&c.cfg, &ev, now, wait) {
+            Ok(s) => eprintln!("wd-alert: channel {}: sent ({})", c.cfg.name, s.detail),
             Err(e) => {
                 eprintln!("wd-alert: channel {}: failed: {e}", c.cfg.name);
                 failed = true;

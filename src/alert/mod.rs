@@ -1,23 +1,217 @@
-//! The alert lifecycle: verdicts of one tick in, transitions out. Pure rules over the open
-//! alerts and what the tick saw; I/O lives in `cmd` (state), `channels` (delivery) and
-//! `opinion` (the local second opinion).
+//! The alert lifecycle: verdicts of one tick in, alert transitions out.
 //!
-//! Per root session (dedup key `opencode-loop:<root>`): the first flagged tick triggers
-//! (warning, or critical on a "yes" second opinion); staying flagged counts ticks and escalates
-//! to critical once, at `escalate_after_ticks` or on a second "yes"; a tree with no flagged
-//! session, or a root gone from an opencode that was readable, resolves (info). A tick that
-//! could not read opencode (`blind`) raises one "watchdog is blind" warning instead of
-//! resolving anything.
+//! Decide, then apply: `decide` is a pure function from the open alert episodes, this tick's
+//! verdicts and what the previous tick saw of each session (its marks) to a [`Plan`]; `apply`
+//! writes the plan in one short transaction; `cmd` reads the input, asks the optional second
+//! opinion (`opinion`), and delivers the recorded events through the `channels`.
+//!
+//! Per root session (dedup key `opencode-loop:<root>`), one episode at a time: the first flagged
+//! tick triggers (warning, critical on a "yes" second opinion). A later tick counts toward
+//! escalation only when the tree's flagged sessions made new calls since the previous tick and
+//! landed nothing; the episode escalates once, to critical, when `flagged_ticks` (1 at the
+//! trigger) reaches `escalate_after_ticks`, or at once on a "yes" to the second question. It
+//! resolves with a reason: `progress` (nothing in the tree is flagged any more), `stopped`
+//! (every flagged session is idle and made no call since the previous tick) or `gone` (the root
+//! is no longer in an opencode that was read). A busy session that makes no call (a long tool, a
+//! slow model) neither counts nor resolves. A tree that loops again after a resolve opens a new
+//! episode. A tick that could not read opencode raises one "watchdog is blind" alert instead
+//! of resolving anything, and that resolves (`readable`) with the next tick that reads.
 
+pub mod apply;
 pub mod channels;
 pub mod cmd;
+pub mod decide;
 pub mod opinion;
+pub mod text;
+
+pub use decide::{decide, Plan, Step};
 
 use crate::config::Severity;
 use crate::record::{LivenessClass, Signal, Verdict};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
-use std::collections::{BTreeMap, HashSet};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+
+/// What an alert is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Loop,
+    Blind,
+    Stalled,
+    Retrying,
+    Waiting,
+    Interrupted,
+    Unfinished,
+    /// `wd-alert --test`; never stored as an episode.
+    Test,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 8] = [
+        Kind::Loop,
+        Kind::Blind,
+        Kind::Stalled,
+        Kind::Retrying,
+        Kind::Waiting,
+        Kind::Interrupted,
+        Kind::Unfinished,
+        Kind::Test,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Loop => "loop",
+            Kind::Blind => "blind",
+            Kind::Stalled => "stalled",
+            Kind::Retrying => "retrying",
+            Kind::Waiting => "waiting",
+            Kind::Interrupted => "interrupted",
+            Kind::Unfinished => "unfinished",
+            Kind::Test => "test",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+    /// The alert kind a liveness class asks for.
+    pub fn of_liveness(class: LivenessClass) -> Option<Kind> {
+        Some(match class {
+            LivenessClass::Stalled => Kind::Stalled,
+            LivenessClass::Retrying => Kind::Retrying,
+            LivenessClass::AwaitingUser => Kind::Waiting,
+            LivenessClass::Interrupted => Kind::Interrupted,
+            LivenessClass::NeedsFinalization => Kind::Unfinished,
+            _ => return None,
+        })
+    }
+    pub fn is_liveness(self) -> bool {
+        !matches!(self, Kind::Loop | Kind::Blind | Kind::Test)
+    }
+    /// The dedup key of this kind's alert about `subject` (root, session or nothing).
+    pub fn key(self, subject: &str) -> String {
+        match self {
+            Kind::Blind => BLIND_KEY.into(),
+            Kind::Test => TEST_KEY.into(),
+            k => format!("opencode-{}:{subject}", k.as_str()),
+        }
+    }
+}
+
+pub const BLIND_KEY: &str = "watchdog-blind";
+pub const TEST_KEY: &str = "oc-watchdog-test";
+
+pub fn loop_key(root: &str) -> String {
+    Kind::Loop.key(root)
+}
+
+/// The transition an event announces (PagerDuty's `event_action` is trigger for the first two).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transition {
+    Trigger,
+    Escalate,
+    Resolve,
+}
+
+impl Transition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transition::Trigger => "trigger",
+            Transition::Escalate => "escalate",
+            Transition::Resolve => "resolve",
+        }
+    }
+}
+
+/// Why an episode escalated or resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// Escalate: the loop went on for `escalate_after_ticks` flagged ticks.
+    StillLooping,
+    /// Escalate: the local model said "yes" when asked again.
+    SecondOpinion,
+    /// Resolve: a landed change; nothing in the tree is flagged any more.
+    Progress,
+    /// Resolve: every flagged session is idle and made no call since the previous tick.
+    Stopped,
+    /// Resolve: the root (or the session) is no longer in an opencode that was read.
+    Gone,
+    /// Resolve (blind): the tick read opencode again.
+    Readable,
+    /// Resolve (liveness): the session is in another state now.
+    Recovered,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 7] = [
+        Reason::StillLooping,
+        Reason::SecondOpinion,
+        Reason::Progress,
+        Reason::Stopped,
+        Reason::Gone,
+        Reason::Readable,
+        Reason::Recovered,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::StillLooping => "still_looping",
+            Reason::SecondOpinion => "second_opinion",
+            Reason::Progress => "progress",
+            Reason::Stopped => "stopped",
+            Reason::Gone => "gone",
+            Reason::Readable => "readable",
+            Reason::Recovered => "recovered",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Reason> {
+        Reason::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+/// Where a delivery stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Delivery {
+    Pending,
+    Sent,
+    Failed,
+    Deferred,
+    Skipped,
+}
+
+impl Delivery {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::Pending => "pending",
+            Delivery::Sent => "sent",
+            Delivery::Failed => "failed",
+            Delivery::Deferred => "deferred",
+            Delivery::Skipped => "skipped",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Delivery> {
+        [
+            Delivery::Pending,
+            Delivery::Sent,
+            Delivery::Failed,
+            Delivery::Deferred,
+            Delivery::Skipped,
+        ]
+        .into_iter()
+        .find(|d| d.as_str() == s)
+    }
+}
+
+/// What a loop burned: calls and cost since the last landed change over the tree's flagged
+/// sessions, and for how long it looped (loop start to last call).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Figures {
+    pub calls: u64,
+    pub cost: f64,
+    pub duration_ms: i64,
+    pub flagged_ticks: u32,
+}
 
 /// An alert event. Maps one to one onto PagerDuty Events v2 (`dedup_key`, `severity`,
 /// `event_action` from `state`, `summary`, `source`, `custom_details` from `details`).
@@ -25,17 +219,25 @@ use std::collections::{BTreeMap, HashSet};
 pub struct Event {
     pub dedup_key: String,
     pub severity: Severity,
-    /// `trigger`, `escalate` or `resolve`.
-    pub state: String,
+    pub state: Transition,
     pub title: String,
     pub summary: String,
     pub details: Map<String, Value>,
     pub source: String,
     /// When the event was decided, epoch ms.
     pub t: i64,
-    /// `loop`, `blind`, `stalled`, `waiting`, ... (what kind of alert this is).
-    pub alert: String,
+    /// What kind of alert this is.
+    pub alert: Kind,
     pub root: String,
+    /// Why it escalated or resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<Reason>,
+    /// Loops: what the loop burned so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub figures: Option<Figures>,
+    /// The episode (`wd-store alerts`) this event belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub episode: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -44,9 +246,21 @@ pub struct Event {
     pub link: Option<String>,
 }
 
-/// What a verdict repeats, in words, for alert titles: the most-worked target, the slow call,
-/// or the re-read file.
+/// Is a session doing something, by its liveness class?
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activity {
+    /// Busy, retrying, or waiting on a person: not stopped, even when it makes no call.
+    Busy,
+    /// Idle (also after an error, or with its todo list unfinished): nothing in flight.
+    Idle,
+    /// No liveness evidence.
+    Unknown,
+}
+
+/// What the lifecycle reads of a verdict.
 impl Verdict {
+    /// What it repeats, in words, for alert titles: the most-worked target, the slow call, or
+    /// the re-read file.
     pub fn repeats(&self) -> String {
         let has = |s: Signal| self.reasons.contains(&s);
         if has(Signal::Coverage) && !has(Signal::Top) && !has(Signal::Dup) {
@@ -64,23 +278,93 @@ impl Verdict {
             None => "loops".into(),
         }
     }
+    pub fn top_target(&self) -> Option<&str> {
+        self.signals.what(Signal::Top)
+    }
+    pub fn liveness_class(&self) -> Option<LivenessClass> {
+        self.liveness.as_ref().map(|l| l.class)
+    }
+    pub fn liveness_evidence(&self) -> &str {
+        self.liveness.as_ref().map_or("", |l| l.evidence.as_str())
+    }
+    pub fn activity(&self) -> Activity {
+        use LivenessClass as L;
+        match self.liveness_class() {
+            Some(L::Idle | L::Interrupted | L::NeedsFinalization) => Activity::Idle,
+            Some(
+                L::Active | L::Suspect | L::Stalled | L::LongTool | L::Retrying | L::AwaitingUser,
+            ) => Activity::Busy,
+            Some(L::Unknown) | None => Activity::Unknown,
+        }
+    }
+    /// (alert kind, severity) this verdict's liveness asks for.
+    pub fn live_alert(&self) -> Option<(Kind, Severity)> {
+        let l = self.liveness.as_ref()?;
+        Some((Kind::of_liveness(l.class)?, l.alert?))
+    }
+    /// When the loop began: the detector's loop start, else its first flag.
+    pub fn loop_start(&self) -> Option<i64> {
+        self.evidence
+            .as_ref()
+            .and_then(|e| e.loop_start.as_ref())
+            .or(self.first_flag.as_ref())
+            .map(|c| c.t)
+    }
+    /// The signals that flagged it, as words.
+    pub fn reason_names(&self) -> Vec<&'static str> {
+        self.reasons.iter().map(|s| s.name()).collect()
+    }
+    /// What the previous tick keeps of this verdict.
+    pub fn mark(&self) -> Mark {
+        Mark {
+            calls: self.calls,
+            calls_since_landed: self.calls_since_landed,
+            cost_since_landed: self.cost_since_landed,
+            last_call: self.t,
+            loop_start: self.loop_start(),
+            flagged: self.flagged,
+        }
+    }
 }
 
-/// An open alert as stored.
+/// What a tick saw of one session of an alert's tree, kept for the next tick.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Mark {
+    pub calls: u64,
+    pub calls_since_landed: u64,
+    pub cost_since_landed: f64,
+    pub last_call: Option<i64>,
+    pub loop_start: Option<i64>,
+    pub flagged: bool,
+}
+
+/// An episode as stored: open, or the last one of a key (to tell a loop that starts again
+/// from one that merely has not moved since it resolved).
 #[derive(Debug, Clone, Default)]
-pub struct Open {
-    pub dedup_key: String,
-    pub kind: String,
-    pub root: String,
+pub struct Episode {
+    pub id: i64,
+    pub key: String,
+    pub kind: Option<Kind>,
+    /// Root session (loops), session (liveness) or source (blind).
+    pub subject: String,
     pub severity: Severity,
     pub flagged_ticks: u32,
     pub asked: u32,
     pub source: Option<String>,
+    pub opened: i64,
+    pub title: String,
+    pub agent: Option<String>,
+    pub model: Option<String>,
+    /// Closed episodes: why.
+    pub reason: Option<Reason>,
+    /// What the last tick saw of each session of the tree, by session id.
+    pub marks: HashMap<String, Mark>,
 }
 
 /// What one tick saw.
 #[derive(Debug, Default)]
 pub struct TickView {
+    /// One verdict per session (the last one wins when a session came twice).
     pub verdicts: Vec<Verdict>,
     /// (source, reason) of every blind record.
     pub blind: Vec<(String, String)>,
@@ -90,309 +374,27 @@ pub struct TickView {
 }
 
 impl TickView {
-    /// Flagged verdicts grouped by root; per root the most telling verdict first.
-    pub fn flagged_roots(&self) -> BTreeMap<String, Vec<&Verdict>> {
-        let mut m: BTreeMap<String, Vec<&Verdict>> = BTreeMap::new();
-        for v in self.verdicts.iter().filter(|v| v.flagged) {
-            m.entry(v.root().to_string()).or_default().push(v);
+    /// Keeps the last verdict of each session, in the order sessions were first seen.
+    pub fn dedup(&mut self) {
+        let mut at: HashMap<String, usize> = HashMap::with_capacity(self.verdicts.len());
+        let mut out: Vec<Verdict> = Vec::with_capacity(self.verdicts.len());
+        for v in self.verdicts.drain(..) {
+            match at.get(&v.session) {
+                Some(&i) => out[i] = v,
+                None => {
+                    at.insert(v.session.clone(), out.len());
+                    out.push(v);
+                }
+            }
         }
-        for vs in m.values_mut() {
-            vs.sort_by_key(|v| std::cmp::Reverse(v.calls_since_landed));
-        }
-        m
+        self.verdicts = out;
     }
-    fn seen_roots(&self) -> HashSet<&str> {
-        self.verdicts.iter().map(|v| v.root()).collect()
-    }
-    /// Could this tick see opencode well enough to call an absent root gone?
-    fn readable(&self, source: Option<&str>) -> bool {
+    /// Could this tick see opencode well enough to call an absent session gone?
+    pub fn readable(&self, source: Option<&str>) -> bool {
         self.blind.is_empty()
             && match source {
                 Some(s) => self.sources.iter().any(|x| x == s),
                 None => !self.sources.is_empty(),
             }
-    }
-}
-
-/// A decided transition, before the second opinion settles its severity.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
-    /// Open a loop alert for this root.
-    Trigger { root: String },
-    /// Still flagged: count it; `escalate` when it crosses the threshold.
-    Continue {
-        key: String,
-        root: String,
-        flagged_ticks: u32,
-        escalate: bool,
-        ask_again: bool,
-    },
-    /// Close it, saying why.
-    Resolve { key: String, why: String },
-    /// Open (or keep) the blind alert.
-    Blind { reasons: Vec<(String, String)> },
-    /// Open a liveness alert (stalled, retrying, waiting, interrupted, unfinished) for a session.
-    Live {
-        session: String,
-        kind: &'static str,
-        severity: Severity,
-    },
-}
-
-/// The alert kind a liveness class asks for.
-pub fn live_kind(class: LivenessClass) -> Option<&'static str> {
-    Some(match class {
-        LivenessClass::Stalled => "stalled",
-        LivenessClass::Retrying => "retrying",
-        LivenessClass::AwaitingUser => "waiting",
-        LivenessClass::Interrupted => "interrupted",
-        LivenessClass::NeedsFinalization => "unfinished",
-        _ => return None,
-    })
-}
-
-pub const LIVE_KINDS: &[&str] = &[
-    "stalled",
-    "retrying",
-    "waiting",
-    "interrupted",
-    "unfinished",
-];
-
-impl Verdict {
-    /// (alert kind, severity) this verdict's liveness asks for.
-    pub fn live_alert(&self) -> Option<(&'static str, Severity)> {
-        let l = self.liveness.as_ref()?;
-        Some((live_kind(l.class)?, l.alert?))
-    }
-}
-
-pub fn live_key(kind: &str, session: &str) -> String {
-    format!("opencode-{kind}:{session}")
-}
-
-pub fn loop_key(root: &str) -> String {
-    format!("opencode-loop:{root}")
-}
-
-pub const BLIND_KEY: &str = "watchdog-blind";
-
-/// The lifecycle rules. `open` are the alerts open before this tick.
-pub fn decide(open: &[Open], tick: &TickView, escalate_after: u32) -> Vec<Decision> {
-    let flagged = tick.flagged_roots();
-    let seen = tick.seen_roots();
-    let mut out = Vec::new();
-    let mut handled: HashSet<&str> = HashSet::new();
-    for a in open.iter().filter(|a| a.kind == "loop") {
-        handled.insert(a.root.as_str());
-        if flagged.contains_key(&a.root) {
-            let n = a.flagged_ticks + 1;
-            out.push(Decision::Continue {
-                key: a.dedup_key.clone(),
-                root: a.root.clone(),
-                flagged_ticks: n,
-                // the trigger tick is flagged tick 1: escalate after `escalate_after` more
-                escalate: a.severity != Severity::Critical && n > escalate_after,
-                ask_again: a.severity != Severity::Critical && a.asked == 1,
-            });
-        } else if seen.contains(a.root.as_str()) {
-            out.push(Decision::Resolve {
-                key: a.dedup_key.clone(),
-                why: "no session of the tree is flagged any more".into(),
-            });
-        } else if tick.readable(a.source.as_deref()) {
-            out.push(Decision::Resolve {
-                key: a.dedup_key.clone(),
-                why: "the session is gone from opencode or has gone quiet".into(),
-            });
-        }
-    }
-    for root in flagged.keys() {
-        if !handled.contains(root.as_str()) {
-            out.push(Decision::Trigger { root: root.clone() });
-        }
-    }
-    // liveness alerts, one per session and kind
-    let by_session: std::collections::HashMap<&str, &Verdict> = tick
-        .verdicts
-        .iter()
-        .map(|v| (v.session.as_str(), v))
-        .collect();
-    let mut live_open: HashSet<(String, String)> = HashSet::new();
-    for a in open
-        .iter()
-        .filter(|a| LIVE_KINDS.contains(&a.kind.as_str()))
-    {
-        live_open.insert((a.root.clone(), a.kind.clone()));
-        match by_session.get(a.root.as_str()) {
-            Some(v) if v.live_alert().map(|x| x.0) == Some(a.kind.as_str()) => {}
-            Some(v) => {
-                let class = v
-                    .liveness
-                    .as_ref()
-                    .map_or(LivenessClass::Unknown, |l| l.class);
-                if class != LivenessClass::Unknown {
-                    out.push(Decision::Resolve {
-                        key: a.dedup_key.clone(),
-                        why: format!("the session is {} now", class.as_str()),
-                    });
-                }
-            }
-            None if tick.readable(a.source.as_deref()) => out.push(Decision::Resolve {
-                key: a.dedup_key.clone(),
-                why: "the session is gone from opencode or has gone quiet".into(),
-            }),
-            None => {}
-        }
-    }
-    for v in &tick.verdicts {
-        if let Some((kind, severity)) = v.live_alert() {
-            if !live_open.contains(&(v.session.clone(), kind.to_string())) {
-                out.push(Decision::Live {
-                    session: v.session.clone(),
-                    kind,
-                    severity,
-                });
-            }
-        }
-    }
-    let blind_open = open.iter().any(|a| a.dedup_key == BLIND_KEY);
-    if !tick.blind.is_empty() {
-        out.push(Decision::Blind {
-            reasons: tick.blind.clone(),
-        });
-    } else if blind_open {
-        out.push(Decision::Resolve {
-            key: BLIND_KEY.into(),
-            why: "opencode is readable again".into(),
-        });
-    }
-    out
-}
-
-/// Signals and counts of a verdict, never content.
-pub fn details_of(v: &Verdict, tree: &[&Verdict]) -> Map<String, Value> {
-    let mut d = Map::new();
-    d.insert("session".into(), json!(v.session));
-    d.insert("root".into(), json!(v.root()));
-    d.insert("agent".into(), json!(v.agent));
-    d.insert("model".into(), json!(v.model));
-    d.insert("reasons".into(), json!(v.reasons));
-    d.insert("signals".into(), Value::Object(v.signals.to_map()));
-    d.insert("calls".into(), json!(v.calls));
-    d.insert("calls_since_landed".into(), json!(v.calls_since_landed));
-    d.insert("cost_since_landed".into(), json!(v.cost_since_landed));
-    d.insert(
-        "flagged_sessions".into(),
-        json!(tree.iter().map(|t| t.session.clone()).collect::<Vec<_>>()),
-    );
-    d
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn v(session: &str, root: &str, flagged: bool) -> Verdict {
-        Verdict {
-            session: session.into(),
-            root: root.into(),
-            flagged,
-            ..Verdict::default()
-        }
-    }
-
-    fn open(root: &str, ticks: u32, sev: Severity) -> Open {
-        Open {
-            dedup_key: loop_key(root),
-            kind: "loop".into(),
-            root: root.into(),
-            severity: sev,
-            flagged_ticks: ticks,
-            asked: 1,
-            source: Some("http://s".into()),
-        }
-    }
-
-    fn tick(vs: Vec<Verdict>) -> TickView {
-        TickView {
-            verdicts: vs,
-            sources: vec!["http://s".into()],
-            ..TickView::default()
-        }
-    }
-
-    #[test]
-    fn first_flag_triggers_per_root_not_per_session() {
-        let d = decide(
-            &[],
-            &tick(vec![
-                v("c1", "r", true),
-                v("c2", "r", true),
-                v("r", "r", false),
-            ]),
-            3,
-        );
-        assert_eq!(d, [Decision::Trigger { root: "r".into() }]);
-    }
-
-    #[test]
-    fn third_flagged_tick_after_the_trigger_escalates_once() {
-        let d = decide(
-            &[open("r", 2, Severity::Warning)],
-            &tick(vec![v("r", "r", true)]),
-            3,
-        );
-        assert!(matches!(
-            &d[0],
-            Decision::Continue {
-                escalate: false,
-                flagged_ticks: 3,
-                ..
-            }
-        ));
-        let d = decide(
-            &[open("r", 3, Severity::Warning)],
-            &tick(vec![v("r", "r", true)]),
-            3,
-        );
-        assert!(matches!(
-            &d[0],
-            Decision::Continue {
-                escalate: true,
-                flagged_ticks: 4,
-                ..
-            }
-        ));
-        let d = decide(
-            &[open("r", 4, Severity::Critical)],
-            &tick(vec![v("r", "r", true)]),
-            3,
-        );
-        assert!(matches!(
-            &d[0],
-            Decision::Continue {
-                escalate: false,
-                flagged_ticks: 5,
-                ..
-            }
-        ));
-    }
-
-    #[test]
-    fn resolve_when_unflagged_or_gone_but_not_when_blind() {
-        let d = decide(
-            &[open("r", 1, Severity::Warning)],
-            &tick(vec![v("r", "r", false)]),
-            3,
-        );
-        assert!(matches!(&d[0], Decision::Resolve { .. }));
-        let d = decide(&[open("r", 1, Severity::Warning)], &tick(vec![]), 3);
-        assert!(matches!(&d[0], Decision::Resolve { why, .. } if why.contains("gone")));
-        let mut blind = tick(vec![]);
-        blind.blind.push(("http://s".into(), "shape".into()));
-        let d = decide(&[open("r", 1, Severity::Warning)], &blind, 3);
-        assert_eq!(d.len(), 1);
-        assert!(matches!(&d[0], Decision::Blind { .. }));
     }
 }

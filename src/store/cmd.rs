@@ -20,6 +20,7 @@ Examples:
   ... | progress-detect | wd-store tick | wd-alert
   wd-store status --format table
   wd-store loops --format table
+  wd-store alerts --since 7d --format table
   wd-store verdicts --since 1h --flagged | jq -r '[.session, .signals.top_target] | @tsv'
   wd-store rollup --by model --since 1h --format table
   wd-store channels set desktop --enabled false
@@ -62,8 +63,25 @@ pub enum Cmd {
     OpenRoots,
     /// Last tick, its sessions and flagged verdicts, open alerts, channels.
     Status,
-    /// Open alerts: severity, dedup key, opened, agent, top target, calls and cost since landed.
-    Loops,
+    /// Open alerts (and those closed in the last --recent, with why): severity, dedup key,
+    /// what the last tick made of it, agent, top target, what the loop burned.
+    Loops {
+        /// Also list episodes resolved this long ago or less.
+        #[arg(long, value_name = "DURATION", default_value = "1h")]
+        recent: String,
+    },
+    /// The history of alert episodes, closed ones included: reason, duration, calls, cost.
+    Alerts {
+        /// Episodes open at any time since then.
+        #[arg(long, value_name = "WHEN", default_value = "7d")]
+        since: String,
+        /// Only this kind (loop, blind, stalled, retrying, waiting, interrupted, unfinished).
+        #[arg(long, value_name = "KIND")]
+        kind: Option<String>,
+        /// At most this many rows, newest first.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+    },
     /// Recorded verdicts, newest first.
     Verdicts {
         #[arg(long, value_name = "WHEN")]
@@ -153,7 +171,15 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
             Ok(Exit::Ok)
         }
         Cmd::Status => status(&store, &cfg, args.format, out),
-        Cmd::Loops => loops(&store, args.format, out),
+        Cmd::Loops { recent } => loops(&store, now - parse_duration_ms(&recent)?, args.format, out),
+        Cmd::Alerts { since, kind, limit } => alerts(
+            &store,
+            parse_when(&since, now)?,
+            kind,
+            limit,
+            args.format,
+            out,
+        ),
         Cmd::Verdicts {
             since,
             session,
@@ -451,19 +477,62 @@ fn status(store: &Store, cfg: &Config, format: Format, out: &mut Out) -> Result<
     Ok(Exit::Ok)
 }
 
-fn loops(store: &Store, format: Format, out: &mut Out) -> Result<Exit> {
+/// "41 calls, $0.37, 12 min" from an episode's columns.
+const BURNED: &str =
+    "CASE WHEN p.calls IS NOT NULL THEN printf('%d calls, $%.2f, %d min', p.calls, p.cost,
+                          coalesce(p.duration_ms, 0) / 60000) END";
+
+fn loops(store: &Store, recent: i64, format: Format, out: &mut Out) -> Result<Exit> {
     Rows::query(
         store,
         "loop",
-        "SELECT severity, dedup_key, opened, flagged_ticks, agent, model, top_target, calls_since_landed,
-                cost_since_landed, opinion,
-                -- the last event each channel was sent for this alert (SQLite takes the row of max())
+        &format!(
+            "SELECT p.severity, p.dedup_key, p.state, p.id AS episode, p.opened, p.flagged_ticks,
+                p.last_decision, p.reason, p.agent, p.model, p.top_target, p.calls, p.cost, p.duration_ms,
+                {BURNED} AS burned, p.evidence, p.opinion,
+                -- the last event each channel was sent for this episode (SQLite takes the row of max())
                 (SELECT group_concat(channel || ':' || state, ' ')
                    FROM (SELECT d.channel, e.state, max(e.id) FROM deliveries d JOIN events e ON e.id = d.event
-                         WHERE e.dedup_key = a.dedup_key AND d.status = 'sent' GROUP BY d.channel)) AS last_sent,
-                title
-         FROM alerts a WHERE state = 'open' ORDER BY severity = 'critical' DESC, opened",
-        &[],
+                         WHERE e.episode = p.id AND d.status = 'sent' GROUP BY d.channel)) AS last_sent,
+                p.title
+         FROM episodes p WHERE p.state = 'open' OR p.resolved >= ?1
+         ORDER BY p.state = 'open' DESC, p.severity = 'critical' DESC, p.opened"
+        ),
+        &[Sql::Integer(recent)],
+    )?
+    .print(format, out)?;
+    Ok(Exit::Ok)
+}
+
+fn alerts(
+    store: &Store,
+    since: i64,
+    kind: Option<String>,
+    limit: usize,
+    format: Format,
+    out: &mut Out,
+) -> Result<Exit> {
+    if let Some(k) = &kind {
+        if !matches!(crate::alert::Kind::parse(k), Some(k) if k != crate::alert::Kind::Test) {
+            bail!("unknown alert kind {k:?} (loop, blind, stalled, retrying, waiting, interrupted, unfinished)");
+        }
+    }
+    Rows::query(
+        store,
+        "episode",
+        &format!(
+            "SELECT p.id AS episode, p.dedup_key, p.kind AS alert, p.state, p.peak_severity, p.opened, p.resolved, p.reason,
+                p.flagged_ticks, p.calls, p.cost, p.duration_ms, {BURNED} AS burned, p.agent, p.model, p.top_target,
+                p.evidence, p.title
+         FROM episodes p
+         WHERE (p.state = 'open' OR p.resolved >= ?1 OR p.opened >= ?1) AND (?2 IS NULL OR p.kind = ?2)
+         ORDER BY p.opened DESC, p.id DESC LIMIT ?3"
+        ),
+        &[
+            Sql::Integer(since),
+            kind.map(Sql::Text).unwrap_or(Sql::Null),
+            Sql::Integer(limit as i64),
+        ],
     )?
     .print(format, out)?;
     Ok(Exit::Ok)
@@ -594,7 +663,7 @@ fn prune(store: &mut Store, before: i64, out: &mut Out) -> Result<Exit> {
     let v = tx.execute("DELETE FROM verdicts WHERE t < ?1", params![before])?;
     let t = tx.execute("DELETE FROM ticks WHERE t < ?1", params![before])?;
     let a = tx.execute(
-        "DELETE FROM alerts WHERE state = 'resolved' AND resolved < ?1",
+        "DELETE FROM episodes WHERE state = 'resolved' AND resolved < ?1",
         params![before],
     )?;
     let e = tx.execute(

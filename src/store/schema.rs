@@ -165,6 +165,104 @@ CREATE INDEX verdicts_session ON verdicts (session, t);
 CREATE INDEX verdicts_model ON verdicts (t, model, flagged);
 CREATE INDEX verdicts_flagged ON verdicts (t) WHERE flagged = 1;
 "#,
+    // 4: alert episodes (issue 13). One row per episode, so closed ones stay as history with
+    // their reason and figures; `alerts` becomes a view of each key's latest episode for the
+    // readers that know it. Columns say what they hold: loop targets in `top_target`, liveness
+    // evidence and blind reasons in `evidence`; the nudge's version in `prompt_version` and its
+    // text in `prompt`; a delivery that reached only some peers keeps their errors apart.
+    r#"
+CREATE TABLE episodes (
+    id            INTEGER PRIMARY KEY,
+    dedup_key     TEXT NOT NULL,
+    kind          TEXT NOT NULL CHECK (kind IN ('loop', 'blind', 'stalled', 'retrying', 'waiting', 'interrupted', 'unfinished')),
+    -- root session (loop), session (liveness) or opencode source (blind)
+    root          TEXT NOT NULL,
+    state         TEXT NOT NULL CHECK (state IN ('open', 'resolved')),
+    severity      TEXT NOT NULL CHECK (severity IN ('info', 'warning', 'critical')),
+    -- the highest severity the episode reached (severity drops to info on resolve)
+    peak_severity TEXT NOT NULL CHECK (peak_severity IN ('info', 'warning', 'critical')),
+    opened        INTEGER NOT NULL,
+    last_fired    INTEGER NOT NULL,
+    resolved      INTEGER,
+    reason        TEXT CHECK (reason IN ('progress', 'stopped', 'gone', 'readable', 'recovered')),
+    flagged_ticks INTEGER NOT NULL DEFAULT 1,
+    asked         INTEGER NOT NULL DEFAULT 0,
+    agent         TEXT,
+    model         TEXT,
+    title         TEXT NOT NULL DEFAULT '',
+    top_target    TEXT,
+    evidence      TEXT,
+    -- loops: calls and cost since the last landed change over the tree's flagged sessions
+    calls         INTEGER,
+    cost          REAL,
+    -- loops: loop start to last call, ms
+    duration_ms   INTEGER,
+    opinion       TEXT,
+    source        TEXT,
+    -- what the last tick made of a loop: counted toward escalation, or held and why
+    last_decision TEXT CHECK (last_decision IN ('triggered', 'counted', 'escalated', 'held_busy', 'held_landed',
+                                                'held_no_evidence', 'resolved'))
+);
+CREATE UNIQUE INDEX episodes_one_open ON episodes (dedup_key) WHERE state = 'open';
+CREATE INDEX episodes_key ON episodes (dedup_key, id);
+CREATE INDEX episodes_opened ON episodes (opened);
+CREATE INDEX episodes_resolved ON episodes (resolved);
+
+-- what the last tick saw of each session of a loop episode's tree
+CREATE TABLE episode_sessions (
+    episode            INTEGER NOT NULL REFERENCES episodes (id) ON DELETE CASCADE,
+    session            TEXT NOT NULL,
+    calls              INTEGER NOT NULL,
+    calls_since_landed INTEGER NOT NULL,
+    cost_since_landed  REAL NOT NULL,
+    last_call          INTEGER,
+    -- when the loop began (the detector's loop start, else its first flag)
+    loop_start         INTEGER,
+    flagged            INTEGER NOT NULL,
+    PRIMARY KEY (episode, session)
+) WITHOUT ROWID;
+
+INSERT INTO episodes (id, dedup_key, kind, root, state, severity, peak_severity, opened, last_fired, resolved,
+                      reason, flagged_ticks, asked, agent, model, title, top_target, evidence, calls, cost,
+                      duration_ms, opinion, source)
+SELECT rowid, dedup_key, kind, root, state, severity,
+       CASE WHEN severity = 'info' AND kind = 'loop' THEN 'warning' ELSE severity END,
+       opened, last_fired, resolved,
+       CASE WHEN state = 'open' THEN NULL ELSE
+         (SELECT CASE
+            WHEN json_extract(e.body, '$.details.why') LIKE 'no session of the tree is flagged%' THEN 'progress'
+            WHEN json_extract(e.body, '$.details.why') LIKE 'opencode is readable%' THEN 'readable'
+            WHEN json_extract(e.body, '$.details.why') LIKE 'the session is gone%' THEN 'gone'
+            WHEN json_extract(e.body, '$.details.why') LIKE 'the session is %' THEN 'recovered'
+          END
+          FROM events e WHERE e.dedup_key = a.dedup_key AND e.state = 'resolve' ORDER BY e.id DESC LIMIT 1)
+       END,
+       flagged_ticks, asked, agent, model, title,
+       CASE WHEN kind = 'loop' THEN top_target END,
+       CASE WHEN kind <> 'loop' THEN top_target END,
+       calls_since_landed, cost_since_landed,
+       CASE WHEN resolved IS NOT NULL THEN resolved - opened END,
+       opinion, source
+FROM alerts a;
+DROP TABLE alerts;
+
+ALTER TABLE events ADD COLUMN episode INTEGER REFERENCES episodes (id) ON DELETE SET NULL;
+ALTER TABLE events ADD COLUMN reason TEXT;
+UPDATE events SET episode = (SELECT id FROM episodes p WHERE p.dedup_key = events.dedup_key);
+CREATE INDEX events_episode ON events (episode);
+
+-- the readers' view: each key's latest episode, in the old columns
+CREATE VIEW alerts AS
+SELECT p.dedup_key, p.kind, p.root, p.state, p.severity, p.opened, p.last_fired, p.resolved, p.flagged_ticks,
+       p.asked, p.agent, p.model, p.title, p.top_target, p.calls AS calls_since_landed,
+       p.cost AS cost_since_landed, p.opinion, p.source, p.reason, p.evidence, p.id AS episode
+FROM episodes p WHERE p.id = (SELECT max(id) FROM episodes q WHERE q.dedup_key = p.dedup_key);
+
+ALTER TABLE actions RENAME COLUMN prompt TO prompt_version;
+ALTER TABLE actions ADD COLUMN prompt TEXT;
+
+ALTER TABLE deliveries ADD COLUMN peer_failures TEXT;
+"#,
 ];
 
 pub fn latest() -> i64 {

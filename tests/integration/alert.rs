@@ -11,14 +11,23 @@ const T0: i64 = 1_796_000_000_000;
 const MIN5: i64 = 300_000;
 
 fn verdict(session: &str, root: &str, flagged: bool) -> String {
-    json!({"kind": "verdict", "session": session, "root": root, "agent": "build", "model": "sim/sim-model",
+    looping(session, root, flagged, 44, "")
+}
+
+/// A verdict after `calls` calls (the last 3 before the loop landed), with a liveness class.
+fn looping(session: &str, root: &str, flagged: bool, calls: u64, class: &str) -> String {
+    let mut v = json!({"kind": "verdict", "session": session, "root": root, "agent": "build", "model": "sim/sim-model",
            "flagged": flagged, "reasons": if flagged { vec!["top", "dup"] } else { vec![] },
            "signals": {"dup": 0.8, "top": 31, "top_target": "read src/a.js", "slow": 30, "slow_call": "read src/a.js",
                        "coverage": 0.0, "coverage_file": null},
-           "landed_in_window": false, "calls": 44, "calls_since_landed": 41, "cost_since_landed": 0.37,
+           "landed_in_window": false, "calls": calls, "calls_since_landed": calls - 3,
+           "cost_since_landed": (calls - 3) as f64 / 100.0, "t": T0 + calls as i64 * 1000,
            "digest": ["read src/a.js", "bash make test [exit 2]"],
-           "first_flag": if flagged { json!({"index": 12, "t": T0, "id": "prt_1"}) } else { Value::Null }})
-    .to_string()
+           "first_flag": if flagged { json!({"index": 12, "t": T0, "id": "prt_1"}) } else { Value::Null }});
+    if !class.is_empty() {
+        v["liveness"] = json!({"class": class, "evidence": "seen"});
+    }
+    v.to_string()
 }
 
 struct Rig {
@@ -124,53 +133,73 @@ fn desktop_env(d: &Desktop) -> Vec<(&'static str, String)> {
     ]
 }
 
+fn loops(rig: &Rig) -> Vec<Value> {
+    rig.home
+        .cmd("wd-store")
+        .args(["--db", &rig.db(), "loops"])
+        .run()
+        .kind("loop")
+}
+
 #[test]
-fn lifecycle_triggers_once_escalates_once_and_resolves_on_a_real_desktop() {
+fn a_loop_that_goes_on_escalates_on_its_third_flagged_tick_and_resolves_with_progress() {
     let d = Desktop::shared();
     let rig = Rig::new("[[channels]]\nname = \"desk\"\ntype = \"desktop\"\n");
     let env = desktop_env(d);
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let root = format!("ses_life{}", std::process::id());
-    let looping = verdict(&root, &root, true);
-    let (_, r) = rig.tick(T0, std::slice::from_ref(&looping), &env);
+    let at = |calls: u64| looping(&root, &root, true, calls, "active");
+    let (_, r) = rig.tick(T0, &[at(44)], &env);
     r.ok();
     assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
     let ev = &r.records()[0];
     assert_eq!(ev["dedup_key"], format!("opencode-loop:{root}"));
     assert_eq!(ev["title"], "opencode loop: build repeats read src/a.js");
     assert_eq!(ev["details"]["calls_since_landed"], 41);
+    assert_eq!(
+        ev["figures"],
+        json!({"calls": 41, "cost": 0.41, "duration_ms": 44_000, "flagged_ticks": 1})
+    );
     assert!(r.stderr().contains(&format!(
         "oc-watchdog: dedup=opencode-loop:{root} state=trigger severity=warning title=\"opencode loop: build repeats read src/a.js\""
     )), "{}", r.story());
     // the operator's view of it
-    let loops = rig
-        .home
-        .cmd("wd-store")
-        .args(["--db", &rig.db(), "loops"])
-        .run();
-    let l = &loops.kind("loop")[0];
+    let l = &loops(&rig)[0];
     assert_eq!(l["severity"], "warning");
     assert_eq!(l["agent"], "build");
     assert_eq!(l["top_target"], "read src/a.js");
-    assert_eq!(l["calls_since_landed"], 41);
-    assert_eq!(l["cost_since_landed"], 0.37);
+    assert_eq!(l["calls"], 41);
+    assert_eq!(l["cost"], 0.41);
+    assert_eq!(l["last_decision"], "triggered");
     assert_eq!(l["last_sent"], "desk:trigger");
-    // two quiet ticks: still flagged, nothing sent
-    for k in 1..=2 {
-        let (_, r) = rig.tick(T0 + k * MIN5, std::slice::from_ref(&looping), &env);
-        r.ok();
-        assert_eq!(states(&r), Vec::<(String, String)>::new(), "tick {k}");
-    }
-    // the third flagged tick after the trigger escalates, once
-    let (_, r) = rig.tick(T0 + 3 * MIN5, std::slice::from_ref(&looping), &env);
-    assert_eq!(states(&r), [("escalate".into(), "critical".into())]);
-    let (_, r) = rig.tick(T0 + 4 * MIN5, std::slice::from_ref(&looping), &env);
+    // the second flagged tick with new calls: counted, nothing sent
+    let (_, r) = rig.tick(T0 + MIN5, &[at(56)], &env);
     assert_eq!(states(&r), Vec::<(String, String)>::new());
-    // the loop stops
-    let (input, r) = rig.tick(T0 + 5 * MIN5, &[verdict(&root, &root, false)], &env);
+    assert_eq!(loops(&rig)[0]["flagged_ticks"], 2);
+    assert_eq!(loops(&rig)[0]["last_decision"], "counted");
+    // the third escalates, once
+    let (_, r) = rig.tick(T0 + 2 * MIN5, &[at(68)], &env);
+    assert_eq!(states(&r), [("escalate".into(), "critical".into())]);
+    assert_eq!(r.records()[0]["reason"], "still_looping");
+    assert_eq!(r.records()[0]["details"]["flagged_ticks"], 3);
+    assert!(r.records()[0]["summary"]
+        .as_str()
+        .unwrap()
+        .starts_with("still looping after 3 flagged ticks: "));
+    let (_, r) = rig.tick(T0 + 3 * MIN5, &[at(80)], &env);
+    assert_eq!(states(&r), Vec::<(String, String)>::new());
+    // a change lands: nothing in the tree is flagged any more
+    let (input, r) = rig.tick(
+        T0 + 4 * MIN5,
+        &[looping(&root, &root, false, 82, "active")],
+        &env,
+    );
     assert_eq!(states(&r), [("resolve".into(), "info".into())]);
+    let ev = &r.records()[0];
+    assert_eq!(ev["reason"], "progress");
+    assert_eq!(ev["figures"]["calls"], 77);
     // the same tick input again sends nothing
-    let again = rig.alert_again(T0 + 5 * MIN5 + 1000, &input);
+    let again = rig.alert_again(T0 + 4 * MIN5 + 1000, &input);
     again.ok();
     assert_eq!(again.stdout(), "");
     assert!(
@@ -197,13 +226,115 @@ fn lifecycle_triggers_once_escalates_once_and_resolves_on_a_real_desktop() {
         "{:?}",
         mine[0]
     );
-    assert!(mine[2].summary.starts_with("resolved: "));
+    assert_eq!(
+        mine[2].summary,
+        "resolved (progress): opencode loop: build repeats read src/a.js"
+    );
+    assert!(
+        mine[2].body.contains(&format!(
+            "{root}: a change landed: no session of the tree is flagged any more; the loop burned 77 calls and $0.77 over 1 min, 4 flagged tick(s)"
+        )),
+        "{:?}",
+        mine[2]
+    );
     assert!(d
         .dunst_summaries()
         .iter()
         .any(|s| s == "opencode loop: build repeats read src/a.js"));
     let sent: Vec<String> = rig.query("SELECT status FROM deliveries ORDER BY event");
     assert_eq!(sent, ["sent", "sent", "sent"]);
+}
+
+#[test]
+fn a_loop_that_ends_resolves_stopped_never_escalates_and_a_new_loop_is_a_new_episode() {
+    let rig = Rig::new("[alert]\nescalate_after_ticks = 2\n");
+    let a = |calls: u64, class: &str| looping("ses_st", "ses_st", true, calls, class);
+    let (_, r) = rig.tick(T0, &[a(44, "active")], &[]);
+    assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    // inside a long tool: no call, busy: neither counted nor resolved, however long
+    for k in 1..=3 {
+        let (_, r) = rig.tick(T0 + k * MIN5, &[a(44, "long_tool")], &[]);
+        assert_eq!(states(&r), Vec::<(String, String)>::new(), "tick {k}");
+    }
+    let l = &loops(&rig)[0];
+    assert_eq!(l["flagged_ticks"], 1);
+    assert_eq!(l["last_decision"], "held_busy");
+    // the tool ended and nothing else came: idle, no call since the last tick
+    let (_, r) = rig.tick(T0 + 4 * MIN5, &[a(44, "idle")], &[]);
+    assert_eq!(states(&r), [("resolve".into(), "info".into())]);
+    let ev = &r.records()[0];
+    assert_eq!(ev["reason"], "stopped");
+    assert_eq!(
+        ev["figures"],
+        json!({"calls": 41, "cost": 0.41, "duration_ms": 44_000, "flagged_ticks": 1})
+    );
+    assert_eq!(
+        ev["summary"],
+        "ses_st: the loop stopped: every flagged session is idle and made no call since the last tick; \
+         the loop burned 41 calls and $0.41 over 44 s, 1 flagged tick(s)"
+    );
+    assert_eq!(
+        ev["title"],
+        "resolved (stopped): opencode loop: build repeats read src/a.js"
+    );
+    // still flagged, still idle: the same loop, no new episode
+    let (_, r) = rig.tick(T0 + 5 * MIN5, &[a(44, "idle")], &[]);
+    assert_eq!(states(&r), Vec::<(String, String)>::new());
+    // it loops again: a new episode
+    let (_, r) = rig.tick(T0 + 6 * MIN5, &[a(60, "active")], &[]);
+    assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    let h = rig
+        .home
+        .cmd("wd-store")
+        .args([
+            "--db",
+            &rig.db(),
+            "--now",
+            &(T0 + 6 * MIN5).to_string(),
+            "alerts",
+            "--since",
+            "7d",
+        ])
+        .run();
+    let eps = h.kind("episode");
+    assert_eq!(eps.len(), 2, "{}", h.story());
+    assert_eq!(eps[0]["state"], "open");
+    assert_eq!(eps[1]["state"], "resolved");
+    assert_eq!(eps[1]["reason"], "stopped");
+    assert_eq!(eps[1]["peak_severity"], "warning");
+    assert_eq!(eps[1]["calls"], 41);
+    assert_eq!(eps[1]["cost"], 0.41);
+    assert_eq!(eps[1]["duration_ms"], 44_000);
+    assert_eq!(eps[1]["burned"], "41 calls, $0.41, 0 min");
+    assert_ne!(eps[0]["episode"], eps[1]["episode"]);
+}
+
+#[test]
+fn two_verdicts_for_one_session_in_a_tick_give_one_trigger() {
+    let rig = Rig::new("");
+    let stalled = json!({"kind": "verdict", "session": "ses_2x", "root": "ses_2x", "agent": "build",
+        "flagged": false, "calls": 3,
+        "liveness": {"class": "stalled", "alert": "warning", "evidence": "busy and silent for 950 s"}})
+    .to_string();
+    let (_, r) = rig.tick(
+        T0,
+        &[
+            stalled.clone(),
+            stalled,
+            verdict("ses_2y", "ses_2y", true),
+            verdict("ses_2y", "ses_2y", true),
+        ],
+        &[],
+    );
+    let keys: Vec<String> = r
+        .records()
+        .iter()
+        .map(|e| e["dedup_key"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(keys, ["opencode-loop:ses_2y", "opencode-stalled:ses_2x"]);
+    let rows: Vec<String> =
+        rig.query("SELECT dedup_key || ':' || evidence FROM episodes WHERE kind = 'stalled'");
+    assert_eq!(rows, ["opencode-stalled:ses_2x:busy and silent for 950 s"]);
 }
 
 #[test]
@@ -249,7 +380,7 @@ fn a_root_gone_from_readable_opencode_resolves_but_a_blind_tick_does_not() {
         .find(|e| e["dedup_key"] == "opencode-loop:ses_gone")
         .unwrap()["details"]["why"]
         .clone();
-    assert_eq!(why, "the session is gone from opencode or has gone quiet");
+    assert_eq!(why, "the root session is no longer in opencode");
 }
 
 #[test]

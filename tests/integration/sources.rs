@@ -542,3 +542,23 @@ fn two_projects_behind_one_server_are_both_listed() {
         .count();
     assert_eq!(n, 8);
 }
+
+#[test]
+fn oc_calls_reads_ids_from_the_database_unless_a_server_is_named() {
+    let sim = Sim::shared();
+    let ran = sim.run("reread");
+    let home = Home::new();
+    let db = home.join(".local/share/opencode/opencode.db");
+    copy_db(&sim.db_path(), &db);
+    let r = home.cmd("oc-calls").args([&ran.id]).run();
+    r.ok();
+    assert_eq!(r.kind("session")[0]["source"], db.to_str().unwrap());
+    assert_eq!(r.kind("call").len(), 8);
+    let r = home
+        .cmd("oc-calls")
+        .args(["--server", &sim.url, &ran.id])
+        .run();
+    r.ok();
+    assert_eq!(r.kind("session")[0]["source"], sim.url.as_str());
+    assert_eq!(r.kind("call").len(), 8);
+}

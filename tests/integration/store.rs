@@ -502,7 +502,7 @@ fn prune_drops_old_ticks_but_never_open_alerts() {
     {
         let c = rusqlite::Connection::open(db(&home)).unwrap();
         c.execute(
-            "INSERT INTO alerts (dedup_key, kind, root, state, severity, opened, last_fired) VALUES ('opencode-loop:ses_a', 'loop', 'ses_a', 'open', 'warning', ?1, ?1)",
+            "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired) VALUES ('opencode-loop:ses_a', 'loop', 'ses_a', 'open', 'warning', 'warning', ?1, ?1)",
             [t0],
         )
         .unwrap();

@@ -1,6 +1,8 @@
 //! The watchdog tick end to end: the install script into a temp HOME, then the installed tick
-//! script against a real `opencode serve` (a looping and a healthy session), a real watchdog
-//! database and the desktop channel on a real D-Bus session bus with dunst.
+//! script against a real `opencode serve` (a looping and a healthy session) and against real
+//! `opencode run` sessions read from opencode's database (the alert lifecycle: loops that go on,
+//! end, are fixed, wait in a long tool, start again), a real watchdog database and the desktop
+//! channel on a real D-Bus session bus with dunst.
 
 use crate::support::desktop::Desktop;
 use crate::support::ocsim::Sim;
@@ -80,7 +82,7 @@ fn config(servers: &str) -> String {
 }
 
 #[test]
-fn the_installed_tick_alerts_once_escalates_once_resolves_and_stays_honest() {
+fn the_installed_tick_alerts_once_resolves_stopped_and_gone_and_stays_honest() {
     let desk = Desktop::shared();
     let mut sim = Sim::start();
     let home = Home::new();
@@ -151,37 +153,51 @@ fn the_installed_tick_alerts_once_escalates_once_resolves_and_stays_honest() {
         seen[0].summary,
         "opencode loop: build repeats read docs/spec.md"
     );
-    // flagged again: quiet, quiet, then critical once
-    for _ in 0..2 {
-        assert_eq!(transitions(&w.tick()), Vec::<String>::new());
-    }
+    // the loop ended before the next tick (the session is idle and made no call): resolved
+    // with `stopped`, never escalated
     let r = w.tick();
     assert_eq!(
         transitions(&r),
         [format!(
-            "oc-watchdog: dedup=opencode-loop:{} state=escalate severity=critical",
+            "oc-watchdog: dedup=opencode-loop:{} state=resolve severity=info reason=stopped",
             looping.id
         )]
+    );
+    let seen = desk.wait_for(&looping.id, 2);
+    assert_eq!(
+        seen.iter().map(|s| s.urgency).collect::<Vec<_>>(),
+        [Some(1), Some(0)]
+    );
+    assert_eq!(
+        seen[1].summary,
+        "resolved (stopped): opencode loop: build repeats read docs/spec.md"
+    );
+    assert!(
+        seen[1].body.contains("the loop burned 8 calls and $"),
+        "{:?}",
+        seen[1]
     );
     assert_eq!(transitions(&w.tick()), Vec::<String>::new());
-    assert_eq!(
-        desk.wait_for(&looping.id, 2)
-            .iter()
-            .map(|s| s.urgency)
-            .collect::<Vec<_>>(),
-        [Some(1), Some(2)]
-    );
-    // the session is deleted: resolved
-    sim.delete(&looping.id);
+    // a loop whose session is deleted: resolved with `gone`
+    let again = sim.run("reread");
     let r = w.tick();
     assert_eq!(
         transitions(&r),
         [format!(
-            "oc-watchdog: dedup=opencode-loop:{} state=resolve severity=info",
-            looping.id
+            "oc-watchdog: dedup=opencode-loop:{} state=trigger severity=warning",
+            again.id
         )]
     );
-    assert_eq!(desk.wait_for(&looping.id, 3).len(), 3);
+    sim.delete(&again.id);
+    let r = w.tick();
+    assert_eq!(
+        transitions(&r),
+        [format!(
+            "oc-watchdog: dedup=opencode-loop:{} state=resolve severity=info reason=gone",
+            again.id
+        )]
+    );
+    assert_eq!(desk.wait_for(&again.id, 2).len(), 2);
     // the healthy session never alerted
     let alerts: i64 = rusqlite::Connection::open(home.join(".local/state/oc-watchdog/watchdog.db"))
         .unwrap()
@@ -264,6 +280,363 @@ fn the_installed_tick_alerts_once_escalates_once_resolves_and_stays_honest() {
     std::fs::write(&cfg_path, config("\"http://127.0.0.1:9\"")).unwrap();
     assert_eq!(
         transitions(&w.tick()),
-        ["oc-watchdog: dedup=watchdog-blind state=resolve severity=info"]
+        ["oc-watchdog: dedup=watchdog-blind state=resolve severity=info reason=readable"]
     );
+}
+
+/// `opencode run` (no server, no port) in the simulator's HOME and project, talking to its fake
+/// model; `--format json` so the session id can be read off its events.
+fn opencode_run(sim: &Sim, args: &[&str]) -> std::process::Child {
+    Command::new(std::env::var("OPENCODE_BIN").unwrap_or_else(|_| "opencode".into()))
+        .arg("run")
+        .args(["--format", "json"])
+        .arg("--dir")
+        .arg(&sim.proj)
+        .args(args)
+        // opencode takes its working directory from PWD: never the test's own checkout
+        .current_dir(&sim.proj)
+        .env("PWD", &sim.proj)
+        .env("HOME", &sim.home)
+        .env("XDG_CONFIG_HOME", sim.home.join(".config"))
+        .env("XDG_DATA_HOME", sim.home.join(".local/share"))
+        .env("XDG_STATE_HOME", sim.home.join(".local/state"))
+        .env("XDG_CACHE_HOME", sim.home.join(".cache"))
+        .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+        .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+        .env("OPENCODE_DISABLE_LSP_DOWNLOAD", "1")
+        .env("OPENCODE_DISABLE_SHARE", "1")
+        .env_remove("OPENCODE_SERVER_PASSWORD")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("opencode run")
+}
+
+/// The session id from `opencode run --format json` output.
+fn session_of(out: &str) -> String {
+    let i = out
+        .find("\"sessionID\":\"")
+        .expect("a sessionID in opencode run's output")
+        + 13;
+    out[i..].split('"').next().unwrap().to_string()
+}
+
+/// Runs `opencode run` to its end; returns the session id.
+fn run_to_end(sim: &Sim, args: &[&str]) -> String {
+    let out = opencode_run(sim, args).wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "opencode run {args:?}: {text}");
+    session_of(&text)
+}
+
+/// A session's tool calls in opencode's database: (all, running).
+fn calls_in_db(sim: &Sim, session: &str) -> (i64, i64) {
+    let c = rusqlite::Connection::open_with_flags(
+        sim.db_path(),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let q = |extra: &str| -> i64 {
+        c.query_row(
+            &format!(
+                "SELECT count(*) FROM part WHERE session_id = ?1 AND json_extract(data, '$.type') = 'tool' {extra}"
+            ),
+            [session],
+            |r| r.get(0),
+        )
+        .unwrap_or(0)
+    };
+    (
+        q(""),
+        q("AND json_extract(data, '$.state.status') = 'running'"),
+    )
+}
+
+/// A session's tool parts as opencode stored them (tool, status, error), for failure messages.
+fn tools_in_db(sim: &Sim, session: &str) -> String {
+    let c = rusqlite::Connection::open_with_flags(
+        sim.db_path(),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let mut st = c
+        .prepare(
+            "SELECT json_extract(data, '$.tool') || ' ' || json_extract(data, '$.state.status') || ' ' ||
+                    coalesce(substr(json_extract(data, '$.state.error'), 1, 200), '') || ' ' ||
+                    coalesce(substr(json_extract(data, '$.state.metadata.diff'), 1, 80), '')
+             FROM part WHERE session_id = ?1 AND json_extract(data, '$.type') = 'tool' ORDER BY id",
+        )
+        .unwrap();
+    st.query_map([session], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The newest session in opencode's database (for a run still going).
+fn newest_session(sim: &Sim, after: i64) -> Option<String> {
+    let c = rusqlite::Connection::open_with_flags(
+        sim.db_path(),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .ok()?;
+    c.query_row(
+        "SELECT id FROM session WHERE time_created >= ?1 ORDER BY time_created DESC LIMIT 1",
+        [after],
+        |r| r.get(0),
+    )
+    .ok()
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(300),
+            "waited 5 minutes for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+fn mine(r: &Run, id: &str) -> Vec<String> {
+    transitions(r)
+        .into_iter()
+        .filter(|t| t.contains(id))
+        .map(|t| t.split(' ').skip(2).collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+/// A fresh simulator and the watchdog installed into a temp HOME reading its database
+/// (`opencode run` serves no HTTP), with the desktop channel.
+fn installed_on_db(sim: &Sim) -> Home {
+    let home = Home::new();
+    let cfg_path = home.join(".config/oc-watchdog/watchdog.toml");
+    std::fs::create_dir_all(cfg_path.parent().unwrap()).unwrap();
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "[opencode]\nservers = [\"http://127.0.0.1:9\"]\ndb = \"{}\"\n\n[[channels]]\nname = \"desktop\"\ntype = \"desktop\"\nrate_limit_secs = 0\n",
+            sim.db_path().display()
+        ),
+    )
+    .unwrap();
+    let bins: PathBuf = assert_cmd::cargo::cargo_bin("wd-store")
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    Installed {
+        home: &home,
+        desk: Desktop::shared(),
+    }
+    .run(
+        repo().join("deploy/install").to_str().unwrap(),
+        &["--from", bins.to_str().unwrap()],
+    )
+    .ok();
+    home
+}
+
+/// Starts `opencode run` in the background; waits until its session satisfies `ready`.
+fn run_in_background(
+    sim: &Sim,
+    args: &[&str],
+    what: &str,
+    ready: impl Fn((i64, i64)) -> bool,
+) -> (std::process::Child, String) {
+    let t0 = oc_watchdog::cli::now_ms();
+    let child = opencode_run(sim, args);
+    let mut id = String::new();
+    wait_until(what, || {
+        if let Some(s) = newest_session(sim, t0) {
+            id = s;
+        }
+        !id.is_empty() && ready(calls_in_db(sim, &id))
+    });
+    (child, id)
+}
+
+#[test]
+fn opencode_run_a_loop_that_ends_resolves_stopped_starts_again_as_a_new_episode_or_is_fixed() {
+    let desk = Desktop::shared();
+    let sim = Sim::start();
+    let home = installed_on_db(&sim);
+    let w = Installed { home: &home, desk };
+    let episodes = |id: &str| -> Vec<serde_json::Value> {
+        w.run("wd-store", &["alerts", "--since", "1h"])
+            .kind("episode")
+            .into_iter()
+            .filter(|e| e["dedup_key"] == format!("opencode-loop:{id}"))
+            .collect()
+    };
+
+    // a loop that ends: triggered, then resolved `stopped` on the next tick, never escalated
+    let ended = run_to_end(&sim, &["SCRIPT:reread go"]);
+    assert_eq!(mine(&w.tick(), &ended), ["state=trigger severity=warning"]);
+    assert_eq!(
+        mine(&w.tick(), &ended),
+        ["state=resolve severity=info reason=stopped"]
+    );
+    assert_eq!(mine(&w.tick(), &ended), Vec::<String>::new());
+    let seen = desk.wait_for(&ended, 2);
+    assert_eq!(
+        seen.iter().map(|s| s.urgency).collect::<Vec<_>>(),
+        [Some(1), Some(0)]
+    );
+    assert_eq!(
+        seen[1].summary,
+        "resolved (stopped): opencode loop: build repeats read docs/spec.md"
+    );
+    assert!(
+        seen[1]
+            .body
+            .contains("the loop stopped: every flagged session is idle")
+            && seen[1].body.contains("the loop burned 8 calls and $"),
+        "{:?}",
+        seen[1]
+    );
+    // the same session loops again: a new episode
+    run_to_end(&sim, &["-s", &ended, "SCRIPT:reread go"]);
+    assert_eq!(mine(&w.tick(), &ended), ["state=trigger severity=warning"]);
+    let eps = episodes(&ended);
+    assert_eq!(eps.len(), 2, "{eps:?}");
+    assert_eq!(
+        (&eps[0]["state"], &eps[1]["state"], &eps[1]["reason"]),
+        (&"open".into(), &"resolved".into(), &"stopped".into())
+    );
+    assert_eq!(
+        mine(&w.tick(), &ended),
+        ["state=resolve severity=info reason=stopped"]
+    );
+
+    // a loop that is fixed: an edit lands and the check passes; resolved `progress`
+    let fixed = run_to_end(&sim, &["SCRIPT:lc_fixed_loop go"]);
+    assert_eq!(mine(&w.tick(), &fixed), ["state=trigger severity=warning"]);
+    run_to_end(&sim, &["-s", &fixed, "SCRIPT:lc_fix go"]);
+    let r = w.tick();
+    assert_eq!(
+        mine(&r, &fixed),
+        ["state=resolve severity=info reason=progress"],
+        "{}\n{}\n{}",
+        r.story(),
+        w.run(
+            "wd-store",
+            &["verdicts", "--session", &fixed, "--limit", "1"]
+        )
+        .stdout(),
+        tools_in_db(&sim, &fixed)
+    );
+    let seen = desk.wait_for(&fixed, 2);
+    assert!(
+        seen[1]
+            .summary
+            .starts_with("resolved (progress): opencode loop: build repeats "),
+        "{:?}",
+        seen[1]
+    );
+    assert!(seen[1].body.contains("a change landed"), "{:?}", seen[1]);
+}
+
+#[test]
+fn opencode_run_a_session_inside_a_long_tool_neither_escalates_nor_resolves() {
+    let desk = Desktop::shared();
+    let sim = Sim::start();
+    let home = installed_on_db(&sim);
+    let w = Installed { home: &home, desk };
+    // inside a long tool (sleep 25 s, timeout 120 s): neither counted nor resolved
+    let (mut long, id) = run_in_background(
+        &sim,
+        &["SCRIPT:lc_long_tool go"],
+        "the long tool to run",
+        |(calls, running)| calls == 10 && running == 1,
+    );
+    let r = w.tick();
+    assert_eq!(
+        mine(&r, &id),
+        ["state=trigger severity=warning"],
+        "{}\n{}\n{}",
+        r.story(),
+        w.run("wd-store", &["verdicts", "--session", &id, "--limit", "1"])
+            .stdout(),
+        tools_in_db(&sim, &id)
+    );
+    for _ in 0..2 {
+        assert_eq!(mine(&w.tick(), &id), Vec::<String>::new());
+    }
+    let l: Vec<serde_json::Value> = w
+        .run("wd-store", &["loops"])
+        .kind("loop")
+        .into_iter()
+        .filter(|l| l["dedup_key"] == format!("opencode-loop:{id}"))
+        .collect();
+    assert_eq!(
+        (&l[0]["last_decision"], &l[0]["flagged_ticks"]),
+        (&"held_busy".into(), &1.into()),
+        "{l:?}"
+    );
+    assert!(long.wait().unwrap().success());
+    // the tool ended, the session is idle: stopped (its last call may count once first)
+    let mut after = Vec::new();
+    for _ in 0..2 {
+        after.extend(mine(&w.tick(), &id));
+    }
+    assert_eq!(after, ["state=resolve severity=info reason=stopped"]);
+}
+
+#[test]
+fn opencode_run_a_loop_that_goes_on_escalates_on_its_third_flagged_tick() {
+    let desk = Desktop::shared();
+    let sim = Sim::start();
+    let home = installed_on_db(&sim);
+    let w = Installed { home: &home, desk };
+    // a loop that goes on: escalated on its third flagged tick, while it makes calls
+    let (mut going, id) = run_in_background(
+        &sim,
+        &["SCRIPT:lc_goes_on go"],
+        "the loop to be 12 calls long",
+        |(calls, _)| calls >= 12,
+    );
+    // each tick after some new calls (on a busy machine a call may take seconds)
+    let mut got = Vec::new();
+    for k in 0..3 {
+        if k > 0 {
+            let before = calls_in_db(&sim, &id).0;
+            wait_until("new calls", || calls_in_db(&sim, &id).0 > before);
+        }
+        got.push(mine(&w.tick(), &id));
+    }
+    assert_eq!(
+        got,
+        [
+            vec!["state=trigger severity=warning".to_string()],
+            vec![],
+            vec!["state=escalate severity=critical reason=still_looping".to_string()]
+        ],
+        "calls in the database: {:?}",
+        calls_in_db(&sim, &id)
+    );
+    assert!(
+        calls_in_db(&sim, &id).0 < 50,
+        "still going when it escalated"
+    );
+    let seen = desk.wait_for(&id, 2);
+    assert_eq!(
+        seen.iter().map(|s| s.urgency).collect::<Vec<_>>(),
+        [Some(1), Some(2)]
+    );
+    assert!(
+        seen[1]
+            .body
+            .starts_with("still looping after 3 flagged ticks: "),
+        "{:?}",
+        seen[1]
+    );
+    assert!(going.wait().unwrap().success());
+    let mut after = Vec::new();
+    for _ in 0..2 {
+        after.extend(mine(&w.tick(), &id));
+    }
+    assert_eq!(after, ["state=resolve severity=info reason=stopped"]);
 }

@@ -112,6 +112,23 @@ SCRIPTS["todo_stop"] = [t("todowrite", todos=[
     {"content": "Commit", "status": "pending", "priority": "low"}]),
     {"text": "I will stop here for now."}]
 
+# ---- alert lifecycle (issue: alert lifecycle v2) -------------------------------------------
+
+# a loop that goes on: one read of the spec every half second, for about half a minute
+SCRIPTS["lc_goes_on"] = [dict(t("read", filePath=SPEC), delay=0.5) for _ in range(50)] + [{"text": "Still reading."}]
+# a loop on a failing check, then (a later prompt) the fix that lands and the check that passes
+SCRIPTS["lc_fixed_loop"] = [t("bash", command="python3 tools/check.py") for _ in range(13)] + [
+    {"text": "check.py keeps failing."}]
+SCRIPTS["lc_fix"] = [
+    t("read", filePath="{ROOT}/tools/check.py"),
+    edit("{ROOT}/tools/check.py", "sys.exit(1)", "sys.exit(0)"),
+    t("bash", command="python3 tools/check.py"),
+    t("bash", command="git add -A && git commit -q -m 'check passes'"),
+    {"text": "Fixed: check.py passes."}]
+# a loop, then a long tool well within its declared timeout
+SCRIPTS["lc_long_tool"] = [t("read", filePath=SPEC) for _ in range(9)] + [
+    t("bash", command="sleep 25", timeout=120000), {"text": "Slept."}]
+
 # ---- the labelled fixture (issue: progress-detect) -------------------------------------------
 # Shapes of the 15 sessions of the original incident, re-created as real sessions, plus the
 # weaknesses found while building the detector. fixtures/regenerate runs them and labels them.

@@ -1,0 +1,403 @@
+//! Applying a plan: every episode change, event, outbox row and nudge of one tick in one short
+//! write transaction. Everything that can be worked out before it (events, routes, opinions)
+//! is worked out before it, so the write lock is held only for the inserts and updates.
+
+use super::decide::{Hold, Plan, Step};
+use super::{Delivery, Episode, Event, Kind, Mark, Transition, Verdict};
+use crate::config::{ChannelConfig, ChannelType, Severity};
+use crate::store::Store;
+use anyhow::Result;
+use rusqlite::{params, OptionalExtension};
+use serde_json::json;
+use std::collections::HashMap;
+
+/// A channel with its run-time settings applied.
+#[derive(Debug, Clone)]
+pub struct Chan {
+    pub cfg: ChannelConfig,
+    pub enabled: bool,
+    pub min: Severity,
+}
+
+/// What has been sent for an alert on one channel before this tick.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SentBefore {
+    /// The last time anything of this dedup key was sent here.
+    pub key_last: Option<i64>,
+    /// Something of this episode was sent here.
+    pub episode: bool,
+}
+
+/// Is `hour` inside the channel's quiet hours `[start, end)`?
+pub fn quiet(c: &ChannelConfig, hour: Option<u8>) -> bool {
+    match (c.quiet_hours, hour) {
+        (Some([a, b]), Some(h)) if a != b => {
+            if a < b {
+                (a..b).contains(&h)
+            } else {
+                h >= a || h < b
+            }
+        }
+        _ => false,
+    }
+}
+
+/// Where an event goes on one channel: pending, deferred (quiet hours) or skipped (disabled,
+/// below the channel's severity, rate limited), with the reason.
+pub fn route(
+    c: &Chan,
+    ev: &Event,
+    sent: SentBefore,
+    hour: Option<u8>,
+    now: i64,
+) -> (Delivery, String) {
+    if !c.enabled {
+        (Delivery::Skipped, "channel disabled".into())
+    } else if ev.state == Transition::Resolve {
+        // a resolve goes wherever the episode went, whatever the limits
+        if sent.episode || ev.severity >= c.min {
+            (Delivery::Pending, String::new())
+        } else {
+            (
+                Delivery::Skipped,
+                "nothing was sent here for this alert".into(),
+            )
+        }
+    } else if ev.severity < c.min {
+        (
+            Delivery::Skipped,
+            format!("below min_severity {}", c.min.as_str()),
+        )
+    } else if c.cfg.kind == ChannelType::Alertmanager {
+        // Alertmanager groups, dedups and silences by itself; every transition goes
+        (Delivery::Pending, String::new())
+    } else if sent.key_last.is_some_and(|t| {
+        // user seconds: saturate, never wrap
+        now.saturating_sub(t)
+            < i64::try_from(c.cfg.rate_limit_secs)
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1000)
+    }) {
+        (
+            Delivery::Skipped,
+            format!("rate limited ({}s)", c.cfg.rate_limit_secs),
+        )
+    } else if quiet(&c.cfg, hour) {
+        (Delivery::Deferred, "quiet hours".into())
+    } else {
+        (Delivery::Pending, String::new())
+    }
+}
+
+/// A continuation prompt decided this tick, recorded as `sending` in the transaction.
+#[derive(Debug, Clone)]
+pub struct Nudge {
+    pub action: String,
+    pub session: String,
+    pub source: Option<String>,
+    pub observation: String,
+    pub prompt: String,
+}
+
+/// Everything the transaction writes, worked out beforehand; `events[i]`, `routes[i]` and
+/// `nudges[i]` belong to `plan.steps[i]`.
+pub struct Prepared<'a> {
+    pub plan: &'a Plan,
+    pub events: Vec<Option<Event>>,
+    pub routes: Vec<Vec<(String, Delivery, String)>>,
+    pub nudges: Vec<Option<Nudge>>,
+    /// This tick's verdicts by root, for the marks of loop episodes.
+    pub trees: &'a HashMap<&'a str, Vec<&'a Verdict>>,
+    /// This tick's verdicts by session.
+    pub sessions: &'a HashMap<&'a str, &'a Verdict>,
+    /// Open episodes by id (titles, opened).
+    pub open: &'a HashMap<i64, &'a Episode>,
+    pub tick_key: &'a str,
+    pub tick_id: Option<i64>,
+    pub now: i64,
+}
+
+/// Writes the plan. `None` when another run recorded this tick first (nothing is written).
+pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<Nudge>)>> {
+    let now = p.now;
+    let tx = store.write()?;
+    let seen: Option<i64> = tx
+        .query_row(
+            "SELECT t FROM alert_ticks WHERE tick_key = ?1",
+            [p.tick_key],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if seen.is_some() {
+        return Ok(None);
+    }
+    let mut events = Vec::new();
+    let mut nudges = Vec::new();
+    {
+        let mut mark = tx.prepare_cached(
+            "INSERT INTO episode_sessions (episode, session, calls, calls_since_landed, cost_since_landed, last_call,
+                 loop_start, flagged) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             ON CONFLICT (episode, session) DO UPDATE SET calls = ?3, calls_since_landed = ?4, cost_since_landed = ?5,
+                 last_call = ?6, loop_start = ?7, flagged = ?8",
+        )?;
+        let mut put_marks = |episode: i64, root: &str| -> Result<()> {
+            for v in p.trees.get(root).into_iter().flatten() {
+                let m: Mark = v.mark();
+                mark.execute(params![
+                    episode,
+                    v.session,
+                    m.calls as i64,
+                    m.calls_since_landed as i64,
+                    m.cost_since_landed,
+                    m.last_call,
+                    m.loop_start,
+                    m.flagged
+                ])?;
+            }
+            Ok(())
+        };
+        let mut ins_event = tx.prepare_cached(
+            "INSERT INTO events (dedup_key, t, state, severity, body, episode, reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        let mut ins_delivery = tx.prepare_cached(
+            "INSERT INTO deliveries (event, channel, status, attempts, t, detail) VALUES (?1, ?2, ?3, 0, ?4, ?5)",
+        )?;
+        let mut opinion_of =
+            tx.prepare_cached("UPDATE verdicts SET opinion = ?3 WHERE tick = ?1 AND session = ?2")?;
+        for (i, step) in p.plan.steps.iter().enumerate() {
+            let mut episode: Option<i64> = None;
+            match step {
+                Step::Open {
+                    kind,
+                    key,
+                    subject,
+                    session,
+                    severity,
+                    figures,
+                    opinion,
+                    ..
+                } => {
+                    let ev = p.events[i].as_ref();
+                    let v = session.as_deref().and_then(|s| p.sessions.get(s).copied());
+                    let evidence = match kind {
+                        Kind::Loop => None,
+                        Kind::Blind => ev
+                            .and_then(|e| e.details.get("reasons"))
+                            .and_then(|r| r.as_array())
+                            .map(|r| {
+                                r.iter()
+                                    .filter_map(|x| x.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join("; ")
+                            }),
+                        _ => v.map(|v| v.liveness_evidence().to_string()),
+                    };
+                    tx.execute(
+                        "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired,
+                             flagged_ticks, asked, agent, model, title, top_target, evidence, calls, cost, duration_ms,
+                             opinion, source, last_decision)
+                         VALUES (?1, ?2, ?3, 'open', ?4, ?4, ?5, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                             'triggered')",
+                        params![
+                            key,
+                            kind.as_str(),
+                            subject,
+                            severity.as_str(),
+                            now,
+                            opinion.is_some() as i64,
+                            v.and_then(|v| v.agent.clone()),
+                            v.and_then(|v| v.model.clone()),
+                            ev.map(|e| e.title.clone()).unwrap_or_default(),
+                            v.filter(|_| *kind == Kind::Loop).and_then(|v| v.top_target()),
+                            evidence,
+                            figures.map(|f| f.calls as i64),
+                            figures.map(|f| f.cost),
+                            figures.map(|f| f.duration_ms),
+                            opinion.as_ref().map(|o| json!(o).to_string()),
+                            v.and_then(|v| v.source.clone()).or_else(|| (*kind == Kind::Blind).then(|| subject.clone())),
+                        ],
+                    )?;
+                    let id = tx.last_insert_rowid();
+                    episode = Some(id);
+                    if *kind == Kind::Loop {
+                        put_marks(id, subject)?;
+                    }
+                    if let (Some(t), Some(o), Some(v)) = (p.tick_id, opinion, v) {
+                        opinion_of.execute(params![t, v.session, json!(o).to_string()])?;
+                    }
+                }
+                Step::Count {
+                    episode: id,
+                    root,
+                    flagged_ticks,
+                    escalate,
+                    figures,
+                    opinion,
+                    ..
+                } => {
+                    let v = p.trees.get(root.as_str()).and_then(|t| {
+                        t.iter()
+                            .filter(|v| v.flagged)
+                            .max_by_key(|v| v.calls_since_landed)
+                    });
+                    tx.execute(
+                        "UPDATE episodes SET flagged_ticks = ?2, agent = coalesce(?3, agent), model = coalesce(?4, model),
+                             top_target = coalesce(?5, top_target), calls = ?6, cost = ?7, duration_ms = ?8,
+                             asked = asked + ?9, opinion = coalesce(?10, opinion),
+                             last_decision = ?11
+                         WHERE id = ?1",
+                        params![
+                            id,
+                            flagged_ticks,
+                            v.and_then(|v| v.agent.clone()),
+                            v.and_then(|v| v.model.clone()),
+                            v.and_then(|v| v.top_target()),
+                            figures.calls as i64,
+                            figures.cost,
+                            figures.duration_ms,
+                            opinion.is_some() as i64,
+                            opinion.as_ref().map(|o| json!(o).to_string()),
+                            if escalate.is_some() { "escalated" } else { "counted" },
+                        ],
+                    )?;
+                    if escalate.is_some() {
+                        tx.execute(
+                            "UPDATE episodes SET severity = 'critical', peak_severity = 'critical', last_fired = ?2,
+                                 title = coalesce(?3, title) WHERE id = ?1",
+                            params![id, now, p.events[i].as_ref().map(|e| e.title.clone())],
+                        )?;
+                    }
+                    put_marks(*id, root)?;
+                    if let (Some(t), Some(o), Some(v)) = (p.tick_id, opinion, v) {
+                        opinion_of.execute(params![t, v.session, json!(o).to_string()])?;
+                    }
+                    episode = Some(*id);
+                }
+                Step::Hold {
+                    episode: id,
+                    root,
+                    why,
+                } => {
+                    let d = match why {
+                        Hold::Quiet => "held_busy",
+                        Hold::Landed => "held_landed",
+                        Hold::Unknown => "held_no_evidence",
+                    };
+                    tx.execute(
+                        "UPDATE episodes SET last_decision = ?2 WHERE id = ?1",
+                        params![id, d],
+                    )?;
+                    put_marks(*id, root)?
+                }
+                Step::Resolve {
+                    episode: id,
+                    reason,
+                    figures,
+                    ..
+                } => {
+                    let opened = p.open.get(id).map(|e| e.opened).unwrap_or(now);
+                    tx.execute(
+                        "UPDATE episodes SET state = 'resolved', severity = 'info', resolved = ?2, last_fired = ?2,
+                             reason = ?3, calls = coalesce(?4, calls), cost = coalesce(?5, cost), duration_ms = ?6,
+                             last_decision = 'resolved'
+                         WHERE id = ?1",
+                        params![
+                            id,
+                            now,
+                            reason.as_str(),
+                            figures.map(|f| f.calls as i64),
+                            figures.map(|f| f.cost),
+                            figures.map(|f| f.duration_ms).unwrap_or(now - opened),
+                        ],
+                    )?;
+                    if let Some(ep) = p.open.get(id) {
+                        if ep.kind == Some(Kind::Loop) {
+                            put_marks(*id, &ep.subject)?;
+                        }
+                    }
+                    episode = Some(*id);
+                }
+                Step::StillBlind {
+                    episode: id,
+                    reasons,
+                } => {
+                    tx.execute(
+                        "UPDATE episodes SET flagged_ticks = flagged_ticks + 1, evidence = ?2 WHERE id = ?1",
+                        params![id, super::text::blind_evidence(reasons)],
+                    )?;
+                }
+            }
+            if let Some(mut ev) = p.events[i].clone() {
+                ev.episode = episode;
+                ins_event.execute(params![
+                    ev.dedup_key,
+                    now,
+                    ev.state.as_str(),
+                    ev.severity.as_str(),
+                    serde_json::to_string(&ev)?,
+                    episode,
+                    ev.reason.map(|r| r.as_str()),
+                ])?;
+                let event_id = tx.last_insert_rowid();
+                for (channel, status, detail) in &p.routes[i] {
+                    ins_delivery.execute(params![
+                        event_id,
+                        channel,
+                        status.as_str(),
+                        now,
+                        detail
+                    ])?;
+                }
+                events.push(ev);
+            }
+            if let Some(n) = &p.nudges[i] {
+                // one prompt per alert episode, recorded before anything is sent; a rerun finds
+                // the row and sends nothing
+                let fresh = tx.execute(
+                    "INSERT OR IGNORE INTO actions (action_id, session, observation, prompt_version, prompt, t, status)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'sending')",
+                    params![
+                        n.action,
+                        n.session,
+                        n.observation,
+                        crate::liveness::NUDGE_VERSION,
+                        n.prompt,
+                        now
+                    ],
+                )? == 1;
+                if fresh {
+                    nudges.push(n.clone());
+                }
+            }
+        }
+    }
+    tx.execute(
+        "INSERT INTO alert_ticks (tick_key, t) VALUES (?1, ?2)",
+        params![p.tick_key, now],
+    )?;
+    tx.execute(
+        "DELETE FROM alert_ticks WHERE t < ?1",
+        params![now - 30 * 86_400_000],
+    )?;
+    tx.commit()?;
+    Ok(Some((events, nudges)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quiet_hours_wrap_midnight() {
+        let mut c: ChannelConfig =
+            toml::from_str("name = \"d\"\ntype = \"desktop\"\nquiet_hours = [22, 7]\n").unwrap();
+        assert!(quiet(&c, Some(23)));
+        assert!(quiet(&c, Some(3)));
+        assert!(!quiet(&c, Some(7)));
+        assert!(!quiet(&c, Some(12)));
+        c.quiet_hours = Some([9, 17]);
+        assert!(quiet(&c, Some(9)));
+        assert!(!quiet(&c, Some(17)));
+        assert!(!quiet(&c, None));
+    }
+}

@@ -1,0 +1,256 @@
+//! What the events say: titles, summaries and details for each step of a plan. Pure; the
+//! figures and reasons come from the plan, the words from here, so every channel (desktop body,
+//! webhook, PagerDuty, Alertmanager) shows the same ones.
+
+use super::{Episode, Event, Figures, Kind, Reason, Transition, Verdict};
+use crate::config::{Config, Severity};
+use serde_json::{json, Map, Value};
+
+/// "40 s", "12 min", "2 h 05 min".
+pub fn duration(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    if s < 60 {
+        format!("{s} s")
+    } else if s < 3600 {
+        format!("{} min", s / 60)
+    } else {
+        format!("{} h {:02} min", s / 3600, s % 3600 / 60)
+    }
+}
+
+/// "41 calls and $0.37 over 12 min".
+pub fn burned(f: &Figures) -> String {
+    format!(
+        "{} calls and ${:.2} over {}",
+        f.calls,
+        f.cost,
+        duration(f.duration_ms)
+    )
+}
+
+pub fn link(cfg: &Config, root: &str) -> Option<String> {
+    (!cfg.alert.link_base.is_empty()).then(|| format!("{}{}", cfg.alert.link_base, root))
+}
+
+fn base(cfg: &Config, kind: Kind, key: String, root: &str, now: i64) -> Event {
+    Event {
+        dedup_key: key,
+        severity: Severity::Warning,
+        state: Transition::Trigger,
+        title: String::new(),
+        summary: String::new(),
+        details: Map::new(),
+        source: cfg.alert.source.clone(),
+        t: now,
+        alert: kind,
+        root: root.to_string(),
+        reason: None,
+        figures: None,
+        episode: None,
+        agent: None,
+        model: None,
+        link: link(cfg, root),
+    }
+}
+
+fn put_figures(d: &mut Map<String, Value>, f: &Figures) {
+    d.insert("figures".into(), json!(f));
+}
+
+/// What a loop event announces.
+pub struct LoopNews {
+    pub state: Transition,
+    pub severity: Severity,
+    pub opened: i64,
+    pub figures: Figures,
+    pub reason: Option<Reason>,
+}
+
+/// A loop's trigger or escalation; `tree` is its flagged verdicts, the most telling first.
+pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> Event {
+    let LoopNews {
+        state,
+        severity: sev,
+        opened,
+        figures,
+        reason,
+    } = news;
+    let v = tree[0];
+    let agent = v.agent.clone().unwrap_or_else(|| "agent".into());
+    let repeats = v.repeats();
+    let in_tree = if v.root() != v.session {
+        format!(" (in the tree of {})", v.root())
+    } else {
+        String::new()
+    };
+    let lead = match reason {
+        Some(Reason::StillLooping) => format!(
+            "still looping after {} flagged ticks: ",
+            figures.flagged_ticks
+        ),
+        Some(Reason::SecondOpinion) => "the local model says it is looping: ".into(),
+        _ => String::new(),
+    };
+    let summary = format!(
+        "{lead}session {}{in_tree}, agent {agent}{}: {repeats}; {} since its last landed change (flagged by {})",
+        v.session,
+        v.model.as_deref().map(|m| format!(", model {m}")).unwrap_or_default(),
+        burned(&figures),
+        v.reason_names().join(", ")
+    );
+    let mut ev = base(cfg, Kind::Loop, super::loop_key(v.root()), v.root(), now);
+    ev.severity = sev;
+    ev.state = state;
+    ev.title = format!("opencode loop: {agent} {repeats}");
+    ev.summary = summary;
+    ev.agent = v.agent.clone();
+    ev.model = v.model.clone();
+    ev.reason = reason;
+    ev.figures = Some(figures);
+    let d = &mut ev.details;
+    d.insert("session".into(), json!(v.session));
+    d.insert("root".into(), json!(v.root()));
+    d.insert("agent".into(), json!(v.agent));
+    d.insert("model".into(), json!(v.model));
+    d.insert("reasons".into(), json!(v.reasons));
+    d.insert("signals".into(), Value::Object(v.signals.to_map()));
+    d.insert("calls".into(), json!(v.calls));
+    d.insert("calls_since_landed".into(), json!(v.calls_since_landed));
+    d.insert("cost_since_landed".into(), json!(v.cost_since_landed));
+    d.insert(
+        "flagged_sessions".into(),
+        json!(tree.iter().map(|t| t.session.clone()).collect::<Vec<_>>()),
+    );
+    d.insert("opened".into(), json!(opened));
+    if let Some(r) = reason {
+        d.insert("reason".into(), json!(r));
+    }
+    d.insert("flagged_ticks".into(), json!(figures.flagged_ticks));
+    put_figures(d, &figures);
+    ev
+}
+
+/// The resolve of an episode.
+pub fn resolve_event(
+    cfg: &Config,
+    ep: &Episode,
+    reason: Reason,
+    why: &str,
+    figures: Option<Figures>,
+    now: i64,
+) -> Event {
+    let kind = ep.kind.unwrap_or(Kind::Loop);
+    let mut ev = base(cfg, kind, ep.key.clone(), &ep.subject, now);
+    ev.severity = Severity::Info;
+    ev.state = Transition::Resolve;
+    ev.title = format!("resolved ({}): {}", reason.as_str(), ep.title);
+    ev.summary = match (kind, figures) {
+        (Kind::Loop, Some(f)) => format!(
+            "{}: {why}; the loop burned {}, {} flagged tick(s)",
+            ep.subject,
+            burned(&f),
+            f.flagged_ticks
+        ),
+        _ => format!("{}: {why}", ep.subject),
+    };
+    ev.agent = ep.agent.clone();
+    ev.model = ep.model.clone();
+    ev.reason = Some(reason);
+    ev.figures = figures;
+    ev.episode = Some(ep.id);
+    let d = &mut ev.details;
+    d.insert("reason".into(), json!(reason));
+    d.insert("why".into(), json!(why));
+    d.insert("opened".into(), json!(ep.opened));
+    d.insert("open_for_ms".into(), json!(now - ep.opened));
+    if let Some(f) = &figures {
+        put_figures(d, f);
+    }
+    if kind == Kind::Blind {
+        ev.link = None;
+    }
+    ev
+}
+
+/// A liveness alert's trigger.
+pub fn live_event(cfg: &Config, kind: Kind, sev: Severity, v: &Verdict, now: i64) -> Event {
+    let agent = v.agent.clone().unwrap_or_else(|| "agent".into());
+    let what = match kind {
+        Kind::Stalled => "stalled",
+        Kind::Retrying => "keeps retrying its provider",
+        Kind::Waiting => "needs a person",
+        Kind::Interrupted => "was interrupted",
+        _ => "stopped with its own list unfinished",
+    };
+    let evidence = v.liveness_evidence();
+    let mut ev = base(cfg, kind, kind.key(&v.session), &v.session, now);
+    ev.severity = sev;
+    ev.title = format!("opencode {agent} session {what}");
+    ev.summary = format!("session {} (agent {agent}): {evidence}", v.session);
+    ev.agent = v.agent.clone();
+    ev.model = v.model.clone();
+    let d = &mut ev.details;
+    d.insert("session".into(), json!(v.session));
+    d.insert("root".into(), json!(v.root()));
+    d.insert("agent".into(), json!(v.agent));
+    d.insert("model".into(), json!(v.model));
+    d.insert("liveness".into(), json!(v.liveness));
+    d.insert("opened".into(), json!(now));
+    ev
+}
+
+/// The "watchdog is blind" trigger.
+pub fn blind_event(cfg: &Config, reasons: &[(String, String)], now: i64) -> Event {
+    let text: Vec<String> = reasons.iter().map(|(s, r)| format!("{s}: {r}")).collect();
+    let mut ev = base(
+        cfg,
+        Kind::Blind,
+        super::BLIND_KEY.into(),
+        &reasons[0].0,
+        now,
+    );
+    ev.title = "watchdog is blind: cannot read opencode".into();
+    ev.summary = format!(
+        "the watchdog cannot see opencode sessions, so it cannot tell loops: {}",
+        text.join("; ")
+    );
+    ev.link = None;
+    let d = &mut ev.details;
+    d.insert(
+        "sources".into(),
+        json!(reasons.iter().map(|r| &r.0).collect::<Vec<_>>()),
+    );
+    d.insert("reasons".into(), json!(text));
+    d.insert("opened".into(), json!(now));
+    ev
+}
+
+/// The blind reasons as one line, for the episode's evidence.
+pub fn blind_evidence(reasons: &[(String, String)]) -> String {
+    reasons
+        .iter()
+        .map(|(s, r)| format!("{s}: {r}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_say_them() {
+        assert_eq!(duration(40_000), "40 s");
+        assert_eq!(duration(12 * 60_000 + 5_000), "12 min");
+        assert_eq!(duration(2 * 3_600_000 + 5 * 60_000), "2 h 05 min");
+        assert_eq!(
+            burned(&Figures {
+                calls: 41,
+                cost: 0.3712,
+                duration_ms: 600_000,
+                flagged_ticks: 2
+            }),
+            "41 calls and $0.37 over 10 min"
+        );
+    }
+}
