@@ -80,6 +80,15 @@ pub struct DetectorConfig {
     pub min_calls: usize,
     pub short_top_min: usize,
     pub short_share_min: f64,
+    /// `run`: identical calls back to back.
+    pub run_min: usize,
+    /// `cycle`: calls in a repeated block of 2-8 calls (at least two rounds).
+    pub cycle_calls_min: usize,
+    /// `same_failure`: the same failing output of one check in a row.
+    pub same_failure_min: usize,
+    /// `circling`: full passes over one file, in at least `circle_reads_min` reads.
+    pub circle_passes_min: f64,
+    pub circle_reads_min: usize,
     pub read_only_agents: Vec<String>,
 }
 
@@ -95,6 +104,11 @@ impl Default for DetectorConfig {
             min_calls: 40,
             short_top_min: 8,
             short_share_min: 0.6,
+            run_min: 5,
+            cycle_calls_min: 6,
+            same_failure_min: 5,
+            circle_passes_min: 3.0,
+            circle_reads_min: 12,
             read_only_agents: vec!["explore".into(), "librarian".into(), "oracle".into()],
         }
     }

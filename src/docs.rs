@@ -14,7 +14,7 @@ const STREAM: &str = "\
 session  {kind, id, parent, agent, title, directory, created, updated, status, source, sources, model}
          source: the server URL when a server lists it, else the database path (export:FILE
          from an export); sources: every source listing it, when more than one does
-         fixture labels: expect (flag|no_flag), flag_after (ms)
+         fixture labels: expect (flag|no_flag), flag_after (ms), flag_by (ms)
 call     {kind, session, id, t, end, tool, args, status, landed, exit, file_lines, model, cost, out}
          out: sha1: + 12 hex of the tool's output or error text (null while running)
 blind    {kind, source, reason}      a source that could not be read (hung, too big, locked,
@@ -63,14 +63,17 @@ include, subagent_type, timeout and workdir; other strings become sha1:<12 hex>:
     Page {
         name: "progress-detect",
         exit: "0  success, also when sessions were flagged\n\
-               1  --check: a label of the backtest does not hold\n\
+               1  --check: a label of the backtest does not hold; --flag-rate-max: more productive runs flagged than allowed\n\
                2  an error, or a bad input line (named by its number and skipped; the rest is judged)",
         fields: "\
 reads    session and call records (see oc-calls(1)); other kinds pass through
 writes   verdict {kind, session, root, parent, agent, title, read_only, calls, flagged, reasons,
-         signals {dup, top, top_target, slow, slow_call, coverage, coverage_file},
+         signals {dup, top, top_target, slow, slow_call, coverage, coverage_file, run, run_call,
+         cycle, same_failure, same_failure_call, circling, circling_file},
          landed_in_window, calls_since_landed, cost_since_landed, first_flag {index, t, id} | null,
-         model, t, source, liveness {class, silence_s, status, evidence, alert, action}};
+         model, t, source, evidence {loop_start, last_landed, calls [{index, t, id}]} and digest
+         [\"tool target [exit n]\"] (flagged verdicts), liveness {class, silence_s, status,
+         evidence, alert, action}};
          with labels also expect and ok; liveness only where a session record or an activity
          record gave evidence (--now sets the clock it is judged at)",
         examples: "\

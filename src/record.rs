@@ -45,6 +45,9 @@ pub struct Session {
     /// Fixture label: must not flag before this time, must flag after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flag_after: Option<i64>,
+    /// Fixture label: must have flagged by the call starting at this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flag_by: Option<i64>,
     /// Liveness evidence and anything else a newer producer adds.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -204,60 +207,21 @@ pub struct Evidence {
     pub calls: Vec<CallRef>,
 }
 
-/// The detector's signals. A flagged verdict names the ones over their thresholds.
+/// The detector's signals. A flagged verdict names the ones over their thresholds. Each is one
+/// unit in `detect::signals` (its name, thresholds, state and tests), which also gives the enum
+/// its methods (`ALL`, `name`, `what_key`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Signal {
-    /// Share of calls in the window that repeat an earlier call exactly.
     Dup,
-    /// Count of the most-worked target in the window.
     Top,
-    /// Repeats of one exact call since the last landed change.
     Slow,
-    /// Lines requested from one file over its length.
     Coverage,
-    /// A short session that works one target most of the time.
     ShortLoop,
-}
-
-impl Signal {
-    pub const ALL: [Signal; 5] = [
-        Signal::Dup,
-        Signal::Top,
-        Signal::Slow,
-        Signal::Coverage,
-        Signal::ShortLoop,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Signal::Dup => "dup",
-            Signal::Top => "top",
-            Signal::Slow => "slow",
-            Signal::Coverage => "coverage",
-            Signal::ShortLoop => "short_loop",
-        }
-    }
-
-    /// The key of the signal's target in the flat `signals` object, if it names one.
-    pub fn what_key(self) -> Option<&'static str> {
-        match self {
-            Signal::Top => Some("top_target"),
-            Signal::Slow => Some("slow_call"),
-            Signal::Coverage => Some("coverage_file"),
-            _ => None,
-        }
-    }
-
-    /// A count (written as an integer) rather than a ratio.
-    pub fn is_count(self) -> bool {
-        !matches!(self, Signal::Dup | Signal::Coverage)
-    }
-
-    /// Whether `signals` carries this signal (a signal with no reading of its own is only a reason).
-    fn has_reading(self) -> bool {
-        !matches!(self, Signal::ShortLoop)
-    }
+    Run,
+    Cycle,
+    SameFailure,
+    Circling,
 }
 
 impl std::fmt::Display for Signal {
@@ -307,7 +271,7 @@ impl Signals {
     /// Reads the flat object; keys it does not know are ignored.
     pub fn from_map(m: &Map<String, Value>) -> Signals {
         let mut out = Signals::default();
-        for s in Signal::ALL.into_iter().filter(|s| s.has_reading()) {
+        for &s in Signal::ALL.iter().filter(|s| s.has_reading()) {
             let Some(v) = m.get(s.name()).and_then(Value::as_f64) else {
                 continue;
             };

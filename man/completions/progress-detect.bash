@@ -23,12 +23,16 @@ _progress__detect() {
 
     case "${cmd}" in
         progress__detect)
-            opts="-h -V --check --every --format --now --config --window --dup-min --top-min --top-min-ro --cum-min --cover-min --min-calls --read-only-agents --line-buffered --help --version"
+            opts="-h -V --check --flag-rate-max --every --format --now --config --window --dup-min --top-min --top-min-ro --cum-min --cover-min --min-calls --run-min --cycle-calls-min --same-failure-min --circle-passes-min --circle-reads-min --read-only-agents --line-buffered --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --flag-rate-max)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --format)
                     COMPREPLY=($(compgen -W "jsonl table csv" -- "${cur}"))
                     return 0
@@ -66,6 +70,26 @@ _progress__detect() {
                     return 0
                     ;;
                 --min-calls)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --run-min)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cycle-calls-min)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --same-failure-min)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --circle-passes-min)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --circle-reads-min)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

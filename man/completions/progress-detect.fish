@@ -1,3 +1,4 @@
+complete -c progress-detect -l flag-rate-max -d 'Backtest on runs known to be productive (a corpus): print each flagged session and the share flagged; exit 1 when that share is above PCT percent' -r
 complete -c progress-detect -l format -d 'Output format' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
@@ -10,6 +11,11 @@ complete -c progress-detect -l top-min-ro -d 'Count of the most-worked target th
 complete -c progress-detect -l cum-min -d 'Repeats of one exact call since the last landed change that flag' -r
 complete -c progress-detect -l cover-min -d 'Coverage (lines requested from one file / its length) above which a session flags' -r
 complete -c progress-detect -l min-calls -d 'Calls a session needs before dup and coverage count' -r
+complete -c progress-detect -l run-min -d 'Identical calls back to back that flag' -r
+complete -c progress-detect -l cycle-calls-min -d 'Calls in a block of 2-8 calls repeated back to back that flag' -r
+complete -c progress-detect -l same-failure-min -d 'Times in a row one check fails with the same output that flag' -r
+complete -c progress-detect -l circle-passes-min -d 'Full passes over one file since the last landed change that flag ...' -r
+complete -c progress-detect -l circle-reads-min -d '... in at least this many reads' -r
 complete -c progress-detect -l read-only-agents -d 'Agents that never land (comma-separated; matched on the agent name, else the title)' -r
 complete -c progress-detect -l check -d 'Backtest: check the `expect`/`flag_after` labels; print one summary line and exit 1 when any label fails'
 complete -c progress-detect -l every -d 'Also emit a verdict at every flag transition, as it happens'

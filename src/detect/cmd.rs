@@ -8,7 +8,7 @@ use super::{CallIn, Detector};
 use crate::cli::{for_each_line, now_ms, Exit, Format, Out};
 use crate::config::{Config, DetectorConfig};
 use crate::liveness::{self, Activity, Evidence};
-use crate::record::{kind_of, to_line, Session, Signal, Verdict};
+use crate::record::{kind_of, to_line, Expect, Session, Signal, Verdict};
 use anyhow::Result;
 use clap::Parser;
 use serde::Deserialize;
@@ -33,6 +33,10 @@ pub struct Args {
     /// when any label fails.
     #[arg(long)]
     pub check: bool,
+    /// Backtest on runs known to be productive (a corpus): print each flagged session and the
+    /// share flagged; exit 1 when that share is above PCT percent.
+    #[arg(long, value_name = "PCT", conflicts_with = "check")]
+    pub flag_rate_max: Option<f64>,
     /// Also emit a verdict at every flag transition, as it happens.
     #[arg(long)]
     pub every: bool,
@@ -66,6 +70,21 @@ pub struct Args {
     /// Calls a session needs before dup and coverage count.
     #[arg(long)]
     pub min_calls: Option<usize>,
+    /// Identical calls back to back that flag.
+    #[arg(long)]
+    pub run_min: Option<usize>,
+    /// Calls in a block of 2-8 calls repeated back to back that flag.
+    #[arg(long)]
+    pub cycle_calls_min: Option<usize>,
+    /// Times in a row one check fails with the same output that flag.
+    #[arg(long)]
+    pub same_failure_min: Option<usize>,
+    /// Full passes over one file since the last landed change that flag ...
+    #[arg(long)]
+    pub circle_passes_min: Option<f64>,
+    /// ... in at least this many reads.
+    #[arg(long)]
+    pub circle_reads_min: Option<usize>,
     /// Agents that never land (comma-separated; matched on the agent name, else the title).
     #[arg(long, value_delimiter = ',')]
     pub read_only_agents: Option<Vec<String>>,
@@ -91,9 +110,12 @@ struct Line {
     args: Map<String, Value>,
     #[serde(default)]
     landed: bool,
+    status: Option<String>,
+    exit: Option<i64>,
     file_lines: Option<i64>,
     model: Option<String>,
     cost: Option<f64>,
+    out: Option<String>,
 }
 
 fn thresholds(a: &Args, base: DetectorConfig) -> DetectorConfig {
@@ -109,6 +131,11 @@ fn thresholds(a: &Args, base: DetectorConfig) -> DetectorConfig {
         cum_min,
         cover_min,
         min_calls,
+        run_min,
+        cycle_calls_min,
+        same_failure_min,
+        circle_passes_min,
+        circle_reads_min,
         read_only_agents
     );
     c
@@ -126,7 +153,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let mut evidence: std::collections::HashMap<String, Evidence> = Default::default();
     let mut activity: std::collections::HashMap<String, Activity> = Default::default();
     let mut bad = 0usize;
-    let quiet = args.check || args.format != Format::Jsonl;
+    let quiet = args.check || args.flag_rate_max.is_some() || args.format != Format::Jsonl;
     let skipped = for_each_line(&args.files, stdin, |name, n, line| {
         let parsed: Line = match serde_json::from_str(line) {
             Ok(l) => l,
@@ -180,10 +207,13 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
                     t: parsed.t.unwrap(),
                     tool: parsed.tool.as_deref().unwrap(),
                     args: &parsed.args,
+                    status: parsed.status.as_deref().unwrap_or(""),
                     landed: parsed.landed,
+                    exit: parsed.exit,
                     file_lines: parsed.file_lines,
                     model: parsed.model.as_deref(),
                     cost: parsed.cost,
+                    out: parsed.out.as_deref(),
                 };
                 if d.call(&c) && args.every && !quiet {
                     if let Some(v) = d.verdict(session) {
@@ -213,6 +243,12 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         Ok(())
     })?;
     bad += skipped;
+    if d.repeated > 0 {
+        eprintln!(
+            "progress-detect: {} call(s) seen before (same session and id) were skipped",
+            d.repeated
+        );
+    }
     let mut verdicts = d.verdicts();
     for v in &mut verdicts {
         let ev = evidence.get(&v.session);
@@ -226,6 +262,9 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     if args.check {
         return check(&verdicts, args.format, out);
     }
+    if let Some(max) = args.flag_rate_max {
+        return flag_rate(&verdicts, max, out);
+    }
     match args.format {
         Format::Jsonl => {
             for v in &verdicts {
@@ -238,6 +277,20 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     Ok(if bad > 0 { Exit::Error } else { Exit::Ok })
 }
 
+/// Where a session's loop started and where it was first flagged, in calls: (start, first flag,
+/// first flag's position within the loop).
+fn loop_points(v: &Verdict) -> Option<(u64, u64, u64)> {
+    // a verdict flagged now has the evidence of its current loop; the first flag's loop is
+    // the one that evidence names unless a landing came between
+    let f = v.first_flag.as_ref()?;
+    let start = v
+        .evidence
+        .as_ref()
+        .and_then(|e| e.loop_start.as_ref())
+        .map_or(f.index, |s| s.index.min(f.index));
+    Some((start, f.index, f.index - start + 1))
+}
+
 fn check(verdicts: &[Verdict], format: Format, out: &mut Out) -> Result<Exit> {
     let labelled: Vec<&Verdict> = verdicts.iter().filter(|v| v.expect.is_some()).collect();
     if format == Format::Table {
@@ -245,20 +298,43 @@ fn check(verdicts: &[Verdict], format: Format, out: &mut Out) -> Result<Exit> {
         table(&owned, out)?;
     }
     let held = labelled.iter().filter(|v| v.ok == Some(true)).count();
-    for v in labelled.iter().filter(|v| v.ok != Some(true)) {
+    let mut positions = Vec::new();
+    for v in &labelled {
+        let good = v.ok == Some(true);
         let got = if v.flagged { "flag" } else { "no_flag" };
-        let when = v
-            .first_flag
-            .as_ref()
-            .map(|f| format!(" (first flag at call {}, t={})", f.index, f.t))
-            .unwrap_or_default();
+        let when = match loop_points(v) {
+            Some((start, first, pos)) => {
+                if v.expect == Some(Expect::Flag) {
+                    positions.push(pos);
+                }
+                format!(
+                    ": loop from call {start}, first flag at call {first} (call {pos} of the loop)"
+                )
+            }
+            None => String::new(),
+        };
         writeln!(
             out,
-            "FAIL {} {:?}: expect {} got {}{when}",
+            "{} {} {:?}: expect {} got {got}{when}",
+            if good { "ok  " } else { "FAIL" },
             v.session,
             v.title.as_deref().unwrap_or(""),
             v.expect.map_or("", |e| e.as_str()),
-            got
+        )?;
+    }
+    positions.sort_unstable();
+    if !positions.is_empty() {
+        let n = positions.len();
+        let median = if n % 2 == 1 {
+            positions[n / 2] as f64
+        } else {
+            (positions[n / 2 - 1] + positions[n / 2]) as f64 / 2.0
+        };
+        writeln!(
+            out,
+            "first flag over {n} loops: median call {median} of the loop (from {} to {})",
+            positions[0],
+            positions[n - 1]
         )?;
     }
     writeln!(out, "backtest: {held}/{} labels hold", labelled.len())?;
@@ -267,6 +343,34 @@ fn check(verdicts: &[Verdict], format: Format, out: &mut Out) -> Result<Exit> {
     } else {
         Exit::Check
     })
+}
+
+fn flag_rate(verdicts: &[Verdict], max: f64, out: &mut Out) -> Result<Exit> {
+    let flagged: Vec<&Verdict> = verdicts.iter().filter(|v| v.first_flag.is_some()).collect();
+    for v in &flagged {
+        let reasons: Vec<&str> = v.reasons.iter().map(|r| r.name()).collect();
+        let (start, first, _) = loop_points(v).unwrap_or_default();
+        writeln!(
+            out,
+            "flagged {} {:?}: {} (loop from call {start}, first flag at call {first} of {})",
+            v.session,
+            v.title.as_deref().unwrap_or(""),
+            if reasons.is_empty() {
+                "no longer flagged".to_string()
+            } else {
+                reasons.join(",")
+            },
+            v.calls
+        )?;
+    }
+    let rate = 100.0 * flagged.len() as f64 / verdicts.len().max(1) as f64;
+    writeln!(
+        out,
+        "productive runs: {}/{} flagged ({rate:.1}%), at most {max}% allowed",
+        flagged.len(),
+        verdicts.len()
+    )?;
+    Ok(if rate > max { Exit::Check } else { Exit::Ok })
 }
 
 fn row(v: &Verdict) -> Vec<String> {
@@ -284,6 +388,7 @@ fn row(v: &Verdict) -> Vec<String> {
         v.signals.value(Signal::Top).to_string(),
         v.signals.value(Signal::Slow).to_string(),
         format!("{:.1}", v.signals.value(Signal::Coverage)),
+        loop_points(v).map(|p| p.0.to_string()).unwrap_or_default(),
         v.first_flag
             .as_ref()
             .map(|f| f.index.to_string())
@@ -298,7 +403,7 @@ fn row(v: &Verdict) -> Vec<String> {
     ]
 }
 
-const HEAD: [&str; 12] = [
+const HEAD: [&str; 13] = [
     "session",
     "agent",
     "calls",
@@ -308,6 +413,7 @@ const HEAD: [&str; 12] = [
     "top",
     "slow",
     "cover",
+    "loop",
     "first",
     "label",
     "top target",

@@ -1,27 +1,31 @@
 //! The loop detector: a pure, incremental judge of each session's tool calls.
 //!
-//! Calls enter one at a time ([`Detector::call`]); each session keeps only its last `window`
-//! calls and a bounded count of exact repeats, so memory grows with sessions times the window,
-//! never with the length of the input. Every call re-evaluates its session, so the first flag
-//! point is exact. [`Detector::verdicts`] gives one verdict per session at the end.
+//! Calls enter one at a time ([`Detector::call`]). Each session keeps its calls since its last
+//! landed change (at most `window`, see [`region`]) and each signal's own small state (see
+//! [`signals`]: one file per signal, registered in one list), so memory grows with sessions
+//! times the window, never with the length of the input. Every call re-evaluates its session,
+//! so the first flag point is exact. [`Detector::verdicts`] gives one [`Verdict`] per session at
+//! the end, with the evidence (where the loop started, the last landed change, the repeats) and
+//! the digest of its last calls.
 //!
-//! Signals over the window (thresholds in [`DetectorConfig`]):
-//! - dup: share of calls that repeat an earlier call exactly (tool + canonical args);
-//! - top: count of the most-worked target (file + slice for reads, files + numbers for bash,
-//!   pattern + path for grep/glob, the file for edits and writes);
-//! - slow: one exact call repeated since the last landed change;
-//! - coverage: lines requested from one file divided by its length (strictly above the bound);
-//! - landed: a landed change by the session, or any descendant, within the window. Edits that
-//!   undo each other cancel, and redoing an undone edit lands nothing.
+//! Progress is judged since the last landed change, not per window: a landed change (by the
+//! session or any descendant; edits that undo each other cancel) empties the region and ends
+//! every loop but one (`same_failure`: edits that land but leave a check failing the same way).
+//! A call seen before (same id, fed twice) is skipped.
 
 pub mod cmd;
+pub mod progress;
+pub mod region;
+pub mod signals;
 pub mod target;
 
 use crate::config::DetectorConfig;
-use crate::record::{CallRef, Expect, Session, Signal, Signals, Verdict};
+use crate::record::{CallRef, Evidence, Expect, Session, Verdict, DIGEST_CALLS};
+use progress::{EditSig, Progress};
+use region::{Obs, Read, Region};
 use serde_json::{Map, Value};
-use std::collections::{HashMap, HashSet, VecDeque};
-use target::{IdMap, Keys};
+use signals::{Cx, States};
+use std::collections::{HashMap, VecDeque};
 
 /// A call as the detector needs it.
 pub struct CallIn<'a> {
@@ -30,69 +34,112 @@ pub struct CallIn<'a> {
     pub t: i64,
     pub tool: &'a str,
     pub args: &'a Map<String, Value>,
+    /// `pending`, `running`, `completed` or `error`.
+    pub status: &'a str,
     pub landed: bool,
+    pub exit: Option<i64>,
     pub file_lines: Option<i64>,
     pub model: Option<&'a str>,
     pub cost: Option<f64>,
+    /// `sha1:...` of the output, if known.
+    pub out: Option<&'a str>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct EditSig {
-    file: u32,
-    old: u32,
-    new: u32,
-}
-
-struct Entry {
-    file: Option<(u64, u32)>,
-    landed: bool,
-    edit: Option<EditSig>,
-    t: i64,
-}
+/// Call ids remembered per session to recognise a call fed twice.
+const RECENT_IDS: usize = 16;
 
 #[derive(Default)]
-struct Sess {
+struct SessionState {
     meta: Option<Session>,
-    window: VecDeque<Entry>,
-    /// The window's exact-call and target keys, apart from `window` so a scan over them reads
-    /// a few contiguous cache lines (cheaper than hash probes across thousands of sessions).
-    ex: VecDeque<u64>,
-    tg: VecDeque<u64>,
-    /// Distinct exact calls in the window.
-    distinct: u32,
-    /// Descriptions of targets worked at least twice (a target seen once is nobody's top).
-    tdesc: IdMap<String>,
-    /// How many targets have each count, so the top count is kept without a scan.
-    count_hist: Vec<u32>,
-    top: u32,
-    /// Effective landed edits in the window, to find an undo without a scan.
-    landed_edits: HashMap<EditSig, u32>,
-    read_only: Option<bool>,
-    files: IdMap<(i64, i64, String)>,
-    own_landed: u32,
-    /// Exact-call counts since the last landed change, bounded.
-    cum: IdMap<u32>,
-    /// Descriptions of exact calls repeated at least once.
-    cdesc: IdMap<String>,
-    cum_max: (u32, u64),
-    undone: HashSet<EditSig>,
-    /// Effective landings: (call index, cost total at that point).
-    landings: Vec<(u64, f64)>,
-    desc_landed_t: Option<i64>,
-    tree_landed_t: Option<i64>,
+    read_only: bool,
     calls: u64,
     cost: f64,
     last_t: i64,
-    model: Option<String>,
+    model: Option<Box<str>>,
+    progress: Progress,
+    region: Region,
+    signals: States,
+    /// The last calls, one line each, for the digest.
+    digest: VecDeque<Box<str>>,
+    /// (time, id hash) of the latest calls.
+    recent_ids: VecDeque<(i64, u64)>,
     flagged: bool,
     first_flag: Option<CallRef>,
+    /// The case as it stood at the first flag.
+    first_case: Option<Evidence>,
+    /// Where the current loop started, fixed when it is first flagged; a landing clears it.
+    loop_start: Option<CallRef>,
+}
+
+impl SessionState {
+    fn cx<'a>(&'a self, cfg: &'a DetectorConfig) -> Cx<'a> {
+        Cx {
+            region: &self.region,
+            calls: self.calls,
+            read_only: self.read_only,
+            cfg,
+        }
+    }
+
+    /// Whether a call with this id was seen: its id among the latest, or older than all of them.
+    fn seen(&mut self, id: &str, t: i64) -> bool {
+        let h = target::hash_str(id);
+        if self.recent_ids.iter().any(|x| x.1 == h)
+            || (self.recent_ids.len() == RECENT_IDS && t < self.recent_ids[0].0)
+        {
+            return true;
+        }
+        if self.recent_ids.len() == RECENT_IDS {
+            self.recent_ids.pop_front();
+        }
+        self.recent_ids.push_back((t, h));
+        false
+    }
+
+    /// The loop ended: a change landed.
+    fn landed(&mut self) {
+        self.region.clear();
+        self.signals.landed();
+        self.loop_start = None;
+    }
+
+    fn evidence(&self, cfg: &DetectorConfig) -> Evidence {
+        let cx = self.cx(cfg);
+        let cases: Vec<signals::Case> = self
+            .signals
+            .reasons(&cx)
+            .into_iter()
+            .map(|r| self.signals.case(r, &cx))
+            .collect();
+        let loop_start = self.loop_start.clone().or_else(|| {
+            cases
+                .iter()
+                .filter_map(|c| c.start.clone())
+                .min_by_key(|s| s.index)
+        });
+        let mut calls = cases
+            .into_iter()
+            .next()
+            .map(|c| c.calls)
+            .unwrap_or_default();
+        if calls.len() > DIGEST_CALLS {
+            calls.drain(..calls.len() - DIGEST_CALLS);
+        }
+        Evidence {
+            loop_start,
+            last_landed: self.progress.last(),
+            calls,
+        }
+    }
 }
 
 pub struct Detector {
     cfg: DetectorConfig,
     /// Session id to its index in `sessions` (the order first seen).
     ids: HashMap<String, usize, std::hash::BuildHasherDefault<target::Fx>>,
-    sessions: Vec<Sess>,
+    sessions: Vec<SessionState>,
+    /// Calls skipped because they were seen before.
+    pub repeated: u64,
 }
 
 /// Rounded to 6 decimals; numbers too large to scale are already whole.
@@ -105,8 +152,18 @@ fn round6(x: f64) -> f64 {
     }
 }
 
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
+fn read_only_of(meta: Option<&Session>, cfg: &DetectorConfig) -> bool {
+    let Some(m) = meta else { return false };
+    let hit = |s: &str| {
+        let s = s.to_ascii_lowercase();
+        cfg.read_only_agents
+            .iter()
+            .any(|k| s.contains(&k.to_ascii_lowercase()))
+    };
+    match m.agent.as_deref() {
+        Some(a) if !a.is_empty() => hit(a),
+        _ => m.title.as_deref().is_some_and(hit),
+    }
 }
 
 impl Detector {
@@ -115,6 +172,7 @@ impl Detector {
             cfg,
             ids: HashMap::default(),
             sessions: Vec::new(),
+            repeated: 0,
         }
     }
 
@@ -123,58 +181,40 @@ impl Detector {
             return i;
         }
         let n = self.sessions.len();
-        let w = self.cfg.window;
-        self.sessions.push(Sess {
-            window: VecDeque::with_capacity(w),
-            ex: VecDeque::with_capacity(w),
-            tg: VecDeque::with_capacity(w),
-            count_hist: vec![0; w + 2],
-            ..Sess::default()
-        });
+        self.sessions.push(SessionState::default());
         self.ids.insert(id.to_string(), n);
         n
     }
 
-    fn sess(&mut self, id: &str) -> &mut Sess {
-        let i = self.index(id);
-        &mut self.sessions[i]
-    }
-
-    fn get(&self, id: &str) -> Option<&Sess> {
+    fn get(&self, id: &str) -> Option<&SessionState> {
         self.ids.get(id).map(|&i| &self.sessions[i])
     }
 
     /// Records a session's metadata. A later record for the same id replaces the earlier one.
     pub fn session(&mut self, s: Session) {
-        let parent = s.parent.clone();
-        let id = s.id.clone();
-        let landed = {
-            let st = self.sess(&id);
-            st.meta = Some(s);
-            st.read_only = None;
-            st.tree_landed_t
-        };
-        if let (Some(p), Some(t)) = (parent, landed) {
-            self.propagate_landing(&p, t);
-        }
+        let i = self.index(&s.id);
+        let st = &mut self.sessions[i];
+        st.read_only = read_only_of(Some(&s), &self.cfg);
+        st.meta = Some(s);
     }
 
     fn parent_of(&self, id: &str) -> Option<String> {
         self.get(id)?.meta.as_ref()?.parent.clone()
     }
 
-    fn propagate_landing(&mut self, from: &str, t: i64) {
-        let mut cur = Some(from.to_string());
-        let mut guard = 0;
-        while let Some(id) = cur {
-            let st = self.sess(&id);
-            st.desc_landed_t = Some(st.desc_landed_t.map_or(t, |x| x.max(t)));
-            st.tree_landed_t = Some(st.tree_landed_t.map_or(t, |x| x.max(t)));
-            cur = self.parent_of(&id);
-            guard += 1;
-            if guard > 1000 {
-                break;
+    /// A descendant landed a change at `t`: the loops of its ancestors that had begun by then end.
+    fn credit_ancestors(&mut self, from: &str, t: i64) {
+        let mut cur = self.parent_of(from);
+        for _ in 0..1000 {
+            let Some(id) = cur else { break };
+            let i = self.index(&id);
+            let st = &mut self.sessions[i];
+            st.progress.descendant = Some((t, st.calls));
+            if st.region.entries.front().is_some_and(|e| e.t <= t) {
+                st.landed();
             }
+            st.flagged = st.signals.firing(&st.cx(&self.cfg));
+            cur = st.meta.as_ref().and_then(|m| m.parent.clone());
         }
     }
 
@@ -190,30 +230,15 @@ impl Detector {
         cur
     }
 
-    fn is_read_only(&self, st: &Sess) -> bool {
-        st.read_only.unwrap_or_else(|| self.read_only_of(st))
-    }
-
-    fn read_only_of(&self, st: &Sess) -> bool {
-        let Some(m) = &st.meta else { return false };
-        let list = &self.cfg.read_only_agents;
-        let hit = |s: &str| {
-            let s = s.to_ascii_lowercase();
-            list.iter().any(|k| s.contains(&k.to_ascii_lowercase()))
-        };
-        match m.agent.as_deref() {
-            Some(a) if !a.is_empty() => hit(a),
-            _ => m.title.as_deref().is_some_and(hit),
-        }
-    }
-
     /// Takes one call; returns whether the session's flag state changed with it.
     pub fn call(&mut self, c: &CallIn) -> bool {
-        let window = self.cfg.window;
-        let cum_cap = (window * 2).max(64);
-        let keys: Keys = target::keys(c.tool, c.args);
         let si = self.index(c.session);
+        let cfg = &self.cfg;
         let st = &mut self.sessions[si];
+        if st.seen(c.id, c.t) {
+            self.repeated += 1;
+            return false;
+        }
         st.calls += 1;
         // a cost that is not a finite amount is no cost; a sum past f64::MAX stays at f64::MAX
         // (never inf, which JSON cannot carry)
@@ -222,322 +247,157 @@ impl Detector {
         st.last_t = c.t;
         if let Some(m) = c.model {
             if st.model.as_deref() != Some(m) {
-                st.model = Some(m.to_string());
+                st.model = Some(m.into());
             }
         }
-        // landed, net of undone edits
-        let edit = edit_sig(c);
-        let mut landed = c.landed;
-        if landed {
-            if let Some(sig) = edit {
-                let inverse = EditSig {
-                    file: sig.file,
-                    old: sig.new,
-                    new: sig.old,
-                };
-                if st.undone.contains(&sig) {
-                    landed = false;
-                } else if let Some(e) = st
-                    .landed_edits
-                    .contains_key(&inverse)
-                    .then(|| {
-                        st.window
-                            .iter_mut()
-                            .rev()
-                            .find(|e| e.landed && e.edit == Some(inverse))
-                    })
-                    .flatten()
-                {
-                    e.landed = false;
-                    dec_sig(&mut st.landed_edits, inverse);
-                    st.own_landed -= 1;
-                    st.undone.insert(sig);
-                    st.undone.insert(inverse);
-                    if st.undone.len() > cum_cap {
-                        st.undone.clear();
-                    }
-                    if let Some(pos) = st.landings.iter().rposition(|_| true) {
-                        st.landings.remove(pos);
-                    }
-                    landed = false;
-                }
-            }
-        }
-        // the window
-        let file = match (c.tool, c.file_lines) {
-            ("read", Some(n)) if n > 0 => {
-                let path = c.args.get("filePath").and_then(Value::as_str).unwrap_or("");
-                Some((
-                    target::hash_str(path),
-                    target::lines_requested(c.args, n).min(u32::MAX as i64) as u32,
-                ))
-            }
-            _ => None,
-        };
-        if st.window.len() == window {
-            let old = st.window.pop_front().unwrap();
-            let k0 = st.ex.pop_front().unwrap();
-            if !st.ex.contains(&k0) {
-                st.distinct -= 1;
-            }
-            let t0 = st.tg.pop_front().unwrap();
-            // its count went from cnt to cnt - 1
-            let cnt = st.tg.iter().filter(|&&t| t == t0).count() + 1;
-            st.count_hist[cnt] -= 1;
-            st.count_hist[cnt - 1] += 1;
-            if st.top as usize == cnt && st.count_hist[cnt] == 0 {
-                st.top -= 1;
-            }
-            if cnt == 1 {
-                st.tdesc.remove(&t0);
-            }
-            if old.landed {
-                if let Some(sig) = old.edit {
-                    dec_sig(&mut st.landed_edits, sig);
-                }
-            }
-            if let Some((fh, n)) = old.file {
-                if let Some(f) = st.files.get_mut(&fh) {
-                    f.0 -= n as i64;
-                    if f.0 <= 0 {
-                        st.files.remove(&fh);
-                    }
-                }
-            }
-            if old.landed {
-                st.own_landed -= 1;
-            }
-        }
-        if !st.ex.contains(&keys.exact) {
-            st.distinct += 1;
-        }
-        st.ex.push_back(keys.exact);
-        let dir = st.meta.as_ref().and_then(|m| m.directory.as_deref());
-        let cnt = st.tg.iter().filter(|&&t| t == keys.target).count() + 1;
-        st.tg.push_back(keys.target);
-        if st.count_hist.len() <= cnt {
-            st.count_hist.resize(cnt + 1, 0);
-        }
-        st.count_hist[cnt - 1] = st.count_hist[cnt - 1].saturating_sub(1);
-        st.count_hist[cnt] += 1;
-        st.top = st.top.max(cnt as u32);
-        // described only once worked twice: a target seen once is nobody's top target
-        if cnt == 2 && !st.tdesc.contains_key(&keys.target) {
-            st.tdesc
-                .insert(keys.target, target::describe(c.tool, c.args, dir));
-        }
-        if let (Some((fh, n)), Some(total)) = (file, c.file_lines) {
-            let e = st.files.entry(fh).or_insert_with(|| {
-                let p = c.args.get("filePath").and_then(Value::as_str).unwrap_or("");
-                let shown = match dir {
-                    Some(d) => p
-                        .strip_prefix(d)
-                        .map(|r| r.trim_start_matches('/'))
-                        .unwrap_or(p),
-                    None => p,
-                };
-                (0, total, shown.to_string())
-            });
-            e.0 += n as i64;
-            e.1 = total;
-        }
-        if landed {
-            st.own_landed += 1;
-            if let Some(sig) = edit {
-                *st.landed_edits.entry(sig).or_insert(0) += 1;
-            }
-            st.landings.push((st.calls, st.cost));
-            if st.landings.len() > 64 {
-                st.landings.drain(..32);
-            }
-            st.cum.clear();
-            st.cdesc.clear();
-            st.cum_max = (0, 0);
-        } else {
-            if st.cum.len() >= cum_cap && !st.cum.contains_key(&keys.exact) {
-                st.cum.retain(|_, v| *v > 1);
-                if st.cum.len() >= cum_cap {
-                    st.cum.clear();
-                    st.cum_max = (0, 0);
-                }
-                let cum = &st.cum;
-                st.cdesc.retain(|k, _| cum.contains_key(k));
-            }
-            let e = st.cum.entry(keys.exact).or_insert(0);
-            *e += 1;
-            let n = *e;
-            if n == 2 {
-                st.cdesc
-                    .insert(keys.exact, target::describe(c.tool, c.args, dir));
-            }
-            if n > st.cum_max.0 {
-                st.cum_max = (n, keys.exact);
-            }
-        }
-        st.window.push_back(Entry {
-            file,
-            landed,
-            edit,
+        let at = CallRef {
+            index: st.calls,
             t: c.t,
-        });
-        if landed {
-            st.tree_landed_t = Some(st.tree_landed_t.map_or(c.t, |x| x.max(c.t)));
-            if let Some(p) = self.parent_of(c.session) {
-                self.propagate_landing(&p, c.t);
-            }
+            id: String::new(),
+        };
+        let landed = st.progress.land(
+            c.landed,
+            edit_sig(c),
+            &CallRef {
+                id: c.id.to_string(),
+                ..at
+            },
+            st.cost,
+        );
+        let keys = target::keys(c.tool, c.args);
+        let dir = st.meta.as_ref().and_then(|m| m.directory.as_deref());
+        let obs = Obs {
+            index: st.calls,
+            t: c.t,
+            id: c.id,
+            tool: c.tool,
+            args: c.args,
+            exact: keys.exact,
+            target: keys.target,
+            read: match (c.tool, c.file_lines) {
+                ("read", Some(n)) if n > 0 => Some(Read {
+                    file: target::hash_str(
+                        c.args.get("filePath").and_then(Value::as_str).unwrap_or(""),
+                    ),
+                    lines: target::lines_requested(c.args, n).min(u32::MAX as i64) as u32,
+                    total: n.min(u32::MAX as i64) as u32,
+                }),
+                _ => None,
+            },
+            out: c.out.map(target::hash_str),
+            failed: c.status == "error" || c.exit.is_some_and(|e| e != 0),
+            dir,
+        };
+        if st.digest.len() == DIGEST_CALLS {
+            st.digest.pop_front();
         }
-        let st = &self.sessions[si];
-        let ro = self.is_read_only(st);
-        let flagged = self.flagged(st);
-        let st = &mut self.sessions[si];
-        st.read_only = Some(ro);
+        st.digest.push_back(digest_line(&obs, c.exit));
+        if landed {
+            st.landed();
+        } else {
+            if st.region.len() >= cfg.window {
+                if let Some((exact, target, e)) = st.region.pop() {
+                    let cx = Cx {
+                        region: &st.region,
+                        calls: st.calls,
+                        read_only: st.read_only,
+                        cfg,
+                    };
+                    st.signals.left(exact, target, &e, &cx);
+                }
+            }
+            st.region.push(&obs);
+            let cx = Cx {
+                region: &st.region,
+                calls: st.calls,
+                read_only: st.read_only,
+                cfg,
+            };
+            st.signals.call(&obs, &cx);
+        }
+        let flagged = st.signals.firing(&st.cx(cfg));
         let changed = flagged != st.flagged;
         st.flagged = flagged;
+        if flagged && st.loop_start.is_none() {
+            st.loop_start = st.evidence(cfg).loop_start;
+        }
         if flagged && st.first_flag.is_none() {
             st.first_flag = Some(CallRef {
-                index: st.calls,
-                t: c.t,
                 id: c.id.to_string(),
+                ..at
             });
+            st.first_case = Some(st.evidence(cfg));
+        }
+        if landed {
+            self.credit_ancestors(c.session, c.t);
         }
         changed
-    }
-
-    fn landed_in_window(st: &Sess) -> bool {
-        st.own_landed > 0
-            || match (st.desc_landed_t, st.window.front()) {
-                (Some(t), Some(first)) => t >= first.t,
-                (Some(_), None) => true,
-                _ => false,
-            }
-    }
-
-    /// The flag decision alone, cheap enough for every call.
-    fn flagged(&self, st: &Sess) -> bool {
-        let n = st.window.len().max(1);
-        let dup = (st.window.len() - st.distinct as usize) as f64 / n as f64;
-        let top = st.top;
-        let slow = st.cum_max.0;
-        let coverage = st
-            .files
-            .values()
-            .map(|(lines, total, _)| *lines as f64 / (*total).max(1) as f64)
-            .fold(0.0, f64::max);
-        self.reasons(st, dup, top, slow, coverage) != 0
-    }
-
-    /// Applies the rules to a session's current window, with the signals that decided.
-    fn judge(&self, st: &Sess) -> (bool, Vec<Signal>, Signals) {
-        let n = st.window.len().max(1);
-        let dup = (st.window.len() - st.distinct as usize) as f64 / n as f64;
-        // (count, last position) per target; ties go to the latest
-        let mut counts: IdMap<(u32, usize)> = IdMap::default();
-        for (i, t) in st.tg.iter().enumerate() {
-            let e = counts.entry(*t).or_insert((0, 0));
-            e.0 += 1;
-            e.1 = i;
-        }
-        let (top, top_target) = counts
-            .iter()
-            .max_by_key(|(_, v)| **v)
-            .map(|(k, v)| (v.0, st.tdesc.get(k).cloned()))
-            .unwrap_or((0, None));
-        let (slow, slow_call) = match st.cum.get(&st.cum_max.1) {
-            Some(&n) if st.cum_max.0 > 0 => (n, st.cdesc.get(&st.cum_max.1).cloned()),
-            _ => (0, None),
-        };
-        let (coverage, coverage_file) = st
-            .files
-            .values()
-            .map(|(lines, total, name)| (*lines as f64 / (*total).max(1) as f64, name))
-            .max_by(|a, b| a.0.total_cmp(&b.0))
-            .map(|(c, f)| (c, Some(f.clone())))
-            .unwrap_or((0.0, None));
-        let bits = self.reasons(st, dup, top, slow, coverage);
-        let reasons: Vec<Signal> = Signal::ALL
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| bits & (1 << i) != 0)
-            .map(|(_, r)| *r)
-            .collect();
-        let mut signals = Signals::default();
-        signals.set(Signal::Dup, round3(dup), None);
-        signals.set(Signal::Top, top as f64, top_target);
-        signals.set(Signal::Slow, slow as f64, slow_call);
-        signals.set(Signal::Coverage, round3(coverage), coverage_file);
-        (!reasons.is_empty(), reasons, signals)
-    }
-
-    /// The rules, as a bit set over [`Signal::ALL`] (no allocation: this runs at every call).
-    fn reasons(&self, st: &Sess, dup: f64, top: u32, slow: u32, coverage: f64) -> u8 {
-        let cfg = &self.cfg;
-        let big = st.calls >= cfg.min_calls as u64;
-        let mut r = 0u8;
-        let mut set = |i: usize, on: bool| {
-            if on {
-                r |= 1 << i;
-            }
-        };
-        if self.is_read_only(st) {
-            set(1, top >= cfg.top_min_ro as u32);
-            set(2, slow >= cfg.cum_min as u32);
-            set(3, big && coverage > cfg.cover_min);
-        } else if !Self::landed_in_window(st) {
-            set(0, big && dup >= cfg.dup_min);
-            set(1, top >= cfg.top_min as u32);
-            set(2, slow >= cfg.cum_min as u32);
-            set(3, big && coverage > cfg.cover_min);
-            set(
-                4,
-                !big && top < cfg.top_min as u32
-                    && top >= cfg.short_top_min as u32
-                    && top as f64 / st.calls as f64 >= cfg.short_share_min,
-            );
-        }
-        r
     }
 
     /// The verdict on one session now.
     pub fn verdict(&self, id: &str) -> Option<Verdict> {
         let st = self.get(id)?;
-        let (flagged, reasons, signals) = self.judge(st);
+        let cfg = &self.cfg;
+        let cx = st.cx(cfg);
+        let reasons = st.signals.reasons(&cx);
+        let flagged = !reasons.is_empty();
         let meta = st.meta.as_ref();
-        let (calls_since, cost_since) = match st.landings.last() {
-            Some(&(i, c)) => (st.calls - i, st.cost - c),
+        let (calls_since, cost_since) = match st.progress.last_at() {
+            Some((i, c)) => (st.calls - i, st.cost - c),
             None => (st.calls, st.cost),
         };
+        let window = cfg.window as u64;
+        let landed_in_window = calls_since < window.min(st.calls + 1)
+            && st.progress.last_at().is_some()
+            || st
+                .progress
+                .descendant
+                .is_some_and(|(_, at)| st.calls - at < window);
         let expect = meta.and_then(|m| m.expect);
+        let first = st.first_flag.as_ref();
         let ok = expect.map(|e| match e {
             Expect::Flag => {
                 flagged
-                    && match (meta.and_then(|m| m.flag_after), &st.first_flag) {
-                        (Some(after), Some(f)) => f.t >= after,
-                        _ => true,
-                    }
+                    && first.is_some_and(|f| {
+                        meta.and_then(|m| m.flag_after).map_or(true, |a| a <= f.t)
+                            && meta.and_then(|m| m.flag_by).map_or(true, |by| f.t <= by)
+                    })
             }
-            Expect::NoFlag => st.first_flag.is_none(),
+            Expect::NoFlag => first.is_none(),
         });
+        let evidence = if flagged {
+            Some(st.evidence(cfg))
+        } else {
+            st.first_case.clone()
+        };
         Some(Verdict {
             session: id.to_string(),
             root: self.root_of(id),
             parent: meta.and_then(|m| m.parent.clone()),
             agent: meta.and_then(|m| m.agent.clone()),
             title: meta.and_then(|m| m.title.clone()),
-            read_only: self.is_read_only(st),
+            read_only: st.read_only,
             calls: st.calls,
             flagged,
             reasons,
-            signals,
-            landed_in_window: Self::landed_in_window(st),
+            signals: st.signals.signals(&cx),
+            landed_in_window,
             calls_since_landed: calls_since,
             cost_since_landed: round6(cost_since),
             first_flag: st.first_flag.clone(),
             model: st
                 .model
-                .clone()
+                .as_deref()
+                .map(String::from)
                 .or_else(|| meta.and_then(|m| m.model.clone())),
             t: (st.calls > 0).then_some(st.last_t),
             source: meta.and_then(|m| m.source.clone()),
+            evidence,
+            digest: if flagged {
+                st.digest.iter().map(|d| d.to_string()).collect()
+            } else {
+                Vec::new()
+            },
             expect,
             ok,
             ..Verdict::default()
@@ -559,13 +419,15 @@ impl Detector {
     }
 }
 
-fn dec_sig(m: &mut HashMap<EditSig, u32>, k: EditSig) {
-    if let Some(v) = m.get_mut(&k) {
-        *v -= 1;
-        if *v == 0 {
-            m.remove(&k);
-        }
+/// One digest line: what the call worked on and how it ended, never content.
+fn digest_line(c: &Obs, exit: Option<i64>) -> Box<str> {
+    let mut s = target::describe(c.tool, c.args, c.dir);
+    if let Some(e) = exit {
+        s += &format!(" [exit {e}]");
+    } else if c.failed {
+        s += " [error]";
     }
+    s.into_boxed_str()
 }
 
 fn edit_sig(c: &CallIn) -> Option<EditSig> {
@@ -588,6 +450,7 @@ fn edit_sig(c: &CallIn) -> Option<EditSig> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::Signal;
     use serde_json::json;
 
     struct Feed {
@@ -619,37 +482,17 @@ mod tests {
                 t: self.n * 1000,
                 tool,
                 args: &a,
+                status: "completed",
                 landed,
+                exit: None,
                 file_lines: lines,
                 model: Some("p/m"),
                 cost: Some(0.01),
+                out: None,
             });
         }
         fn v(&self, s: &str) -> Verdict {
             self.d.verdict(s).unwrap()
-        }
-    }
-
-    #[test]
-    fn the_kept_top_count_always_equals_a_recount() {
-        let mut f = Feed::new();
-        f.session("s", None, "build");
-        let mut x: u64 = 7;
-        for _ in 0..2000 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let file = format!("/f{}", (x >> 33) % 9);
-            f.call("s", "read", json!({ "filePath": file }), false, Some(100));
-            let st = f.d.get("s").unwrap();
-            let mut counts = std::collections::HashMap::new();
-            for t in &st.tg {
-                *counts.entry(*t).or_insert(0u32) += 1;
-            }
-            let recount = counts.values().copied().max().unwrap_or(0);
-            let distinct = st.ex.iter().collect::<std::collections::HashSet<_>>().len();
-            assert_eq!(st.distinct as usize, distinct);
-            assert_eq!(st.top, recount);
         }
     }
 
@@ -670,9 +513,14 @@ mod tests {
         }
         let v = f.v("s");
         assert!(v.flagged);
-        assert_eq!(v.reasons, [Signal::Top]);
-        // the short-loop rule fired first: 8 repeats in 10 calls
-        assert_eq!(v.first_flag.unwrap().index, 10);
+        assert_eq!(v.reasons, [Signal::Top, Signal::Run]);
+        // the run fired first: the 5th identical call in a row
+        assert_eq!(v.first_flag.unwrap().index, 7);
+        let e = v.evidence.unwrap();
+        assert_eq!(e.loop_start.unwrap().index, 3);
+        assert_eq!(e.calls.len(), 12);
+        assert_eq!(v.digest.len(), 12);
+        assert_eq!(v.digest[11], "bash python3 check.py");
     }
 
     #[test]
@@ -748,31 +596,81 @@ mod tests {
     }
 
     #[test]
-    fn coverage_exactly_at_the_bound_does_not_flag() {
-        // regression for the old >= comparison: 4.0x is the boundary, not a flag
+    fn a_loop_after_real_work_is_judged_from_its_first_call() {
         let mut f = Feed::new();
-        f.session("s", None, "plan");
-        for i in 0..40 {
-            let off = 1 + i * 2;
+        f.session("s", None, "build");
+        for i in 0..15 {
             f.call(
                 "s",
                 "read",
-                json!({"filePath": "/spec.md", "offset": off, "limit": 10}),
+                json!({"filePath": "/n.js", "offset": i * 5 + 1, "limit": 5}),
                 false,
-                Some(100),
+                Some(300),
+            );
+            let e = json!({"filePath": "/n.js", "oldString": format!("sha1:{i}"), "newString": format!("sha1:{i}x")});
+            f.call("s", "edit", e, true, None);
+            f.call("s", "bash", json!({"command": "node -e 1"}), false, None);
+        }
+        assert!(f.v("s").first_flag.is_none());
+        for _ in 0..3 {
+            f.call(
+                "s",
+                "read",
+                json!({"filePath": "/n.js", "offset": 281, "limit": 20}),
+                false,
+                Some(300),
+            );
+            f.call(
+                "s",
+                "grep",
+                json!({"pattern": "exports", "path": "/"}),
+                false,
+                None,
+            );
+            f.call(
+                "s",
+                "read",
+                json!({"filePath": "/n.js", "offset": 1, "limit": 10}),
+                false,
+                Some(300),
+            );
+            f.call(
+                "s",
+                "grep",
+                json!({"pattern": "navItem58", "path": "/"}),
+                false,
+                None,
             );
         }
         let v = f.v("s");
-        assert_eq!(v.signals.value(Signal::Coverage), 4.0);
-        assert!(!v.flagged, "{v:?}");
-        f.call(
-            "s",
-            "read",
-            json!({"filePath": "/spec.md", "offset": 90, "limit": 10}),
-            false,
-            Some(100),
-        );
-        let v = f.v("s");
-        assert_eq!(v.reasons, [Signal::Coverage]);
+        assert_eq!(v.reasons, [Signal::Cycle]);
+        let e = v.evidence.unwrap();
+        assert_eq!(e.loop_start.unwrap().index, 46);
+        assert_eq!(e.last_landed.unwrap().index, 44);
+        // two rounds of four: the 8th call of the loop
+        assert_eq!(v.first_flag.unwrap().index, 53);
+        assert_eq!(v.calls_since_landed, 13);
+    }
+
+    #[test]
+    fn a_stream_fed_twice_gives_the_same_verdicts() {
+        let mut once = Feed::new();
+        let mut twice = Feed::new();
+        for f in [&mut once, &mut twice] {
+            f.session("s", None, "build");
+        }
+        let feed = |f: &mut Feed| {
+            f.n = 0;
+            for i in 0..40 {
+                let cmd = format!("cat f{}.py", i % 7);
+                f.call("s", "bash", json!({ "command": cmd }), i % 9 == 0, None);
+            }
+        };
+        feed(&mut once);
+        feed(&mut twice);
+        feed(&mut twice);
+        assert_eq!(twice.d.repeated, 40);
+        assert_eq!(once.v("s"), twice.v("s"));
+        assert_eq!(twice.v("s").calls, 40);
     }
 }

@@ -23,7 +23,22 @@ fn backtest_every_label_holds() {
         .args(["--check", &fixture()])
         .run();
     r.ok();
-    assert_eq!(r.stdout(), "backtest: 18/18 labels hold\n");
+    let out = r.stdout();
+    // per session: where its loop started and where it was first flagged
+    assert!(
+        out.contains("ok   ses_dcf2addb3ffeWOz81LrTeUCnRB \"navbar worker: exports\": expect flag got flag: loop from call 42, first flag at call 49 (call 8 of the loop)\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ok   ses_dcf27e1f5ffeiON4Bn8DHLl71L \"calc, test first\": expect no_flag got no_flag\n"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with(
+            "first flag over 14 loops: median call 6 of the loop (from 5 to 21)\nbacktest: 23/23 labels hold\n"
+        ),
+        "{out}"
+    );
 }
 
 #[test]
@@ -53,7 +68,7 @@ fn backtest_fails_with_exit_1_naming_the_broken_label() {
         out.contains("\"item 5 worker\": expect flag got no_flag"),
         "{out}"
     );
-    assert!(out.ends_with("backtest: 17/18 labels hold\n"), "{out}");
+    assert!(out.ends_with("backtest: 22/23 labels hold\n"), "{out}");
 }
 
 #[test]
@@ -70,7 +85,11 @@ fn verdicts_name_signals_targets_and_the_first_flag_point() {
     assert_eq!(nav["signals"]["slow_call"], "read src/navbar.js");
     assert_eq!(nav["landed_in_window"], false);
     assert_eq!(nav["calls_since_landed"], 70);
-    assert_eq!(nav["first_flag"]["index"], 13);
+    assert_eq!(nav["first_flag"]["index"], 6);
+    assert_eq!(nav["evidence"]["loop_start"]["index"], 1);
+    assert_eq!(nav["evidence"]["last_landed"], Value::Null);
+    assert_eq!(nav["evidence"]["calls"].as_array().unwrap().len(), 12);
+    assert_eq!(nav["digest"].as_array().unwrap().len(), 12);
     assert_eq!(nav["root"], nav["session"]);
     assert_eq!(nav["model"], "sim/sim-model");
     assert_eq!(nav["ok"], true);
@@ -86,9 +105,13 @@ fn verdicts_name_signals_targets_and_the_first_flag_point() {
     assert_eq!(deleted["signals"]["top"], 12);
     assert_eq!(deleted["signals"]["top_target"], "glob docs/*old*");
     assert_eq!(deleted["signals"]["slow_call"], "read docs/old_api.md");
-    // the planner is caught by coverage alone, through shifting offsets
+    // the planner is caught by coverage and circling, through shifting offsets
     let planner = verdict_titled(&vs, "planner: navbar spec");
-    assert_eq!(planner["reasons"], serde_json::json!(["coverage"]));
+    assert_eq!(
+        planner["reasons"],
+        serde_json::json!(["coverage", "circling"])
+    );
+    assert_eq!(planner["first_flag"]["index"], 12);
     assert_eq!(planner["signals"]["coverage_file"], "docs/spec.md");
     assert_eq!(planner["signals"]["top"], 1);
     // Atlas works well for 63 calls and must not flag before its loop
@@ -101,6 +124,55 @@ fn verdicts_name_signals_targets_and_the_first_flag_point() {
     let flip = verdict_titled(&vs, "header comment worker");
     assert_eq!(flip["flagged"], true);
     assert_eq!(flip["landed_in_window"], false);
+    // a loop after a dozen landed edits and a commit: judged from the commit on
+    let work = verdict_titled(&vs, "navbar worker: exports");
+    assert_eq!(work["reasons"], serde_json::json!(["dup", "cycle"]));
+    assert_eq!(work["signals"]["cycle"], 4);
+    assert_eq!(work["evidence"]["last_landed"]["index"], 41);
+    assert_eq!(work["evidence"]["loop_start"]["index"], 42);
+    assert_eq!(work["first_flag"]["index"], 49);
+    // edits land, the check fails the same way: the 5th failure flags
+    let same = verdict_titled(&vs, "check.py comment fixer");
+    assert_eq!(same["reasons"], serde_json::json!(["same_failure"]));
+    assert_eq!(
+        same["signals"]["same_failure_call"],
+        "bash python3 tools/check.py"
+    );
+    assert_eq!(same["first_flag"]["index"], 11);
+    assert_eq!(same["landed_in_window"], true);
+    // its counter-case: the check's output changes every round and ends passing
+    let tdd = verdict_titled(&vs, "calc, test first");
+    assert_eq!(tdd["first_flag"], Value::Null);
+    let run = verdict_titled(&vs, "readme reader");
+    assert_eq!(run["reasons"], serde_json::json!(["run"]));
+    assert_eq!(run["first_flag"]["index"], 5);
+    let circling = verdict_titled(&vs, "guide reader");
+    assert_eq!(circling["reasons"], serde_json::json!(["circling"]));
+    assert_eq!(circling["signals"]["circling"], 3.0);
+    assert_eq!(circling["signals"]["circling_file"], "docs/guide.md");
+    assert_eq!(circling["first_flag"]["index"], 21);
+}
+
+#[test]
+fn a_stream_fed_twice_gives_the_same_verdicts() {
+    let home = Home::new();
+    let now = "1796200000000";
+    let once = home
+        .cmd("progress-detect")
+        .args(["--now", now, &fixture()])
+        .run();
+    once.ok();
+    let twice = home
+        .cmd("progress-detect")
+        .args(["--now", now, &fixture(), &fixture()])
+        .run();
+    twice.ok();
+    assert!(once.kind("verdict") == twice.kind("verdict"));
+    assert!(
+        twice.stderr().contains("call(s) seen before"),
+        "{}",
+        twice.stderr()
+    );
 }
 
 #[test]
@@ -163,10 +235,11 @@ fn every_emits_each_flag_transition_as_it_happens() {
     r.ok();
     let vs = r.kind("verdict");
     let flags: Vec<bool> = vs.iter().map(|v| v["flagged"].as_bool().unwrap()).collect();
-    // flagged at the 8th repeat, cleared by the landing write, then the final verdict
+    // flagged at the 5th repeat in a row, cleared by the landing write, then the final verdict
     assert_eq!(flags, [true, false, false]);
-    assert_eq!(vs[0]["first_flag"]["index"], 8);
-    assert_eq!(vs[0]["calls"], 8);
+    assert_eq!(vs[0]["first_flag"]["index"], 5);
+    assert_eq!(vs[0]["reasons"], serde_json::json!(["run"]));
+    assert_eq!(vs[0]["calls"], 5);
     assert_eq!(vs[1]["calls"], 11);
 }
 
@@ -193,16 +266,15 @@ fn thresholds_come_from_flags_and_the_config_file() {
     assert_eq!(printer["read_only"], true);
     let r = home
         .cmd("progress-detect")
-        .args([
-            "--check",
-            "--top-min",
-            "100",
-            "--top-min-ro",
-            "100",
-            &fixture(),
-        ])
+        .args(["--check", "--run-min", "100", &fixture()])
         .run();
     r.expect_code(1);
+    assert!(
+        r.stdout()
+            .contains("\"readme reader\": expect flag got no_flag"),
+        "{}",
+        r.stdout()
+    );
 }
 
 #[test]
@@ -220,9 +292,10 @@ fn the_real_pipeline_flags_a_real_short_loop() {
     let v = &r.kind("verdict")[0];
     assert_eq!(v["session"], ran.id.as_str());
     assert_eq!(v["flagged"], true);
-    assert_eq!(v["reasons"], serde_json::json!(["short_loop"]));
+    assert_eq!(v["reasons"], serde_json::json!(["short_loop", "run"]));
     assert_eq!(v["calls"], 8);
-    assert_eq!(v["first_flag"]["index"], 8);
+    assert_eq!(v["first_flag"]["index"], 5);
+    assert_eq!(v["evidence"]["loop_start"]["index"], 1);
     assert_eq!(v["signals"]["top_target"], "read docs/spec.md");
     assert_eq!(v["signals"]["coverage"], 8.0);
 }

@@ -18,6 +18,8 @@ struct Labelled {
     expect: &'static str,
     /// The label `flag_after` is the start of call number N (0-based) of the labelled session.
     flag_after_call: Option<usize>,
+    /// The label `flag_by` is the start of call number N (0-based): flagged at that call or before.
+    flag_by_call: Option<usize>,
 }
 
 const fn l(script: &'static str, title: &'static str, expect: &'static str) -> Labelled {
@@ -30,6 +32,7 @@ const fn l(script: &'static str, title: &'static str, expect: &'static str) -> L
         label_child: false,
         expect,
         flag_after_call: None,
+        flag_by_call: None,
     }
 }
 
@@ -81,6 +84,25 @@ fn scenarios() -> Vec<Labelled> {
         l("fx_flipflop", "header comment worker", "flag"),
         l("fx_short_loop", "check fixer", "flag"),
         l("fx_short_healthy", "stats demo", "no_flag"),
+        // detector v2 (issue 12)
+        Labelled {
+            flag_after_call: Some(41),
+            flag_by_call: Some(41 + 14),
+            ..l("fx_work_then_loop", "navbar worker: exports", "flag")
+        },
+        Labelled {
+            flag_by_call: Some(5),
+            ..l("fx_identical_run", "readme reader", "flag")
+        },
+        Labelled {
+            flag_by_call: Some(12),
+            ..l("fx_edit_same_failure", "check.py comment fixer", "flag")
+        },
+        l("fx_tdd_passes", "calc, test first", "no_flag"),
+        Labelled {
+            flag_by_call: Some(20),
+            ..l("fx_circling", "guide reader", "flag")
+        },
     ]
 }
 
@@ -126,6 +148,9 @@ fn regenerate_fixtures() {
                 rec["expect"] = json!(sc.expect);
                 if let Some(n) = sc.flag_after_call {
                     rec["flag_after"] = calls_of_labelled[n]["t"].clone();
+                }
+                if let Some(n) = sc.flag_by_call {
+                    rec["flag_by"] = calls_of_labelled[n]["t"].clone();
                 }
             }
             lines.push(serde_json::to_string(&rec).unwrap());

@@ -56,8 +56,8 @@ fn tick_passes_the_stream_through_and_records_it() {
     assert_eq!(tick["kind"], "tick");
     assert_eq!(tick["id"], 1);
     assert_eq!(tick["outcome"], "flagged");
-    assert_eq!(tick["sessions"], 22);
-    assert_eq!(tick["flagged"], 10);
+    assert_eq!(tick["sessions"], 27);
+    assert_eq!(tick["flagged"], 14);
     let r = home
         .cmd("wd-store")
         .args(["--db", &db(&home), "last-tick"])
@@ -70,8 +70,8 @@ fn tick_passes_the_stream_through_and_records_it() {
     let st = &r.kind("status")[0];
     assert_eq!(st["last_tick"], 1796000000000i64);
     assert_eq!(st["outcome"], "flagged");
-    assert_eq!(st["verdicts"], 22);
-    assert_eq!(st["flagged"], 10);
+    assert_eq!(st["verdicts"], 27);
+    assert_eq!(st["flagged"], 14);
     assert_eq!(st["open_alerts"], 0);
     let r = home
         .cmd("wd-store")
@@ -87,13 +87,16 @@ fn tick_passes_the_stream_through_and_records_it() {
         ])
         .run();
     let rows = r.kind("verdict_row");
-    assert_eq!(rows.len(), 10);
+    assert_eq!(rows.len(), 14);
     let nav = rows
         .iter()
         .find(|v| v["signals"]["top_target"] == "read src/navbar.js")
         .unwrap();
-    assert_eq!(nav["reasons"], "dup,top,slow,coverage");
-    assert_eq!(nav["first_flag_index"], 13);
+    assert_eq!(nav["reasons"], "dup,top,slow,coverage,circling");
+    assert_eq!(nav["first_flag_index"], 6);
+    assert_eq!(nav["loop_start_index"], 1);
+    assert_eq!(nav["evidence"]["calls"].as_array().unwrap().len(), 12);
+    assert_eq!(nav["digest"].as_array().unwrap().len(), 12);
     assert_eq!(nav["model"], "sim/sim-model");
 }
 

@@ -298,6 +298,65 @@ SCRIPTS["fx_short_healthy"] = [
     t("bash", command="git add -A && git commit -q -m 'stats demo comment'"), {"text": "Done."}]
 
 
+# ---- detector v2 (issue 12): the shapes the seed rules missed ---------------------------------
+
+# must flag, within 15 calls of the loop's start and never before it: a worker lands a dozen edits
+# and a commit over 45 calls, then cycles reads and greps of one file with no edit
+work = []
+for i in range(46, 58):
+    work += [t("read", filePath=NAV, offset=5 * i - 4, limit=5),
+             edit(NAV, f"  el.textContent = label + ' #{i}';\n  el.href = href;\n}}",
+                  f"  el.textContent = label + ' #{i}';\n  el.href = href;\n  return el;\n}}"),
+             t("bash", command="node -e \"require('./src/navbar.js')\"")]
+    if i % 3 == 0:
+        work.append(t("grep", pattern=f"navItem{i}\\b", include="*.js"))
+work.append(t("bash", command="git add -A && git commit -q -m 'navItems 46-57 return el'"))
+SCRIPTS["fx_work_then_loop"] = work + [s for _ in range(10) for s in (
+    t("read", filePath=NAV, offset=281, limit=20),
+    t("grep", pattern="module.exports", path="{ROOT}/src"),
+    t("read", filePath=NAV, offset=1, limit=10),
+    t("grep", pattern="navItem58\\b", path="{ROOT}/src"),
+)] + [{"text": "navItem58 is still not exported the way I expect."}]
+
+# must flag by the 6th call: the same file read six times in a row, nothing else
+SCRIPTS["fx_identical_run"] = [t("read", filePath="{ROOT}/README.md") for _ in range(6)] + [
+    {"text": "Read the README."}]
+
+# must flag by the 6th round: edits land (a comment each time), the same check fails the same way
+SCRIPTS["fx_edit_same_failure"] = [t("read", filePath="{ROOT}/tools/check.py")] + [s for r in range(1, 8) for s in (
+    edit("{ROOT}/tools/check.py", "import sys" + ("  # try %d" % (r - 1) if r > 1 else ""),
+         "import sys  # try %d" % r),
+    t("bash", command="python3 tools/check.py"),
+)] + [{"text": "check.py still finds 3 problems."}]
+
+# must not flag: test-driven work whose check output changes every round and ends passing
+CALC = "{ROOT}/tools/calc.py"
+SCRIPTS["fx_tdd_passes"] = [
+    t("write", filePath=CALC, content="def add(a, b):\n    return None\n\n\ndef sub(a, b):\n    return None\n\n\n"
+                                      "def mul(a, b):\n    return None\n\n\ndef div(a, b):\n    return None\n"),
+    t("write", filePath="{ROOT}/tools/test_calc.py", content=(
+        "import sys\nimport calc\n\ncases = [('add', calc.add(2, 3), 5), ('sub', calc.sub(5, 3), 2),\n"
+        "         ('mul', calc.mul(2, 3), 6), ('div', calc.div(6, 3), 2)]\n"
+        "bad = [n for n, got, want in cases if got != want]\n"
+        "print('failing:', ' '.join(bad) if bad else 'none')\nsys.exit(1 if bad else 0)\n")),
+    t("bash", command="cd tools && python3 test_calc.py"),
+] + [s for name, op in (("add", "a + b"), ("sub", "a - b"), ("mul", "a * b"), ("div", "a / b")) for s in (
+    t("read", filePath=CALC),
+    edit(CALC, f"def {name}(a, b):\n    return None", f"def {name}(a, b):\n    return {op}"),
+    t("bash", command="cd tools && python3 test_calc.py"),
+)] + [t("bash", command="git add -A && git commit -q -m 'calc: four operations, tested'"),
+      {"text": "All four operations pass their tests."}]
+
+# must flag on the third full pass: one 300-line file paged through shifting windows three times
+# (7 + 6 + 8 reads), nothing edited
+GUIDE = "{ROOT}/docs/guide.md"
+SCRIPTS["fx_circling"] = (
+    [t("read", filePath=GUIDE, offset=1 + 43 * i, limit=43) for i in range(7)]
+    + [t("read", filePath=GUIDE, offset=1 + 50 * i, limit=50) for i in range(6)]
+    + [t("read", filePath=GUIDE, offset=1 + 40 * i, limit=40) for i in range(8)]
+    + [{"text": "Read the guide three times over."}])
+
+
 # ---- the project ------------------------------------------------------------------------------
 
 def make_project(proj):
@@ -324,6 +383,9 @@ def make_project(proj):
     spec = ["# Navbar spec", ""] + [f"{i}. The navbar requirement number {i} holds." for i in range(1, 49)]
     open(f"{proj}/docs/spec.md", "w").write("\n".join(spec) + "\n")
     open(f"{proj}/docs/old_api.md", "w").write("# Old API\n\nGone soon.\n")
+    # 300 lines that no scenario edits, for the circling session
+    guide = ["# Guide", ""] + [f"Guide line {i}: how the navbar is meant to be used." for i in range(3, 301)]
+    open(f"{proj}/docs/guide.md", "w").write("\n".join(guide) + "\n")
     disp = ["# dispatcher.py - routes requests", ""]
     for i in range(200):
         disp += [f"def route_{i}(req):", f"    \"\"\"Handle route {i}.\"\"\"", f"    return handle(req, {i})",

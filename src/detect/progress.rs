@@ -1,0 +1,97 @@
+//! Progress: which calls land a change, net of edits that undo each other. An edit that reverts
+//! an earlier landed edit cancels it (neither is progress), and redoing an undone edit lands
+//! nothing. A descendant session's landing counts for its ancestors.
+
+use crate::record::CallRef;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EditSig {
+    pub file: u32,
+    pub old: u32,
+    pub new: u32,
+}
+
+impl EditSig {
+    fn inverse(self) -> EditSig {
+        EditSig {
+            file: self.file,
+            old: self.new,
+            new: self.old,
+        }
+    }
+}
+
+/// Landed edits remembered for finding an undo, and undone edits for finding a redo.
+const EDITS: usize = 16;
+const UNDONE: usize = 64;
+const LANDINGS: usize = 16;
+
+struct Landing {
+    index: u64,
+    t: i64,
+    id: Box<str>,
+    /// The session's cost total at that point.
+    cost: f64,
+}
+
+#[derive(Default)]
+pub struct Progress {
+    /// Effective landings, latest last (bounded).
+    landings: Vec<Landing>,
+    /// Effective landed edits: (signature, call index).
+    edits: Vec<(EditSig, u64)>,
+    undone: Vec<EditSig>,
+    /// A descendant's latest landing: (its time, this session's call count then).
+    pub descendant: Option<(i64, u64)>,
+}
+
+impl Progress {
+    /// Whether a call that says it landed really is progress; records it if so.
+    pub fn land(&mut self, landed: bool, edit: Option<EditSig>, at: &CallRef, cost: f64) -> bool {
+        if !landed {
+            return false;
+        }
+        if let Some(sig) = edit {
+            if self.undone.contains(&sig) {
+                return false;
+            }
+            if let Some(i) = self.edits.iter().rposition(|(e, _)| *e == sig.inverse()) {
+                let (_, index) = self.edits.remove(i);
+                self.landings.retain(|l| l.index != index);
+                if self.undone.len() + 2 > UNDONE {
+                    self.undone.clear();
+                }
+                self.undone.extend([sig, sig.inverse()]);
+                return false;
+            }
+            if self.edits.len() == EDITS {
+                self.edits.remove(0);
+            }
+            self.edits.push((sig, at.index));
+        }
+        if self.landings.len() == LANDINGS {
+            self.landings.remove(0);
+        }
+        self.landings.push(Landing {
+            index: at.index,
+            t: at.t,
+            id: at.id.as_str().into(),
+            cost,
+        });
+        true
+    }
+
+    /// The last effective landing of the session itself.
+    pub fn last(&self) -> Option<CallRef> {
+        self.landings.last().map(|l| CallRef {
+            index: l.index,
+            t: l.t,
+            id: l.id.to_string(),
+        })
+    }
+
+    /// (call index, cost total) at the last effective landing.
+    pub fn last_at(&self) -> Option<(u64, f64)> {
+        self.landings.last().map(|l| (l.index, l.cost))
+    }
+}

@@ -1,0 +1,116 @@
+//! `circling`: one file paged through `circle_passes_min` full passes since the last landed
+//! change, in at least `circle_reads_min` reads, with nothing landed. Counted over the calls
+//! since the last landed change (not the window), with no minimum session length, so a session
+//! that only circles a file is seen on its third pass.
+
+use super::coverage::shown;
+use super::{round3, Case, Cx, Rule};
+use crate::detect::region::{Entry, Obs};
+use crate::detect::target::IdMap;
+use crate::record::{Reading, Signal};
+
+pub struct Circling;
+
+#[derive(Default)]
+pub struct File {
+    lines: u64,
+    total: u32,
+    reads: u32,
+    name: Box<str>,
+}
+
+#[derive(Default)]
+pub struct State {
+    files: IdMap<File>,
+}
+
+fn passes(f: &File) -> f64 {
+    f.lines as f64 / f.total.max(1) as f64
+}
+
+/// The file with the most passes: (passes, key).
+fn leader(st: &State) -> Option<(f64, u64)> {
+    st.files
+        .iter()
+        .map(|(k, f)| (passes(f), *k))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+}
+
+impl Rule for Circling {
+    const NAME: Signal = Signal::Circling;
+    const KEYS: &'static [&'static str] = &["circle_passes_min", "circle_reads_min"];
+    const ABOUT: &'static str =
+        "full passes over one file in many reads, since the last landed change";
+    const WHAT: Option<&'static str> = Some("circling_file");
+    const COUNT: bool = false;
+    type State = State;
+
+    fn call(st: &mut State, c: &Obs, _cx: &Cx) {
+        if let Some(r) = c.read {
+            let f = st.files.entry(r.file).or_insert_with(|| File {
+                name: shown(c),
+                ..File::default()
+            });
+            f.lines += r.lines as u64;
+            f.total = r.total;
+            f.reads += 1;
+        }
+    }
+    fn fires(st: &State, cx: &Cx) -> bool {
+        st.files.values().any(|f| {
+            f.reads >= cx.cfg.circle_reads_min as u32 && passes(f) >= cx.cfg.circle_passes_min
+        })
+    }
+    fn reading(st: &State, _cx: &Cx) -> Reading {
+        match leader(st) {
+            Some((p, k)) => Reading {
+                value: round3(p),
+                what: st.files.get(&k).map(|f| f.name.to_string()),
+            },
+            None => Reading::default(),
+        }
+    }
+    fn case(st: &State, cx: &Cx) -> Case {
+        let Some((_, k)) = leader(st) else {
+            return Case::default();
+        };
+        Case::of(
+            cx.region
+                .entries
+                .iter()
+                .filter(|e| e.read.is_some_and(|r| r.file == k))
+                .map(Entry::at)
+                .collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{read, Bench};
+    use super::*;
+
+    #[test]
+    fn the_third_paged_pass_fires_three_whole_reads_do_not() {
+        let mut b = Bench::<Circling>::default();
+        for i in 0..7 {
+            b.feed(read("/w/guide.md", 1 + 43 * i, 43, 300));
+        }
+        for i in 0..6 {
+            b.feed(read("/w/guide.md", 1 + 50 * i, 50, 300));
+        }
+        for i in 0..7 {
+            b.feed(read("/w/guide.md", 1 + 40 * i, 40, 300));
+        }
+        assert!(!b.fires(), "{}", b.reading().value);
+        b.feed(read("/w/guide.md", 281, 40, 300));
+        assert!(b.fires());
+        assert_eq!(b.reading().value, 3.0);
+        assert_eq!(b.case().calls.len(), 21);
+        let mut b = Bench::<Circling>::default();
+        for _ in 0..3 {
+            b.feed(read("/w/rst.py", 1, 2000, 300));
+        }
+        assert!(!b.fires());
+    }
+}

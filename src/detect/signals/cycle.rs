@@ -1,0 +1,158 @@
+//! `cycle`: a block of 2 to 8 different calls repeated back to back since the last landed change
+//! (read, failing edit, test; read, grep, grep, read; ...), for `cycle_calls_min` calls and at
+//! least two full rounds. Nothing landed, so a round repeats the last one exactly: its calls can
+//! only give the same answers. Known outputs that differ from the round before are polling and
+//! break the cycle; unknown outputs prove nothing either way.
+
+use super::{Case, Cx, Rule};
+use crate::detect::region::Obs;
+use crate::record::{Reading, Signal};
+use std::collections::VecDeque;
+
+pub struct Cycle;
+
+/// The longest block looked for.
+pub const PERIOD_MAX: usize = 8;
+
+#[derive(Default)]
+pub struct State {
+    /// The last `PERIOD_MAX` calls: (exact, output).
+    recent: VecDeque<(u64, Option<u64>)>,
+    /// Per period p: how many of the latest calls equal the call p before them.
+    matched: [u16; PERIOD_MAX + 1],
+    /// Call index of the latest call.
+    last: u64,
+}
+
+/// Calls a cycle of period p needs in all.
+fn needed(p: usize, cx: &Cx) -> usize {
+    cx.cfg.cycle_calls_min.max(2 * p)
+}
+
+/// The shortest period that is cycling: (period, calls in the cycle).
+fn cycling(st: &State, cx: &Cx) -> Option<(usize, usize)> {
+    (2..=PERIOD_MAX).find_map(|p| {
+        let calls = st.matched[p] as usize + p;
+        // a block of one call repeated is a run, not a cycle
+        let block = st.recent.range(st.recent.len().saturating_sub(p)..);
+        let varied = block.clone().any(|x| x.0 != st.recent.back().unwrap().0);
+        (st.matched[p] > 0 && calls >= needed(p, cx) && varied).then_some((p, calls))
+    })
+}
+
+impl Rule for Cycle {
+    const NAME: Signal = Signal::Cycle;
+    const KEYS: &'static [&'static str] = &["cycle_calls_min"];
+    const ABOUT: &'static str =
+        "a block of 2-8 calls repeated back to back, nothing landed, outputs unchanged";
+    type State = State;
+
+    fn call(st: &mut State, c: &Obs, _cx: &Cx) {
+        let n = st.recent.len();
+        for p in 2..=PERIOD_MAX {
+            let same = p <= n && {
+                let (k, out) = st.recent[n - p];
+                k == c.exact && !matches!((out, c.out), (Some(a), Some(b)) if a != b)
+            };
+            st.matched[p] = if same {
+                st.matched[p].saturating_add(1)
+            } else {
+                0
+            };
+        }
+        if n == PERIOD_MAX {
+            st.recent.pop_front();
+        }
+        st.recent.push_back((c.exact, c.out));
+        st.last = c.index;
+    }
+    fn fires(st: &State, cx: &Cx) -> bool {
+        cycling(st, cx).is_some()
+    }
+    fn reading(st: &State, cx: &Cx) -> Reading {
+        Reading {
+            value: cycling(st, cx).map_or(0.0, |(p, _)| p as f64),
+            what: None,
+        }
+    }
+    fn case(st: &State, cx: &Cx) -> Case {
+        match cycling(st, cx) {
+            Some((_, calls)) => Case::of(cx.region.calls_from(st.last + 1 - calls as u64)),
+            None => Case::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{c, Bench, C};
+    use super::*;
+    use serde_json::json;
+
+    fn a() -> C {
+        c("read", json!({"filePath": "/w/stats.py"}))
+    }
+    fn b() -> C {
+        c("bash", json!({"command": "python3 -c 'import stats'"}))
+    }
+    fn e() -> C {
+        c(
+            "edit",
+            json!({"filePath": "/w/stats.py", "oldString": "x", "newString": "y"}),
+        )
+    }
+
+    #[test]
+    fn two_rounds_of_three_fire_on_the_sixth_call() {
+        let mut s = Bench::<Cycle>::default();
+        s.feed(c("glob", json!({"pattern": "*"})));
+        for _ in 0..5 {
+            s.feed(a()).feed(e()).feed(b());
+        }
+        // the cycle begins at call 2; its 6th call is call 7
+        let mut s2 = Bench::<Cycle>::default();
+        s2.feed(c("glob", json!({"pattern": "*"})));
+        s2.feed(a()).feed(e()).feed(b()).feed(a()).feed(e());
+        assert!(!s2.fires());
+        s2.feed(b());
+        assert!(s2.fires());
+        assert_eq!(s2.reading().value, 3.0);
+        assert_eq!(s2.case().start.unwrap().index, 2);
+        assert!(s.fires());
+        assert_eq!(s.case().calls.len(), 15);
+    }
+
+    #[test]
+    fn alternating_pairs_need_three_rounds() {
+        let mut s = Bench::<Cycle>::default();
+        s.feed(a()).feed(b()).feed(a()).feed(b()).feed(a());
+        assert!(!s.fires());
+        s.feed(b());
+        assert!(s.fires());
+    }
+
+    #[test]
+    fn polling_whose_output_changes_and_landed_work_are_no_cycle() {
+        let mut s = Bench::<Cycle>::default();
+        for i in 0..6 {
+            s.feed(C {
+                out: Some(i),
+                ..b()
+            });
+            s.feed(c("bash", json!({"command": "sleep 5"})));
+        }
+        assert!(!s.fires());
+        let mut s = Bench::<Cycle>::default();
+        for _ in 0..6 {
+            s.feed(a()).feed(b()).land();
+        }
+        assert!(!s.fires());
+    }
+
+    #[test]
+    fn an_identical_run_is_left_to_run() {
+        let mut s = Bench::<Cycle>::default();
+        s.times(10, a);
+        assert!(!s.fires());
+    }
+}

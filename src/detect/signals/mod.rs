@@ -1,0 +1,321 @@
+//! The detector's signals, as data: each signal is one unit in its own file (its name, the config
+//! keys of its thresholds, a description, its incremental state and its tests), registered in the
+//! one list at the bottom of this file. The detector loops over the list; nothing else names a
+//! signal. Adding one: a file here, a line in [`registry!`], a variant in [`Signal`].
+//!
+//! A signal sees each call once ([`Rule::call`]), calls leaving the window ([`Rule::left`]) and
+//! landed changes ([`Rule::landed`]: by default the loop, if any, is over). It answers, as often
+//! as every call, whether it fires, what it reads, and which calls make its case.
+
+mod circling;
+mod coverage;
+mod cycle;
+mod dup;
+mod run;
+mod same_failure;
+mod short_loop;
+mod slow;
+mod top;
+
+use super::region::{Entry, Obs, Region};
+use crate::config::DetectorConfig;
+use crate::record::{CallRef, Reading, Signal, Signals};
+
+/// What a signal may look at besides its own state.
+pub struct Cx<'a> {
+    /// The calls since the last landed change (at most `window`).
+    pub region: &'a Region,
+    /// Calls of the session so far.
+    pub calls: u64,
+    /// An agent that never lands changes (explore, librarian, ...).
+    pub read_only: bool,
+    pub cfg: &'a DetectorConfig,
+}
+
+/// The calls that make a signal's case: where its loop started, and the repeats.
+#[derive(Default, Debug, Clone, PartialEq)]
+pub struct Case {
+    pub start: Option<CallRef>,
+    pub calls: Vec<CallRef>,
+}
+
+impl Case {
+    /// A case made of these calls, starting at the first.
+    pub fn of(calls: Vec<CallRef>) -> Case {
+        Case {
+            start: calls.first().cloned(),
+            calls,
+        }
+    }
+}
+
+/// One signal.
+pub trait Rule {
+    const NAME: Signal;
+    /// The `[detector]` keys of its thresholds.
+    const KEYS: &'static [&'static str];
+    /// One line for docs and `--help`.
+    const ABOUT: &'static str;
+    /// The key of its target in the flat `signals` object, if it names one.
+    const WHAT: Option<&'static str> = None;
+    /// A count (an integer on the wire) rather than a ratio.
+    const COUNT: bool = true;
+    /// Whether `signals` carries a reading of it (else it is only ever a reason).
+    const READING: bool = true;
+    type State: Default;
+    /// A call that did not land a change entered the region (it is already its last entry).
+    fn call(st: &mut Self::State, c: &Obs, cx: &Cx);
+    /// The oldest call left the full region.
+    fn left(_st: &mut Self::State, _exact: u64, _target: u64, _e: &Entry, _cx: &Cx) {}
+    /// A change landed: the region is empty again.
+    fn landed(st: &mut Self::State) {
+        *st = Self::State::default();
+    }
+    fn fires(st: &Self::State, cx: &Cx) -> bool;
+    fn reading(st: &Self::State, cx: &Cx) -> Reading;
+    fn case(st: &Self::State, cx: &Cx) -> Case;
+}
+
+/// A signal as documentation sees it.
+pub struct About {
+    pub name: Signal,
+    pub keys: &'static [&'static str],
+    pub about: &'static str,
+}
+
+macro_rules! registry {
+    ($($name:ident: $rule:ty),* $(,)?) => {
+        /// Every signal's state for one session.
+        #[derive(Default)]
+        pub struct States {
+            $(pub $name: <$rule as Rule>::State,)*
+        }
+
+        impl States {
+            pub fn call(&mut self, c: &Obs, cx: &Cx) {
+                $(<$rule>::call(&mut self.$name, c, cx);)*
+            }
+            pub fn left(&mut self, exact: u64, target: u64, e: &Entry, cx: &Cx) {
+                $(<$rule>::left(&mut self.$name, exact, target, e, cx);)*
+            }
+            pub fn landed(&mut self) {
+                $(<$rule>::landed(&mut self.$name);)*
+            }
+            /// Whether any signal fires (cheap enough for every call).
+            pub fn firing(&self, cx: &Cx) -> bool {
+                false $(|| <$rule>::fires(&self.$name, cx))*
+            }
+            /// The signals that fire, in list order.
+            pub fn reasons(&self, cx: &Cx) -> Vec<Signal> {
+                let mut r = Vec::new();
+                $(if <$rule>::fires(&self.$name, cx) { r.push(<$rule>::NAME); })*
+                r
+            }
+            /// Every signal's reading.
+            pub fn signals(&self, cx: &Cx) -> Signals {
+                let mut s = Signals::default();
+                $(if <$rule>::READING {
+                    s.0.insert(<$rule>::NAME, <$rule>::reading(&self.$name, cx));
+                })*
+                s
+            }
+            /// The case one signal makes.
+            pub fn case(&self, which: Signal, cx: &Cx) -> Case {
+                $(if which == <$rule>::NAME { return <$rule>::case(&self.$name, cx); })*
+                Case::default()
+            }
+        }
+
+        impl Signal {
+            /// Every signal, in list order.
+            pub const ALL: &'static [Signal] = &[$(<$rule>::NAME),*];
+            pub const ABOUT: &'static [About] = &[$(About {
+                name: <$rule>::NAME,
+                keys: <$rule>::KEYS,
+                about: <$rule>::ABOUT,
+            }),*];
+
+            /// The wire name.
+            pub fn name(self) -> &'static str {
+                $(if self == <$rule>::NAME { return stringify!($name); })*
+                "unknown"
+            }
+            /// The key of the signal's target in the flat `signals` object, if it names one.
+            pub fn what_key(self) -> Option<&'static str> {
+                $(if self == <$rule>::NAME { return <$rule>::WHAT; })*
+                None
+            }
+            /// A count (an integer on the wire) rather than a ratio.
+            pub fn is_count(self) -> bool {
+                $(if self == <$rule>::NAME { return <$rule>::COUNT; })*
+                true
+            }
+            /// Whether `signals` carries a reading of it.
+            pub fn has_reading(self) -> bool {
+                $(if self == <$rule>::NAME { return <$rule>::READING; })*
+                false
+            }
+        }
+    };
+}
+
+registry! {
+    dup: dup::Dup,
+    top: top::Top,
+    slow: slow::Slow,
+    coverage: coverage::Coverage,
+    short_loop: short_loop::ShortLoop,
+    run: run::Run,
+    cycle: cycle::Cycle,
+    same_failure: same_failure::SameFailure,
+    circling: circling::Circling,
+}
+
+/// Rounds a ratio for the wire.
+pub fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+pub mod testing {
+    //! Feeding one signal by hand, without the detector around it.
+    use super::*;
+    use crate::detect::region::{Read, Region};
+    use crate::detect::target;
+    use serde_json::{json, Value};
+
+    /// One session's region and one signal's state.
+    pub struct Bench<R: Rule> {
+        pub st: R::State,
+        pub region: Region,
+        pub cfg: DetectorConfig,
+        pub calls: u64,
+        pub read_only: bool,
+    }
+
+    impl<R: Rule> Default for Bench<R> {
+        fn default() -> Self {
+            Bench {
+                st: R::State::default(),
+                region: Region::default(),
+                cfg: DetectorConfig::default(),
+                calls: 0,
+                read_only: false,
+            }
+        }
+    }
+
+    /// A call for a bench: tool, arguments, output hash, failed, file length for reads.
+    pub struct C {
+        pub tool: &'static str,
+        pub args: Value,
+        pub out: Option<u64>,
+        pub failed: bool,
+        pub lines: Option<u32>,
+    }
+
+    pub fn c(tool: &'static str, args: Value) -> C {
+        C {
+            tool,
+            args,
+            out: None,
+            failed: false,
+            lines: None,
+        }
+    }
+
+    pub fn read(path: &str, offset: i64, limit: i64, total: u32) -> C {
+        C {
+            lines: Some(total),
+            ..c(
+                "read",
+                json!({"filePath": path, "offset": offset, "limit": limit}),
+            )
+        }
+    }
+
+    impl<R: Rule> Bench<R> {
+        fn cx(&self) -> Cx<'_> {
+            Cx {
+                region: &self.region,
+                calls: self.calls,
+                read_only: self.read_only,
+                cfg: &self.cfg,
+            }
+        }
+        pub fn feed(&mut self, x: C) -> &mut Self {
+            self.calls += 1;
+            let args = x.args.as_object().unwrap().clone();
+            let keys = target::keys(x.tool, &args);
+            let id = format!("prt_{}", self.calls);
+            let read = x.lines.map(|total| Read {
+                file: target::hash_str(args["filePath"].as_str().unwrap()),
+                lines: target::lines_requested(&args, total as i64) as u32,
+                total,
+            });
+            let o = Obs {
+                index: self.calls,
+                t: self.calls as i64 * 1000,
+                id: &id,
+                tool: x.tool,
+                args: &args,
+                exact: keys.exact,
+                target: keys.target,
+                read,
+                out: x.out,
+                failed: x.failed,
+                dir: None,
+            };
+            if self.region.len() == self.cfg.window {
+                let (ex, tg, e) = self.region.pop().unwrap();
+                let cx = Cx {
+                    region: &self.region,
+                    calls: self.calls,
+                    read_only: self.read_only,
+                    cfg: &self.cfg,
+                };
+                R::left(&mut self.st, ex, tg, &e, &cx);
+            }
+            self.region.push(&o);
+            let cx = Cx {
+                region: &self.region,
+                calls: self.calls,
+                read_only: self.read_only,
+                cfg: &self.cfg,
+            };
+            R::call(&mut self.st, &o, &cx);
+            self
+        }
+        pub fn times(&mut self, n: usize, x: impl Fn() -> C) -> &mut Self {
+            for _ in 0..n {
+                self.feed(x());
+            }
+            self
+        }
+        pub fn land(&mut self) -> &mut Self {
+            self.calls += 1;
+            self.region.clear();
+            R::landed(&mut self.st);
+            self
+        }
+        pub fn fires(&self) -> bool {
+            R::fires(&self.st, &self.cx())
+        }
+        pub fn reading(&self) -> Reading {
+            R::reading(&self.st, &self.cx())
+        }
+        pub fn case(&self) -> Case {
+            R::case(&self.st, &self.cx())
+        }
+    }
+
+    #[test]
+    fn wire_names_are_the_serde_names() {
+        for s in Signal::ALL {
+            assert_eq!(
+                serde_json::to_value(s).unwrap(),
+                Value::String(s.name().into())
+            );
+        }
+    }
+}

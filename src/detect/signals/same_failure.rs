@@ -1,0 +1,141 @@
+//! `same_failure`: one check fails with the same output `same_failure_min` times in a row,
+//! whatever landed between. Edits that land but do not move the outcome are not progress. Only
+//! known outputs count: a null output (unknown) never matches, and a pass ends the streak.
+
+use super::{Case, Cx, Rule};
+use crate::detect::region::Obs;
+use crate::record::{CallRef, Reading, Signal};
+
+pub struct SameFailure;
+
+/// Checks followed at once; more distinct failing calls than this forget the oldest.
+const CHECKS: usize = 4;
+/// Calls of a streak kept as evidence.
+const KEPT: usize = 12;
+
+#[derive(Default)]
+pub struct Streak {
+    exact: u64,
+    out: u64,
+    calls: Vec<CallRef>,
+    len: u32,
+    described: Box<str>,
+}
+
+#[derive(Default)]
+pub struct State {
+    checks: Vec<Streak>,
+}
+
+fn longest(st: &State) -> Option<&Streak> {
+    st.checks.iter().max_by_key(|s| s.len)
+}
+
+impl Rule for SameFailure {
+    const NAME: Signal = Signal::SameFailure;
+    const KEYS: &'static [&'static str] = &["same_failure_min"];
+    const ABOUT: &'static str =
+        "one check failing with the same output again and again, whatever landed between";
+    const WHAT: Option<&'static str> = Some("same_failure_call");
+    type State = State;
+
+    fn call(st: &mut State, c: &Obs, _cx: &Cx) {
+        let at = st.checks.iter().position(|s| s.exact == c.exact);
+        let (true, Some(out)) = (c.failed, c.out) else {
+            if let Some(i) = at {
+                st.checks.remove(i);
+            }
+            return;
+        };
+        match at {
+            Some(i) if st.checks[i].out == out => {
+                let s = &mut st.checks[i];
+                s.len += 1;
+                if s.calls.len() == KEPT {
+                    s.calls.remove(0);
+                }
+                s.calls.push(c.at());
+            }
+            _ => {
+                if let Some(i) = at {
+                    st.checks.remove(i);
+                }
+                if st.checks.len() == CHECKS {
+                    st.checks.remove(0);
+                }
+                st.checks.push(Streak {
+                    exact: c.exact,
+                    out,
+                    calls: vec![c.at()],
+                    len: 1,
+                    described: c.describe(),
+                });
+            }
+        }
+    }
+    /// A landed change does not end a streak: only a different outcome does.
+    fn landed(_st: &mut State) {}
+    fn fires(st: &State, cx: &Cx) -> bool {
+        longest(st).is_some_and(|s| s.len >= cx.cfg.same_failure_min as u32)
+    }
+    fn reading(st: &State, _cx: &Cx) -> Reading {
+        match longest(st) {
+            Some(s) => Reading {
+                value: s.len as f64,
+                what: Some(s.described.to_string()),
+            },
+            None => Reading::default(),
+        }
+    }
+    fn case(st: &State, _cx: &Cx) -> Case {
+        longest(st).map_or_else(Case::default, |s| Case::of(s.calls.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{c, Bench, C};
+    use super::*;
+    use serde_json::json;
+
+    fn check(out: Option<u64>, failed: bool) -> C {
+        C {
+            out,
+            failed,
+            ..c("bash", json!({"command": "python3 tools/check.py"}))
+        }
+    }
+
+    #[test]
+    fn five_identical_failures_with_landed_edits_between_fire() {
+        let mut b = Bench::<SameFailure>::default();
+        for round in 1..=5 {
+            b.land();
+            b.feed(check(Some(9), true));
+            assert_eq!(b.fires(), round == 5, "round {round}");
+        }
+        assert_eq!(
+            b.reading().what.as_deref(),
+            Some("bash python3 tools/check.py")
+        );
+        assert_eq!(b.case().calls.len(), 5);
+    }
+
+    #[test]
+    fn a_changing_outcome_a_pass_or_an_unknown_output_ends_the_streak() {
+        let mut b = Bench::<SameFailure>::default();
+        for out in [1, 2, 3, 4, 5, 6] {
+            b.land().feed(check(Some(out), true));
+        }
+        assert!(!b.fires());
+        let mut b = Bench::<SameFailure>::default();
+        b.times(4, || check(Some(1), true))
+            .feed(check(Some(1), false));
+        b.times(4, || check(Some(1), true));
+        assert!(!b.fires());
+        let mut b = Bench::<SameFailure>::default();
+        b.times(4, || check(Some(1), true)).feed(check(None, true));
+        b.feed(check(Some(1), true));
+        assert!(!b.fires());
+    }
+}

@@ -1,0 +1,143 @@
+//! `top`: how often the most-worked target (file and slice for reads, files and numbers for bash,
+//! pattern and path for grep and glob, the file for edits) was worked since the last landed
+//! change, within the window. `top_min`, or `top_min_ro` for read-only agents.
+
+use super::{Case, Cx, Rule};
+use crate::detect::region::{Entry, Obs};
+use crate::detect::target::IdMap;
+use crate::record::{Reading, Signal};
+
+pub struct Top;
+
+#[derive(Default)]
+pub struct State {
+    /// How many targets have each count, so the top count is kept without a scan.
+    count_hist: Vec<u32>,
+    top: u32,
+    /// Descriptions of targets worked at least twice (a target seen once is nobody's top).
+    described: IdMap<Box<str>>,
+}
+
+impl State {
+    pub fn top(&self) -> u32 {
+        self.top
+    }
+}
+
+fn limit(cx: &Cx) -> u32 {
+    (if cx.read_only {
+        cx.cfg.top_min_ro
+    } else {
+        cx.cfg.top_min
+    }) as u32
+}
+
+/// The most-worked target of the region: (count, key); ties go to the latest.
+fn leader(cx: &Cx) -> Option<(u32, u64)> {
+    let tg = &cx.region.target;
+    let mut best: Option<(u32, u64, usize)> = None;
+    for (i, &k) in tg.iter().enumerate().rev() {
+        if best.is_some_and(|b| b.1 == k) {
+            continue;
+        }
+        let n = tg.iter().filter(|&&x| x == k).count() as u32;
+        if best.map_or(true, |b| n > b.0) {
+            best = Some((n, k, i));
+        }
+    }
+    best.map(|b| (b.0, b.1))
+}
+
+impl Rule for Top {
+    const NAME: Signal = Signal::Top;
+    const KEYS: &'static [&'static str] = &["top_min", "top_min_ro"];
+    const ABOUT: &'static str = "count of the most-worked target since the last landed change";
+    const WHAT: Option<&'static str> = Some("top_target");
+    type State = State;
+
+    fn call(st: &mut State, c: &Obs, cx: &Cx) {
+        let cnt = cx.region.target.iter().filter(|&&t| t == c.target).count();
+        if st.count_hist.len() <= cnt {
+            st.count_hist.resize(cnt + 1, 0);
+        }
+        st.count_hist[cnt - 1] = st.count_hist[cnt - 1].saturating_sub(1);
+        st.count_hist[cnt] += 1;
+        st.top = st.top.max(cnt as u32);
+        if cnt == 2 && !st.described.contains_key(&c.target) {
+            st.described.insert(c.target, c.describe());
+        }
+    }
+    fn left(st: &mut State, _exact: u64, target: u64, _e: &Entry, cx: &Cx) {
+        // its count went from cnt to cnt - 1
+        let cnt = cx.region.target.iter().filter(|&&t| t == target).count() + 1;
+        st.count_hist[cnt] -= 1;
+        st.count_hist[cnt - 1] += 1;
+        if st.top as usize == cnt && st.count_hist[cnt] == 0 {
+            st.top -= 1;
+        }
+        if cnt == 2 {
+            st.described.remove(&target);
+        }
+    }
+    fn fires(st: &State, cx: &Cx) -> bool {
+        st.top >= limit(cx)
+    }
+    fn reading(st: &State, cx: &Cx) -> Reading {
+        let what = leader(cx).and_then(|(_, k)| st.described.get(&k).map(|d| d.to_string()));
+        Reading {
+            value: st.top as f64,
+            what,
+        }
+    }
+    fn case(_st: &State, cx: &Cx) -> Case {
+        match leader(cx) {
+            Some((_, k)) => Case::of(cx.region.calls_with(&cx.region.target, k)),
+            None => Case::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{c, Bench};
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_kept_top_count_always_equals_a_recount() {
+        let mut b = Bench::<Top>::default();
+        let mut x: u64 = 7;
+        for _ in 0..2000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let file = format!("/f{}", (x >> 33) % 9);
+            b.feed(c("read", json!({ "filePath": file })));
+            let cx = b.region.target.iter().fold(
+                std::collections::HashMap::<u64, u32>::new(),
+                |mut m, t| {
+                    *m.entry(*t).or_default() += 1;
+                    m
+                },
+            );
+            assert_eq!(b.st.top, cx.values().copied().max().unwrap_or(0));
+        }
+    }
+
+    #[test]
+    fn twelve_reads_of_one_file_fire_and_name_it() {
+        let mut b = Bench::<Top>::default();
+        for i in 0..12 {
+            b.feed(c("read", json!({"filePath": "/w/nav.js"})));
+            b.feed(c("grep", json!({ "pattern": format!("p{i}") })));
+        }
+        assert!(b.fires());
+        assert_eq!(b.reading().value, 12.0);
+        assert_eq!(b.reading().what.as_deref(), Some("read /w/nav.js"));
+        let case = b.case();
+        assert_eq!(case.calls.len(), 12);
+        assert_eq!(case.start.unwrap().index, 1);
+        b.land();
+        assert!(!b.fires());
+    }
+}
