@@ -43,7 +43,8 @@ pub fn quiet(c: &ChannelConfig, hour: Option<u8>) -> bool {
 }
 
 /// Where an event goes on one channel: pending, deferred (quiet hours) or skipped (disabled,
-/// below the channel's severity, rate limited), with the reason.
+/// below the channel's severity, rate limited), with the reason. Resolves and escalations are
+/// never rate limited.
 pub fn route(
     c: &Chan,
     ev: &Event,
@@ -71,13 +72,16 @@ pub fn route(
     } else if c.cfg.kind == ChannelType::Alertmanager {
         // Alertmanager groups, dedups and silences by itself; every transition goes
         (Delivery::Pending, String::new())
-    } else if sent.key_last.is_some_and(|t| {
-        // user seconds: saturate, never wrap
-        now.saturating_sub(t)
-            < i64::try_from(c.cfg.rate_limit_secs)
-                .unwrap_or(i64::MAX)
-                .saturating_mul(1000)
-    }) {
+    } else if ev.state != Transition::Escalate
+        && sent.key_last.is_some_and(|t| {
+            // user seconds: saturate, never wrap
+            now.saturating_sub(t)
+                < i64::try_from(c.cfg.rate_limit_secs)
+                    .unwrap_or(i64::MAX)
+                    .saturating_mul(1000)
+        })
+    {
+        // an escalation comes once per episode and is the news: never rate limited
         (
             Delivery::Skipped,
             format!("rate limited ({}s)", c.cfg.rate_limit_secs),
@@ -386,6 +390,35 @@ pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<N
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_escalation_is_not_rate_limited_but_a_second_trigger_is() {
+        let cfg: ChannelConfig = toml::from_str("name = \"d\"\ntype = \"desktop\"\n").unwrap();
+        let c = Chan {
+            cfg,
+            enabled: true,
+            min: Severity::Warning,
+        };
+        let mut ev = super::super::text::blind_event(
+            &crate::config::Config::default(),
+            &[("s".into(), "r".into())],
+            1_000_000,
+        );
+        let sent = SentBefore {
+            key_last: Some(1_000_000 - 60_000),
+            episode: true,
+        };
+        assert_eq!(
+            route(&c, &ev, sent, None, 1_000_000),
+            (Delivery::Skipped, "rate limited (300s)".into())
+        );
+        ev.state = Transition::Escalate;
+        ev.severity = Severity::Critical;
+        assert_eq!(
+            route(&c, &ev, sent, None, 1_000_000),
+            (Delivery::Pending, String::new())
+        );
+    }
 
     #[test]
     fn quiet_hours_wrap_midnight() {
