@@ -24,7 +24,20 @@ pub struct Config {
     pub alert: AlertConfig,
     pub second_opinion: SecondOpinionConfig,
     pub liveness: LivenessConfig,
+    pub report: ReportConfig,
     pub channels: Vec<ChannelConfig>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReportConfig {
+    /// The operator's page the tick rewrites; default `$XDG_STATE_HOME/oc-watchdog/report.html`.
+    pub file: Option<PathBuf>,
+    /// What a click on a desktop alert runs with the page's URL; empty means `xdg-open`.
+    pub open_with: Option<String>,
+    /// The user's opencode config that `wd-store block-model` edits; default
+    /// `$XDG_CONFIG_HOME/opencode/opencode.jsonc`, else `opencode.json` there.
+    pub opencode_config: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -641,6 +654,12 @@ impl Config {
     }
 
     /// The watchdog database.
+    pub fn report_file(&self) -> PathBuf {
+        self.report.file.clone().unwrap_or_else(|| {
+            xdg_dir("XDG_STATE_HOME", ".local/state").join("oc-watchdog/report.html")
+        })
+    }
+
     pub fn store_db(&self) -> PathBuf {
         self.store.db.clone().unwrap_or_else(|| {
             xdg_dir("XDG_STATE_HOME", ".local/state").join("oc-watchdog/watchdog.db")

@@ -5,15 +5,18 @@
 #![forbid(unsafe_code)]
 
 pub mod alert;
+pub mod block;
 pub mod calls;
 pub mod cli;
 pub mod config;
 pub mod detect;
 pub mod docs;
+pub mod jsonc;
 pub mod liveness;
 pub mod metrics;
 pub mod opencode;
 pub mod record;
+pub mod report;
 pub mod scrub;
 pub mod sessions;
 pub mod store;

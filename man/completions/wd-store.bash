@@ -19,6 +19,9 @@ _wd__store() {
             wd__store,alerts)
                 cmd="wd__store__subcmd__alerts"
                 ;;
+            wd__store,block-model)
+                cmd="wd__store__subcmd__block__subcmd__model"
+                ;;
             wd__store,channels)
                 cmd="wd__store__subcmd__channels"
                 ;;
@@ -34,11 +37,17 @@ _wd__store() {
             wd__store,metrics)
                 cmd="wd__store__subcmd__metrics"
                 ;;
+            wd__store,notify-on-action)
+                cmd="wd__store__subcmd__notify__subcmd__on__subcmd__action"
+                ;;
             wd__store,open-roots)
                 cmd="wd__store__subcmd__open__subcmd__roots"
                 ;;
             wd__store,prune)
                 cmd="wd__store__subcmd__prune"
+                ;;
+            wd__store,report)
+                cmd="wd__store__subcmd__report"
                 ;;
             wd__store,rollup)
                 cmd="wd__store__subcmd__rollup"
@@ -48,6 +57,9 @@ _wd__store() {
                 ;;
             wd__store,tick)
                 cmd="wd__store__subcmd__tick"
+                ;;
+            wd__store,unblock-model)
+                cmd="wd__store__subcmd__unblock__subcmd__model"
                 ;;
             wd__store,verdicts)
                 cmd="wd__store__subcmd__verdicts"
@@ -67,6 +79,9 @@ _wd__store() {
             wd__store__subcmd__help,alerts)
                 cmd="wd__store__subcmd__help__subcmd__alerts"
                 ;;
+            wd__store__subcmd__help,block-model)
+                cmd="wd__store__subcmd__help__subcmd__block__subcmd__model"
+                ;;
             wd__store__subcmd__help,channels)
                 cmd="wd__store__subcmd__help__subcmd__channels"
                 ;;
@@ -82,11 +97,17 @@ _wd__store() {
             wd__store__subcmd__help,metrics)
                 cmd="wd__store__subcmd__help__subcmd__metrics"
                 ;;
+            wd__store__subcmd__help,notify-on-action)
+                cmd="wd__store__subcmd__help__subcmd__notify__subcmd__on__subcmd__action"
+                ;;
             wd__store__subcmd__help,open-roots)
                 cmd="wd__store__subcmd__help__subcmd__open__subcmd__roots"
                 ;;
             wd__store__subcmd__help,prune)
                 cmd="wd__store__subcmd__help__subcmd__prune"
+                ;;
+            wd__store__subcmd__help,report)
+                cmd="wd__store__subcmd__help__subcmd__report"
                 ;;
             wd__store__subcmd__help,rollup)
                 cmd="wd__store__subcmd__help__subcmd__rollup"
@@ -96,6 +117,9 @@ _wd__store() {
                 ;;
             wd__store__subcmd__help,tick)
                 cmd="wd__store__subcmd__help__subcmd__tick"
+                ;;
+            wd__store__subcmd__help,unblock-model)
+                cmd="wd__store__subcmd__help__subcmd__unblock__subcmd__model"
                 ;;
             wd__store__subcmd__help,verdicts)
                 cmd="wd__store__subcmd__help__subcmd__verdicts"
@@ -110,7 +134,7 @@ _wd__store() {
 
     case "${cmd}" in
         wd__store)
-            opts="-h -V --db --config --format --now --help --version tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help"
+            opts="-h -V --db --config --format --now --help --version tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -155,6 +179,48 @@ _wd__store() {
                     return 0
                     ;;
                 --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "jsonl table csv" -- "${cur}"))
+                    return 0
+                    ;;
+                --now)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__block__subcmd__model)
+            opts="-h --reason --opencode-config --opencode --db --config --format --now --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --reason)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --opencode-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --opencode)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -292,7 +358,7 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__help)
-            opts="tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help"
+            opts="tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -306,6 +372,20 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__help__subcmd__alerts)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__help__subcmd__block__subcmd__model)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -403,6 +483,20 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        wd__subcmd__store__subcmd__help__subcmd__notify__subcmd__on__subcmd__action)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         wd__subcmd__store__subcmd__help__subcmd__open__subcmd__roots)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -418,6 +512,20 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__help__subcmd__prune)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__help__subcmd__report)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -460,6 +568,20 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__help__subcmd__tick)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__help__subcmd__unblock__subcmd__model)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -585,6 +707,40 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        wd__subcmd__store__subcmd__notify__subcmd__on__subcmd__action)
+            opts="-h --wait-secs --db --config --format --now --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --wait-secs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "jsonl table csv" -- "${cur}"))
+                    return 0
+                    ;;
+                --now)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         wd__subcmd__store__subcmd__open__subcmd__roots)
             opts="-h --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -623,6 +779,40 @@ _wd__store() {
             fi
             case "${prev}" in
                 --older-than)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "jsonl table csv" -- "${cur}"))
+                    return 0
+                    ;;
+                --now)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__report)
+            opts="-h --out --db --config --format --now --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --out)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -718,7 +908,7 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__tick)
-            opts="-h --outcome --started --db --config --format --now --help"
+            opts="-h --outcome --started --calls --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -732,6 +922,40 @@ _wd__store() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --calls)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "jsonl table csv" -- "${cur}"))
+                    return 0
+                    ;;
+                --now)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__unblock__subcmd__model)
+            opts="-h --db --config --format --now --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

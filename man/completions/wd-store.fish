@@ -43,12 +43,17 @@ complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "rollup" -d 'Flagg
 complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "channels" -d 'List channels (config merged with run-time settings), or change one'
 complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "prune" -d 'Delete ticks and verdicts older than a duration; open alerts are never pruned'
 complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "metrics" -d 'Write Prometheus metrics (text exposition format) atomically to a file, or stdout'
+complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "report" -d 'Write the operator\'s page: one self-contained HTML file (default [report] file, i.e. $XDG_STATE_HOME/oc-watchdog/report.html), rewritten atomically; `--out -` for stdout'
+complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "block-model" -d 'Add PROVIDER/MODEL to its provider\'s `blacklist` in your opencode config, so new opencode processes no longer offer it; comments and formatting stay, a backup is kept'
+complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "unblock-model" -d 'Undo `block-model`: remove exactly what it added to the opencode config'
+complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "notify-on-action" -d 'Show the desktop notification read from stdin, print its id, then wait for a click on it and open its URL with [report] open_with (started by the desktop channel)'
 complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l outcome -d 'Force the outcome (e.g. no_opencode for an empty tick)' -r -f -a "ok\t''
 flagged\t''
 no_opencode\t''
 blind\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l started -d 'When the tick started, epoch ms (default: when this command started)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l calls -d 'The tick\'s call stream (oc-calls output): the latest calls of each flagged session are kept for the operator\'s page' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
@@ -155,16 +160,53 @@ table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l now -d 'The current time in epoch ms (default: the clock)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -s h -l help -d 'Print help'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "tick" -d 'Record one tick from a verdict stream on stdin, passing the stream through'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "last-tick" -d 'Print the time of the last tick (epoch ms; nothing before the first tick)'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "open-roots" -d 'Print the root sessions of open loop alerts, space-separated (for `oc-sessions --also`)'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "status" -d 'Last tick, its sessions and flagged verdicts, open alerts, channels'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "loops" -d 'Open alerts (and those closed in the last --recent, with why): severity, dedup key, what the last tick made of it, agent, top target, what the loop burned'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "alerts" -d 'The history of alert episodes, closed ones included: reason, duration, calls, cost'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "verdicts" -d 'Recorded verdicts, newest first'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "rollup" -d 'Flagged sessions per model next to each model\'s share of all sessions seen'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "channels" -d 'List channels (config merged with run-time settings), or change one'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "prune" -d 'Delete ticks and verdicts older than a duration; open alerts are never pruned'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "metrics" -d 'Write Prometheus metrics (text exposition format) atomically to a file, or stdout'
-complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l out -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand report" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l reason -d 'Why (shown on the page)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l opencode-config -d 'The opencode config to edit (default: [report] opencode_config, else the global opencode.jsonc / opencode.json under $XDG_CONFIG_HOME/opencode)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l opencode -d 'The opencode binary asked which models exist' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_using_subcommand unblock-model" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand unblock-model" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand unblock-model" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand unblock-model" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand unblock-model" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_using_subcommand notify-on-action" -l wait-secs -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand notify-on-action" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand notify-on-action" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand notify-on-action" -l format -d 'Output format of the queries' -r -f -a "jsonl\t''
+table\t''
+csv\t''"
+complete -c wd-store -n "__fish_wd_store_using_subcommand notify-on-action" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand notify-on-action" -s h -l help -d 'Print help'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help" -f -a "tick" -d 'Record one tick from a verdict stream on stdin, passing the stream through'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help" -f -a "last-tick" -d 'Print the time of the last tick (epoch ms; nothing before the first tick)'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help" -f -a "open-roots" -d 'Print the root sessions of open loop alerts, space-separated (for `oc-sessions --also`)'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help" -f -a "status" -d 'Last tick, its sessions and flagged verdicts, open alerts, channels'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help" -f -a "loops" -d 'Open alerts (and those closed in the last --recent, with why): severity, dedup key, what the last tick made of it, agent, top target, what the loop burned'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help" -f -a "alerts" -d 'The history of alert episodes, closed ones included: reason, duration, calls, cost'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help" -f -a "verdicts" -d 'Recorded verdicts, newest first'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help" -f -a "rollup" -d 'Flagged sessions per model next to each model\'s share of all sessions seen'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help" -f -a "channels" -d 'List channels (config merged with run-time settings), or change one'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help" -f -a "prune" -d 'Delete ticks and verdicts older than a duration; open alerts are never pruned'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help" -f -a "metrics" -d 'Write Prometheus metrics (text exposition format) atomically to a file, or stdout'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help" -f -a "report" -d 'Write the operator\'s page: one self-contained HTML file (default [report] file, i.e. $XDG_STATE_HOME/oc-watchdog/report.html), rewritten atomically; `--out -` for stdout'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help" -f -a "block-model" -d 'Add PROVIDER/MODEL to its provider\'s `blacklist` in your opencode config, so new opencode processes no longer offer it; comments and formatting stay, a backup is kept'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help" -f -a "unblock-model" -d 'Undo `block-model`: remove exactly what it added to the opencode config'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help" -f -a "notify-on-action" -d 'Show the desktop notification read from stdin, print its id, then wait for a click on it and open its URL with [report] open_with (started by the desktop channel)'
+complete -c wd-store -n "__fish_wd_store_using_subcommand help; and not __fish_seen_subcommand_from tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c wd-store -n "__fish_wd_store_using_subcommand help; and __fish_seen_subcommand_from channels" -f -a "set" -d 'Change a channel\'s settings; they apply at the next tick'

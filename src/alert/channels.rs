@@ -124,6 +124,25 @@ fn desktop(ev: &Event, wait: Duration) -> Result<String, String> {
         .summary(&ev.title)
         .body(&desktop_body(ev))
         .urgency(urgency);
+    // with a link: shown by a child that stays to open the page when the alert is clicked
+    if let Some(url) = &ev.link {
+        let note = crate::report::open::Note {
+            summary: ev.title.clone(),
+            body: desktop_body(ev),
+            urgency: match urgency {
+                Urgency::Critical => "critical",
+                Urgency::Low => "low",
+                Urgency::Normal => "normal",
+            }
+            .into(),
+            url: url.clone(),
+        };
+        if let Some(r) = crate::report::open::show(&note, wait) {
+            return r
+                .map(|id| format!("notification {id}"))
+                .map_err(|e| format!("desktop notification: {e}"));
+        }
+    }
     // a session bus that accepts but never answers must not hold the tick
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

@@ -29,7 +29,7 @@ pub fn burned(f: &Figures) -> String {
 }
 
 pub fn link(cfg: &Config, root: &str) -> Option<String> {
-    (!cfg.alert.link_base.is_empty()).then(|| format!("{}{}", cfg.alert.link_base, root))
+    Some(crate::report::link(cfg, root))
 }
 
 fn base(cfg: &Config, kind: Kind, key: String, root: &str, now: i64) -> Event {

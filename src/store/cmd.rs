@@ -24,7 +24,9 @@ Examples:
   wd-store verdicts --since 1h --flagged | jq -r '[.session, .signals.top_target] | @tsv'
   wd-store rollup --by model --since 1h --format table
   wd-store channels set desktop --enabled false
-  wd-store prune --older-than 30d";
+  wd-store prune --older-than 30d
+  wd-store report --out - > /tmp/watchdog.html
+  wd-store block-model openrouter/some-model --reason \"stalls on every bash call\"";
 
 /// The watchdog's SQLite record: ticks, verdicts, alerts, channel settings.
 #[derive(Parser, Debug)]
@@ -56,6 +58,10 @@ pub enum Cmd {
         /// When the tick started, epoch ms (default: when this command started).
         #[arg(long, value_name = "MS")]
         started: Option<i64>,
+        /// The tick's call stream (oc-calls output): the latest calls of each flagged session
+        /// are kept for the operator's page.
+        #[arg(long, value_name = "PATH")]
+        calls: Option<PathBuf>,
     },
     /// Print the time of the last tick (epoch ms; nothing before the first tick).
     LastTick,
@@ -117,6 +123,42 @@ pub enum Cmd {
         #[arg(long, value_name = "PATH")]
         output: Option<PathBuf>,
     },
+    /// Write the operator's page: one self-contained HTML file (default [report] file, i.e.
+    /// $XDG_STATE_HOME/oc-watchdog/report.html), rewritten atomically; `--out -` for stdout.
+    Report {
+        #[arg(long, value_name = "PATH")]
+        out: Option<PathBuf>,
+    },
+    /// Add PROVIDER/MODEL to its provider's `blacklist` in your opencode config, so new opencode
+    /// processes no longer offer it; comments and formatting stay, a backup is kept.
+    BlockModel {
+        /// The model as `opencode models` lists it.
+        model: String,
+        /// Why (shown on the page).
+        #[arg(long)]
+        reason: Option<String>,
+        /// The opencode config to edit (default: [report] opencode_config, else the global
+        /// opencode.jsonc / opencode.json under $XDG_CONFIG_HOME/opencode).
+        #[arg(long, value_name = "PATH")]
+        opencode_config: Option<PathBuf>,
+        /// The opencode binary asked which models exist.
+        #[arg(
+            long,
+            value_name = "PATH",
+            env = "OPENCODE_BIN",
+            default_value = "opencode"
+        )]
+        opencode: String,
+    },
+    /// Undo `block-model`: remove exactly what it added to the opencode config.
+    UnblockModel { model: String },
+    /// Show the desktop notification read from stdin, print its id, then wait for a click on it
+    /// and open its URL with [report] open_with (started by the desktop channel).
+    #[command(hide = true)]
+    NotifyOnAction {
+        #[arg(long, default_value_t = 3600)]
+        wait_secs: u64,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -145,12 +187,14 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         Cmd::Tick {
             outcome,
             started: s,
+            calls,
         } => tick(
             &mut store,
             stdin,
             out,
             outcome,
             s.unwrap_or(args.now.unwrap_or(started)),
+            calls.as_deref(),
         ),
         Cmd::LastTick => {
             if let Some(t) = store.last_tick(now)? {
@@ -212,6 +256,47 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
             prune(&mut store, now.saturating_sub(keep), out)
         }
         Cmd::Metrics { output } => crate::metrics::write(&store, now, output.as_deref(), out),
+        Cmd::Report { out: path } => report(&store, &cfg, now, path, out),
+        Cmd::BlockModel {
+            model,
+            reason,
+            opencode_config,
+            opencode,
+        } => {
+            let mut cfg = cfg.clone();
+            if opencode_config.is_some() {
+                cfg.report.opencode_config = opencode_config;
+            }
+            let o =
+                crate::block::block(&mut store, &cfg, &model, reason.as_deref(), &opencode, now)?;
+            eprintln!("wd-store: {}", o.message);
+            out.line(
+                &json!({"kind": "block", "model": o.model, "file": o.file, "backup": o.backup,
+                        "created": o.created.map(|c| c.as_str())})
+                .to_string(),
+            )?;
+            Ok(Exit::Ok)
+        }
+        Cmd::NotifyOnAction { wait_secs } => {
+            let with = cfg
+                .report
+                .open_with
+                .clone()
+                .filter(|w| !w.trim().is_empty());
+            crate::report::open::notify_and_wait(
+                stdin,
+                out,
+                with.as_deref().unwrap_or("xdg-open"),
+                std::time::Duration::from_secs(wait_secs),
+            )?;
+            Ok(Exit::Ok)
+        }
+        Cmd::UnblockModel { model } => {
+            let o = crate::block::unblock(&mut store, &model, now)?;
+            eprintln!("wd-store: {}", o.message);
+            out.line(&json!({"kind": "unblock", "model": o.model, "file": o.file}).to_string())?;
+            Ok(Exit::Ok)
+        }
     };
     r.map_err(|e| store.explain(e))
 }
@@ -222,6 +307,7 @@ fn tick(
     out: &mut Out,
     outcome: Option<String>,
     started: i64,
+    calls: Option<&std::path::Path>,
 ) -> Result<Exit> {
     out.line_buffered(false);
     let mut vs: Vec<Verdict> = Vec::new();
@@ -321,6 +407,17 @@ fn tick(
                 v.extra.get("opinion").map(|o| o.to_string()),
                 v.liveness.as_ref().map(|o| json!(o).to_string()),
             ])?;
+        }
+    }
+    if let Some(path) = calls {
+        let flagged: std::collections::HashSet<String> = vs
+            .iter()
+            .filter(|v| v.flagged)
+            .map(|v| v.session.clone())
+            .collect();
+        // the page's pictures are an aid: a missing calls file never costs the tick
+        if let Err(e) = crate::report::marks::record(&tx, path, &flagged) {
+            eprintln!("wd-store: {e:#}");
         }
     }
     tx.commit()?;
@@ -661,6 +758,10 @@ fn set_channel(
 fn prune(store: &mut Store, before: i64, out: &mut Out) -> Result<Exit> {
     let tx = store.write()?;
     let v = tx.execute("DELETE FROM verdicts WHERE t < ?1", params![before])?;
+    tx.execute(
+        "DELETE FROM call_marks WHERE session NOT IN (SELECT session FROM verdicts)",
+        [],
+    )?;
     let t = tx.execute("DELETE FROM ticks WHERE t < ?1", params![before])?;
     let a = tx.execute(
         "DELETE FROM episodes WHERE state = 'resolved' AND resolved < ?1",
@@ -675,5 +776,26 @@ fn prune(store: &mut Store, before: i64, out: &mut Out) -> Result<Exit> {
         &json!({"kind": "pruned", "before": before, "ticks": t, "verdicts": v, "alerts": a, "events": e})
             .to_string(),
     )?;
+    Ok(Exit::Ok)
+}
+
+/// `wd-store report`: the operator's page, to a file (atomically) or stdout.
+fn report(
+    store: &Store,
+    cfg: &Config,
+    now: i64,
+    path: Option<PathBuf>,
+    out: &mut Out,
+) -> Result<Exit> {
+    let page = crate::report::gather(store, cfg, now)?;
+    let text = crate::report::html::render(&page);
+    match path {
+        Some(p) if p.as_os_str() == "-" => std::io::Write::write_all(out, text.as_bytes())?,
+        p => {
+            let p = p.unwrap_or_else(|| cfg.report_file());
+            crate::report::write_atomic(&p, text.as_bytes())
+                .with_context(|| format!("report {}", p.display()))?;
+        }
+    }
     Ok(Exit::Ok)
 }

@@ -263,6 +263,35 @@ ALTER TABLE actions ADD COLUMN prompt TEXT;
 
 ALTER TABLE deliveries ADD COLUMN peer_failures TEXT;
 "#,
+    // 5: the operator's page: the latest calls of flagged sessions (what the page draws) and
+    // the models blocked in opencode's config by `wd-store block-model`
+    r#"
+CREATE TABLE call_marks (
+    session    TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    t          INTEGER NOT NULL,
+    tool       TEXT NOT NULL,
+    landed     INTEGER NOT NULL,
+    failed     INTEGER NOT NULL,
+    target     TEXT NOT NULL,
+    target_key TEXT NOT NULL,
+    PRIMARY KEY (session, seq)
+) WITHOUT ROWID;
+CREATE INDEX verdicts_root ON verdicts (root, tick);
+
+CREATE TABLE blocks (
+    id           INTEGER PRIMARY KEY,
+    model        TEXT NOT NULL,
+    file         TEXT NOT NULL,
+    created      TEXT NOT NULL CHECK (created IN ('element', 'blacklist', 'provider_entry', 'provider', 'file')),
+    reason       TEXT,
+    who          TEXT NOT NULL,
+    t            INTEGER NOT NULL,
+    unblocked    INTEGER,
+    unblocked_by TEXT
+);
+CREATE INDEX blocks_model ON blocks (model, unblocked);
+"#,
 ];
 
 pub fn latest() -> i64 {

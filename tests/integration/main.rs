@@ -5,6 +5,7 @@
 mod support;
 
 mod alert;
+mod block;
 mod detect;
 mod fixtures;
 mod fleet;
@@ -13,6 +14,7 @@ mod liveness;
 mod privacy;
 mod proof;
 mod readers;
+mod report;
 mod sources;
 mod store;
 mod tick;

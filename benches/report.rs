@@ -1,0 +1,206 @@
+//! Benchmark of the operator's page at its worst expected size: 200 open loop alerts, each with
+//! a picture of 150 calls, beside 30 days of episodes (20 a day) and 30 days of 5-minute ticks.
+//! Prints the page's size, the time to build it (`wd-store report`), and, when Debian's
+//! `chromium` is installed, how long headless Chromium takes to load and lay it out (a
+//! screenshot), next to the same for an empty page.
+//!
+//!     cargo bench --bench report
+
+use rusqlite::{params, Connection};
+use std::process::Command;
+use std::time::Instant;
+
+const BIN: &str = env!("CARGO_BIN_EXE_wd-store");
+const T_END: i64 = 1_796_000_000_000;
+const OPEN: usize = 200;
+const CALLS: usize = 150;
+const DAYS: i64 = 30;
+const MODELS: [&str; 4] = [
+    "anthropic/claude-x",
+    "openai/gpt-x",
+    "local/qwen-coder",
+    "sim/sim-model",
+];
+const TOOLS: [&str; 5] = ["read", "bash", "grep", "edit", "glob"];
+
+fn fill(db: &str) {
+    // let wd-store create and migrate the database
+    let st = Command::new(BIN)
+        .args(["--db", db, "last-tick"])
+        .env("XDG_CONFIG_HOME", "/nonexistent")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut c = Connection::open(db).unwrap();
+    let tx = c.transaction().unwrap();
+    let ticks = DAYS * 288;
+    for i in 0..ticks {
+        tx.execute(
+            "INSERT INTO ticks (t, duration_ms, sessions, flagged, outcome) VALUES (?1, 900, 40, 3, 'flagged')",
+            params![T_END - (ticks - i) * 300_000],
+        )
+        .unwrap();
+    }
+    let last_tick = ticks;
+    for a in 0..OPEN {
+        let root = format!("ses_open{a:04}xxxxxxxxxxxxxxxx");
+        let model = MODELS[a % 4];
+        let opened = T_END - (a as i64 + 1) * 600_000;
+        tx.execute(
+            "INSERT INTO alerts (dedup_key, kind, root, state, severity, opened, last_fired, flagged_ticks, agent, model,
+                title, top_target, calls_since_landed, cost_since_landed)
+             VALUES (?1, 'loop', ?2, 'open', ?3, ?4, ?5, 4, 'build', ?6, ?7, ?8, 90, 1.23)",
+            params![
+                format!("opencode-loop:{root}"),
+                root,
+                if a % 3 == 0 { "critical" } else { "warning" },
+                opened,
+                T_END,
+                model,
+                format!("opencode loop: build repeats read src/module{a}.js"),
+                format!("read src/module{a}.js"),
+            ],
+        )
+        .unwrap();
+        tx.execute(
+            "INSERT INTO verdicts (tick, t, session, root, agent, model, flagged, reasons, signals, calls,
+                calls_since_landed, cost_since_landed, first_flag_t, evidence)
+             VALUES (?1, ?2, ?3, ?3, 'build', ?4, 1, 'top,dup', ?5, ?6, 90, 1.23, ?7, ?8)",
+            params![
+                last_tick,
+                T_END,
+                root,
+                model,
+                format!("{{\"top\":30,\"top_target\":\"read src/module{a}.js\"}}"),
+                CALLS as i64,
+                opened - 60_000,
+                format!("{{\"loop_start\":{{\"index\":61,\"t\":{},\"id\":\"prt_x\"}}}}", opened - 1_200_000),
+            ],
+        )
+        .unwrap();
+        let t0 = opened - 3_000_000;
+        for k in 0..CALLS {
+            let rep = k > 60 && k % 3 == 0;
+            let tool = if rep { "read" } else { TOOLS[k % 5] };
+            tx.execute(
+                "INSERT INTO call_marks (session, seq, t, tool, landed, failed, target, target_key)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7)",
+                params![
+                    root,
+                    k as i64,
+                    t0 + k as i64 * 20_000,
+                    tool,
+                    tool == "edit" && k < 60,
+                    if rep {
+                        format!("read src/module{a}.js")
+                    } else {
+                        format!("{tool} x{k}")
+                    },
+                    if rep {
+                        "top".to_string()
+                    } else {
+                        format!("{k}")
+                    },
+                ],
+            )
+            .unwrap();
+        }
+    }
+    for d in 0..DAYS {
+        for e in 0..20 {
+            let root = format!("ses_old{d:02}{e:02}xxxxxxxxxxxxxxxxx");
+            let opened = T_END - d * 86_400_000 - e * 3_600_000;
+            tx.execute(
+                "INSERT INTO alerts (dedup_key, kind, root, state, severity, opened, last_fired, resolved, agent, model,
+                    title, calls_since_landed, cost_since_landed)
+                 VALUES (?1, 'loop', ?2, 'resolved', 'warning', ?3, ?4, ?4, 'build', ?5, 'opencode loop', 40, 0.4)",
+                params![
+                    format!("opencode-loop:{root}"),
+                    root,
+                    opened,
+                    opened + 1_800_000,
+                    MODELS[(e % 4) as usize]
+                ],
+            )
+            .unwrap();
+        }
+    }
+    tx.commit().unwrap();
+}
+
+fn chromium_ms(url: &str, shot: &str) -> Option<f64> {
+    let profile = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let out = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1200,2000",
+            &format!("--user-data-dir={}", profile.path().display()),
+            &format!("--screenshot={shot}"),
+            url,
+        ])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| t0.elapsed().as_secs_f64() * 1000.0)
+}
+
+fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("w.db").display().to_string();
+    let t0 = Instant::now();
+    fill(&db);
+    println!(
+        "filled: {OPEN} open loops x {CALLS} calls, {} episodes, {} ticks in {:.1} s",
+        DAYS * 20,
+        DAYS * 288,
+        t0.elapsed().as_secs_f64()
+    );
+    let page = dir.path().join("report.html");
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        let st = Command::new(BIN)
+            .args(["--db", &db, "--now", &T_END.to_string(), "report", "--out"])
+            .arg(&page)
+            .env("XDG_CONFIG_HOME", "/nonexistent")
+            .status()
+            .unwrap();
+        assert!(st.success());
+        best = best.min(t0.elapsed().as_secs_f64() * 1000.0);
+    }
+    let size = std::fs::metadata(&page).unwrap().len();
+    println!(
+        "wd-store report: {:.0} ms (best of 5); page {size} bytes ({:.0} KiB, limit 1024 KiB)",
+        best,
+        size as f64 / 1024.0
+    );
+    let empty = dir.path().join("empty.html");
+    std::fs::write(&empty, "<!DOCTYPE html><title>x</title>").unwrap();
+    let shot = dir.path().join("shot.png").display().to_string();
+    let base: Vec<f64> = (0..3)
+        .filter_map(|_| chromium_ms(&format!("file://{}", empty.display()), &shot))
+        .collect();
+    let full: Vec<f64> = (0..3)
+        .filter_map(|_| chromium_ms(&format!("file://{}", page.display()), &shot))
+        .collect();
+    if base.is_empty() || full.is_empty() {
+        println!("chromium: not installed (tests/setup installs it); no render figure");
+        return;
+    }
+    let min = |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min);
+    println!(
+        "chromium --headless --screenshot: page {:.0} ms, empty page {:.0} ms (best of 3): the page costs {:.0} ms",
+        min(&full),
+        min(&base),
+        min(&full) - min(&base)
+    );
+}

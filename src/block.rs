@@ -1,0 +1,546 @@
+//! Blocking a model the way opencode itself supports it: the model's id in its provider's
+//! `blacklist` in the user's opencode config (`provider.<id>.blacklist`), edited surgically so
+//! comments and formatting stay, written atomically with a backup beside it, and recorded in
+//! the watchdog database so `unblock-model` undoes exactly what `block-model` did.
+//!
+//! opencode drops a blacklisted model while it builds its provider list, once per process
+//! (per project instance): `opencode models` and the model pickers stop listing it, and asking
+//! for it (`opencode run -m`, a prompt naming it, an agent configured with it) fails with
+//! "model not found". A process already running keeps its list until restarted.
+
+use crate::config::{xdg_dir, Config};
+use crate::jsonc::{self, Kind, Node};
+use crate::store::Store;
+use anyhow::{anyhow, bail, Context, Result};
+use rusqlite::{params, OptionalExtension};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What `block-model` had to create (the most it created), so unblock removes just that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// Only the model's entry in an existing `blacklist`.
+    Element,
+    /// The provider's `blacklist` array.
+    Blacklist,
+    /// The provider's entry under `provider`.
+    ProviderEntry,
+    /// The top-level `provider` object.
+    Provider,
+    /// The config file itself.
+    File,
+}
+
+impl Created {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Created::Element => "element",
+            Created::Blacklist => "blacklist",
+            Created::ProviderEntry => "provider_entry",
+            Created::Provider => "provider",
+            Created::File => "file",
+        }
+    }
+    fn parse(s: &str) -> Created {
+        match s {
+            "blacklist" => Created::Blacklist,
+            "provider_entry" => Created::ProviderEntry,
+            "provider" => Created::Provider,
+            "file" => Created::File,
+            _ => Created::Element,
+        }
+    }
+}
+
+/// The text a new config file starts from.
+const NEW_FILE: &str = "{\n  \"$schema\": \"https://opencode.ai/config.json\"\n}\n";
+
+/// `provider/model` split at the first slash (model ids may hold more slashes).
+pub fn split(model: &str) -> Result<(&str, &str)> {
+    match model.split_once('/') {
+        Some((p, m)) if !p.is_empty() && !m.is_empty() => Ok((p, m)),
+        _ => bail!("{model:?} is not PROVIDER/MODEL (as `opencode models` lists them)"),
+    }
+}
+
+/// The global opencode config files, highest precedence first (opencode merges `config.json`,
+/// `opencode.json`, `opencode.jsonc` in that order, later ones winning).
+fn candidates() -> Vec<PathBuf> {
+    let dir = xdg_dir("XDG_CONFIG_HOME", ".config").join("opencode");
+    ["opencode.jsonc", "opencode.json", "config.json"]
+        .iter()
+        .map(|f| dir.join(f))
+        .collect()
+}
+
+/// The file to edit for `provider`: the configured one; else the highest-precedence file that
+/// already has the provider's blacklist (a blacklist in another file would be replaced, not
+/// merged); else the highest-precedence existing file; else a new `opencode.json`.
+pub fn config_file(cfg: &Config, provider: &str) -> Result<PathBuf> {
+    if let Some(p) = &cfg.report.opencode_config {
+        return Ok(p.clone());
+    }
+    let files = candidates();
+    let existing: Vec<&PathBuf> = files.iter().filter(|p| p.exists()).collect();
+    for f in &existing {
+        if let Ok(text) = std::fs::read_to_string(f) {
+            if let Ok(root) = jsonc::parse(&text) {
+                if root
+                    .get("provider")
+                    .and_then(|p| p.get(provider))
+                    .and_then(|p| p.get("blacklist"))
+                    .is_some()
+                {
+                    return Ok((*f).clone());
+                }
+            }
+        }
+    }
+    Ok(existing
+        .first()
+        .map(|p| (*p).clone())
+        .unwrap_or_else(|| files[1].clone()))
+}
+
+/// Checks that the parts of the config the edit goes through have the types opencode wants.
+fn check_shape(root: &Node, provider: &str) -> Result<()> {
+    let want = |n: &Node, path: &str, obj: bool| -> Result<()> {
+        let ok = if obj {
+            matches!(n.kind, Kind::Object(_))
+        } else {
+            matches!(&n.kind, Kind::Array(vs) if vs.iter().all(|v| matches!(v.kind, Kind::Str(_))))
+        };
+        if !ok {
+            bail!(
+                "{path} is {}; opencode wants {} (opencode would refuse this file too)",
+                n.what(),
+                if obj {
+                    "an object"
+                } else {
+                    "an array of model ids"
+                }
+            );
+        }
+        Ok(())
+    };
+    want(root, "the top level", true)?;
+    if let Some(p) = root.get("provider") {
+        want(p, "provider", true)?;
+        if let Some(e) = p.get(provider) {
+            want(e, &format!("provider.{provider}"), true)?;
+            if let Some(b) = e.get("blacklist") {
+                want(b, &format!("provider.{provider}.blacklist"), false)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn q(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// `text` with `model` added to `provider`'s blacklist, and what had to be created.
+/// `None` when it is already there.
+pub fn add(text: &str, provider: &str, model: &str) -> Result<Option<(String, Created)>> {
+    let root = jsonc::parse(text)?;
+    check_shape(&root, provider)?;
+    let Some(p) = root.get("provider") else {
+        let item = format!(
+            "\"provider\": {{{}: {{\"blacklist\": [{}]}}}}",
+            q(provider),
+            q(model)
+        );
+        return Ok(Some((
+            jsonc::prepend(text, &root, &item)?,
+            Created::Provider,
+        )));
+    };
+    let Some(e) = p.get(provider) else {
+        let item = format!("{}: {{\"blacklist\": [{}]}}", q(provider), q(model));
+        return Ok(Some((
+            jsonc::prepend(text, p, &item)?,
+            Created::ProviderEntry,
+        )));
+    };
+    let Some(b) = e.get("blacklist") else {
+        let item = format!("\"blacklist\": [{}]", q(model));
+        return Ok(Some((jsonc::prepend(text, e, &item)?, Created::Blacklist)));
+    };
+    if let Kind::Array(vs) = &b.kind {
+        if vs.iter().any(|v| v.kind == Kind::Str(model.into())) {
+            return Ok(None);
+        }
+    }
+    Ok(Some((
+        jsonc::prepend(text, b, &q(model))?,
+        Created::Element,
+    )))
+}
+
+/// `text` without `model` in `provider`'s blacklist, removing the containers `created` says
+/// block-model made when nothing else is in them now. `None` when the model is not there.
+pub fn take(text: &str, provider: &str, model: &str, created: Created) -> Result<Option<String>> {
+    let root = jsonc::parse(text)?;
+    check_shape(&root, provider)?;
+    let Some(p) = root.get("provider") else {
+        return Ok(None);
+    };
+    let Some(e) = p.get(provider) else {
+        return Ok(None);
+    };
+    let Some(b) = e.get("blacklist") else {
+        return Ok(None);
+    };
+    let Kind::Array(vs) = &b.kind else {
+        return Ok(None);
+    };
+    let Some(el) = vs.iter().find(|v| v.kind == Kind::Str(model.into())) else {
+        return Ok(None);
+    };
+    let only = |n: &Node, key: &str| match &n.kind {
+        Kind::Object(ms) => ms.len() == 1 && ms[0].key == key,
+        _ => false,
+    };
+    let member_at = |obj: &Node, key: &str| match &obj.kind {
+        Kind::Object(ms) => ms.iter().rev().find(|m| m.key == key).map(|m| m.key_start),
+        _ => None,
+    };
+    let level = match created {
+        Created::Element => 0,
+        Created::Blacklist => 1,
+        Created::ProviderEntry => 2,
+        Created::Provider | Created::File => 3,
+    };
+    let out = if level >= 3 && vs.len() == 1 && only(e, "blacklist") && only(p, provider) {
+        jsonc::remove(text, &root, member_at(&root, "provider").unwrap())?
+    } else if level >= 2 && vs.len() == 1 && only(e, "blacklist") {
+        jsonc::remove(text, p, member_at(p, provider).unwrap())?
+    } else if level >= 1 && vs.len() == 1 {
+        jsonc::remove(text, e, member_at(e, "blacklist").unwrap())?
+    } else {
+        jsonc::remove(text, b, el.start)?
+    };
+    Ok(Some(out))
+}
+
+/// Writes `text` over `path` atomically (a temp file beside it, renamed), keeping its mode,
+/// after copying the old content to `<path>.oc-watchdog.bak`.
+fn replace(path: &Path, old: Option<&str>, text: &str) -> Result<PathBuf> {
+    let shown = path.display();
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let backup = PathBuf::from(format!("{}.oc-watchdog.bak", path.display()));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".opencode-config.")
+        .tempfile_in(dir)
+        .with_context(|| format!("{shown}: cannot create a temp file in {}", dir.display()))?;
+    std::io::Write::write_all(&mut tmp, text.as_bytes())
+        .with_context(|| format!("{shown}: cannot write the new content"))?;
+    tmp.as_file()
+        .sync_all()
+        .with_context(|| format!("{shown}: cannot sync the new content"))?;
+    if let Ok(m) = std::fs::metadata(path) {
+        std::fs::set_permissions(tmp.path(), m.permissions())
+            .with_context(|| format!("{shown}: cannot keep its mode"))?;
+    }
+    if let Some(old) = old {
+        std::fs::write(&backup, old)
+            .with_context(|| format!("{shown}: cannot write the backup {}", backup.display()))?;
+    }
+    tmp.persist(path)
+        .map_err(|e| anyhow!("{shown}: cannot replace it: {}", e.error))?;
+    Ok(backup)
+}
+
+/// Reads the config to edit, refusing what cannot be edited safely. `None`: no file yet.
+fn read(path: &Path) -> Result<Option<String>> {
+    let shown = path.display();
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(anyhow!("{shown}: {e}")),
+    };
+    if meta.permissions().readonly() {
+        bail!("{shown}: the file is read-only; nothing written (make it writable, or edit it by hand)");
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("{shown}: cannot read"))?;
+    Ok(Some(text))
+}
+
+/// The models opencode lists for `provider` (`opencode models PROVIDER`), or why not.
+fn opencode_models(bin: &str, provider: &str) -> std::result::Result<Vec<String>, String> {
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/".into());
+    let child = std::process::Command::new(bin)
+        .args(["models", provider])
+        .current_dir(&home)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {bin}: {e}"))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let id = child.id();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return Err(format!("{bin} models: {e}")),
+        Err(_) => {
+            let _ = std::process::Command::new("kill")
+                .arg(id.to_string())
+                .status();
+            return Err(format!("{bin} models {provider}: no answer within 60 s"));
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() || stderr.contains("Error") {
+        let msg = strip_ansi(stderr.trim());
+        return Err(format!(
+            "`{bin} models {provider}` says: {}",
+            msg.lines().next().unwrap_or("(nothing)")
+        ));
+    }
+    Ok(stdout
+        .lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| l.contains('/'))
+        .collect())
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut o = String::new();
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        if c == '\u{1b}' {
+            for d in it.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            o.push(c);
+        }
+    }
+    o
+}
+
+fn who() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".into());
+    format!("{user}@{}", crate::alert::channels::hostname())
+}
+
+/// What `block` did.
+#[derive(Debug)]
+pub struct Outcome {
+    pub model: String,
+    pub file: PathBuf,
+    pub backup: Option<PathBuf>,
+    pub created: Option<Created>,
+    pub message: String,
+}
+
+/// `wd-store block-model`.
+pub fn block(
+    store: &mut Store,
+    cfg: &Config,
+    model: &str,
+    reason: Option<&str>,
+    opencode_bin: &str,
+    now: i64,
+) -> Result<Outcome> {
+    let (provider, id) = split(model)?;
+    let path = config_file(cfg, provider)?;
+    // edit the file a symlink points to, not the link
+    let path = std::fs::canonicalize(&path).unwrap_or(path);
+    let shown = path.display().to_string();
+    let old = read(&path)?;
+    let base = old.clone().unwrap_or_else(|| NEW_FILE.to_string());
+    let edit = add(&base, provider, id).map_err(|e| anyhow!("{shown}: {e:#}; nothing written"))?;
+    let Some((text, mut created)) = edit else {
+        return Ok(Outcome {
+            model: model.into(),
+            file: path,
+            backup: None,
+            created: None,
+            message: format!(
+                "{model} is already in provider.{provider}.blacklist of {shown}; nothing written"
+            ),
+        });
+    };
+    let known = opencode_models(opencode_bin, provider);
+    match &known {
+        Ok(list) if list.iter().any(|m| m == model) => {}
+        Ok(list) => {
+            let near: Vec<&str> = list.iter().map(String::as_str).take(8).collect();
+            bail!(
+                "{shown}: opencode lists no model {model} (it lists {}); nothing written",
+                if near.is_empty() {
+                    "none for this provider".to_string()
+                } else {
+                    near.join(", ")
+                }
+            );
+        }
+        Err(why) => {
+            // opencode cannot answer here: fall back to the models the watchdog has seen
+            let seen: bool = store
+                .conn
+                .query_row(
+                    "SELECT EXISTS (SELECT 1 FROM verdicts WHERE model = ?1)",
+                    params![model],
+                    |r| r.get(0),
+                )
+                .unwrap_or(false);
+            if !seen {
+                bail!("{shown}: cannot tell whether {model} exists ({why}), and the watchdog has never seen it; nothing written");
+            }
+        }
+    }
+    if old.is_none() {
+        created = Created::File;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("{shown}: cannot create {}", dir.display()))?;
+        }
+    }
+    let backup = replace(&path, old.as_deref(), &text)?;
+    let tx = store.write()?;
+    tx.execute(
+        "INSERT INTO blocks (model, file, created, reason, who, t) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![model, shown, created.as_str(), reason, who(), now],
+    )?;
+    tx.commit()?;
+    Ok(Outcome {
+        model: model.into(),
+        file: path,
+        backup: old.is_some().then_some(backup),
+        created: Some(created),
+        message: format!(
+            "{model} blocked in {shown}: new opencode processes no longer offer it; running ones keep it until restarted. Undo: wd-store unblock-model {model}"
+        ),
+    })
+}
+
+/// `wd-store unblock-model`: undoes the latest block of `model` still in force.
+pub fn unblock(store: &mut Store, model: &str, now: i64) -> Result<Outcome> {
+    let (provider, id) = split(model)?;
+    let rec: Option<(i64, String, String)> = store
+        .conn
+        .query_row(
+            "SELECT id, file, created FROM blocks WHERE model = ?1 AND unblocked IS NULL ORDER BY id DESC LIMIT 1",
+            params![model],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()?;
+    let Some((rid, file, created)) = rec else {
+        bail!("{model} was not blocked by wd-store block-model (see the page's Blocked models); nothing written");
+    };
+    let path = PathBuf::from(&file);
+    let created = Created::parse(&created);
+    let old = read(&path)?;
+    let message = match old {
+        None => format!("{file} is gone; nothing to undo"),
+        Some(old) => match take(&old, provider, id, created)
+            .map_err(|e| anyhow!("{file}: {e:#}; nothing written"))?
+        {
+            None => format!("{model} is no longer in {file} (removed by hand); nothing written"),
+            Some(text) if created == Created::File && text == NEW_FILE => {
+                std::fs::write(format!("{file}.oc-watchdog.bak"), &old)
+                    .with_context(|| format!("{file}: cannot write the backup"))?;
+                std::fs::remove_file(&path).with_context(|| format!("{file}: cannot remove"))?;
+                format!("{model} unblocked: removed {file}, which block-model had created")
+            }
+            Some(text) => {
+                replace(&path, Some(&old), &text)?;
+                format!("{model} unblocked in {file}: new opencode processes offer it again")
+            }
+        },
+    };
+    let tx = store.write()?;
+    tx.execute(
+        "UPDATE blocks SET unblocked = ?2, unblocked_by = ?3 WHERE id = ?1",
+        params![rid, now, who()],
+    )?;
+    tx.commit()?;
+    Ok(Outcome {
+        model: model.into(),
+        file: path,
+        backup: None,
+        created: Some(created),
+        message,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CFG: &str = "{\n  // mine\n  \"$schema\": \"https://opencode.ai/config.json\",\n  \"provider\": {\n    \"sim\": {\n      \"npm\": \"x\", // inline\n      \"models\": {}\n    }\n  }\n}\n";
+
+    #[test]
+    fn add_then_take_gives_the_file_back_at_every_level() {
+        for (text, created) in [
+            (CFG.to_string(), Created::Blacklist),
+            (
+                CFG.replace("\"npm\"", "\"blacklist\": [\"old\"],\n      \"npm\""),
+                Created::Element,
+            ),
+            (CFG.replace("\"sim\"", "\"other\""), Created::ProviderEntry),
+            (NEW_FILE.to_string(), Created::Provider),
+            ("{}".to_string(), Created::Provider),
+        ] {
+            let (t2, c) = add(&text, "sim", "sim-model").unwrap().unwrap();
+            assert_eq!(c, created, "{t2}");
+            let v: Vec<String> =
+                serde_json::from_value(json5ish(&t2)["provider"]["sim"]["blacklist"].clone())
+                    .unwrap();
+            assert!(v.contains(&"sim-model".to_string()), "{t2}");
+            assert_eq!(take(&t2, "sim", "sim-model", c).unwrap().unwrap(), text);
+            assert_eq!(add(&t2, "sim", "sim-model").unwrap(), None);
+        }
+    }
+
+    /// The JSON value of JSONC text (comments stripped by re-emitting each node).
+    fn json5ish(t: &str) -> serde_json::Value {
+        fn val(t: &str, n: &Node) -> serde_json::Value {
+            match &n.kind {
+                Kind::Object(ms) => serde_json::Value::Object(
+                    ms.iter()
+                        .map(|m| (m.key.clone(), val(t, &m.value)))
+                        .collect(),
+                ),
+                Kind::Array(vs) => vs.iter().map(|v| val(t, v)).collect(),
+                Kind::Str(s) => s.clone().into(),
+                Kind::Scalar => serde_json::from_str(&t[n.start..n.end]).unwrap(),
+            }
+        }
+        val(t, &jsonc::parse(t).unwrap())
+    }
+
+    #[test]
+    fn wrong_types_are_refused_naming_the_key() {
+        let t = CFG.replace("\"npm\"", "\"blacklist\": \"sim-model\",\n      \"npm\"");
+        assert_eq!(
+            add(&t, "sim", "m").unwrap_err().to_string(),
+            "provider.sim.blacklist is a string; opencode wants an array of model ids (opencode would refuse this file too)"
+        );
+        assert!(add("[]", "sim", "m").is_err());
+        assert!(add("{\"provider\": []}", "sim", "m").is_err());
+    }
+
+    #[test]
+    fn model_ids_keep_their_slashes() {
+        assert_eq!(
+            split("openrouter/anthropic/claude").unwrap(),
+            ("openrouter", "anthropic/claude")
+        );
+        assert!(split("nomodel").is_err());
+    }
+}

@@ -1,0 +1,454 @@
+//! The operator's page: one self-contained HTML file (no network, no scripts, inline CSS and
+//! SVG) that shows, newest first, the watchdog's own health, the loops open now with a picture
+//! of each flagged session, the episodes of the last 7 days, the per-model rollup and the
+//! models blocked in opencode's config.
+//!
+//! Data enters from the watchdog database only ([`gather`] reads it into a [`Page`]); `html`
+//! renders a `Page` to text; `svg` draws the pictures; `marks` records at tick time the calls
+//! the pictures need. `wd-store report` writes the page atomically (the tick runs it after
+//! every tick), and every alert links to `#<root session id>` on it ([`link`]).
+
+pub mod html;
+pub mod marks;
+pub mod open;
+pub mod svg;
+
+use crate::config::Config;
+use crate::store::Store;
+use anyhow::{Context, Result};
+use rusqlite::{params, OptionalExtension};
+use std::path::{Path, PathBuf};
+
+pub use marks::Mark;
+
+/// The link an alert for `root` carries: `link_base` + root when set, else the page's anchor
+/// as a `file://` URL.
+pub fn link(cfg: &Config, root: &str) -> String {
+    if !cfg.alert.link_base.is_empty() {
+        return format!("{}{}", cfg.alert.link_base, root);
+    }
+    format!("{}#{}", file_url(&cfg.report_file()), root)
+}
+
+/// `file://` URL of an absolute path, percent-encoding what a URL cannot hold.
+pub fn file_url(p: &Path) -> String {
+    let mut s = String::from("file://");
+    for b in p.to_string_lossy().bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            s.push(b as char);
+        } else {
+            s += &format!("%{b:02X}");
+        }
+    }
+    s
+}
+
+/// Everything the page shows.
+#[derive(Debug, Default)]
+pub struct Page {
+    pub now: i64,
+    pub db: PathBuf,
+    pub tick: Option<Tick>,
+    /// Times of the recent ticks, newest first (the interval as it really is).
+    pub recent_ticks: Vec<i64>,
+    pub blind: Option<Blind>,
+    pub channels: Vec<Channel>,
+    pub timer: Timer,
+    pub loops: Vec<Loop>,
+    pub episodes: Vec<Episode>,
+    pub rollups: Vec<Rollup>,
+    pub blocks: Vec<Block>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Tick {
+    pub t: i64,
+    pub outcome: String,
+    pub sessions: i64,
+    pub flagged: i64,
+    pub duration_ms: i64,
+    pub blind: Option<String>,
+}
+
+/// An open "watchdog is blind" alert.
+#[derive(Debug, Clone)]
+pub struct Blind {
+    pub since: i64,
+    pub why: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Channel {
+    pub name: String,
+    pub kind: String,
+    pub enabled: bool,
+    pub min_severity: String,
+    pub overridden: bool,
+    /// (time, status, detail) of the channel's last delivery attempt.
+    pub last: Option<(i64, String, Option<String>)>,
+}
+
+/// The systemd timer that runs the tick, as installed.
+#[derive(Debug, Clone, Default)]
+pub struct Timer {
+    pub unit: Option<PathBuf>,
+    pub interval: Option<String>,
+}
+
+/// One open alert.
+#[derive(Debug, Clone, Default)]
+pub struct Loop {
+    pub key: String,
+    pub kind: String,
+    pub root: String,
+    pub severity: String,
+    pub opened: i64,
+    pub last_fired: i64,
+    pub flagged_ticks: i64,
+    pub agent: Option<String>,
+    pub model: Option<String>,
+    pub title: String,
+    pub top_target: Option<String>,
+    pub calls_since_landed: Option<i64>,
+    pub cost_since_landed: Option<f64>,
+    pub sessions: Vec<Flagged>,
+}
+
+/// A flagged session of a loop's tree, at the latest tick that judged it.
+#[derive(Debug, Clone, Default)]
+pub struct Flagged {
+    pub session: String,
+    pub agent: Option<String>,
+    pub reasons: String,
+    pub top_target: Option<String>,
+    pub calls: Option<i64>,
+    pub calls_since_landed: Option<i64>,
+    pub cost_since_landed: Option<f64>,
+    pub first_flag_t: Option<i64>,
+    /// When the loop began, as the detector's evidence says.
+    pub loop_start_t: Option<i64>,
+    pub marks: Vec<Mark>,
+}
+
+/// An alert of the last 7 days, open or closed.
+#[derive(Debug, Clone, Default)]
+pub struct Episode {
+    pub key: String,
+    pub kind: String,
+    pub root: String,
+    pub state: String,
+    pub severity: String,
+    pub opened: i64,
+    pub closed: Option<i64>,
+    pub agent: Option<String>,
+    pub model: Option<String>,
+    pub title: String,
+    pub calls: Option<i64>,
+    pub cost: Option<f64>,
+    pub why: Option<String>,
+}
+
+/// The per-model rollup over one window.
+#[derive(Debug, Clone, Default)]
+pub struct Rollup {
+    pub label: &'static str,
+    pub since: i64,
+    pub rows: Vec<ModelRow>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ModelRow {
+    pub model: String,
+    pub sessions: i64,
+    pub share_sessions: f64,
+    pub flagged: i64,
+    pub share_flagged: f64,
+    pub loop_cost: f64,
+}
+
+/// A model blocked by `wd-store block-model`, still blocked.
+#[derive(Debug, Clone)]
+pub struct Block {
+    pub model: String,
+    pub file: String,
+    pub reason: Option<String>,
+    pub who: String,
+    pub t: i64,
+}
+
+/// Most flagged sessions of one tree that get a picture.
+pub const PICTURES_PER_LOOP: usize = 3;
+
+/// Windows of the rollup.
+pub const WINDOWS: [(&str, i64); 3] = [
+    ("1 h", 3_600_000),
+    ("1 d", 86_400_000),
+    ("7 d", 7 * 86_400_000),
+];
+
+/// Reads the page's data from the store.
+pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<Page> {
+    let c = &store.conn;
+    let tick = c
+        .query_row(
+            "SELECT t, outcome, sessions, flagged, duration_ms, blind FROM ticks ORDER BY id DESC LIMIT 1",
+            [],
+            |r| {
+                Ok(Tick {
+                    t: r.get(0)?,
+                    outcome: r.get(1)?,
+                    sessions: r.get(2)?,
+                    flagged: r.get(3)?,
+                    duration_ms: r.get(4)?,
+                    blind: r.get(5)?,
+                })
+            },
+        )
+        .optional()?;
+    let recent_ticks = c
+        .prepare("SELECT t FROM ticks ORDER BY id DESC LIMIT 12")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<i64>>>()?;
+    let blind = c
+        .query_row(
+            "SELECT opened, coalesce(top_target, title) FROM alerts WHERE kind = 'blind' AND state = 'open'",
+            [],
+            |r| {
+                Ok(Blind {
+                    since: r.get(0)?,
+                    why: r.get(1)?,
+                })
+            },
+        )
+        .optional()?;
+    let mut channels = Vec::new();
+    for ch in crate::store::cmd::channel_rows(store, cfg)? {
+        let name = ch["name"].as_str().unwrap_or_default().to_string();
+        let last = c
+            .query_row(
+                "SELECT t, status, detail FROM deliveries WHERE channel = ?1 AND t IS NOT NULL ORDER BY t DESC LIMIT 1",
+                params![name],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?;
+        channels.push(Channel {
+            kind: ch["type"].as_str().unwrap_or_default().to_string(),
+            enabled: ch["enabled"] == true,
+            min_severity: ch["min_severity"].as_str().unwrap_or_default().to_string(),
+            overridden: ch["overridden"] == true,
+            name,
+            last,
+        });
+    }
+    let loops = open_loops(store)?;
+    let episodes = episodes(store, now - 7 * 86_400_000)?;
+    let mut rollups = Vec::new();
+    for (label, span) in WINDOWS {
+        rollups.push(rollup(store, label, now - span)?);
+    }
+    let blocks = c
+        .prepare(
+            "SELECT model, file, reason, who, t FROM blocks WHERE unblocked IS NULL ORDER BY t DESC",
+        )?
+        .query_map([], |r| {
+            Ok(Block {
+                model: r.get(0)?,
+                file: r.get(1)?,
+                reason: r.get(2)?,
+                who: r.get(3)?,
+                t: r.get(4)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(Page {
+        now,
+        db: store.path.clone(),
+        tick,
+        recent_ticks,
+        blind,
+        channels,
+        timer: timer(),
+        loops,
+        episodes,
+        rollups,
+        blocks,
+    })
+}
+
+/// The installed timer unit and its `OnUnitActiveSec=` (a drop-in's value wins).
+fn timer() -> Timer {
+    let dir = crate::config::xdg_dir("XDG_CONFIG_HOME", ".config").join("systemd/user");
+    let unit = dir.join("oc-watchdog.timer");
+    let mut files = vec![unit.clone()];
+    if let Ok(rd) = std::fs::read_dir(dir.join("oc-watchdog.timer.d")) {
+        let mut d: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "conf"))
+            .collect();
+        d.sort();
+        files.extend(d);
+    }
+    let mut interval = None;
+    for f in &files {
+        if let Ok(text) = std::fs::read_to_string(f) {
+            for l in text.lines() {
+                if let Some(v) = l.trim().strip_prefix("OnUnitActiveSec=") {
+                    interval = (!v.trim().is_empty()).then(|| v.trim().to_string());
+                }
+            }
+        }
+    }
+    Timer {
+        unit: unit.exists().then_some(unit),
+        interval,
+    }
+}
+
+fn open_loops(store: &Store) -> Result<Vec<Loop>> {
+    let c = &store.conn;
+    let mut st = c.prepare(
+        "SELECT dedup_key, kind, root, severity, opened, last_fired, flagged_ticks, agent, model, title, top_target,
+                calls_since_landed, cost_since_landed
+         FROM alerts WHERE state = 'open'
+         ORDER BY severity = 'critical' DESC, kind = 'loop' DESC, opened DESC, dedup_key",
+    )?;
+    let mut loops = st
+        .query_map([], |r| {
+            Ok(Loop {
+                key: r.get(0)?,
+                kind: r.get(1)?,
+                root: r.get(2)?,
+                severity: r.get(3)?,
+                opened: r.get(4)?,
+                last_fired: r.get(5)?,
+                flagged_ticks: r.get(6)?,
+                agent: r.get(7)?,
+                model: r.get(8)?,
+                title: r.get(9)?,
+                top_target: r.get(10)?,
+                calls_since_landed: r.get(11)?,
+                cost_since_landed: r.get(12)?,
+                sessions: Vec::new(),
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut flagged = c.prepare(
+        "SELECT session, agent, reasons, json_extract(signals, '$.top_target'), calls, calls_since_landed,
+                cost_since_landed, first_flag_t, json_extract(evidence, '$.loop_start.t')
+         FROM verdicts WHERE root = ?1 AND flagged = 1
+           AND tick = (SELECT max(tick) FROM verdicts WHERE root = ?1 AND flagged = 1)
+         ORDER BY calls_since_landed DESC, session",
+    )?;
+    for l in loops.iter_mut().filter(|l| l.kind == "loop") {
+        l.sessions = flagged
+            .query_map(params![l.root], |r| {
+                Ok(Flagged {
+                    session: r.get(0)?,
+                    agent: r.get(1)?,
+                    reasons: r.get(2)?,
+                    top_target: r.get(3)?,
+                    calls: r.get(4)?,
+                    calls_since_landed: r.get(5)?,
+                    cost_since_landed: r.get(6)?,
+                    first_flag_t: r.get(7)?,
+                    loop_start_t: r.get(8)?,
+                    marks: Vec::new(),
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        for f in l.sessions.iter_mut().take(PICTURES_PER_LOOP) {
+            f.marks = marks::load(c, &f.session)?;
+        }
+    }
+    Ok(loops)
+}
+
+fn episodes(store: &Store, since: i64) -> Result<Vec<Episode>> {
+    let c = &store.conn;
+    let mut st = c.prepare(
+        "SELECT a.dedup_key, a.kind, a.root, a.state, a.severity, a.opened, a.resolved, a.agent, a.model, a.title,
+                a.calls_since_landed, a.cost_since_landed,
+                (SELECT body FROM events e WHERE e.dedup_key = a.dedup_key AND e.state = 'resolve' ORDER BY id DESC LIMIT 1)
+         FROM alerts a WHERE a.state = 'open' OR a.resolved >= ?1 OR a.opened >= ?1
+         ORDER BY coalesce(a.resolved, a.last_fired) DESC, a.opened DESC",
+    )?;
+    let rows = st.query_map(params![since], |r| {
+        let state: String = r.get(3)?;
+        let body: Option<String> = r.get(12)?;
+        let why = body
+            .filter(|_| state == "resolved")
+            .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
+            .and_then(|v| {
+                v["details"]["why"]
+                    .as_str()
+                    .or(v["details"]["reason"].as_str())
+                    .or(v["summary"].as_str())
+                    .map(str::to_string)
+            });
+        Ok(Episode {
+            key: r.get(0)?,
+            kind: r.get(1)?,
+            root: r.get(2)?,
+            state,
+            severity: r.get(4)?,
+            opened: r.get(5)?,
+            closed: r.get(6)?,
+            agent: r.get(7)?,
+            model: r.get(8)?,
+            title: r.get(9)?,
+            calls: r.get(10)?,
+            cost: r.get(11)?,
+            why,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+fn rollup(store: &Store, label: &'static str, since: i64) -> Result<Rollup> {
+    let c = &store.conn;
+    let mut st = c.prepare(
+        "WITH s AS (SELECT coalesce(model, '(unknown)') AS k, session, max(flagged) AS f
+                    FROM verdicts WHERE t >= ?1 GROUP BY k, session),
+              total AS (SELECT count(*) AS n, coalesce(sum(f), 0) AS nf FROM s),
+              burned AS (SELECT coalesce(model, '(unknown)') AS k, sum(coalesce(cost_since_landed, 0)) AS cost
+                         FROM alerts WHERE kind = 'loop' AND last_fired >= ?1 GROUP BY k)
+         SELECT s.k, count(*), 1.0 * count(*) / (SELECT n FROM total), sum(s.f),
+                1.0 * sum(s.f) / max(1, (SELECT nf FROM total)), coalesce((SELECT cost FROM burned b WHERE b.k = s.k), 0)
+         FROM s GROUP BY s.k ORDER BY sum(s.f) DESC, count(*) DESC, s.k",
+    )?;
+    let rows = st
+        .query_map(params![since], |r| {
+            Ok(ModelRow {
+                model: r.get(0)?,
+                sessions: r.get(1)?,
+                share_sessions: r.get(2)?,
+                flagged: r.get(3)?,
+                share_flagged: r.get(4)?,
+                loop_cost: r.get(5)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(Rollup { label, since, rows })
+}
+
+/// Writes `text` to `path` atomically: a temp file in the same directory, renamed over it.
+pub fn write_atomic(path: &Path, text: &[u8]) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".report.")
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot create a temp file in {}", dir.display()))?;
+    std::io::Write::write_all(&mut tmp, text)
+        .with_context(|| format!("cannot write {}", tmp.path().display()))?;
+    tmp.as_file().sync_all().ok();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644)).ok();
+    tmp.persist(path)
+        .with_context(|| format!("cannot rename into {}", path.display()))?;
+    Ok(())
+}

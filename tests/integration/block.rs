@@ -1,0 +1,218 @@
+//! `wd-store block-model` / `unblock-model` on a real opencode config with comments, checked by
+//! a real `opencode models` before, between and after; and the inputs it must refuse.
+
+use crate::support::{Home, Run};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+const CONFIG: &str = r#"{
+  // my opencode config: hand-written, keep my comments
+  "$schema": "https://opencode.ai/config.json",
+  "model": "sim/sim-model",
+  "enabled_providers": ["sim"],
+  "autoupdate": false,
+  "share": "disabled",
+  /* the scripted test model */
+  "provider": {
+    "sim": {
+      "npm": "@ai-sdk/openai-compatible", // local
+      "name": "Sim",
+      "options": { "baseURL": "http://127.0.0.1:9/v1", "apiKey": "k" },
+      "models": {
+        "sim-model": { "name": "Sim Model", "tool_call": true },
+        "gpt-5-sim": { "name": "Other Sim", "tool_call": true },
+      },
+    },
+  },
+}
+"#;
+
+fn opencode_env(c: crate::support::Cmd) -> crate::support::Cmd {
+    c.env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+        .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+        .env("OPENCODE_DISABLE_LSP_DOWNLOAD", "1")
+}
+
+/// What a real `opencode models` lists with this HOME.
+fn models(home: &Home) -> Vec<String> {
+    let h = home.path();
+    let out =
+        std::process::Command::new(std::env::var("OPENCODE_BIN").unwrap_or("opencode".into()))
+            .arg("models")
+            .current_dir(h)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .env("HOME", h)
+            .env("XDG_CONFIG_HOME", h.join(".config"))
+            .env("XDG_DATA_HOME", h.join(".local/share"))
+            .env("XDG_STATE_HOME", h.join(".local/state"))
+            .env("XDG_CACHE_HOME", h.join(".cache"))
+            .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+            .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+            .output()
+            .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    text.lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+fn wd(home: &Home, args: &[&str]) -> Run {
+    opencode_env(home.cmd("wd-store")).args(args).run()
+}
+
+fn setup(text: &str) -> (Home, std::path::PathBuf) {
+    let home = Home::new();
+    let dir = home.join(".config/opencode");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("opencode.jsonc");
+    std::fs::write(&cfg, text).unwrap();
+    (home, cfg)
+}
+
+fn blocks(home: &Home) -> i64 {
+    rusqlite::Connection::open(home.join(".local/state/oc-watchdog/watchdog.db"))
+        .unwrap()
+        .query_row("SELECT count(*) FROM blocks", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn block_and_unblock_edit_only_the_blacklist_and_opencode_obeys() {
+    let (home, cfg) = setup(CONFIG);
+    assert_eq!(models(&home), ["sim/gpt-5-sim", "sim/sim-model"]);
+
+    let r = wd(
+        &home,
+        &["block-model", "sim/gpt-5-sim", "--reason", "stalls in bash"],
+    );
+    r.ok();
+    assert_eq!(r.kind("block")[0]["created"], "blacklist", "{}", r.story());
+    assert!(
+        r.stderr().contains("sim/gpt-5-sim blocked in"),
+        "{}",
+        r.story()
+    );
+    let after = std::fs::read_to_string(&cfg).unwrap();
+    // one insertion, everything else byte for byte as it was
+    let inserted = "\"blacklist\": [\"gpt-5-sim\"],\n      ";
+    let at = after.find(inserted).expect("the new blacklist");
+    assert_eq!(
+        format!("{}{}", &after[..at], &after[at + inserted.len()..]),
+        CONFIG
+    );
+    assert_eq!(
+        std::fs::read_to_string(format!("{}.oc-watchdog.bak", cfg.display())).unwrap(),
+        CONFIG
+    );
+    // a real opencode started afterwards no longer lists it
+    assert_eq!(models(&home), ["sim/sim-model"]);
+    // blocking it again changes nothing
+    let r = wd(&home, &["block-model", "sim/gpt-5-sim"]);
+    r.ok();
+    assert!(
+        r.stderr().contains("already in provider.sim.blacklist"),
+        "{}",
+        r.story()
+    );
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), after);
+    assert_eq!(blocks(&home), 1);
+
+    // the page lists the block with the command that undoes it
+    let page = wd(&home, &["report", "--out", "-"]);
+    page.ok();
+    let p = page.stdout();
+    assert!(p.contains("<td>stalls in bash</td>"), "{p}");
+    assert!(p.contains("<code>wd-store unblock-model sim/gpt-5-sim</code>"));
+
+    // unblock: the file is exactly what it was, and opencode lists the model again
+    let r = wd(&home, &["unblock-model", "sim/gpt-5-sim"]);
+    r.ok();
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), CONFIG);
+    assert_eq!(models(&home), ["sim/gpt-5-sim", "sim/sim-model"]);
+    let p = wd(&home, &["report", "--out", "-"]).stdout();
+    assert!(!p.contains("unblock-model sim/gpt-5-sim"));
+    // nothing left to undo
+    let r = wd(&home, &["unblock-model", "sim/gpt-5-sim"]);
+    r.expect_code(2);
+    assert!(r
+        .stderr()
+        .contains("was not blocked by wd-store block-model"));
+}
+
+/// Runs block-model on `text`, expects a refusal mentioning `what`, and checks nothing was
+/// written (file, backup, record).
+fn refused(text: &str, model: &str, what: &str, prepare: impl Fn(&Path)) {
+    let (home, cfg) = setup(text);
+    prepare(&cfg);
+    let r = wd(&home, &["block-model", model]);
+    r.expect_code(2);
+    let err = r.stderr();
+    assert!(
+        err.contains(&cfg.display().to_string())
+            && err.contains(what)
+            && err.contains("nothing written"),
+        "{}",
+        r.story()
+    );
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), text);
+    assert!(!Path::new(&format!("{}.oc-watchdog.bak", cfg.display())).exists());
+    if home.join(".local/state/oc-watchdog/watchdog.db").exists() {
+        assert_eq!(blocks(&home), 0);
+    }
+}
+
+#[test]
+fn bad_configs_read_only_files_and_unknown_models_are_refused_and_nothing_is_written() {
+    // a blacklist that is not an array: opencode itself refuses the file
+    let wrong = CONFIG.replace(
+        "\"name\": \"Sim\",",
+        "\"name\": \"Sim\", \"blacklist\": \"gpt-5-sim\",",
+    );
+    {
+        let (home, _) = setup(&wrong);
+        let said = models(&home).join("\n");
+        assert!(said.contains("Configuration is invalid"), "{said}");
+    }
+    refused(
+        &wrong,
+        "sim/sim-model",
+        "provider.sim.blacklist is a string; opencode wants an array of model ids",
+        |_| {},
+    );
+    // not JSONC at all: opencode reports the same spot
+    let broken = CONFIG.replace("\"autoupdate\": false,", "\"autoupdate\": false,,");
+    {
+        let (home, _) = setup(&broken);
+        let said = models(&home).join("\n");
+        assert!(said.contains("line 6, column 23"), "{said}");
+    }
+    refused(
+        &broken,
+        "sim/sim-model",
+        "line 6, column 23: expected a property name, found ','",
+        |_| {},
+    );
+    // a read-only config
+    refused(CONFIG, "sim/sim-model", "the file is read-only", |p| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o444)).unwrap()
+    });
+    // a model opencode does not know
+    refused(
+        CONFIG,
+        "sim/no-such-model",
+        "opencode lists no model sim/no-such-model (it lists sim/gpt-5-sim, sim/sim-model)",
+        |_| {},
+    );
+    // not PROVIDER/MODEL
+    let (home, _) = setup(CONFIG);
+    let r = wd(&home, &["block-model", "gpt-5-sim"]);
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains("is not PROVIDER/MODEL"),
+        "{}",
+        r.story()
+    );
+}

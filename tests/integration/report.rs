@@ -1,0 +1,266 @@
+//! The operator's page end to end: the installed tick against a real `opencode serve` (a session
+//! that works, then loops, and a healthy one), the page it writes opened in real headless
+//! Chromium (DOM and screenshot), and the alert's link to the loop's anchor.
+
+use crate::support::ocsim::{Opts, Sim};
+use crate::support::{repo, Home, Run};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Runs an installed command with the temp HOME's environment.
+fn installed(home: &Home, prog: &str, args: &[&str]) -> Run {
+    let h = home.path();
+    let out = Command::new(prog)
+        .env_clear()
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                h.join(".local/bin").display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .env("HOME", h)
+        .env("XDG_CONFIG_HOME", h.join(".config"))
+        .env("XDG_DATA_HOME", h.join(".local/share"))
+        .env("XDG_STATE_HOME", h.join(".local/state"))
+        .env("XDG_CACHE_HOME", h.join(".cache"))
+        .args(args)
+        .output()
+        .unwrap();
+    Run {
+        shown: format!("{prog} {}", args.join(" ")),
+        out,
+    }
+}
+
+/// Headless Chromium with the flags that work on this machine (no network, fresh profile).
+pub fn chromium(args: &[&str]) -> Run {
+    let profile = tempfile::tempdir().unwrap();
+    let mut all = vec![
+        "--headless".to_string(),
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--disable-quic".into(),
+        "--no-first-run".into(),
+        "--disable-background-networking".into(),
+        "--disable-component-update".into(),
+        "--disable-sync".into(),
+        format!("--user-data-dir={}", profile.path().display()),
+    ];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let out = Command::new("chromium")
+        .args(&all)
+        .output()
+        .expect("chromium (tests/setup installs Debian's chromium)");
+    Run {
+        shown: format!("chromium {}", all.join(" ")),
+        out,
+    }
+}
+
+/// The DOM after Chromium loaded the page. The page holds no script and its CSP
+/// (`default-src 'none'`) would block one: what is read here is what a reader with JavaScript
+/// off sees. (`--blink-settings=scriptEnabled=false` would also stop `--dump-dom` itself.)
+pub fn dom(page: &Path) -> String {
+    let r = chromium(&["--dump-dom", &format!("file://{}", page.display())]);
+    r.ok();
+    r.stdout()
+}
+
+/// The `<article id="...">` element of the DOM, whole.
+fn article<'a>(dom: &'a str, id: &str) -> &'a str {
+    let start = dom
+        .find(&format!("<article id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no article #{id} in the DOM"));
+    let end = dom[start..].find("</article>").unwrap() + start;
+    &dom[start..end]
+}
+
+#[test]
+fn the_page_shows_the_loop_with_its_picture_and_alerts_link_to_it() {
+    let sim = Sim::start();
+    let home = Home::new();
+    let cfg_path = home.join(".config/oc-watchdog/watchdog.toml");
+    std::fs::create_dir_all(cfg_path.parent().unwrap()).unwrap();
+    std::fs::write(
+        &cfg_path,
+        format!("[opencode]\nservers = [\"{}\"]\n", sim.url),
+    )
+    .unwrap();
+    // a session that works (30 edits and 3 commits land), then goes round read, bash, grep
+    let looping = sim.run_with(
+        "fx_atlas",
+        Opts {
+            then: vec!["fx_atlas_loop".into()],
+            ..Opts::default()
+        },
+    );
+    let healthy = sim.run("healthy");
+    let bins: PathBuf = assert_cmd::cargo::cargo_bin("wd-store")
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    // the installer runs the first tick
+    let r = installed(
+        &home,
+        repo().join("deploy/install").to_str().unwrap(),
+        &["--from", bins.to_str().unwrap()],
+    );
+    r.ok();
+    assert!(
+        r.stderr()
+            .contains(&format!("dedup=opencode-loop:{} state=trigger", looping.id)),
+        "{}\n{}",
+        r.story(),
+        installed(&home, "wd-store", &["verdicts", "--format", "table"]).stdout()
+    );
+    let page = home.join(".local/state/oc-watchdog/report.html");
+    let text = std::fs::read_to_string(&page).unwrap();
+    if let Ok(shot) = std::env::var("REPORT_SCREENSHOT") {
+        std::fs::write(format!("{shot}.html"), &text).unwrap();
+    }
+    assert!(
+        !home
+            .join(".local/state/oc-watchdog/tick-calls.jsonl")
+            .exists(),
+        "the tick's call stream is removed after the tick"
+    );
+    // self-contained: nothing fetched, no scripts
+    for bad in ["<script", "http://", "https://", "<link", "@import", "url("] {
+        assert!(!text.contains(bad), "the page holds {bad:?}");
+    }
+
+    // the calls of the looping session as oc-calls reads them
+    let calls = installed(&home, "oc-calls", &["--server", &sim.url, &looping.id]);
+    calls.ok();
+    let cs = calls.kind("call");
+    let n_calls = cs.len();
+    assert_eq!(n_calls, 63 + 90, "{}", calls.story());
+    let landed = cs.iter().filter(|c| c["landed"] == true).count();
+    let edits = cs.iter().filter(|c| c["tool"] == "edit").count();
+    assert_eq!(edits, 30);
+
+    let d = dom(&page);
+    let a = article(&d, &looping.id);
+    assert!(a.contains("opencode loop: build repeats "), "{a}");
+    assert!(a.contains("<td>model</td><td>sim/sim-model</td>"), "{a}");
+    // one mark per call, the loop's 30 repeats of its top target highlighted, the landed
+    // changes marked
+    let pic_start = a.find("<svg class=\"pic\"").expect("a picture");
+    let pic = &a[pic_start..a[pic_start..].find("</svg>").unwrap() + pic_start];
+    assert_eq!(pic.matches("<rect ").count(), n_calls, "{pic}");
+    assert_eq!(pic.matches(" r\"").count(), 30, "{pic}");
+    assert_eq!(pic.matches("class=\"te\"").count(), edits, "{pic}");
+    assert_eq!(pic.matches("<path ").count(), landed, "{pic}");
+    assert!(pic.contains(">loop starts</text>") && pic.contains(">flagged</text>"));
+    // the healthy session has no alert and no article
+    assert!(!d.contains(&format!("<article id=\"{}\"", healthy.id)));
+    // the Watchdog section shows the tick
+    assert!(
+        d.contains("<td>outcome</td><td class=\"bad\">flagged</td>"),
+        "{d}"
+    );
+
+    // the alert links to the loop's anchor on the page
+    let body: String =
+        rusqlite::Connection::open(home.join(".local/state/oc-watchdog/watchdog.db"))
+            .unwrap()
+            .query_row(
+                "SELECT body FROM events WHERE dedup_key = ?1",
+                [format!("opencode-loop:{}", looping.id)],
+                |r| r.get(0),
+            )
+            .unwrap();
+    let ev: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        ev["link"],
+        format!("file://{}#{}", page.display(), looping.id)
+    );
+
+    // a screenshot for the closing note
+    let shot = std::env::var("REPORT_SCREENSHOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| home.join("report.png"));
+    let r = chromium(&[
+        "--window-size=1200,1400",
+        "--hide-scrollbars",
+        &format!("--screenshot={}", shot.display()),
+        &format!("file://{}#{}", page.display(), looping.id),
+    ]);
+    r.ok();
+    let png = std::fs::read(&shot).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    assert!(
+        png.len() > 20_000,
+        "a screenshot of a blank page? {}",
+        png.len()
+    );
+}
+
+#[test]
+fn a_click_on_the_desktop_alert_opens_the_page_at_the_loop() {
+    let d = crate::support::desktop::Desktop::shared();
+    let home = Home::new();
+    let opened = home.join("opened.txt");
+    let opener = home.join("opener.sh");
+    std::fs::write(
+        &opener,
+        format!("#!/bin/sh\necho \"$1\" >> '{}'\n", opened.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&opener, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let cfg = home.join(".config/oc-watchdog/watchdog.toml");
+    std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+    std::fs::write(
+        &cfg,
+        format!(
+            "[report]\nopen_with = \"{}\"\n\n[[channels]]\nname = \"desk\"\ntype = \"desktop\"\n",
+            opener.display()
+        ),
+    )
+    .unwrap();
+    let root = format!("ses_click{}", std::process::id());
+    let verdict = serde_json::json!({"kind": "verdict", "session": root, "root": root, "agent": "build",
+        "model": "sim/sim-model", "flagged": true, "reasons": ["top"],
+        "signals": {"top": 14, "top_target": "read src/a.js"}, "calls": 20, "calls_since_landed": 20,
+        "cost_since_landed": 0.2});
+    let input = format!(
+        "{{\"kind\":\"source\",\"source\":\"http://127.0.0.1:4096\",\"sessions\":1}}\n{verdict}\n"
+    );
+    let stored = home.cmd("wd-store").args(["tick"]).stdin(input).run();
+    stored.ok();
+    let r = home
+        .cmd("wd-alert")
+        .env("DBUS_SESSION_BUS_ADDRESS", &d.bus)
+        .env("DISPLAY", &d.display)
+        .stdin(stored.stdout())
+        .run();
+    r.ok();
+    let seen = d.wait_for(&root, 1);
+    let url = format!(
+        "file://{}#{root}",
+        home.join(".local/state/oc-watchdog/report.html").display()
+    );
+    assert!(seen[0].body.contains(&url), "{seen:?}");
+    // click it: dunst invokes the default action of the notification on top
+    let t0 = std::time::Instant::now();
+    loop {
+        let _ = Command::new("dunstctl")
+            .arg("action")
+            .arg("0")
+            .env("DBUS_SESSION_BUS_ADDRESS", &d.bus)
+            .env("DISPLAY", &d.display)
+            .output();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        if let Ok(got) = std::fs::read_to_string(&opened) {
+            assert_eq!(got, format!("{url}\n"));
+            break;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "the click opened nothing\n{}",
+            r.story()
+        );
+    }
+}
