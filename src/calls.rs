@@ -169,7 +169,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let limits = cfg.opencode_limits();
     let progress = Progress::new(usize::MAX);
     let mut read = 0usize;
-    for_each_line(&[], stdin, |name, n, line| {
+    let skipped = for_each_line(&[], stdin, |name, n, line| {
         let kind = match kind_of(line) {
             Ok(k) => k,
             Err(e) => {
@@ -250,6 +250,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         read += 1;
         c.emit(reader, &s.id)
     })?;
+    bad |= skipped > 0;
     progress.done();
     if bad {
         c.code = Exit::Error;

@@ -28,6 +28,7 @@ where
     A: clap::Parser,
     F: FnOnce(A, &mut dyn BufRead, &mut Out) -> Result<Exit>,
 {
+    let _ = PROGRAM.set(name.to_string());
     let args = match A::try_parse() {
         Ok(a) => a,
         Err(e) => {
@@ -140,26 +141,48 @@ impl Write for SharedBuf {
     }
 }
 
+static PROGRAM: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The running command's name, for messages (`oc-watchdog` when run as a library).
+pub fn program() -> &'static str {
+    PROGRAM.get().map(String::as_str).unwrap_or("oc-watchdog")
+}
+
 /// Reads named inputs (`-` is stdin) line by line, calling `f(name, line_no, line)` for each
-/// non-blank line. Names are `stdin` or the path, so errors read `stdin:17: ...`.
+/// non-blank line. Names are `stdin` or the path, so errors read `stdin:17: ...`. A line that is
+/// not UTF-8 (so not JSON) is named on stderr and skipped like any unreadable line; the number of
+/// lines skipped so is returned, for the caller to count with its own bad lines.
 pub fn for_each_line(
     files: &[PathBuf],
     stdin: &mut dyn BufRead,
     mut f: impl FnMut(&str, usize, &str) -> Result<()>,
-) -> Result<()> {
+) -> Result<usize> {
+    let mut skipped = 0usize;
     let mut each = |name: &str, r: &mut dyn BufRead| -> Result<()> {
-        let mut buf = String::new();
+        let mut buf = Vec::new();
         let mut n = 0usize;
         loop {
             buf.clear();
             let got = r
-                .read_line(&mut buf)
+                .read_until(b'\n', &mut buf)
                 .with_context(|| format!("{name}:{}: read failed", n + 1))?;
             if got == 0 {
                 return Ok(());
             }
             n += 1;
-            let line = buf.trim_end_matches(['\n', '\r']);
+            let line = match std::str::from_utf8(&buf) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!(
+                        "{}: {name}:{n}: not UTF-8 (invalid byte at column {}); line skipped",
+                        program(),
+                        e.valid_up_to() + 1
+                    );
+                    skipped += 1;
+                    continue;
+                }
+            };
+            let line = line.trim_end_matches(['\n', '\r']);
             if line.trim().is_empty() {
                 continue;
             }
@@ -167,7 +190,8 @@ pub fn for_each_line(
         }
     };
     if files.is_empty() {
-        return each("stdin", stdin);
+        each("stdin", stdin)?;
+        return Ok(skipped);
     }
     for p in files {
         if p.as_os_str() == "-" {
@@ -178,7 +202,7 @@ pub fn for_each_line(
             each(&name, &mut BufReader::with_capacity(256 * 1024, file))?;
         }
     }
-    Ok(())
+    Ok(skipped)
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -189,7 +213,9 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Parses a duration: `90s`, `10m`, `1h`, `30d`, `500ms`, or bare seconds. Returns ms.
+/// Parses a duration: `90s`, `10m`, `1h`, `30d`, `500ms`, or bare seconds. Returns ms; a
+/// duration longer than i64 milliseconds can hold is that longest duration (never a wrapped,
+/// short one: `--older-than 213503982335d` must not mean "older than a day").
 pub fn parse_duration_ms(s: &str) -> Result<i64> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
@@ -197,9 +223,8 @@ pub fn parse_duration_ms(s: &str) -> Result<i64> {
     if num.is_empty() {
         bail!("invalid duration {s:?}: expected a number and a unit, like 10m");
     }
-    let n: i64 = num
-        .parse()
-        .with_context(|| format!("invalid duration {s:?}"))?;
+    // digits beyond what i64 holds are an enormous duration, not an error
+    let n: i64 = num.parse().unwrap_or(i64::MAX);
     let mult = match unit {
         "ms" => 1,
         "" | "s" => 1_000,
@@ -209,7 +234,7 @@ pub fn parse_duration_ms(s: &str) -> Result<i64> {
         "w" => 7 * 86_400_000,
         _ => bail!("invalid duration {s:?}: unknown unit {unit:?} (use ms, s, m, h, d or w)"),
     };
-    Ok(n * mult)
+    Ok(n.saturating_mul(mult))
 }
 
 /// Parses `WHEN`: a duration back from `now` (`10m`), or an absolute time in epoch ms (any
@@ -225,7 +250,7 @@ pub fn parse_when(s: &str, now: i64) -> Result<i64> {
             .parse()
             .with_context(|| format!("invalid time {t:?}: expected epoch milliseconds"));
     }
-    Ok(now - parse_duration_ms(t)?)
+    Ok(now.saturating_sub(parse_duration_ms(t)?))
 }
 
 /// Output format for commands that talk to people as well as pipelines.
@@ -261,8 +286,30 @@ pub fn iso_ms(ms: i64) -> String {
     )
 }
 
+/// A cell as a terminal may show it: control characters (an escape sequence in a command or a
+/// title an agent chose) are written as escapes, never sent to the operator's terminal.
+fn visible(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// Writes an aligned text table (for `--format table`).
 pub fn write_table(out: &mut dyn Write, head: &[&str], rows: &[Vec<String>]) -> Result<()> {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| visible(c)).collect())
+        .collect();
+    let rows = &rows;
     let mut widths: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
@@ -309,6 +356,21 @@ mod tests {
     }
 
     #[test]
+    fn a_table_never_sends_control_characters_to_the_terminal() {
+        let mut out = Vec::new();
+        write_table(
+            &mut out,
+            &["title"],
+            &[vec!["loop \u{1b}]0;pwned\u{7}\u{1b}[2J".into()]],
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "title\nloop \\u{1b}]0;pwned\\u{7}\\u{1b}[2J\n"
+        );
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(parse_duration_ms("10m").unwrap(), 600_000);
         assert_eq!(parse_duration_ms("30d").unwrap(), 30 * 86_400_000);
@@ -316,6 +378,20 @@ mod tests {
         assert_eq!(parse_duration_ms("45").unwrap(), 45_000);
         assert!(parse_duration_ms("ten minutes").is_err());
         assert!(parse_duration_ms("10y").is_err());
+    }
+
+    #[test]
+    fn enormous_durations_saturate_instead_of_wrapping() {
+        // 213503982335 days in ms wraps i64 to about a day
+        assert_eq!(parse_duration_ms("213503982335d").unwrap(), i64::MAX);
+        assert_eq!(
+            parse_duration_ms("99999999999999999999999s").unwrap(),
+            i64::MAX
+        );
+        assert_eq!(
+            parse_when("213503982335d", 1_796_000_000_000).unwrap(),
+            1_796_000_000_000 - i64::MAX
+        );
     }
 
     #[test]

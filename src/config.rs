@@ -294,6 +294,171 @@ fn delivery_timeout() -> u64 {
     5
 }
 
+/// Checks detector thresholds (from the config or from progress-detect's flags).
+pub fn check_detector(d: &DetectorConfig) -> Result<()> {
+    let mut p = Problems::default();
+    detector_problems(d, &mut p);
+    match p.0.into_iter().next() {
+        Some((k, m)) => bail!("{k}: {m}"),
+        None => Ok(()),
+    }
+}
+
+fn detector_problems(d: &DetectorConfig, p: &mut Problems) {
+    p.int("detector.window", d.window as u64, 1, 100_000);
+    p.frac("detector.dup_min", d.dup_min);
+    p.int("detector.top_min", d.top_min as u64, 1, 1_000_000);
+    p.int("detector.top_min_ro", d.top_min_ro as u64, 1, 1_000_000);
+    p.int("detector.cum_min", d.cum_min as u64, 1, 1_000_000);
+    p.int("detector.min_calls", d.min_calls as u64, 1, 1_000_000);
+    p.int(
+        "detector.short_top_min",
+        d.short_top_min as u64,
+        1,
+        1_000_000,
+    );
+    p.frac("detector.short_share_min", d.short_share_min);
+    if !(d.cover_min.is_finite() && d.cover_min > 0.0 && d.cover_min <= 1e6) {
+        p.add(
+            "detector.cover_min",
+            format!(
+                "{} is not a number above 0 (times a file's length)",
+                d.cover_min
+            ),
+        );
+    }
+}
+
+/// A year in seconds: the longest duration any knob takes.
+const YEAR: u64 = 365 * 86_400;
+
+/// Problems found checking a config, in order.
+#[derive(Default)]
+struct Problems(Vec<(String, String)>);
+
+impl Problems {
+    fn add(&mut self, key: &str, msg: String) {
+        self.0.push((key.to_string(), msg));
+    }
+    fn int(&mut self, key: &str, v: u64, min: u64, max: u64) {
+        if v < min {
+            self.add(key, format!("{v} is below {min}, the least it can be"));
+        } else if v > max {
+            self.add(key, format!("{v} is above {max}, the most it can be"));
+        }
+    }
+    fn frac(&mut self, key: &str, v: f64) {
+        if !(v.is_finite() && (0.0..=1.0).contains(&v)) {
+            self.add(key, format!("{v} is not a share between 0 and 1"));
+        }
+    }
+    fn url(&mut self, key: &str, v: &str) {
+        match url::Url::parse(v) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+            Ok(u) => self.add(
+                key,
+                format!("{v:?} is not an http(s) URL (scheme {:?})", u.scheme()),
+            ),
+            Err(e) => self.add(key, format!("{v:?} is not a URL ({e})")),
+        }
+    }
+}
+
+/// Checks that need the text as written, not the typed values (`[1, 2, 3]` reads as a pair).
+fn raw_checks(root: &toml_edit::Table) -> Vec<(String, String)> {
+    let mut p = Vec::new();
+    if let Some(chans) = root.get("channels").and_then(|c| c.as_array_of_tables()) {
+        for (i, t) in chans.iter().enumerate() {
+            if let Some(a) = t.get("quiet_hours").and_then(|q| q.as_array()) {
+                if a.len() != 2 {
+                    p.push((
+                        format!("channels[{i}].quiet_hours"),
+                        format!("{} hours given; give [start, end], e.g. [22, 7]", a.len()),
+                    ));
+                }
+            }
+        }
+    }
+    p
+}
+
+/// The 1-based line of byte `offset`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())]
+        .bytes()
+        .filter(|&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// Splits `channels[1].urls[0]` into `channels`, `1`, `urls`, `0`.
+fn key_parts(key: &str) -> Vec<String> {
+    key.split(['.', '[', ']'])
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The line of the key path in the document (where the key is written; else the table it
+/// belongs to), if it is written at all.
+fn line_of_key(root: &toml_edit::Table, key: &str, text: &str) -> Option<usize> {
+    span_of(root, &key_parts(key)).map(|s| line_of(text, s.start))
+}
+
+fn span_of(t: &dyn toml_edit::TableLike, parts: &[String]) -> Option<std::ops::Range<usize>> {
+    let (first, rest) = parts.split_first()?;
+    let (k, v) = t.get_key_value(first)?;
+    let here = k.span().or(v.span());
+    let Some(next) = rest.first() else {
+        return here;
+    };
+    if let Ok(i) = next.parse::<usize>() {
+        if let Some(aot) = v.as_array_of_tables() {
+            let tab = aot.get(i)?;
+            return span_of(tab, &rest[1..]).or(tab.span()).or(here);
+        }
+        return v
+            .as_array()
+            .and_then(|a| a.get(i))
+            .and_then(|x| x.span())
+            .or(here);
+    }
+    match v.as_table_like() {
+        Some(tl) => span_of(tl, rest).or(here),
+        None => here,
+    }
+}
+
+/// The key path of what is written at byte `offset` (for errors the parser gives by position).
+fn key_at(t: &dyn toml_edit::TableLike, offset: usize, prefix: &str) -> Option<String> {
+    let contains = |s: Option<std::ops::Range<usize>>| s.is_some_and(|s| s.contains(&offset));
+    for (name, item) in t.iter() {
+        let path = if prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{prefix}.{name}")
+        };
+        let (k, _) = t.get_key_value(name)?;
+        if let Some(aot) = item.as_array_of_tables() {
+            for (i, tab) in aot.iter().enumerate() {
+                if let Some(p) = key_at(tab, offset, &format!("{path}[{i}]")) {
+                    return Some(p);
+                }
+            }
+            continue;
+        }
+        if let Some(sub) = item.as_table_like() {
+            if let Some(p) = key_at(sub, offset, &path) {
+                return Some(p);
+            }
+        }
+        if contains(k.span()) || contains(item.span()) {
+            return Some(path);
+        }
+    }
+    None
+}
+
 /// The default config path.
 pub fn default_path() -> PathBuf {
     xdg_dir("XDG_CONFIG_HOME", ".config").join("oc-watchdog/watchdog.toml")
@@ -311,57 +476,160 @@ impl Config {
         }
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("config {}: cannot read", path.display()))?;
-        Config::parse(&text).with_context(|| format!("config {}", path.display()))
+        Config::parse_named(&text, &format!("config {}", path.display()))
     }
 
+    /// Parses and checks a config text (messages name the key and its line).
     pub fn parse(text: &str) -> Result<Config> {
-        let c: Config = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.message()))?;
-        c.validate()?;
+        Config::parse_named(text, "config")
+    }
+
+    /// Parses and checks a config text; `shown` starts every message (`config PATH`), which
+    /// then reads `config PATH:LINE: KEY: what is wrong`.
+    pub fn parse_named(text: &str, shown: &str) -> Result<Config> {
+        let doc = toml_edit::ImDocument::parse(text).ok();
+        let at = |key: Option<String>, line: Option<usize>, msg: &str| -> anyhow::Error {
+            let place = match line {
+                Some(l) => format!("{shown}:{l}"),
+                None => shown.to_string(),
+            };
+            match key {
+                Some(k) if !k.is_empty() => anyhow::anyhow!("{place}: {k}: {msg}"),
+                _ => anyhow::anyhow!("{place}: {msg}"),
+            }
+        };
+        let c: Config = match toml::from_str(text) {
+            Ok(c) => c,
+            Err(e) => {
+                let offset = e.span().map(|s| s.start);
+                let line = offset.map(|o| line_of(text, o));
+                let key = match (&doc, offset) {
+                    (Some(d), Some(o)) => key_at(d.as_table(), o, ""),
+                    _ => None,
+                };
+                return Err(at(key, line, &e.message().trim().replace('\n', "; ")));
+            }
+        };
+        let mut problems = c.check();
+        if let Some(d) = &doc {
+            problems.extend(raw_checks(d.as_table()));
+        }
+        if let Some((key, msg)) = problems.into_iter().next() {
+            let line = doc
+                .as_ref()
+                .and_then(|d| line_of_key(d.as_table(), &key, text));
+            return Err(at(Some(key), line, &msg));
+        }
         Ok(c)
     }
 
-    fn validate(&self) -> Result<()> {
-        let d = &self.detector;
-        if d.window == 0 {
-            bail!("detector.window must be at least 1");
+    /// Every problem with the values: (key path, what is wrong).
+    fn check(&self) -> Vec<(String, String)> {
+        let mut p = Problems::default();
+        detector_problems(&self.detector, &mut p);
+        let st = &self.store;
+        if let Some(ms) = st.busy_timeout_ms {
+            p.int("store.busy_timeout_ms", ms, 0, 600_000);
         }
-        if !(0.0..=1.0).contains(&d.dup_min) {
-            bail!("detector.dup_min must be between 0 and 1");
+        if let Some(days) = st.retention_days {
+            p.int("store.retention_days", days as u64, 1, 36_500);
+        }
+        p.int(
+            "alert.escalate_after_ticks",
+            self.alert.escalate_after_ticks as u64,
+            1,
+            1_000_000,
+        );
+        if !self.alert.link_base.is_empty() {
+            p.url("alert.link_base", &self.alert.link_base);
+        }
+        let so = &self.second_opinion;
+        p.url("second_opinion.url", &so.url);
+        p.int("second_opinion.timeout_secs", so.timeout_secs, 1, 600);
+        p.int(
+            "second_opinion.max_in_flight",
+            so.max_in_flight as u64,
+            1,
+            64,
+        );
+        for (i, s) in self.opencode.servers.iter().enumerate() {
+            p.url(&format!("opencode.servers[{i}]"), s);
         }
         let l = &self.liveness;
-        if l.hard_secs < 900 {
-            bail!(
-                "liveness.hard_secs must be at least 900 (got {})",
-                l.hard_secs
+        p.int("liveness.hard_secs", l.hard_secs, 900, YEAR);
+        p.int("liveness.soft_secs", l.soft_secs, 1, YEAR);
+        if l.soft_secs >= l.hard_secs && l.hard_secs >= 900 {
+            p.add(
+                "liveness.soft_secs",
+                format!(
+                    "{} must be below liveness.hard_secs ({})",
+                    l.soft_secs, l.hard_secs
+                ),
             );
         }
-        if l.soft_secs == 0 || l.soft_secs >= l.hard_secs {
-            bail!("liveness.soft_secs must be above 0 and below liveness.hard_secs");
-        }
+        p.int("liveness.tool_grace_secs", l.tool_grace_secs, 0, YEAR);
+        p.int(
+            "liveness.retry_attempts_max",
+            l.retry_attempts_max,
+            1,
+            1_000_000,
+        );
+        p.int("liveness.retry_secs_max", l.retry_secs_max, 1, YEAR);
         let mut names = std::collections::HashSet::new();
-        for c in &self.channels {
+        for (i, c) in self.channels.iter().enumerate() {
+            let k = |f: &str| format!("channels[{i}].{f}");
+            if c.name.trim().is_empty() {
+                p.add(&k("name"), "a channel needs a name".into());
+            }
             if !names.insert(&c.name) {
-                bail!("channel {:?} is defined twice", c.name);
+                p.add(&k("name"), format!("channel {:?} is defined twice", c.name));
             }
             match c.kind {
-                ChannelType::Webhook if c.url.is_none() => {
-                    bail!("channel {:?}: a webhook needs url", c.name)
-                }
-                ChannelType::Pagerduty if c.routing_key_env.is_none() => {
-                    bail!("channel {:?}: pagerduty needs routing_key_env", c.name)
-                }
-                ChannelType::Alertmanager if c.urls.is_empty() => {
-                    bail!("channel {:?}: alertmanager needs urls", c.name)
-                }
+                ChannelType::Webhook if c.url.is_none() => p.add(
+                    &k("type"),
+                    format!("channel {:?}: a webhook needs url", c.name),
+                ),
+                ChannelType::Pagerduty if c.routing_key_env.is_none() => p.add(
+                    &k("type"),
+                    format!("channel {:?}: pagerduty needs routing_key_env", c.name),
+                ),
+                ChannelType::Alertmanager if c.urls.is_empty() => p.add(
+                    &k("type"),
+                    format!("channel {:?}: alertmanager needs urls", c.name),
+                ),
                 _ => {}
+            }
+            if let Some(u) = &c.url {
+                p.url(&k("url"), u);
+            }
+            for (j, u) in c.urls.iter().enumerate() {
+                p.url(&format!("channels[{i}].urls[{j}]"), u);
+            }
+            if let Some(u) = &c.events_url {
+                p.url(&k("events_url"), u);
+            }
+            for (f, v) in [
+                ("routing_key_env", &c.routing_key_env),
+                ("token_env", &c.token_env),
+            ] {
+                if let Some(v) = v {
+                    let ok = !v.is_empty()
+                        && !v.starts_with(|c: char| c.is_ascii_digit())
+                        && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                    if !ok {
+                        p.add(&k(f), format!("{v:?} is not an environment variable name"));
+                    }
+                }
             }
             if let Some([a, b]) = c.quiet_hours {
                 if a > 23 || b > 23 {
-                    bail!("channel {:?}: quiet_hours are hours 0-23", c.name);
+                    p.add(&k("quiet_hours"), format!("[{a}, {b}]: hours are 0-23"));
                 }
             }
+            p.int(&k("rate_limit_secs"), c.rate_limit_secs, 0, YEAR);
+            p.int(&k("timeout_secs"), c.timeout_secs, 1, 600);
         }
-        Ok(())
+        p.0
     }
 
     /// The opencode database to read when one is wanted and none was named.
@@ -418,7 +686,62 @@ mod tests {
     #[test]
     fn hard_threshold_is_never_below_900() {
         let e = Config::parse("[liveness]\nhard_secs = 600\n").unwrap_err();
-        assert!(format!("{e:#}").contains("at least 900"), "{e:#}");
+        assert_eq!(
+            format!("{e:#}"),
+            "config:2: liveness.hard_secs: 600 is below 900, the least it can be"
+        );
+    }
+
+    /// Values that crashed a command or were taken silently: each is refused at load, naming
+    /// the key and the line it is on.
+    #[test]
+    fn bad_values_are_refused_naming_key_and_line() {
+        for (text, want) in [
+            ("[detector]\nwindow = \"sixty\"\n", "config:2: detector.window: invalid type: string \"sixty\", expected usize"),
+            ("[store]\nbusy_timeout_ms = 2147483648\n", "config:2: store.busy_timeout_ms: 2147483648 is above 600000, the most it can be"),
+            ("[detector]\nwindow = 1000000000000\n", "config:2: detector.window: 1000000000000 is above 100000, the most it can be"),
+            ("# thresholds\n[detector]\ntop_min = 0\n", "config:3: detector.top_min: 0 is below 1, the least it can be"),
+            ("[detector]\ncum_min = 0\n", "config:2: detector.cum_min: 0 is below 1, the least it can be"),
+            ("[detector]\ncover_min = -1\n", "config:2: detector.cover_min: -1 is not a number above 0 (times a file's length)"),
+            ("[detector]\ncover_min = nan\n", "config:2: detector.cover_min: NaN is not a number above 0 (times a file's length)"),
+            ("[detector]\nshort_share_min = -0.5\n", "config:2: detector.short_share_min: -0.5 is not a share between 0 and 1"),
+            ("[[channels]]\nname = \"d\"\ntype = \"desktop\"\nquiet_hours = [1, 2, 3]\n", "config:4: channels[0].quiet_hours: 3 hours given; give [start, end], e.g. [22, 7]"),
+            ("[[channels]]\nname = \"d\"\ntype = \"desktop\"\n\n[[channels]]\nname = \"w\"\ntype = \"webhook\"\nurl = \"not a url\"\n", "config:8: channels[1].url: \"not a url\" is not a URL (relative URL without a base)"),
+            ("[[channels]]\nname = \"w\"\ntype = \"webhook\"\nurl = \"file:///etc/passwd\"\n", "config:4: channels[0].url: \"file:///etc/passwd\" is not an http(s) URL (scheme \"file\")"),
+            ("[liveness]\ntool_grace_secs = 9223372036854775\n", "config:2: liveness.tool_grace_secs: 9223372036854775 is above 31536000, the most it can be"),
+            ("[liveness]\nsoft_secs = 1000\n", "config:2: liveness.soft_secs: 1000 must be below liveness.hard_secs (900)"),
+            ("[second_opinion]\nurl = \"localhost:11434\"\n", "config:2: second_opinion.url: \"localhost:11434\" is not an http(s) URL (scheme \"localhost\")"),
+            ("[[channels]]\nname = \"p\"\ntype = \"pagerduty\"\nrouting_key_env = \"PD KEY\"\n", "config:4: channels[0].routing_key_env: \"PD KEY\" is not an environment variable name"),
+            ("[[channels]]\nname = \"a\"\ntype = \"desktop\"\n[[channels]]\nname = \"a\"\ntype = \"desktop\"\n", "config:5: channels[1].name: channel \"a\" is defined twice"),
+            ("[detector\n", "config:1: invalid table header; expected `.`, `]`"),
+            ("[store]\nretention_days = -3\n", "config:2: store.retention_days: invalid value: integer `-3`, expected u32"),
+        ] {
+            let e = Config::parse(text).unwrap_err();
+            assert_eq!(format!("{e:#}"), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_config_file_error_names_the_path_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("watchdog.toml");
+        std::fs::write(&p, "[detector]\nwindow = \"sixty\"\n").unwrap();
+        let e = Config::load(Some(&p)).unwrap_err();
+        assert_eq!(
+            format!("{e:#}"),
+            format!(
+                "config {}:2: detector.window: invalid type: string \"sixty\", expected usize",
+                p.display()
+            )
+        );
+    }
+
+    #[test]
+    fn the_shipped_config_loads() {
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/watchdog.toml"))
+                .unwrap();
+        Config::parse(&text).unwrap();
     }
 
     #[test]

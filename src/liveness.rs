@@ -78,8 +78,8 @@ pub fn classify(ev: &Evidence, act: Option<&Activity>, now: i64, cfg: &LivenessC
     let silence = act
         .and_then(|a| a.last_progress)
         .map(|t| ((now - t) / 1000).max(0));
-    let soft = cfg.soft_secs as i64;
-    let hard = cfg.hard_secs as i64;
+    let soft = i64::try_from(cfg.soft_secs).unwrap_or(i64::MAX);
+    let hard = i64::try_from(cfg.hard_secs).unwrap_or(i64::MAX);
     if let Some(p) = &ev.pending {
         if p.permissions + p.questions > 0 {
             return live(
@@ -99,8 +99,8 @@ pub fn classify(ev: &Evidence, act: Option<&Activity>, now: i64, cfg: &LivenessC
         let r = ev.retry.clone().unwrap_or(Value::Null);
         let attempt = r.get("attempt").and_then(Value::as_i64).unwrap_or(0);
         let msg = r.get("message").and_then(Value::as_str).unwrap_or("");
-        let over = attempt >= cfg.retry_attempts_max as i64
-            || silence.is_some_and(|s| s >= cfg.retry_secs_max as i64);
+        let over = attempt >= i64::try_from(cfg.retry_attempts_max).unwrap_or(i64::MAX)
+            || silence.is_some_and(|s| s >= i64::try_from(cfg.retry_secs_max).unwrap_or(i64::MAX));
         return live(
             LivenessClass::Retrying,
             silence,
@@ -148,7 +148,11 @@ pub fn classify(ev: &Evidence, act: Option<&Activity>, now: i64, cfg: &LivenessC
         };
         if let Some(tool) = act.running.iter().max_by_key(|r| r.t) {
             if let Some(timeout) = tool.timeout {
-                let deadline = tool.t + timeout + cfg.tool_grace_secs as i64 * 1000;
+                // user-given seconds: saturate, never wrap (a huge grace means "never stalled")
+                let grace = i64::try_from(cfg.tool_grace_secs)
+                    .unwrap_or(i64::MAX)
+                    .saturating_mul(1000);
+                let deadline = tool.t.saturating_add(timeout).saturating_add(grace);
                 if now < deadline {
                     return live(
                         LivenessClass::LongTool,
@@ -319,6 +323,23 @@ mod tests {
             class_at(&busy(), &a, 1860 + 900),
             (LivenessClass::Stalled, Some(Severity::Warning))
         );
+    }
+
+    #[test]
+    fn an_enormous_tool_grace_never_wraps_into_stalled() {
+        // 9223372036854775 s of grace overflowed the deadline into the past: stalled at once
+        let mut a = act(T);
+        a.running.push(Running {
+            tool: "bash".into(),
+            t: T,
+            timeout: Some(1_800_000),
+        });
+        let cfg = LivenessConfig {
+            tool_grace_secs: 9_223_372_036_854_775,
+            ..LivenessConfig::default()
+        };
+        let l = classify(&busy(), Some(&a), T + 5000 * 1000, &cfg);
+        assert_eq!((l.class, l.alert), (LivenessClass::LongTool, None));
     }
 
     #[test]

@@ -112,10 +112,28 @@ pub fn write(store: &Store, _now: i64, path: Option<&Path>, out: &mut Out) -> Re
                 p.file_name().and_then(|f| f.to_str()).unwrap_or("metrics"),
                 std::process::id()
             ));
-            std::fs::write(&tmp, &text)
-                .with_context(|| format!("cannot write {}", tmp.display()))?;
-            std::fs::rename(&tmp, p)
-                .with_context(|| format!("cannot rename into {}", p.display()))?;
+            // whatever fails, no temp file is left behind for the collector to trip over
+            let written = std::fs::write(&tmp, &text)
+                .with_context(|| {
+                    format!(
+                        "metrics file {}: cannot write {}",
+                        p.display(),
+                        tmp.display()
+                    )
+                })
+                .and_then(|()| {
+                    std::fs::rename(&tmp, p).with_context(|| {
+                        format!(
+                            "metrics file {}: cannot replace it with {}",
+                            p.display(),
+                            tmp.display()
+                        )
+                    })
+                });
+            if written.is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            written?;
         }
     }
     Ok(Exit::Ok)

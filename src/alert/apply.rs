@@ -73,9 +73,13 @@ pub fn route(
         // Alertmanager groups, dedups and silences by itself; every transition goes
         (Delivery::Pending, String::new())
     } else if ev.state != Transition::Escalate
-        && sent
-            .key_last
-            .is_some_and(|t| now - t < c.cfg.rate_limit_secs as i64 * 1000)
+        && sent.key_last.is_some_and(|t| {
+            // user seconds: saturate, never wrap
+            now.saturating_sub(t)
+                < i64::try_from(c.cfg.rate_limit_secs)
+                    .unwrap_or(i64::MAX)
+                    .saturating_mul(1000)
+        })
     {
         // an escalation comes once per episode and is the news: never rate limited
         (

@@ -75,16 +75,18 @@ fn post(
     if let Some(t) = bearer {
         req = req.set("Authorization", &format!("Bearer {t}"));
     }
+    // delivery errors go to the journal and the database: credentials in the channel's URL
+    // (`https://user:pw@host`, `?token=`) or echoed by the endpoint are masked first
     match req.send_json(body) {
         Ok(r) => Ok(format!("HTTP {}", r.status())),
         Err(ureq::Error::Status(code, r)) => {
             let text = r.into_string().unwrap_or_default();
-            Err(format!(
+            Err(crate::scrub::mask_text(&format!(
                 "POST {url}: HTTP {code} {}",
                 text.chars().take(200).collect::<String>()
-            ))
+            )))
         }
-        Err(e) => Err(format!("POST {url}: {e}")),
+        Err(e) => Err(crate::scrub::mask_text(&format!("POST {url}: {e}"))),
     }
 }
 

@@ -108,7 +108,7 @@ fn read_tick(stdin: &mut dyn BufRead, now: i64) -> Result<(TickView, Option<i64>
     let mut tick_id: Option<i64> = None;
     let mut hasher = InputHash::default();
     let mut bad = 0;
-    for_each_line(&[], stdin, |name, n, line| {
+    let skipped = for_each_line(&[], stdin, |name, n, line| {
         let kind = match kind_of(line) {
             Ok(k) => k,
             Err(e) => {
@@ -134,13 +134,27 @@ fn read_tick(stdin: &mut dyn BufRead, now: i64) -> Result<(TickView, Option<i64>
                 tick.blind.push((b.source, b.reason));
             }
             Some("source") => {
-                let v: Value = serde_json::from_str(line)?;
+                let v: Value = match serde_json::from_str(line) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        eprintln!("wd-alert: {name}:{n}: {e}");
+                        bad += 1;
+                        return Ok(());
+                    }
+                };
                 if let Some(s) = v["source"].as_str() {
                     tick.sources.push(s.to_string());
                 }
             }
             Some("tick") => {
-                let v: Value = serde_json::from_str(line)?;
+                let v: Value = match serde_json::from_str(line) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        eprintln!("wd-alert: {name}:{n}: {e}");
+                        bad += 1;
+                        return Ok(());
+                    }
+                };
                 tick_id = v["id"].as_i64();
                 if let Some(t) = v["t"].as_i64() {
                     tick.t = t;
@@ -150,6 +164,7 @@ fn read_tick(stdin: &mut dyn BufRead, now: i64) -> Result<(TickView, Option<i64>
         }
         Ok(())
     })?;
+    bad += skipped;
     if bad > 0 && tick.blind.is_empty() {
         tick.blind
             .push(("wd-alert input".into(), format!("{bad} unreadable line(s)")));

@@ -145,16 +145,16 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     out.line_buffered(args.line_buffered);
     let cfg = Config::load(args.config.as_deref())?;
     let dcfg = thresholds(&args, cfg.detector.clone());
-    if dcfg.window == 0 {
-        anyhow::bail!("--window must be at least 1");
-    }
+    // flags override the config: check them the way the config is checked
+    crate::config::check_detector(&dcfg)
+        .map_err(|e| anyhow::anyhow!("{e} (from the flag or the config)"))?;
     let now = args.now.unwrap_or_else(now_ms);
     let mut d = Detector::new(dcfg);
     let mut evidence: std::collections::HashMap<String, Evidence> = Default::default();
     let mut activity: std::collections::HashMap<String, Activity> = Default::default();
     let mut bad = 0usize;
     let quiet = args.check || args.flag_rate_max.is_some() || args.format != Format::Jsonl;
-    for_each_line(&args.files, stdin, |name, n, line| {
+    let skipped = for_each_line(&args.files, stdin, |name, n, line| {
         let parsed: Line = match serde_json::from_str(line) {
             Ok(l) => l,
             Err(e) => {
@@ -242,6 +242,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         }
         Ok(())
     })?;
+    bad += skipped;
     if d.repeated > 0 {
         eprintln!(
             "progress-detect: {} call(s) seen before (same session and id) were skipped",

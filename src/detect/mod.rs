@@ -142,6 +142,16 @@ pub struct Detector {
     pub repeated: u64,
 }
 
+/// Rounded to 6 decimals; numbers too large to scale are already whole.
+fn round6(x: f64) -> f64 {
+    let r = (x * 1e6).round() / 1e6;
+    if r.is_finite() {
+        r
+    } else {
+        x
+    }
+}
+
 fn read_only_of(meta: Option<&Session>, cfg: &DetectorConfig) -> bool {
     let Some(m) = meta else { return false };
     let hit = |s: &str| {
@@ -230,7 +240,10 @@ impl Detector {
             return false;
         }
         st.calls += 1;
-        st.cost += c.cost.unwrap_or(0.0);
+        // a cost that is not a finite amount is no cost; a sum past f64::MAX stays at f64::MAX
+        // (never inf, which JSON cannot carry)
+        let cost = c.cost.filter(|x| x.is_finite() && *x > 0.0).unwrap_or(0.0);
+        st.cost = (st.cost + cost).min(f64::MAX);
         st.last_t = c.t;
         if let Some(m) = c.model {
             if st.model.as_deref() != Some(m) {
@@ -370,7 +383,7 @@ impl Detector {
             signals: st.signals.signals(&cx),
             landed_in_window,
             calls_since_landed: calls_since,
-            cost_since_landed: (cost_since * 1e6).round() / 1e6,
+            cost_since_landed: round6(cost_since),
             first_flag: st.first_flag.clone(),
             model: st
                 .model

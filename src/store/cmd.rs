@@ -197,7 +197,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
             calls.as_deref(),
         ),
         Cmd::LastTick => {
-            if let Some(t) = store.last_tick()? {
+            if let Some(t) = store.last_tick(now)? {
                 out.line(&t.to_string())?;
             }
             Ok(Exit::Ok)
@@ -253,7 +253,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
                 Some(d) => parse_duration_ms(&d)?,
                 None => cfg.store.retention_days.unwrap_or(30) as i64 * 86_400_000,
             };
-            prune(&mut store, now - keep, out)
+            prune(&mut store, now.saturating_sub(keep), out)
         }
         Cmd::Metrics { output } => crate::metrics::write(&store, now, output.as_deref(), out),
         Cmd::Report { out: path } => report(&store, &cfg, now, path, out),
@@ -314,8 +314,14 @@ fn tick(
     let mut sources: Vec<String> = Vec::new();
     let mut blind: Vec<String> = Vec::new();
     let mut bad = 0;
-    for_each_line(&[], stdin, |name, n, line| {
-        out.line(line)?;
+    // a downstream that stops reading must not cost the tick: keep reading, record, then report
+    let mut write_failed: Option<std::io::Error> = None;
+    let skipped = for_each_line(&[], stdin, |name, n, line| {
+        if write_failed.is_none() {
+            if let Err(e) = out.line(line) {
+                write_failed = Some(e);
+            }
+        }
         let kind = match kind_of(line) {
             Ok(k) => k,
             Err(e) => {
@@ -347,6 +353,7 @@ fn tick(
         }
         Ok(())
     })?;
+    bad += skipped;
     let flagged = vs.iter().filter(|v| v.flagged).count();
     let outcome = outcome.unwrap_or_else(|| {
         if !blind.is_empty() || bad > 0 {
@@ -414,6 +421,9 @@ fn tick(
         }
     }
     tx.commit()?;
+    if let Some(e) = write_failed {
+        return Err(anyhow::Error::new(e).context("passing the stream on"));
+    }
     out.line(
         &json!({"kind": "tick", "id": id, "t": started, "outcome": outcome, "sessions": vs.len(),
                 "flagged": flagged, "sources": sources})

@@ -48,10 +48,48 @@ impl Store {
             conn,
             path: path.to_path_buf(),
         };
-        s.prepare().map_err(|e| s.explain(e))?;
-        Ok(s)
+        // First-time creation races other processes doing the same (ten ticks started at once on a
+        // fresh database): some SQLite steps (the switch to WAL, a read that would deadlock a
+        // writer) answer "busy" at once instead of waiting. Retry those until the busy timeout.
+        let deadline = std::time::Instant::now() + busy;
+        let mut pause = 5u64;
+        loop {
+            match s.prepare() {
+                Ok(()) => return Ok(s),
+                Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(
+                        pause + u64::from(std::process::id() % 7),
+                    ));
+                    pause = (pause * 2).min(100);
+                }
+                Err(e) => {
+                    // everything that goes wrong opening is about the database
+                    let e = s.explain(e);
+                    return Err(if format!("{e:#}").contains(&shown) {
+                        e
+                    } else {
+                        e.context(format!("watchdog database {shown}"))
+                    });
+                }
+            }
+        }
     }
+}
 
+/// Whether SQLite said "busy" or "locked" anywhere in the chain.
+fn is_busy(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<rusqlite::Error>())
+        .filter_map(|r| r.sqlite_error_code())
+        .any(|c| {
+            matches!(
+                c,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+            )
+        })
+}
+
+impl Store {
     /// Turns SQLite's terse errors into ones that name the file and say what to do.
     pub fn explain(&self, e: anyhow::Error) -> anyhow::Error {
         let shown = self.path.display();
@@ -64,7 +102,29 @@ impl Store {
             Some(C::DatabaseBusy) | Some(C::DatabaseLocked) => {
                 anyhow::anyhow!("watchdog database {shown}: locked by another process past the busy timeout ({e:#})")
             }
-            Some(C::ReadOnly) => anyhow::anyhow!("watchdog database {shown}: read-only ({e:#})"),
+            Some(C::ReadOnly) => {
+                let extended = e
+                    .chain()
+                    .find_map(|c| match c.downcast_ref::<rusqlite::Error>() {
+                        Some(rusqlite::Error::SqliteFailure(f, _)) => Some(f.extended_code),
+                        _ => None,
+                    })
+                    .unwrap_or(0);
+                let dir = self
+                    .path
+                    .parent()
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."))
+                    .display();
+                // SQLITE_READONLY_DIRECTORY: the file may be readable, its directory is not writable
+                if extended == 1544 {
+                    anyhow::anyhow!("watchdog database {shown}: read-only: its directory {dir} is not writable, and SQLite keeps the database's -wal and -shm files there, for reading too")
+                } else {
+                    anyhow::anyhow!(
+                        "watchdog database {shown}: read-only: the file cannot be written ({e:#})"
+                    )
+                }
+            }
             Some(C::DiskFull) => anyhow::anyhow!("watchdog database {shown}: disk full ({e:#})"),
             Some(C::NotADatabase) => {
                 anyhow::anyhow!("watchdog database {shown}: not a watchdog database (not SQLite)")
@@ -74,7 +134,12 @@ impl Store {
             }
             _ => {
                 let msg = format!("{e:#}");
-                if msg.contains(&shown.to_string()) {
+                // only SQLite's errors are the database's: a bad input line, a channel or a
+                // metrics file failing say so themselves
+                let from_sqlite = e
+                    .chain()
+                    .any(|c| c.downcast_ref::<rusqlite::Error>().is_some());
+                if msg.contains(&shown.to_string()) || !from_sqlite {
                     e
                 } else {
                     e.context(format!("watchdog database {shown}"))
@@ -84,17 +149,20 @@ impl Store {
     }
 
     fn prepare(&mut self) -> Result<()> {
-        let app: i32 = self
-            .conn
-            .query_row("PRAGMA application_id", [], |r| r.get(0))?;
-        let version: i64 = self
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        let tables: i64 = self.conn.query_row(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
-            [],
-            |r| r.get(0),
-        )?;
+        // one snapshot: another process may be creating the schema right now, and reading its
+        // tables but not yet its application_id would look like someone else's database
+        let (app, version, tables): (i32, i64, i64) = {
+            let tx = self.conn.transaction()?;
+            let app = tx.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+            let version = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+            let tables = tx.query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
+                [],
+                |r| r.get(0),
+            )?;
+            tx.commit()?;
+            (app, version, tables)
+        };
         if app != schema::APPLICATION_ID && !(app == 0 && tables == 0) {
             bail!("not a watchdog database (application_id {app:#x})");
         }
@@ -136,13 +204,24 @@ impl Store {
             .transaction_with_behavior(TransactionBehavior::Immediate)?)
     }
 
-    /// Time of the last tick.
-    pub fn last_tick(&self) -> Result<Option<i64>> {
-        Ok(self
-            .conn
-            .query_row("SELECT max(t) FROM ticks", [], |r| r.get(0))
-            .optional()?
-            .flatten())
+    /// Time of the last tick as of `now`: the latest tick not in the future. Ticks recorded with a
+    /// clock that ran ahead are passed over (the next window starts at the last honest tick, so
+    /// nothing is skipped); when every tick is in the future, `now`, said on stderr.
+    pub fn last_tick(&self, now: i64) -> Result<Option<i64>> {
+        let (past, future): (Option<i64>, Option<i64>) = self.conn.query_row(
+            "SELECT (SELECT max(t) FROM ticks WHERE t <= ?1), (SELECT max(t) FROM ticks WHERE t > ?1)",
+            [now],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        if let Some(f) = future {
+            eprintln!(
+                "{}: the last tick is recorded at {}, in the future (was the clock ahead?); using {}",
+                crate::cli::program(),
+                crate::cli::iso_ms(f),
+                if past.is_some() { "the last tick before now" } else { "now" }
+            );
+        }
+        Ok(past.or(future.map(|_| now)))
     }
 
     /// Channel overrides: (enabled, min_severity) set at run time.

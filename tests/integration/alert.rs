@@ -671,7 +671,7 @@ fn unknown_channel_type_fails_config_load_naming_it() {
     let e = r.stderr();
     assert!(
         e.starts_with(&format!(
-            "wd-alert: config {}: unknown variant `sms`",
+            "wd-alert: config {}:3: channels[0].type: unknown variant `sms`",
             rig.cfg
         )),
         "{e}"
