@@ -794,3 +794,91 @@ fn a_resolve_that_could_not_be_delivered_or_was_cut_off_by_a_crash_is_never_lost
         .count();
     assert_eq!(triggers, 2, "the cut-off attempt and its one repeat");
 }
+
+#[test]
+fn a_bus_that_accepts_but_never_answers_costs_one_desktop_timeout_per_run_not_one_per_alert() {
+    // a real bus whose notification daemon owns the name but is stopped: calls are accepted and
+    // routed, and never answered
+    let d = Desktop::private();
+    let stub = Stub::start();
+    stub.route("POST /hook", Reply::Json(200, "{}".into()));
+    let rig = Rig::new(&format!(
+        "[[channels]]\nname = \"desk\"\ntype = \"desktop\"\ntimeout_secs = 2\n\n\
+         [[channels]]\nname = \"hook\"\ntype = \"webhook\"\nurl = \"{}/hook\"\n",
+        stub.url
+    ));
+    let env = desktop_env(&d);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let loops10 = |calls: u64| -> Vec<String> {
+        (0..10)
+            .map(|i| {
+                let s = format!("ses_hang{i}");
+                looping(&s, &s, true, calls, "")
+            })
+            .collect()
+    };
+    d.freeze();
+    let t = std::time::Instant::now();
+    let (_, r) = rig.tick(T0, &loops10(44), &env);
+    let took = t.elapsed();
+    eprintln!(
+        "10 alerts, a bus that never answers, desktop timeout_secs 2: wd-alert took {took:.2?}"
+    );
+    r.ok();
+    assert_eq!(r.records().len(), 10, "{}", r.story());
+    let outcomes = |channel: &str| -> Vec<String> {
+        rig.query(&format!(
+            "SELECT e.dedup_key || ' ' || d.status || ' ' || d.attempts || coalesce(' ' || nullif(d.detail, ''), '')
+             FROM deliveries d JOIN events e ON e.id = d.event WHERE d.channel = '{channel}' ORDER BY e.id"
+        ))
+    };
+    // one timeout for the desktop channel in this run; the nine it had no time for stay owed
+    let mut want: Vec<String> =
+        vec!["opencode-loop:ses_hang0 failed 1 desktop notification: no answer within 2.0s".into()];
+    want.extend((1..10).map(|i| format!("opencode-loop:ses_hang{i} pending 0")));
+    assert_eq!(outcomes("desk"), want, "{}", r.story());
+    // the other channel got every send in the same run
+    let hook: Vec<String> = (0..10)
+        .map(|i| format!("opencode-loop:ses_hang{i} sent 1 HTTP 200"))
+        .collect();
+    assert_eq!(outcomes("hook"), hook);
+    assert_eq!(stub.requests().len(), 10);
+    assert!(
+        r.stderr().contains(
+            "oc-watchdog: channel=desk dedup=opencode-loop:ses_hang0 state=trigger delivery failed: desktop notification: no answer within 2.0s"
+        ),
+        "{}",
+        r.story()
+    );
+    let pending: Vec<i64> =
+        rig.query("SELECT count(*) FROM deliveries WHERE channel = 'desk' AND status = 'pending'");
+    assert_eq!(pending, [9]);
+
+    // the daemon answers again: the next run delivers the nine it owes (the loops went on, so
+    // nothing superseded them); the trigger that timed out is not sent twice
+    d.thaw();
+    let t = std::time::Instant::now();
+    let (_, r) = rig.tick(T0 + MIN5, &loops10(56), &env);
+    eprintln!(
+        "the next run, the daemon answering: wd-alert took {:.2?}",
+        t.elapsed()
+    );
+    r.ok();
+    assert_eq!(r.records().len(), 0, "{}", r.story());
+    let got = outcomes("desk");
+    assert_eq!(
+        got[0],
+        "opencode-loop:ses_hang0 failed 1 desktop notification: no answer within 2.0s"
+    );
+    for (i, row) in got.iter().enumerate().skip(1) {
+        assert!(
+            row.starts_with(&format!("opencode-loop:ses_hang{i} sent 1 notification ")),
+            "{got:?}"
+        );
+    }
+    assert_eq!(stub.requests().len(), 10, "the webhook owed nothing");
+    for i in 1..10 {
+        let s = format!("session ses_hang{i},");
+        assert_eq!(d.wait_for(&s, 1).len(), 1, "{s} on the bus");
+    }
+}

@@ -31,6 +31,31 @@ impl Desktop {
         D.get_or_init(Desktop::start)
     }
 
+    /// A stack of its own, for a test that freezes its daemon (the shared one serves others).
+    pub fn private() -> Desktop {
+        Desktop::start()
+    }
+
+    /// Stops the notification daemon (SIGSTOP): it still owns `org.freedesktop.Notifications`,
+    /// so the bus accepts every call and routes it there, and nothing ever answers.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets the daemon run again (SIGCONT); it answers what queued up meanwhile.
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let dunst = self.kids[1].id().to_string();
+        let ok = Command::new("kill")
+            .args([sig, dunst.as_str()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {dunst}");
+    }
+
     fn start() -> Desktop {
         let dir = tempfile::tempdir().unwrap();
         let out = Command::new("dbus-daemon")
