@@ -882,3 +882,61 @@ fn a_bus_that_accepts_but_never_answers_costs_one_desktop_timeout_per_run_not_on
         assert_eq!(d.wait_for(&s, 1).len(), 1, "{s} on the bus");
     }
 }
+
+#[test]
+fn an_escalation_is_shown_while_the_rate_limit_holds_back_a_new_trigger() {
+    // ticks a minute apart, the desktop channel's default rate limit (300 s): the escalation
+    // and the resolve are news and go out; a new episode's trigger inside the limit does not
+    let d = Desktop::shared();
+    let rig = Rig::new(
+        "[alert]\nescalate_after_ticks = 2\n\n[[channels]]\nname = \"desk\"\ntype = \"desktop\"\n",
+    );
+    let env = desktop_env(d);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let root = format!("ses_rl{}", std::process::id());
+    let at = |calls: u64, class: &str| looping(&root, &root, true, calls, class);
+    const MIN: i64 = 60_000;
+    let (_, r) = rig.tick(T0, &[at(44, "active")], &env);
+    assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    let (_, r) = rig.tick(T0 + MIN, &[at(56, "active")], &env);
+    assert_eq!(states(&r), [("escalate".into(), "critical".into())]);
+    let (_, r) = rig.tick(T0 + 2 * MIN, &[at(56, "idle")], &env);
+    assert_eq!(states(&r), [("resolve".into(), "info".into())]);
+    assert_eq!(r.records()[0]["reason"], "stopped");
+    let (_, r) = rig.tick(T0 + 3 * MIN, &[at(70, "active")], &env);
+    assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    let rows: Vec<String> = rig.query(
+        "SELECT e.episode || ' ' || e.state || ' ' || d.status || coalesce(' ' || nullif(d.detail, ''), '')
+         FROM deliveries d JOIN events e ON e.id = d.event ORDER BY e.id",
+    );
+    let ep: Vec<i64> = rig.query("SELECT id FROM episodes ORDER BY id");
+    let (a, b) = (ep[0], ep[1]);
+    assert!(
+        rows[0].starts_with(&format!("{a} trigger sent notification ")),
+        "{rows:?}"
+    );
+    assert!(
+        rows[1].starts_with(&format!("{a} escalate sent notification ")),
+        "{rows:?}"
+    );
+    assert!(
+        rows[2].starts_with(&format!("{a} resolve sent notification ")),
+        "{rows:?}"
+    );
+    assert_eq!(rows[3], format!("{b} trigger skipped rate limited (300s)"));
+    assert_eq!(rows.len(), 4);
+    // what the bus carried for this root: normal, critical, low; nothing for the new trigger
+    let seen = d.wait_for(&root, 3);
+    assert_eq!(
+        seen.iter().map(|s| s.urgency).collect::<Vec<_>>(),
+        [Some(1), Some(2), Some(0)],
+        "{seen:?}"
+    );
+    assert!(
+        seen[1].body.starts_with(&format!(
+            "still looping after 2 flagged ticks: session {root}, agent build"
+        )),
+        "{:?}",
+        seen[1]
+    );
+}
