@@ -305,7 +305,7 @@ fn a_loop_that_ends_resolves_stopped_never_escalates_and_a_new_loop_is_a_new_epi
     assert_eq!(eps[1]["calls"], 41);
     assert_eq!(eps[1]["cost"], 0.41);
     assert_eq!(eps[1]["duration_ms"], 44_000);
-    assert_eq!(eps[1]["burned"], "41 calls, $0.41, 0 min");
+    assert_eq!(eps[1]["burned"], "41 calls, $0.41, 44 s");
     assert_ne!(eps[0]["episode"], eps[1]["episode"]);
 }
 
