@@ -589,10 +589,13 @@ fn status(store: &Store, cfg: &Config, format: Format, out: &mut Out) -> Result<
     Ok(Exit::Ok)
 }
 
-/// "41 calls, $0.37, 12 min" from an episode's columns.
+/// "41 calls, $0.37, 12 min" from an episode's columns; the duration in the words of the events
+/// (`alert::text::duration`: "44 s", "12 min", "2 h 05 min").
 const BURNED: &str =
-    "CASE WHEN p.calls IS NOT NULL THEN printf('%d calls, $%.2f, %d min', p.calls, p.cost,
-                          coalesce(p.duration_ms, 0) / 60000) END";
+    "CASE WHEN p.calls IS NOT NULL THEN printf('%d calls, $%.2f, %s', p.calls, p.cost,
+       (SELECT CASE WHEN s < 60 THEN printf('%d s', s) WHEN s < 3600 THEN printf('%d min', s / 60)
+                    ELSE printf('%d h %02d min', s / 3600, s % 3600 / 60) END
+        FROM (SELECT max(coalesce(p.duration_ms, 0), 0) / 1000 AS s))) END";
 
 fn loops(store: &Store, recent: i64, format: Format, out: &mut Out) -> Result<Exit> {
     Rows::query(
@@ -826,4 +829,48 @@ fn report(
         }
     }
     Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BURNED;
+    use crate::alert::text::{burned, duration};
+    use crate::alert::Figures;
+
+    /// The `burned` column says the duration as the events do (seconds under a minute).
+    #[test]
+    fn the_burned_column_words_durations_as_the_events_do() {
+        let c = rusqlite::Connection::open_in_memory().unwrap();
+        for ms in [
+            0,
+            999,
+            44_000,
+            59_999,
+            60_000,
+            12 * 60_000 + 5_000,
+            2 * 3_600_000 + 5 * 60_000,
+            -5,
+        ] {
+            let sql = format!(
+                "SELECT {BURNED} FROM (SELECT 41 AS calls, 0.3712 AS cost, {ms} AS duration_ms) p"
+            );
+            let got: String = c.query_row(&sql, [], |r| r.get(0)).unwrap();
+            assert_eq!(got, format!("41 calls, $0.37, {}", duration(ms)), "{ms} ms");
+            let f = Figures {
+                calls: 41,
+                cost: 0.3712,
+                duration_ms: ms,
+                flagged_ticks: 1,
+            };
+            assert!(burned(&f).ends_with(&duration(ms)));
+        }
+        let got: String = c
+            .query_row(&format!("SELECT {BURNED} FROM (SELECT 41 AS calls, 0.5 AS cost, 44000 AS duration_ms) p"), [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(got, "41 calls, $0.50, 44 s");
+        let none: Option<String> = c
+            .query_row(&format!("SELECT {BURNED} FROM (SELECT NULL AS calls, NULL AS cost, NULL AS duration_ms) p"), [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(none, None);
+    }
 }
