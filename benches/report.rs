@@ -5,6 +5,10 @@
 //! screenshot), next to the same for an empty page.
 //!
 //!     cargo bench --bench report
+//!
+//! `REPORT_BENCH_PAGE=FILE` keeps a copy of the page. `REPORT_BENCH_SESSIONS=3
+//! REPORT_BENCH_CALLS=240` fills the worst case instead: every loop with 3 flagged sessions
+//! of 240 kept calls each (the page then draws within its mark budget).
 
 use rusqlite::{params, Connection};
 use std::process::Command;
@@ -23,7 +27,7 @@ const MODELS: [&str; 4] = [
 ];
 const TOOLS: [&str; 5] = ["read", "bash", "grep", "edit", "glob"];
 
-fn fill(db: &str) {
+fn fill(db: &str, sessions: usize, calls: usize) {
     // let wd-store create and migrate the database
     let st = Command::new(BIN)
         .args(["--db", db, "last-tick"])
@@ -62,48 +66,57 @@ fn fill(db: &str) {
             ],
         )
         .unwrap();
-        tx.execute(
-            "INSERT INTO verdicts (tick, t, session, root, agent, model, flagged, reasons, signals, calls,
-                calls_since_landed, cost_since_landed, first_flag_t, evidence)
-             VALUES (?1, ?2, ?3, ?3, 'build', ?4, 1, 'top,dup', ?5, ?6, 90, 1.23, ?7, ?8)",
-            params![
-                last_tick,
-                T_END,
-                root,
-                model,
-                format!("{{\"top\":30,\"top_target\":\"read src/module{a}.js\"}}"),
-                CALLS as i64,
-                opened - 60_000,
-                format!("{{\"loop_start\":{{\"index\":61,\"t\":{},\"id\":\"prt_x\"}}}}", opened - 1_200_000),
-            ],
-        )
-        .unwrap();
-        let t0 = opened - 3_000_000;
-        for k in 0..CALLS {
-            let rep = k > 60 && k % 3 == 0;
-            let tool = if rep { "read" } else { TOOLS[k % 5] };
+        for k in 0..sessions {
+            let session = if k == 0 {
+                root.clone()
+            } else {
+                format!("{root}sub{k}")
+            };
             tx.execute(
-                "INSERT INTO call_marks (session, seq, t, tool, landed, failed, target, target_key)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7)",
+                "INSERT INTO verdicts (tick, t, session, root, agent, model, flagged, reasons, signals, calls,
+                    calls_since_landed, cost_since_landed, first_flag_t, evidence)
+                 VALUES (?1, ?2, ?3, ?4, 'build', ?5, 1, 'top,dup', ?6, ?7, 90, 1.23, ?8, ?9)",
                 params![
+                    last_tick,
+                    T_END,
+                    session,
                     root,
-                    k as i64,
-                    t0 + k as i64 * 20_000,
-                    tool,
-                    tool == "edit" && k < 60,
-                    if rep {
-                        format!("read src/module{a}.js")
-                    } else {
-                        format!("{tool} x{k}")
-                    },
-                    if rep {
-                        "top".to_string()
-                    } else {
-                        format!("{k}")
-                    },
+                    model,
+                    format!("{{\"top\":30,\"top_target\":\"read src/module{a}.js\"}}"),
+                    calls as i64,
+                    opened - 60_000,
+                    format!("{{\"loop_start\":{{\"index\":61,\"t\":{},\"id\":\"prt_x\"}}}}", opened - 1_200_000),
                 ],
             )
             .unwrap();
+            let t0 = opened - 3_000_000;
+            let step = 3_000_000 / calls as i64;
+            for k in 0..calls {
+                let rep = k > 60 && k % 3 == 0;
+                let tool = if rep { "read" } else { TOOLS[k % 5] };
+                tx.execute(
+                    "INSERT INTO call_marks (session, seq, t, tool, landed, failed, target, target_key)
+                     VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7)",
+                    params![
+                        session,
+                        k as i64,
+                        t0 + k as i64 * step,
+                        tool,
+                        tool == "edit" && k < 60,
+                        if rep {
+                            format!("read src/module{a}.js")
+                        } else {
+                            format!("{tool} x{k}")
+                        },
+                        if rep {
+                            "top".to_string()
+                        } else {
+                            format!("{k}")
+                        },
+                    ],
+                )
+                .unwrap();
+            }
         }
     }
     for d in 0..DAYS {
@@ -157,10 +170,18 @@ fn chromium_ms(url: &str, shot: &str) -> Option<f64> {
 fn main() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("w.db").display().to_string();
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let sessions = env("REPORT_BENCH_SESSIONS", 1);
+    let calls = env("REPORT_BENCH_CALLS", CALLS);
     let t0 = Instant::now();
-    fill(&db);
+    fill(&db, sessions, calls);
     println!(
-        "filled: {OPEN} open loops x {CALLS} calls, {} episodes, {} ticks in {:.1} s",
+        "filled: {OPEN} open loops x {sessions} flagged session(s) x {calls} calls, {} episodes, {} ticks in {:.1} s",
         DAYS * 20,
         DAYS * 288,
         t0.elapsed().as_secs_f64()
@@ -179,6 +200,9 @@ fn main() {
         best = best.min(t0.elapsed().as_secs_f64() * 1000.0);
     }
     let size = std::fs::metadata(&page).unwrap().len();
+    if let Ok(keep) = std::env::var("REPORT_BENCH_PAGE") {
+        std::fs::copy(&page, &keep).unwrap();
+    }
     println!(
         "wd-store report: {:.0} ms (best of 5); page {size} bytes ({:.0} KiB, limit 1024 KiB)",
         best,

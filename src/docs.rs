@@ -94,7 +94,8 @@ backtest: 18/18 labels hold",
         fields: "\
 tick reads   verdict, source and blind records; passes every line through, then appends
              tick {kind, id, t, outcome (ok|flagged|no_opencode|blind), sessions, flagged, sources}
-queries      status, loop, verdict_row, rollup, channel records (JSONL), or --format table|csv",
+queries      status, loop, episode, verdict_row, rollup, channel, block records (JSONL), or
+             --format table|csv",
         examples: "\
 $ wd-store loops --format table
 severity  dedup_key                                     opened               flagged_ticks  agent    model          top_target                   calls_since_landed  cost_since_landed  opinion  last_sent  title

@@ -26,7 +26,8 @@ Examples:
   wd-store channels set desktop --enabled false
   wd-store prune --older-than 30d
   wd-store report --out - > /tmp/watchdog.html
-  wd-store block-model openrouter/some-model --reason \"stalls on every bash call\"";
+  wd-store block-model openrouter/some-model --reason \"stalls on every bash call\"
+  wd-store blocks --format table";
 
 /// The watchdog's SQLite record: ticks, verdicts, alerts, channel settings.
 #[derive(Parser, Debug)]
@@ -152,6 +153,13 @@ pub enum Cmd {
     },
     /// Undo `block-model`: remove exactly what it added to the opencode config.
     UnblockModel { model: String },
+    /// Models blocked by `block-model`, newest first: when, by whom, why, in which file, and the
+    /// command that undoes it.
+    Blocks {
+        /// Also list blocks already undone.
+        #[arg(long)]
+        all: bool,
+    },
     /// Show the desktop notification read from stdin, print its id, then wait for a click on it
     /// and open its URL with [report] open_with (started by the desktop channel).
     #[command(hide = true)]
@@ -291,6 +299,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
             )?;
             Ok(Exit::Ok)
         }
+        Cmd::Blocks { all } => blocks(&store, all, args.format, out),
         Cmd::UnblockModel { model } => {
             let o = crate::block::unblock(&mut store, &model, now)?;
             eprintln!("wd-store: {}", o.message);
@@ -497,7 +506,13 @@ impl Rows {
                 let timeish = |c: &str| {
                     matches!(
                         c,
-                        "t" | "last_tick" | "opened" | "resolved" | "last_fired" | "first_flag_t"
+                        "t" | "last_tick"
+                            | "opened"
+                            | "resolved"
+                            | "last_fired"
+                            | "first_flag_t"
+                            | "blocked"
+                            | "unblocked"
                     )
                 };
                 let rows: Vec<Vec<String>> = self
@@ -633,6 +648,19 @@ fn alerts(
             kind.map(Sql::Text).unwrap_or(Sql::Null),
             Sql::Integer(limit as i64),
         ],
+    )?
+    .print(format, out)?;
+    Ok(Exit::Ok)
+}
+
+fn blocks(store: &Store, all: bool, format: Format, out: &mut Out) -> Result<Exit> {
+    Rows::query(
+        store,
+        "block",
+        "SELECT model, t AS blocked, who, reason, file, created, unblocked, unblocked_by,
+                CASE WHEN unblocked IS NULL THEN 'wd-store unblock-model ' || model END AS undo
+         FROM blocks WHERE ?1 OR unblocked IS NULL ORDER BY t DESC, id DESC",
+        &[Sql::Integer(all as i64)],
     )?
     .print(format, out)?;
     Ok(Exit::Ok)

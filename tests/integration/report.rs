@@ -77,6 +77,20 @@ fn article<'a>(dom: &'a str, id: &str) -> &'a str {
     &dom[start..end]
 }
 
+/// (class, subpaths) of each path of a session picture that draws calls (not the axis or the
+/// marker lines): a subpath is one mark.
+fn mark_paths(pic: &str) -> Vec<(String, usize)> {
+    pic.split("<path class=\"")
+        .skip(1)
+        .filter_map(|p| {
+            let (cls, rest) = p.split_once('"')?;
+            let d = rest.trim_start().strip_prefix("d=\"")?.split('"').next()?;
+            (!matches!(cls, "ax" | "ls" | "ff"))
+                .then(|| (cls.to_string(), d.matches(['M', 'm']).count()))
+        })
+        .collect()
+}
+
 #[test]
 fn the_page_shows_the_loop_with_its_picture_and_alerts_link_to_it() {
     let sim = Sim::start();
@@ -149,10 +163,29 @@ fn the_page_shows_the_loop_with_its_picture_and_alerts_link_to_it() {
     // changes marked
     let pic_start = a.find("<svg class=\"pic\"").expect("a picture");
     let pic = &a[pic_start..a[pic_start..].find("</svg>").unwrap() + pic_start];
-    assert_eq!(pic.matches("<rect ").count(), n_calls, "{pic}");
-    assert_eq!(pic.matches(" r\"").count(), 30, "{pic}");
-    assert_eq!(pic.matches("class=\"te\"").count(), edits, "{pic}");
-    assert_eq!(pic.matches("<path ").count(), landed, "{pic}");
+    // (one path per tool colour, one for the repeats, one for the landed changes; one subpath
+    // per call)
+    let paths = mark_paths(pic);
+    let count = |f: &dyn Fn(&str) -> bool| -> usize {
+        paths.iter().filter(|(c, _)| f(c)).map(|(_, n)| n).sum()
+    };
+    assert_eq!(
+        count(&|c| c.starts_with("c ") || c.starts_with("r ")),
+        n_calls,
+        "{paths:?}\n{pic}"
+    );
+    assert_eq!(count(&|c| c.starts_with("r ")), 30, "{paths:?}");
+    assert_eq!(
+        paths.iter().filter(|(c, _)| c.starts_with("r ")).count(),
+        1,
+        "the repeats are one path: {paths:?}"
+    );
+    assert_eq!(count(&|c| c == "c te" || c == "r te"), edits, "{paths:?}");
+    assert_eq!(count(&|c| c == "land"), landed, "{paths:?}");
+    assert!(
+        pic.contains(&format!("<title>{n_calls} calls (")),
+        "the picture's title counts its calls: {pic}"
+    );
     assert!(pic.contains(">loop starts</text>") && pic.contains(">flagged</text>"));
     // the healthy session has no alert and no article
     assert!(!d.contains(&format!("<article id=\"{}\"", healthy.id)));
