@@ -2,7 +2,8 @@
 //! a picture of 150 calls, beside 30 days of episodes (20 a day) and 30 days of 5-minute ticks.
 //! Prints the page's size, the time to build it (`wd-store report`), and, when Debian's
 //! `chromium` is installed, how long headless Chromium takes to load and lay it out (a
-//! screenshot), next to the same for an empty page.
+//! screenshot), next to the same for an empty page: the difference is what the page costs
+//! beyond starting the browser. The load average is printed with it (the machine is shared).
 //!
 //!     cargo bench --bench report
 //!
@@ -211,10 +212,10 @@ fn main() {
     let empty = dir.path().join("empty.html");
     std::fs::write(&empty, "<!DOCTYPE html><title>x</title>").unwrap();
     let shot = dir.path().join("shot.png").display().to_string();
-    let base: Vec<f64> = (0..3)
+    let base: Vec<f64> = (0..5)
         .filter_map(|_| chromium_ms(&format!("file://{}", empty.display()), &shot))
         .collect();
-    let full: Vec<f64> = (0..3)
+    let full: Vec<f64> = (0..5)
         .filter_map(|_| chromium_ms(&format!("file://{}", page.display()), &shot))
         .collect();
     if base.is_empty() || full.is_empty() {
@@ -222,10 +223,23 @@ fn main() {
         return;
     }
     let min = |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min);
+    let med = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
     println!(
-        "chromium --headless --screenshot: page {:.0} ms, empty page {:.0} ms (best of 3): the page costs {:.0} ms",
+        "chromium --headless --screenshot: page {:.0} ms, empty page {:.0} ms (best of 5; medians {:.0} / {:.0}): the page costs {:.0} ms",
         min(&full),
         min(&base),
+        med(&full),
+        med(&base),
         min(&full) - min(&base)
+    );
+    println!(
+        "load average: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
     );
 }
