@@ -2,7 +2,8 @@
 //! a picture of 150 calls, beside 30 days of episodes (20 a day) and 30 days of 5-minute ticks.
 //! Prints the page's size, the time to build it (`wd-store report`), and, when Debian's
 //! `chromium` is installed, how long headless Chromium takes to load and lay it out (a
-//! screenshot), next to the same for an empty page.
+//! screenshot), next to the same for an empty page: the difference is what the page costs
+//! beyond starting the browser. The load average is printed with it (the machine is shared).
 //!
 //!     cargo bench --bench report
 //!
@@ -142,8 +143,29 @@ fn fill(db: &str, sessions: usize, calls: usize) {
     tx.commit().unwrap();
 }
 
-fn chromium_ms(url: &str, shot: &str) -> Option<f64> {
+/// CPU time (user + system, ms) of this process's waited-for children so far, from
+/// /proc/self/stat (cutime, cstime; clock ticks of 10 ms): less swayed by a busy machine than
+/// wall time.
+fn children_cpu_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let f: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, r)| r)
+        .split_whitespace()
+        .collect();
+    // after the command name: state is field 3, cutime 16 and cstime 17
+    let tick = |i: usize| {
+        f.get(i - 3)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (tick(16) + tick(17)) * 10.0
+}
+
+/// Wall and CPU ms of one headless Chromium loading `url` and writing a screenshot.
+fn chromium_ms(url: &str, shot: &str) -> Option<(f64, f64)> {
     let profile = tempfile::tempdir().unwrap();
+    let cpu0 = children_cpu_ms();
     let t0 = Instant::now();
     let out = Command::new("chromium")
         .args([
@@ -162,9 +184,12 @@ fn chromium_ms(url: &str, shot: &str) -> Option<f64> {
         ])
         .output()
         .ok()?;
-    out.status
-        .success()
-        .then(|| t0.elapsed().as_secs_f64() * 1000.0)
+    out.status.success().then(|| {
+        (
+            t0.elapsed().as_secs_f64() * 1000.0,
+            children_cpu_ms() - cpu0,
+        )
+    })
 }
 
 fn main() {
@@ -211,21 +236,44 @@ fn main() {
     let empty = dir.path().join("empty.html");
     std::fs::write(&empty, "<!DOCTYPE html><title>x</title>").unwrap();
     let shot = dir.path().join("shot.png").display().to_string();
-    let base: Vec<f64> = (0..3)
+    let base: Vec<(f64, f64)> = (0..5)
         .filter_map(|_| chromium_ms(&format!("file://{}", empty.display()), &shot))
         .collect();
-    let full: Vec<f64> = (0..3)
+    let full: Vec<(f64, f64)> = (0..5)
         .filter_map(|_| chromium_ms(&format!("file://{}", page.display()), &shot))
         .collect();
     if base.is_empty() || full.is_empty() {
         println!("chromium: not installed (tests/setup installs it); no render figure");
         return;
     }
-    let min = |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min);
+    let min = |v: &[(f64, f64)], cpu: bool| {
+        v.iter()
+            .map(|p| if cpu { p.1 } else { p.0 })
+            .fold(f64::MAX, f64::min)
+    };
+    let med = |v: &[(f64, f64)]| {
+        let mut w: Vec<f64> = v.iter().map(|p| p.0).collect();
+        w.sort_by(f64::total_cmp);
+        w[w.len() / 2]
+    };
     println!(
-        "chromium --headless --screenshot: page {:.0} ms, empty page {:.0} ms (best of 3): the page costs {:.0} ms",
-        min(&full),
-        min(&base),
-        min(&full) - min(&base)
+        "chromium --headless --screenshot: page {:.0} ms, empty page {:.0} ms (best of 5; medians {:.0} / {:.0}): the page costs {:.0} ms",
+        min(&full, false),
+        min(&base, false),
+        med(&full),
+        med(&base),
+        min(&full, false) - min(&base, false)
+    );
+    println!(
+        "chromium CPU (user+system, its processes): page {:.0} ms, empty page {:.0} ms (best of 5): the page costs {:.0} ms",
+        min(&full, true),
+        min(&base, true),
+        min(&full, true) - min(&base, true)
+    );
+    println!(
+        "load average: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
     );
 }

@@ -58,7 +58,13 @@ impl Clock {
 
     /// What the header says about the times: `local time, Europe/Berlin (UTC+01:00)`.
     pub fn label(&self, ms: i64) -> String {
-        if self.tz == TimeZone::UTC {
+        let utc = matches!(
+            self.tz.iana_name(),
+            Some(
+                "UTC" | "Etc/UTC" | "Etc/UCT" | "Etc/Universal" | "Etc/Zulu" | "Universal" | "Zulu"
+            )
+        );
+        if self.tz == TimeZone::UTC || utc {
             return "UTC".into();
         }
         let off = self.fmt(ms, "%:z");

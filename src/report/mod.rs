@@ -570,7 +570,7 @@ mod tests {
         assert!(html.contains("(1 open, 2 closed)"), "{html}");
         // the loop's own length where the tick measured it, else how long the alert was open
         assert!(
-            html.contains("<td>stopped: its sessions went idle <small><time"),
+            html.contains("<td>stopped: its sessions went idle <small>11-28 "),
             "{html}"
         );
         assert!(
