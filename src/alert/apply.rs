@@ -24,7 +24,7 @@ pub struct Chan {
 pub struct SentBefore {
     /// The last time anything of this dedup key was sent here.
     pub key_last: Option<i64>,
-    /// Something of this episode was sent here.
+    /// Something of this episode was sent (or tried: it may have shown) here.
     pub episode: bool,
 }
 
@@ -44,7 +44,7 @@ pub fn quiet(c: &ChannelConfig, hour: Option<u8>) -> bool {
 
 /// Where an event goes on one channel: pending, deferred (quiet hours) or skipped (disabled,
 /// below the channel's severity, rate limited), with the reason. Resolves and escalations are
-/// never rate limited.
+/// never rate limited; a resolve goes only where something of its episode went.
 pub fn route(
     c: &Chan,
     ev: &Event,
@@ -55,8 +55,10 @@ pub fn route(
     if !c.enabled {
         (Delivery::Skipped, "channel disabled".into())
     } else if ev.state == Transition::Resolve {
-        // a resolve goes wherever the episode went, whatever the limits
-        if sent.episode || ev.severity >= c.min {
+        // a resolve goes wherever the episode went, whatever the limits, and nowhere else: an
+        // operator whose channel never showed the loop (rate limited, below its severity,
+        // superseded before it was sent) gets no "resolved" for it either
+        if sent.episode {
             (Delivery::Pending, String::new())
         } else {
             (
@@ -447,6 +449,42 @@ mod tests {
         ev.severity = Severity::Critical;
         assert_eq!(
             route(&c, &ev, sent, None, 1_000_000),
+            (Delivery::Pending, String::new())
+        );
+    }
+
+    #[test]
+    fn a_resolve_goes_only_where_its_episode_went() {
+        let cfg: ChannelConfig = toml::from_str("name = \"d\"\ntype = \"desktop\"\n").unwrap();
+        let c = Chan {
+            cfg,
+            enabled: true,
+            min: Severity::Info,
+        };
+        let mut ev = super::super::text::blind_event(
+            &crate::config::Config::default(),
+            &[("s".into(), "r".into())],
+            1_000_000,
+        );
+        ev.state = Transition::Resolve;
+        ev.severity = Severity::Info;
+        let never = SentBefore {
+            key_last: Some(1_000_000 - 60_000),
+            episode: false,
+        };
+        assert_eq!(
+            route(&c, &ev, never, None, 1_000_000),
+            (
+                Delivery::Skipped,
+                "nothing was sent here for this alert".into()
+            )
+        );
+        let went = SentBefore {
+            episode: true,
+            ..never
+        };
+        assert_eq!(
+            route(&c, &ev, went, Some(3), 1_000_000),
             (Delivery::Pending, String::new())
         );
     }

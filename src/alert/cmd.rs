@@ -482,7 +482,7 @@ fn lifecycle(
         )?;
         let mut episode_sent = store.conn.prepare_cached(
             "SELECT EXISTS (SELECT 1 FROM deliveries d JOIN events e ON e.id = d.event
-             WHERE e.episode = ?1 AND d.channel = ?2 AND d.status = 'sent')",
+             WHERE e.episode = ?1 AND d.channel = ?2 AND d.status IN ('sent', 'failed'))",
         )?;
         for (ev, step) in events.iter().zip(&plan.steps) {
             let mut rs = Vec::new();

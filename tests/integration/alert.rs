@@ -918,6 +918,9 @@ fn an_escalation_is_shown_while_the_rate_limit_holds_back_a_new_trigger() {
     assert_eq!(r.records()[0]["reason"], "stopped");
     let (_, r) = rig.tick(T0 + 3 * MIN, &[at(70, "active")], &env);
     assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    // and it stops: the operator never saw it start, so no "resolved" either
+    let (_, r) = rig.tick(T0 + 4 * MIN, &[at(70, "idle")], &env);
+    assert_eq!(states(&r), [("resolve".into(), "info".into())]);
     let rows: Vec<String> = rig.query(
         "SELECT e.episode || ' ' || e.state || ' ' || d.status || coalesce(' ' || nullif(d.detail, ''), '')
          FROM deliveries d JOIN events e ON e.id = d.event ORDER BY e.id",
@@ -937,7 +940,11 @@ fn an_escalation_is_shown_while_the_rate_limit_holds_back_a_new_trigger() {
         "{rows:?}"
     );
     assert_eq!(rows[3], format!("{b} trigger skipped rate limited (300s)"));
-    assert_eq!(rows.len(), 4);
+    assert_eq!(
+        rows[4],
+        format!("{b} resolve skipped nothing was sent here for this alert")
+    );
+    assert_eq!(rows.len(), 5);
     // what the bus carried for this root: normal, critical, low; nothing for the new trigger
     let seen = d.wait_for(&root, 3);
     assert_eq!(
