@@ -583,4 +583,75 @@ mod tests {
             "{html}"
         );
     }
+
+    #[test]
+    fn a_page_with_many_loops_draws_each_pictures_latest_calls_within_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("w.db")).unwrap();
+        let tx = store.write().unwrap();
+        tx.execute(
+            "INSERT INTO ticks (id, t, duration_ms, sessions, flagged, outcome) VALUES (1, 1, 1, 251, 251, 'flagged')",
+            [],
+        )
+        .unwrap();
+        // 250 open loops of 200 kept calls each; the first tree has a second flagged session
+        for a in 0..250 {
+            let root = format!("ses_{a:03}");
+            tx.execute(
+                "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired)
+                 VALUES (?1, 'loop', ?2, 'open', 'warning', 'warning', ?3, ?3)",
+                params![format!("opencode-loop:{root}"), root, 1_000 + a],
+            )
+            .unwrap();
+            let sessions = if a == 249 {
+                vec![root.clone(), format!("{root}_sub")]
+            } else {
+                vec![root.clone()]
+            };
+            for (k, s) in sessions.iter().enumerate() {
+                tx.execute(
+                    "INSERT INTO verdicts (tick, t, session, root, flagged, reasons, calls, calls_since_landed)
+                     VALUES (1, 1, ?1, ?2, 1, 'top', 200, ?3)",
+                    params![s, root, 100 - k as i64],
+                )
+                .unwrap();
+                for i in 0..200 {
+                    tx.execute(
+                        "INSERT INTO call_marks (session, seq, t, tool, landed, failed, target, target_key)
+                         VALUES (?1, ?2, ?2, 'read', 0, 0, 'read a', 'k')",
+                        params![s, i],
+                    )
+                    .unwrap();
+                }
+            }
+        }
+        tx.commit().unwrap();
+        let loops = open_loops(&store).unwrap();
+        assert_eq!(loops.len(), 250);
+        // 250 pictures share 30,000 marks: 120 each, the latest ones
+        for l in &loops {
+            let f = &l.sessions[0];
+            assert!(f.pictured);
+            assert_eq!(f.marks.len(), 120, "{}", l.root);
+            assert_eq!((f.marks[0].seq, f.marks[119].seq), (80, 199));
+        }
+        // no room for a second picture of a tree: the page says so
+        let last = loops.iter().find(|l| l.root == "ses_249").unwrap();
+        assert_eq!(last.sessions.len(), 2);
+        assert!(!last.sessions[1].pictured && last.sessions[1].marks.is_empty());
+        let html = html::render(&Page {
+            loops,
+            ..Page::default()
+        });
+        assert_eq!(html.matches("<svg class=\"pic\"").count(), 250);
+        assert!(
+            html.contains("1 more flagged session without a picture"),
+            "{html}"
+        );
+        assert_eq!(
+            html.matches("<title>the last 120 of 200 calls (read 120)")
+                .count(),
+            250
+        );
+    }
 }
