@@ -392,6 +392,7 @@ impl Detector {
                 .or_else(|| meta.and_then(|m| m.model.clone())),
             t: (st.calls > 0).then_some(st.last_t),
             source: meta.and_then(|m| m.source.clone()),
+            sources: meta.map(|m| m.sources.clone()).unwrap_or_default(),
             evidence,
             digest: if flagged {
                 st.digest.iter().map(|d| d.to_string()).collect()

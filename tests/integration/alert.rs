@@ -50,9 +50,21 @@ impl Rig {
     }
     /// One tick: the stream through `wd-store tick` into `wd-alert`, at time `now`.
     fn tick(&self, now: i64, lines: &[String], env: &[(&str, &str)]) -> (String, Run) {
-        let mut input = String::from(
-            "{\"kind\":\"source\",\"source\":\"http://127.0.0.1:4096\",\"sessions\":1}\n",
-        );
+        self.tick_from(now, &["http://127.0.0.1:4096"], lines, env)
+    }
+    /// One tick that read these sources.
+    fn tick_from(
+        &self,
+        now: i64,
+        sources: &[&str],
+        lines: &[String],
+        env: &[(&str, &str)],
+    ) -> (String, Run) {
+        let mut input = String::new();
+        for s in sources {
+            input += &json!({"kind": "source", "source": s, "sessions": 1}).to_string();
+            input += "\n";
+        }
         for l in lines {
             input += l;
             input += "\n";
@@ -886,8 +898,9 @@ fn a_bus_that_accepts_but_never_answers_costs_one_desktop_timeout_per_run_not_on
 #[test]
 fn an_escalation_is_shown_while_the_rate_limit_holds_back_a_new_trigger() {
     // ticks a minute apart, the desktop channel's default rate limit (300 s): the escalation
-    // and the resolve are news and go out; a new episode's trigger inside the limit does not
-    let d = Desktop::shared();
+    // and the resolve are news and go out; a new episode's trigger inside the limit does not.
+    // A stack of its own: the report's click test clicks whatever is on top of the shared one
+    let d = &Desktop::private();
     let rig = Rig::new(
         "[alert]\nescalate_after_ticks = 2\n\n[[channels]]\nname = \"desk\"\ntype = \"desktop\"\n",
     );
@@ -939,4 +952,69 @@ fn an_escalation_is_shown_while_the_rate_limit_holds_back_a_new_trigger() {
         "{:?}",
         seen[1]
     );
+}
+
+#[test]
+fn a_deleted_root_is_gone_whether_a_server_the_database_or_both_listed_it() {
+    let rig = Rig::new("");
+    let srv = "http://127.0.0.1:4123";
+    let db = "/home/u/.local/share/opencode/opencode.db";
+    let from = |s: &str, source: &str, sources: &[&str]| -> String {
+        let mut v: Value = serde_json::from_str(&looping(s, s, true, 44, "active")).unwrap();
+        v["source"] = json!(source);
+        if !sources.is_empty() {
+            v["sources"] = json!(sources);
+        }
+        v.to_string()
+    };
+    let (_, r) = rig.tick_from(
+        T0,
+        &[srv, db],
+        &[
+            // an `opencode run` while it runs: its server and the database list it
+            from("ses_both", srv, &[srv, db]),
+            from("ses_db", db, &[]),
+            // a server on another machine: only it lists this one
+            from("ses_srv", srv, &[]),
+        ],
+        &[],
+    );
+    assert_eq!(r.records().len(), 3, "{}", r.story());
+    let sources: Vec<String> =
+        rig.query("SELECT root || ' ' || coalesce(sources, '-') FROM episodes ORDER BY root");
+    assert_eq!(
+        sources,
+        [
+            format!("ses_both [\"{srv}\",\"{db}\"]"),
+            format!("ses_db [\"{db}\"]"),
+            format!("ses_srv [\"{srv}\"]"),
+        ]
+    );
+    // the run ended (its server is gone) and all three were deleted: the database, read, no
+    // longer has the two it listed; the server-only one is not called gone unseen
+    let (_, r) = rig.tick_from(T0 + MIN5, &[db], &[], &[]);
+    let gone: Vec<(String, String)> = r
+        .records()
+        .iter()
+        .map(|e| {
+            (
+                e["root"].as_str().unwrap().to_string(),
+                e["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        gone,
+        [
+            ("ses_both".into(), "gone".into()),
+            ("ses_db".into(), "gone".into())
+        ],
+        "{}",
+        r.story()
+    );
+    // its server answers again, without it: gone
+    let (_, r) = rig.tick_from(T0 + 2 * MIN5, &[srv, db], &[], &[]);
+    assert_eq!(states(&r), [("resolve".into(), "info".into())]);
+    assert_eq!(r.records()[0]["root"], "ses_srv");
+    assert_eq!(r.records()[0]["reason"], "gone");
 }
