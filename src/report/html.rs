@@ -290,8 +290,15 @@ fn loops(s: &mut String, p: &Page) {
         let _ = write!(s, "<span><i class=\"{c}\"></i>{name}</span>");
     }
     s.push_str(
-        "<span>tall, outlined: repeats of the top target</span><span>dotted blue: where this alert's episode resumed the loop</span><span><b class=\"lc\">▲</b> landed change</span></p>",
+        "<span>tall, outlined: repeats of the top target</span><span><b class=\"lc\">▲</b> landed change</span>",
     );
+    if p.loops
+        .iter()
+        .any(|l| l.sessions.iter().any(|f| f.episode_start_t.is_some()))
+    {
+        s.push_str("<span>dotted blue \"resumed\": where the loop took up again after its last alert resolved as stopped (this episode counts from there)</span>");
+    }
+    s.push_str("</p>");
     let mut seen = std::collections::HashSet::new();
     for l in &p.loops {
         let id = if seen.insert(l.root.clone()) {

@@ -685,6 +685,10 @@ mod tests {
             html.contains("1 more flagged session without a picture"),
             "{html}"
         );
+        assert!(
+            !html.contains("dotted blue"),
+            "no resumed loop, no legend for it"
+        );
         assert_eq!(
             html.matches("<title>the last 120 of 200 calls (read 120)")
                 .count(),
@@ -720,6 +724,10 @@ mod tests {
             loops,
             ..Page::default()
         });
+        assert!(
+            html.contains("<span>dotted blue \"resumed\": where the loop took up again"),
+            "the legend explains the line: {html}"
+        );
         assert!(
             html.contains("<tr><td>this episode</td><td>18 calls, $0.18 <small>(since it resumed; with the 52 calls, $0.52 an earlier episode of this loop counted: 70 calls, $0.70 since the last landed change)</small>"),
             "{html}"
