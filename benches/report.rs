@@ -2,9 +2,14 @@
 //! a picture of 150 calls, beside 30 days of episodes (20 a day) and 30 days of 5-minute ticks.
 //! Prints the page's size, the time to build it (`wd-store report`), and, when Debian's
 //! `chromium` is installed, how long headless Chromium takes to load and lay it out (a
-//! screenshot), next to the same for an empty page.
+//! screenshot), next to the same for an empty page: the difference is what the page costs
+//! beyond starting the browser. The load average is printed with it (the machine is shared).
 //!
 //!     cargo bench --bench report
+//!
+//! `REPORT_BENCH_PAGE=FILE` keeps a copy of the page. `REPORT_BENCH_SESSIONS=3
+//! REPORT_BENCH_CALLS=240` fills the worst case instead: every loop with 3 flagged sessions
+//! of 240 kept calls each (the page then draws within its mark budget).
 
 use rusqlite::{params, Connection};
 use std::process::Command;
@@ -23,7 +28,7 @@ const MODELS: [&str; 4] = [
 ];
 const TOOLS: [&str; 5] = ["read", "bash", "grep", "edit", "glob"];
 
-fn fill(db: &str) {
+fn fill(db: &str, sessions: usize, calls: usize) {
     // let wd-store create and migrate the database
     let st = Command::new(BIN)
         .args(["--db", db, "last-tick"])
@@ -62,48 +67,57 @@ fn fill(db: &str) {
             ],
         )
         .unwrap();
-        tx.execute(
-            "INSERT INTO verdicts (tick, t, session, root, agent, model, flagged, reasons, signals, calls,
-                calls_since_landed, cost_since_landed, first_flag_t, evidence)
-             VALUES (?1, ?2, ?3, ?3, 'build', ?4, 1, 'top,dup', ?5, ?6, 90, 1.23, ?7, ?8)",
-            params![
-                last_tick,
-                T_END,
-                root,
-                model,
-                format!("{{\"top\":30,\"top_target\":\"read src/module{a}.js\"}}"),
-                CALLS as i64,
-                opened - 60_000,
-                format!("{{\"loop_start\":{{\"index\":61,\"t\":{},\"id\":\"prt_x\"}}}}", opened - 1_200_000),
-            ],
-        )
-        .unwrap();
-        let t0 = opened - 3_000_000;
-        for k in 0..CALLS {
-            let rep = k > 60 && k % 3 == 0;
-            let tool = if rep { "read" } else { TOOLS[k % 5] };
+        for k in 0..sessions {
+            let session = if k == 0 {
+                root.clone()
+            } else {
+                format!("{root}sub{k}")
+            };
             tx.execute(
-                "INSERT INTO call_marks (session, seq, t, tool, landed, failed, target, target_key)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7)",
+                "INSERT INTO verdicts (tick, t, session, root, agent, model, flagged, reasons, signals, calls,
+                    calls_since_landed, cost_since_landed, first_flag_t, evidence)
+                 VALUES (?1, ?2, ?3, ?4, 'build', ?5, 1, 'top,dup', ?6, ?7, 90, 1.23, ?8, ?9)",
                 params![
+                    last_tick,
+                    T_END,
+                    session,
                     root,
-                    k as i64,
-                    t0 + k as i64 * 20_000,
-                    tool,
-                    tool == "edit" && k < 60,
-                    if rep {
-                        format!("read src/module{a}.js")
-                    } else {
-                        format!("{tool} x{k}")
-                    },
-                    if rep {
-                        "top".to_string()
-                    } else {
-                        format!("{k}")
-                    },
+                    model,
+                    format!("{{\"top\":30,\"top_target\":\"read src/module{a}.js\"}}"),
+                    calls as i64,
+                    opened - 60_000,
+                    format!("{{\"loop_start\":{{\"index\":61,\"t\":{},\"id\":\"prt_x\"}}}}", opened - 1_200_000),
                 ],
             )
             .unwrap();
+            let t0 = opened - 3_000_000;
+            let step = 3_000_000 / calls as i64;
+            for k in 0..calls {
+                let rep = k > 60 && k % 3 == 0;
+                let tool = if rep { "read" } else { TOOLS[k % 5] };
+                tx.execute(
+                    "INSERT INTO call_marks (session, seq, t, tool, landed, failed, target, target_key)
+                     VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7)",
+                    params![
+                        session,
+                        k as i64,
+                        t0 + k as i64 * step,
+                        tool,
+                        tool == "edit" && k < 60,
+                        if rep {
+                            format!("read src/module{a}.js")
+                        } else {
+                            format!("{tool} x{k}")
+                        },
+                        if rep {
+                            "top".to_string()
+                        } else {
+                            format!("{k}")
+                        },
+                    ],
+                )
+                .unwrap();
+            }
         }
     }
     for d in 0..DAYS {
@@ -129,8 +143,29 @@ fn fill(db: &str) {
     tx.commit().unwrap();
 }
 
-fn chromium_ms(url: &str, shot: &str) -> Option<f64> {
+/// CPU time (user + system, ms) of this process's waited-for children so far, from
+/// /proc/self/stat (cutime, cstime; clock ticks of 10 ms): less swayed by a busy machine than
+/// wall time.
+fn children_cpu_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let f: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, r)| r)
+        .split_whitespace()
+        .collect();
+    // after the command name: state is field 3, cutime 16 and cstime 17
+    let tick = |i: usize| {
+        f.get(i - 3)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (tick(16) + tick(17)) * 10.0
+}
+
+/// Wall and CPU ms of one headless Chromium loading `url` and writing a screenshot.
+fn chromium_ms(url: &str, shot: &str) -> Option<(f64, f64)> {
     let profile = tempfile::tempdir().unwrap();
+    let cpu0 = children_cpu_ms();
     let t0 = Instant::now();
     let out = Command::new("chromium")
         .args([
@@ -149,18 +184,29 @@ fn chromium_ms(url: &str, shot: &str) -> Option<f64> {
         ])
         .output()
         .ok()?;
-    out.status
-        .success()
-        .then(|| t0.elapsed().as_secs_f64() * 1000.0)
+    out.status.success().then(|| {
+        (
+            t0.elapsed().as_secs_f64() * 1000.0,
+            children_cpu_ms() - cpu0,
+        )
+    })
 }
 
 fn main() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("w.db").display().to_string();
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let sessions = env("REPORT_BENCH_SESSIONS", 1);
+    let calls = env("REPORT_BENCH_CALLS", CALLS);
     let t0 = Instant::now();
-    fill(&db);
+    fill(&db, sessions, calls);
     println!(
-        "filled: {OPEN} open loops x {CALLS} calls, {} episodes, {} ticks in {:.1} s",
+        "filled: {OPEN} open loops x {sessions} flagged session(s) x {calls} calls, {} episodes, {} ticks in {:.1} s",
         DAYS * 20,
         DAYS * 288,
         t0.elapsed().as_secs_f64()
@@ -179,6 +225,9 @@ fn main() {
         best = best.min(t0.elapsed().as_secs_f64() * 1000.0);
     }
     let size = std::fs::metadata(&page).unwrap().len();
+    if let Ok(keep) = std::env::var("REPORT_BENCH_PAGE") {
+        std::fs::copy(&page, &keep).unwrap();
+    }
     println!(
         "wd-store report: {:.0} ms (best of 5); page {size} bytes ({:.0} KiB, limit 1024 KiB)",
         best,
@@ -187,21 +236,44 @@ fn main() {
     let empty = dir.path().join("empty.html");
     std::fs::write(&empty, "<!DOCTYPE html><title>x</title>").unwrap();
     let shot = dir.path().join("shot.png").display().to_string();
-    let base: Vec<f64> = (0..3)
+    let base: Vec<(f64, f64)> = (0..5)
         .filter_map(|_| chromium_ms(&format!("file://{}", empty.display()), &shot))
         .collect();
-    let full: Vec<f64> = (0..3)
+    let full: Vec<(f64, f64)> = (0..5)
         .filter_map(|_| chromium_ms(&format!("file://{}", page.display()), &shot))
         .collect();
     if base.is_empty() || full.is_empty() {
         println!("chromium: not installed (tests/setup installs it); no render figure");
         return;
     }
-    let min = |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min);
+    let min = |v: &[(f64, f64)], cpu: bool| {
+        v.iter()
+            .map(|p| if cpu { p.1 } else { p.0 })
+            .fold(f64::MAX, f64::min)
+    };
+    let med = |v: &[(f64, f64)]| {
+        let mut w: Vec<f64> = v.iter().map(|p| p.0).collect();
+        w.sort_by(f64::total_cmp);
+        w[w.len() / 2]
+    };
     println!(
-        "chromium --headless --screenshot: page {:.0} ms, empty page {:.0} ms (best of 3): the page costs {:.0} ms",
-        min(&full),
-        min(&base),
-        min(&full) - min(&base)
+        "chromium --headless --screenshot: page {:.0} ms, empty page {:.0} ms (best of 5; medians {:.0} / {:.0}): the page costs {:.0} ms",
+        min(&full, false),
+        min(&base, false),
+        med(&full),
+        med(&base),
+        min(&full, false) - min(&base, false)
+    );
+    println!(
+        "chromium CPU (user+system, its processes): page {:.0} ms, empty page {:.0} ms (best of 5): the page costs {:.0} ms",
+        min(&full, true),
+        min(&base, true),
+        min(&full, true) - min(&base, true)
+    );
+    println!(
+        "load average: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
     );
 }

@@ -94,7 +94,8 @@ backtest: 18/18 labels hold",
         fields: "\
 tick reads   verdict, source and blind records; passes every line through, then appends
              tick {kind, id, t, outcome (ok|flagged|no_opencode|blind), sessions, flagged, sources}
-queries      status, loop, verdict_row, rollup, channel records (JSONL), or --format table|csv",
+queries      status, loop, episode, verdict_row, rollup, channel, block records (JSONL), or
+             --format table|csv",
         examples: "\
 $ wd-store loops --format table
 severity  dedup_key                                     opened               flagged_ticks  agent    model          top_target                   calls_since_landed  cost_since_landed  opinion  last_sent  title
@@ -121,7 +122,10 @@ rules    a tick counts toward escalation only when the tree's flagged sessions m
          since the previous tick and landed nothing; flagged_ticks is 1 at the trigger and the
          alert escalates when it reaches escalate_after_ticks (default 3); a busy session that
          makes no call neither counts nor resolves; stopped: every flagged session idle and no
-         call since the previous tick
+         call since the previous tick; gone: the tree absent from a source that listed it, read
+figures  this episode's calls and cost since the last landed change (a loop that starts again
+         with nothing landed since counts from where its previous episode stopped) and its
+         first call to its last
 logs     oc-watchdog: dedup=... state=... severity=... [reason=...] title=... on stderr, per transition",
         examples: "\
 $ ... | wd-store tick | wd-alert 2>&1 >/dev/null

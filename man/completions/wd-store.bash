@@ -22,6 +22,9 @@ _wd__store() {
             wd__store,block-model)
                 cmd="wd__store__subcmd__block__subcmd__model"
                 ;;
+            wd__store,blocks)
+                cmd="wd__store__subcmd__blocks"
+                ;;
             wd__store,channels)
                 cmd="wd__store__subcmd__channels"
                 ;;
@@ -82,6 +85,9 @@ _wd__store() {
             wd__store__subcmd__help,block-model)
                 cmd="wd__store__subcmd__help__subcmd__block__subcmd__model"
                 ;;
+            wd__store__subcmd__help,blocks)
+                cmd="wd__store__subcmd__help__subcmd__blocks"
+                ;;
             wd__store__subcmd__help,channels)
                 cmd="wd__store__subcmd__help__subcmd__channels"
                 ;;
@@ -134,7 +140,7 @@ _wd__store() {
 
     case "${cmd}" in
         wd__store)
-            opts="-h -V --db --config --format --now --help --version tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help"
+            opts="-h -V --db --config --format --now --help --version tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks notify-on-action help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -224,6 +230,36 @@ _wd__store() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "jsonl table csv" -- "${cur}"))
+                    return 0
+                    ;;
+                --now)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__blocks)
+            opts="-h --all --db --config --format --now --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -358,7 +394,7 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__help)
-            opts="tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model notify-on-action help"
+            opts="tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks notify-on-action help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -386,6 +422,20 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__help__subcmd__block__subcmd__model)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__help__subcmd__blocks)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -121,6 +121,19 @@ pub struct Prepared<'a> {
     pub now: i64,
 }
 
+/// Every source an episode's tree was listed by: what it knew, and this tick's verdicts.
+fn seen_in<'a>(known: Vec<String>, vs: impl Iterator<Item = &'a Verdict>) -> Option<String> {
+    let mut all = known;
+    for v in vs {
+        for s in v.seen_in() {
+            if !all.contains(s) {
+                all.push(s.clone());
+            }
+        }
+    }
+    (!all.is_empty()).then(|| json!(all).to_string())
+}
+
 /// Writes the plan. `None` when another run recorded this tick first (nothing is written).
 pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<Nudge>)>> {
     let now = p.now;
@@ -140,24 +153,37 @@ pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<N
     {
         let mut mark = tx.prepare_cached(
             "INSERT INTO episode_sessions (episode, session, calls, calls_since_landed, cost_since_landed, last_call,
-                 loop_start, flagged) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 loop_start, flagged, base_calls, base_cost, start) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
              ON CONFLICT (episode, session) DO UPDATE SET calls = ?3, calls_since_landed = ?4, cost_since_landed = ?5,
-                 last_call = ?6, loop_start = ?7, flagged = ?8",
+                 last_call = ?6, loop_start = ?7, flagged = ?8, base_calls = ?9, base_cost = ?10, start = ?11",
         )?;
-        let mut put_marks = |episode: i64, root: &str| -> Result<()> {
-            for v in p.trees.get(root).into_iter().flatten() {
-                let m: Mark = v.mark();
+        let mut put_marks = |episode: i64, marks: &[(String, Mark)]| -> Result<()> {
+            for (session, m) in marks {
                 mark.execute(params![
                     episode,
-                    v.session,
+                    session,
                     m.calls as i64,
                     m.calls_since_landed as i64,
                     m.cost_since_landed,
                     m.last_call,
                     m.loop_start,
-                    m.flagged
+                    m.flagged,
+                    m.base_calls as i64,
+                    m.base_cost,
+                    m.start
                 ])?;
             }
+            Ok(())
+        };
+        let mut sources = tx.prepare_cached("UPDATE episodes SET sources = ?2 WHERE id = ?1")?;
+        let mut put_sources = |episode: i64, root: &str| -> Result<()> {
+            let known = p
+                .open
+                .get(&episode)
+                .map(|e| e.seen_in())
+                .unwrap_or_default();
+            let tree = p.trees.get(root).into_iter().flatten().copied();
+            sources.execute(params![episode, seen_in(known, tree)])?;
             Ok(())
         };
         let mut ins_event = tx.prepare_cached(
@@ -179,6 +205,7 @@ pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<N
                     severity,
                     figures,
                     opinion,
+                    marks,
                     ..
                 } => {
                     let ev = p.events[i].as_ref();
@@ -199,9 +226,9 @@ pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<N
                     tx.execute(
                         "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired,
                              flagged_ticks, asked, agent, model, title, top_target, evidence, calls, cost, duration_ms,
-                             opinion, source, last_decision)
+                             opinion, source, last_decision, sources)
                          VALUES (?1, ?2, ?3, 'open', ?4, ?4, ?5, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                             'triggered')",
+                             'triggered', ?17)",
                         params![
                             key,
                             kind.as_str(),
@@ -219,13 +246,16 @@ pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<N
                             figures.map(|f| f.duration_ms),
                             opinion.as_ref().map(|o| json!(o).to_string()),
                             v.and_then(|v| v.source.clone()).or_else(|| (*kind == Kind::Blind).then(|| subject.clone())),
+                            match kind {
+                                Kind::Loop => seen_in(Vec::new(), p.trees.get(subject.as_str()).into_iter().flatten().copied()),
+                                Kind::Blind => None,
+                                _ => seen_in(Vec::new(), v.into_iter()),
+                            },
                         ],
                     )?;
                     let id = tx.last_insert_rowid();
                     episode = Some(id);
-                    if *kind == Kind::Loop {
-                        put_marks(id, subject)?;
-                    }
+                    put_marks(id, marks)?;
                     if let (Some(t), Some(o), Some(v)) = (p.tick_id, opinion, v) {
                         opinion_of.execute(params![t, v.session, json!(o).to_string()])?;
                     }
@@ -237,6 +267,7 @@ pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<N
                     escalate,
                     figures,
                     opinion,
+                    marks,
                     ..
                 } => {
                     let v = p.trees.get(root.as_str()).and_then(|t| {
@@ -271,7 +302,8 @@ pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<N
                             params![id, now, p.events[i].as_ref().map(|e| e.title.clone())],
                         )?;
                     }
-                    put_marks(*id, root)?;
+                    put_marks(*id, marks)?;
+                    put_sources(*id, root)?;
                     if let (Some(t), Some(o), Some(v)) = (p.tick_id, opinion, v) {
                         opinion_of.execute(params![t, v.session, json!(o).to_string()])?;
                     }
@@ -281,6 +313,7 @@ pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<N
                     episode: id,
                     root,
                     why,
+                    marks,
                 } => {
                     let d = match why {
                         Hold::Quiet => "held_busy",
@@ -291,12 +324,14 @@ pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<N
                         "UPDATE episodes SET last_decision = ?2 WHERE id = ?1",
                         params![id, d],
                     )?;
-                    put_marks(*id, root)?
+                    put_marks(*id, marks)?;
+                    put_sources(*id, root)?;
                 }
                 Step::Resolve {
                     episode: id,
                     reason,
                     figures,
+                    marks,
                     ..
                 } => {
                     let opened = p.open.get(id).map(|e| e.opened).unwrap_or(now);
@@ -314,11 +349,7 @@ pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<N
                             figures.map(|f| f.duration_ms).unwrap_or(now - opened),
                         ],
                     )?;
-                    if let Some(ep) = p.open.get(id) {
-                        if ep.kind == Some(Kind::Loop) {
-                            put_marks(*id, &ep.subject)?;
-                        }
-                    }
+                    put_marks(*id, marks)?;
                     episode = Some(*id);
                 }
                 Step::StillBlind {

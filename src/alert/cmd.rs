@@ -219,7 +219,7 @@ impl InputHash {
     }
 }
 
-const EPISODE_COLS: &str = "id, dedup_key, kind, root, severity, flagged_ticks, asked, source, opened, title, agent, model, reason";
+const EPISODE_COLS: &str = "id, dedup_key, kind, root, severity, flagged_ticks, asked, source, opened, title, agent, model, reason, sources";
 
 fn episode_row(r: &rusqlite::Row) -> rusqlite::Result<Episode> {
     Ok(Episode {
@@ -239,13 +239,18 @@ fn episode_row(r: &rusqlite::Row) -> rusqlite::Result<Episode> {
             .get::<_, Option<String>>(12)?
             .as_deref()
             .and_then(Reason::parse),
+        sources: r
+            .get::<_, Option<String>>(13)?
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default(),
         marks: HashMap::new(),
     })
 }
 
 fn load_marks(store: &Store, ep: &mut Episode) -> Result<()> {
     let mut st = store.conn.prepare_cached(
-        "SELECT session, calls, calls_since_landed, cost_since_landed, last_call, loop_start, flagged
+        "SELECT session, calls, calls_since_landed, cost_since_landed, last_call, loop_start, flagged, base_calls,
+             base_cost, start
          FROM episode_sessions WHERE episode = ?1",
     )?;
     let rows = st.query_map([ep.id], |r| {
@@ -258,6 +263,9 @@ fn load_marks(store: &Store, ep: &mut Episode) -> Result<()> {
                 last_call: r.get(4)?,
                 loop_start: r.get(5)?,
                 flagged: r.get(6)?,
+                base_calls: r.get::<_, i64>(7)? as u64,
+                base_cost: r.get(8)?,
+                start: r.get(9)?,
             },
         ))
     })?;
@@ -298,6 +306,11 @@ fn load_last(store: &Store, tick: &TickView, open: &[Episode]) -> Result<HashMap
         }
     }
     Ok(out)
+}
+
+/// Do the figures count from an earlier episode's end (a loop that started again)?
+fn again(marks: &decide::Marks) -> bool {
+    marks.iter().any(|(_, m)| m.flagged && m.base_calls > 0)
 }
 
 /// Decides this tick's transitions and records them with their outbox, in one transaction.
@@ -377,6 +390,7 @@ fn lifecycle(
                 severity,
                 figures,
                 opinion,
+                marks,
                 ..
             } => {
                 let tree = flagged(subject);
@@ -386,6 +400,7 @@ fn lifecycle(
                     opened: now,
                     figures: figures.unwrap_or_default(),
                     reason: None,
+                    again: again(marks),
                 };
                 let mut ev = text::loop_event(cfg, news, &tree, now);
                 if let Some(o) = opinion {
@@ -424,6 +439,7 @@ fn lifecycle(
                 escalate: Some(reason),
                 figures,
                 opinion,
+                marks,
                 ..
             } => {
                 let tree = flagged(root);
@@ -434,6 +450,7 @@ fn lifecycle(
                     opened,
                     figures: *figures,
                     reason: Some(*reason),
+                    again: again(marks),
                 };
                 let mut ev = text::loop_event(cfg, news, &tree, now);
                 if let Some(o) = opinion {

@@ -45,6 +45,8 @@ pub enum Step {
         /// Loops: a second opinion is wanted.
         ask: bool,
         opinion: Option<Opinion>,
+        /// Loops: what this tick keeps of each session of the tree.
+        marks: Marks,
     },
     /// The loop went on this tick: count it; `escalate` says why it becomes critical now.
     Count {
@@ -55,12 +57,14 @@ pub enum Step {
         figures: Figures,
         ask: bool,
         opinion: Option<Opinion>,
+        marks: Marks,
     },
     /// Neither count nor resolve.
     Hold {
         episode: i64,
         root: String,
         why: Hold,
+        marks: Marks,
     },
     /// Close the episode.
     Resolve {
@@ -70,6 +74,7 @@ pub enum Step {
         /// One line for people.
         why: String,
         figures: Option<Figures>,
+        marks: Marks,
     },
     /// The blind alert stays open; its evidence is refreshed.
     StillBlind {
@@ -77,6 +82,9 @@ pub enum Step {
         reasons: Vec<(String, String)>,
     },
 }
+
+/// What a tick keeps of the sessions of a loop episode's tree, by session.
+pub type Marks = Vec<(String, Mark)>;
 
 /// The decided steps, in a stable order: open episodes first (as given), then new ones.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -120,6 +128,51 @@ fn moved(v: &Verdict, marks: &HashMap<String, Mark>) -> (u64, bool) {
     (new, new > 0 && v.calls_since_landed < new)
 }
 
+/// What this tick keeps of a session of a loop episode's tree. `prev`: what the episode's
+/// previous tick kept of it (its base carries on while nothing lands). `before`: for an
+/// episode that opens now, what the tree's previous episode left of a session it flagged; when
+/// nothing landed since, that episode's count becomes this one's base, so a loop that starts
+/// again after a `stopped` resolve reports its own calls, cost and time, not the earlier ones.
+pub fn mark_of(v: &Verdict, prev: Option<&Mark>, before: Option<&Mark>) -> Mark {
+    let mut m = v.mark();
+    // nothing landed since `p`: every call since then is still "since the last landing"
+    let unlanded = |p: &Mark| {
+        v.calls >= p.calls && v.calls_since_landed >= p.calls_since_landed + (v.calls - p.calls)
+    };
+    match (prev, before) {
+        (Some(p), _) if p.base_calls > 0 && unlanded(p) => {
+            m.base_calls = p.base_calls;
+            m.base_cost = p.base_cost;
+            m.start = p.start;
+        }
+        (Some(_), _) => {}
+        (None, Some(b)) if b.flagged && unlanded(b) => {
+            m.base_calls = b.calls_since_landed;
+            m.base_cost = b.cost_since_landed;
+            m.start = v.first_call_after(b.calls);
+        }
+        _ => {}
+    }
+    m
+}
+
+fn marks_of<'a>(
+    vs: &[&Verdict],
+    prev: impl Fn(&str) -> Option<&'a Mark>,
+    before: impl Fn(&str) -> Option<&'a Mark>,
+) -> Marks {
+    vs.iter()
+        .map(|v| {
+            let s = v.session.as_str();
+            (v.session.clone(), mark_of(v, prev(s), before(s)))
+        })
+        .collect()
+}
+
+fn flagged_of(marks: &Marks) -> impl Iterator<Item = &Mark> {
+    marks.iter().map(|(_, m)| m).filter(|m| m.flagged)
+}
+
 /// What the loop burned: over the given flagged sessions' marks.
 pub fn figures<'a>(
     flagged: impl Iterator<Item = &'a Mark>,
@@ -132,9 +185,19 @@ pub fn figures<'a>(
     };
     let (mut first, mut last): (Option<i64>, Option<i64>) = (None, None);
     for m in flagged {
-        f.calls += m.calls_since_landed;
-        f.cost += m.cost_since_landed;
-        first = match (first, m.loop_start) {
+        let calls = m.episode_calls();
+        f.calls += calls;
+        f.cost += (m.cost_since_landed - m.base_cost).max(0.0);
+        let start = if m.base_calls > 0 {
+            if calls == 0 {
+                // all its calls belong to an earlier episode: no part of this one's time
+                continue;
+            }
+            m.start.or(m.last_call)
+        } else {
+            m.loop_start
+        };
+        first = match (first, start) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -195,7 +258,8 @@ pub fn decide(i: &Input) -> Plan {
             continue;
         }
         let key = super::loop_key(root);
-        if let Some(last) = i.last.get(&key) {
+        let last = i.last.get(&key);
+        if let Some(last) = last {
             if !t.flagged.iter().any(|v| moved(v, &last.marks).0 > 0) {
                 continue;
             }
@@ -206,16 +270,17 @@ pub fn decide(i: &Input) -> Plan {
         } else {
             Severity::Warning
         };
-        let marks: Vec<Mark> = t.flagged.iter().map(|v| v.mark()).collect();
+        let marks = marks_of(&t.all, |_| None, |s| last.and_then(|l| l.marks.get(s)));
         steps.push(Step::Open {
             kind: Kind::Loop,
             key,
             subject: root.to_string(),
             session: Some(t.flagged[0].session.clone()),
             severity,
-            figures: Some(figures(marks.iter(), tick.t, 1)),
+            figures: Some(figures(flagged_of(&marks), tick.t, 1)),
             ask: true,
             opinion,
+            marks,
         });
     }
     // new liveness episodes, one per key
@@ -235,6 +300,7 @@ pub fn decide(i: &Input) -> Plan {
                 figures: None,
                 ask: false,
                 opinion: None,
+                marks: Vec::new(),
             });
         }
     }
@@ -254,6 +320,7 @@ pub fn decide(i: &Input) -> Plan {
             figures: None,
             ask: false,
             opinion: None,
+            marks: Vec::new(),
         }),
         (true, Some(a)) => steps.push(Step::Resolve {
             episode: a.id,
@@ -261,6 +328,7 @@ pub fn decide(i: &Input) -> Plan {
             reason: Reason::Readable,
             why: "opencode is readable again".into(),
             figures: None,
+            marks: Vec::new(),
         }),
         (true, None) => {}
     }
@@ -268,12 +336,13 @@ pub fn decide(i: &Input) -> Plan {
 }
 
 fn loop_step(i: &Input, a: &Episode, tree: Option<&Tree>) -> Option<Step> {
-    let resolve = |reason: Reason, why: &str, f: Figures| Step::Resolve {
+    let resolve = |reason: Reason, why: &str, f: Figures, marks: Marks| Step::Resolve {
         episode: a.id,
         key: a.key.clone(),
         reason,
         why: why.into(),
         figures: Some(f),
+        marks,
     };
     let marked = || {
         figures(
@@ -284,19 +353,22 @@ fn loop_step(i: &Input, a: &Episode, tree: Option<&Tree>) -> Option<Step> {
     };
     let Some(t) = tree else {
         // nothing of the tree in this tick: gone, if the tick could see its source
-        return i.tick.readable(a.source.as_deref()).then(|| {
+        return i.tick.readable(&a.seen_in()).then(|| {
             resolve(
                 Reason::Gone,
                 "the root session is no longer in opencode",
                 marked(),
+                Vec::new(),
             )
         });
     };
+    let marks = marks_of(&t.all, |s| a.marks.get(s), |_| None);
     if t.flagged.is_empty() {
         return Some(resolve(
             Reason::Progress,
             "a change landed: no session of the tree is flagged any more",
             marked(),
+            marks,
         ));
     }
     let mut new_calls = 0;
@@ -306,7 +378,6 @@ fn loop_step(i: &Input, a: &Episode, tree: Option<&Tree>) -> Option<Step> {
         new_calls += n;
         landed |= l;
     }
-    let current: Vec<Mark> = t.flagged.iter().map(|v| v.mark()).collect();
     if new_calls > 0 && !landed {
         let n = a.flagged_ticks + 1;
         let critical = a.severity == Severity::Critical;
@@ -325,9 +396,10 @@ fn loop_step(i: &Input, a: &Episode, tree: Option<&Tree>) -> Option<Step> {
             root: a.subject.clone(),
             flagged_ticks: n,
             escalate,
-            figures: figures(current.iter(), a.opened, n),
+            figures: figures(flagged_of(&marks), a.opened, n),
             ask: !critical && a.asked == 1 && escalate != Some(Reason::StillLooping),
             opinion,
+            marks,
         });
     }
     if landed {
@@ -335,6 +407,7 @@ fn loop_step(i: &Input, a: &Episode, tree: Option<&Tree>) -> Option<Step> {
             episode: a.id,
             root: a.subject.clone(),
             why: Hold::Landed,
+            marks,
         });
     }
     let acts: Vec<Activity> = t.flagged.iter().map(|v| v.activity()).collect();
@@ -342,7 +415,8 @@ fn loop_step(i: &Input, a: &Episode, tree: Option<&Tree>) -> Option<Step> {
         return Some(resolve(
             Reason::Stopped,
             "the loop stopped: every flagged session is idle and made no call since the last tick",
-            figures(current.iter(), a.opened, a.flagged_ticks),
+            figures(flagged_of(&marks), a.opened, a.flagged_ticks),
+            marks,
         ));
     }
     Some(Step::Hold {
@@ -353,6 +427,7 @@ fn loop_step(i: &Input, a: &Episode, tree: Option<&Tree>) -> Option<Step> {
         } else {
             Hold::Unknown
         },
+        marks,
     })
 }
 
@@ -363,6 +438,7 @@ fn live_step(i: &Input, a: &Episode, kind: Kind, v: Option<&Verdict>) -> Option<
         reason,
         why,
         figures: None,
+        marks: Vec::new(),
     };
     match v {
         Some(v) if v.live_alert().map(|x| x.0) == Some(kind) => None,
@@ -373,7 +449,7 @@ fn live_step(i: &Input, a: &Episode, kind: Kind, v: Option<&Verdict>) -> Option<
             )),
             _ => None,
         },
-        None if i.tick.readable(a.source.as_deref()) => Some(resolve(
+        None if i.tick.readable(&a.seen_in()) => Some(resolve(
             Reason::Gone,
             "the session is no longer in opencode".into(),
         )),
@@ -721,6 +797,184 @@ mod tests {
                 duration_ms: 52_000,
                 flagged_ticks: 2
             }
+        );
+    }
+
+    /// `r` after `calls` calls, the last `fresh` of them an hour after the rest (a loop that
+    /// starts again after a stop); the detector's loop start is call 13, before the stop.
+    fn again(calls: u64, fresh: u64, since_landed: u64, class: &str) -> Verdict {
+        const HOUR: i64 = 3_600_000;
+        let at = |i: u64| {
+            if i + fresh > calls {
+                T + HOUR + (i + fresh - calls) as i64 * 1000
+            } else {
+                T + i as i64 * 1000
+            }
+        };
+        let call = |i: u64| CallRef {
+            index: i,
+            t: at(i),
+            id: format!("prt_{i}"),
+        };
+        Verdict {
+            calls_since_landed: since_landed,
+            cost_since_landed: since_landed as f64 * 0.01,
+            t: Some(at(calls)),
+            evidence: Some(crate::record::Evidence {
+                loop_start: Some(call(13)),
+                last_landed: None,
+                calls: (calls.saturating_sub(11)..=calls).map(call).collect(),
+            }),
+            ..v("r", true, calls, class)
+        }
+    }
+
+    /// A tick an hour and a minute after `T`, after the calls of [`again`].
+    fn later(vs: Vec<Verdict>) -> TickView {
+        TickView {
+            t: T + 3_660_000,
+            ..tick(vs)
+        }
+    }
+
+    fn figures_of(s: &Step) -> Figures {
+        match s {
+            Step::Open {
+                figures: Some(f), ..
+            }
+            | Step::Count { figures: f, .. }
+            | Step::Resolve {
+                figures: Some(f), ..
+            } => *f,
+            s => panic!("{s:?}"),
+        }
+    }
+
+    fn marks(s: &Step) -> HashMap<String, Mark> {
+        match s {
+            Step::Open { marks, .. }
+            | Step::Count { marks, .. }
+            | Step::Hold { marks, .. }
+            | Step::Resolve { marks, .. } => marks.iter().cloned().collect(),
+            s => panic!("{s:?}"),
+        }
+    }
+
+    #[test]
+    fn a_loop_that_starts_again_after_a_stop_reports_its_own_calls_cost_and_time() {
+        // the previous episode stopped after 52 calls, nothing landed since
+        let mut last = open(2, Severity::Warning, &[("r", 52)]);
+        last.reason = Some(Reason::Stopped);
+        last.marks.get_mut("r").unwrap().cost_since_landed = 0.52;
+        let lasts = HashMap::from([(last.key.clone(), last.clone())]);
+        // an hour later: 8 more calls, 1 s apart
+        let got = run_with(
+            vec![],
+            lasts.clone(),
+            later(vec![again(60, 8, 60, "active")]),
+            HashMap::new(),
+        );
+        assert_eq!(
+            got.iter().map(name).collect::<Vec<_>>(),
+            ["open loop warning"]
+        );
+        // its own 8 calls over 7 s, not 60 calls over an hour
+        assert_eq!(
+            figures_of(&got[0]),
+            Figures {
+                calls: 8,
+                cost: 0.08,
+                duration_ms: 7_000,
+                flagged_ticks: 1
+            }
+        );
+        let m = marks(&got[0])["r"];
+        assert_eq!((m.base_calls, m.base_cost), (52, 0.52));
+        assert_eq!(m.start, Some(T + 3_600_000 + 1_000));
+        // the next tick carries the base: 12 more calls
+        let mut ep = open(1, Severity::Warning, &[]);
+        ep.opened = T + 3_600_000 + 10_000;
+        ep.marks.insert("r".into(), m);
+        let got = run(vec![ep.clone()], later(vec![again(72, 20, 72, "active")]));
+        assert_eq!(name(&got[0]), "count 2");
+        assert_eq!(
+            figures_of(&got[0]),
+            Figures {
+                calls: 20,
+                cost: 0.2,
+                duration_ms: 19_000,
+                flagged_ticks: 2
+            }
+        );
+        // and the stopped resolve says what this episode burned
+        ep.marks.insert("r".into(), marks(&got[0])["r"]);
+        let got = run(vec![ep], later(vec![again(72, 20, 72, "idle")]));
+        assert_eq!(name(&got[0]), "resolve stopped");
+        assert_eq!(figures_of(&got[0]).calls, 20);
+        assert_eq!(figures_of(&got[0]).duration_ms, 19_000);
+
+        // a change landed in between: everything since it is this episode's (5 calls)
+        let got = run_with(
+            vec![],
+            lasts,
+            later(vec![again(60, 8, 5, "active")]),
+            HashMap::new(),
+        );
+        assert_eq!(figures_of(&got[0]).calls, 5);
+        assert_eq!(marks(&got[0])["r"].base_calls, 0);
+        // the previous episode ended unflagged (progress): no base either
+        last.marks.get_mut("r").unwrap().flagged = false;
+        let lasts = HashMap::from([(last.key.clone(), last)]);
+        let got = run_with(
+            vec![],
+            lasts,
+            later(vec![again(60, 8, 60, "active")]),
+            HashMap::new(),
+        );
+        assert_eq!(figures_of(&got[0]).calls, 60);
+    }
+
+    #[test]
+    fn a_landing_inside_an_episode_ends_its_base() {
+        let base = Mark {
+            calls: 60,
+            calls_since_landed: 60,
+            cost_since_landed: 0.6,
+            flagged: true,
+            base_calls: 52,
+            base_cost: 0.52,
+            start: Some(T),
+            ..Mark::default()
+        };
+        // 10 more calls, nothing landed: the base carries on
+        let m = mark_of(&again(70, 10, 70, "active"), Some(&base), None);
+        assert_eq!((m.base_calls, m.episode_calls()), (52, 18));
+        // 10 more calls, a landing 4 calls ago: all 4 are this episode's
+        let m = mark_of(&again(70, 10, 4, "active"), Some(&base), None);
+        assert_eq!((m.base_calls, m.episode_calls(), m.start), (0, 4, None));
+    }
+
+    #[test]
+    fn gone_needs_a_source_that_listed_the_tree_read_this_tick() {
+        const DB: &str = "/h/.local/share/opencode/opencode.db";
+        let mut both = open(2, Severity::Warning, &[("r", 52)]);
+        both.sources = vec![SRC.into(), DB.into()];
+        let mut only_server = both.clone();
+        only_server.sources.clear();
+        let mut t = tick(vec![]);
+        t.sources = vec![DB.into()];
+        // the server that also listed it has exited; the database, read, no longer has it
+        let got: Vec<String> = run(vec![both], t).iter().map(name).collect();
+        assert_eq!(got, ["resolve gone"]);
+        let mut t = tick(vec![]);
+        t.sources = vec![DB.into()];
+        assert_eq!(run(vec![only_server.clone()], t), []);
+        assert_eq!(
+            run(vec![only_server], tick(vec![]))
+                .iter()
+                .map(name)
+                .collect::<Vec<_>>(),
+            ["resolve gone"]
         );
     }
 

@@ -203,8 +203,9 @@ impl Delivery {
     }
 }
 
-/// What a loop burned: calls and cost since the last landed change over the tree's flagged
-/// sessions, and for how long it looped (loop start to last call).
+/// What a loop episode burned: calls and cost over the tree's flagged sessions since the last
+/// landed change, less what an earlier episode of the tree already counted when it starts again
+/// with nothing landed; and for how long it looped (its first call to its last).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Figures {
     pub calls: u64,
@@ -314,6 +315,10 @@ impl Verdict {
     pub fn reason_names(&self) -> Vec<&'static str> {
         self.reasons.iter().map(|s| s.name()).collect()
     }
+    /// Where the session was listed: its source, then the others that listed it.
+    pub fn seen_in(&self) -> impl Iterator<Item = &String> {
+        self.source.iter().chain(&self.sources)
+    }
     /// What the previous tick keeps of this verdict.
     pub fn mark(&self) -> Mark {
         Mark {
@@ -323,7 +328,21 @@ impl Verdict {
             last_call: self.t,
             loop_start: self.loop_start(),
             flagged: self.flagged,
+            ..Mark::default()
         }
+    }
+    /// Its first call after call number `after` (the detector numbers calls from 1), as far as
+    /// the verdict tells: the loop start or a repeat past it, else its last call if that is.
+    pub fn first_call_after(&self, after: u64) -> Option<i64> {
+        let e = self.evidence.as_ref();
+        let seen = e
+            .and_then(|e| e.loop_start.as_ref())
+            .into_iter()
+            .chain(e.into_iter().flat_map(|e| e.calls.iter()))
+            .filter(|c| c.index > after)
+            .map(|c| c.t)
+            .min();
+        seen.or(self.t.filter(|_| self.calls > after))
     }
 }
 
@@ -336,6 +355,20 @@ pub struct Mark {
     pub last_call: Option<i64>,
     pub loop_start: Option<i64>,
     pub flagged: bool,
+    /// Of `calls_since_landed` and `cost_since_landed`, what an earlier episode of the tree
+    /// already counted (a loop that starts again with nothing landed since it stopped); this
+    /// episode's figures are the rest.
+    pub base_calls: u64,
+    pub base_cost: f64,
+    /// With a base: this episode's first call of the session (else the loop start counts).
+    pub start: Option<i64>,
+}
+
+impl Mark {
+    /// This episode's calls of the session.
+    pub fn episode_calls(&self) -> u64 {
+        self.calls_since_landed.saturating_sub(self.base_calls)
+    }
 }
 
 /// An episode as stored: open, or the last one of a key (to tell a loop that starts again
@@ -351,6 +384,8 @@ pub struct Episode {
     pub flagged_ticks: u32,
     pub asked: u32,
     pub source: Option<String>,
+    /// Every source the episode's tree was listed by so far (with `source`).
+    pub sources: Vec<String>,
     pub opened: i64,
     pub title: String,
     pub agent: Option<String>,
@@ -359,6 +394,19 @@ pub struct Episode {
     pub reason: Option<Reason>,
     /// What the last tick saw of each session of the tree, by session id.
     pub marks: HashMap<String, Mark>,
+}
+
+impl Episode {
+    /// Every source its tree was listed by (its first source first).
+    pub fn seen_in(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.source.iter().cloned().collect();
+        for s in &self.sources {
+            if !v.contains(s) {
+                v.push(s.clone());
+            }
+        }
+        v
+    }
 }
 
 /// What one tick saw.
@@ -389,12 +437,16 @@ impl TickView {
         }
         self.verdicts = out;
     }
-    /// Could this tick see opencode well enough to call an absent session gone?
-    pub fn readable(&self, source: Option<&str>) -> bool {
+    /// Could this tick see opencode well enough to call an absent session gone? It read, with
+    /// nothing blind, one of the sources that listed it (any source, when none is known): a
+    /// session a server and the database both listed is gone when the database no longer
+    /// has it, even once that server has exited.
+    pub fn readable(&self, seen_in: &[String]) -> bool {
         self.blind.is_empty()
-            && match source {
-                Some(s) => self.sources.iter().any(|x| x == s),
-                None => !self.sources.is_empty(),
+            && if seen_in.is_empty() {
+                !self.sources.is_empty()
+            } else {
+                seen_in.iter().any(|s| self.sources.contains(s))
             }
     }
 }

@@ -64,6 +64,9 @@ pub struct LoopNews {
     pub opened: i64,
     pub figures: Figures,
     pub reason: Option<Reason>,
+    /// The loop started again after an earlier episode, with nothing landed since: the figures
+    /// count from there, not from the last landed change.
+    pub again: bool,
 }
 
 /// A loop's trigger or escalation; `tree` is its flagged verdicts, the most telling first.
@@ -74,6 +77,7 @@ pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> 
         opened,
         figures,
         reason,
+        again,
     } = news;
     let v = tree[0];
     let agent = v.agent.clone().unwrap_or_else(|| "agent".into());
@@ -91,10 +95,18 @@ pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> 
         Some(Reason::SecondOpinion) => "the local model says it is looping: ".into(),
         _ => String::new(),
     };
+    let since = if again {
+        "since it started looping again"
+    } else {
+        "since its last landed change"
+    };
     let summary = format!(
-        "{lead}session {}{in_tree}, agent {agent}{}: {repeats}; {} since its last landed change (flagged by {})",
+        "{lead}session {}{in_tree}, agent {agent}{}: {repeats}; {} {since} (flagged by {})",
         v.session,
-        v.model.as_deref().map(|m| format!(", model {m}")).unwrap_or_default(),
+        v.model
+            .as_deref()
+            .map(|m| format!(", model {m}"))
+            .unwrap_or_default(),
         burned(&figures),
         v.reason_names().join(", ")
     );

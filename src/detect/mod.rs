@@ -58,6 +58,7 @@ struct Meta {
     directory: Option<Box<str>>,
     source: Option<Box<str>>,
     model: Option<Box<str>>,
+    sources: Vec<String>,
     expect: Option<Expect>,
     flag_after: Option<i64>,
     flag_by: Option<i64>,
@@ -80,6 +81,7 @@ impl From<Session> for Meta {
             directory: boxed(s.directory),
             source: boxed(s.source),
             model: boxed(s.model),
+            sources: s.sources,
             expect: s.expect,
             flag_after: s.flag_after,
             flag_by: s.flag_by,
@@ -443,6 +445,7 @@ impl Detector {
                 .or_else(|| meta.and_then(|m| owned(&m.model))),
             t: (st.calls > 0).then_some(st.last_t),
             source: meta.and_then(|m| owned(&m.source)),
+            sources: meta.map(|m| m.sources.clone()).unwrap_or_default(),
             evidence,
             digest: if flagged {
                 st.digest.lines().map(String::from).collect()

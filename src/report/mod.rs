@@ -8,6 +8,7 @@
 //! the pictures need. `wd-store report` writes the page atomically (the tick runs it after
 //! every tick), and every alert links to `#<root session id>` on it ([`link`]).
 
+pub mod clock;
 pub mod html;
 pub mod marks;
 pub mod open;
@@ -19,6 +20,7 @@ use anyhow::{Context, Result};
 use rusqlite::{params, OptionalExtension};
 use std::path::{Path, PathBuf};
 
+pub use clock::Clock;
 pub use marks::Mark;
 
 /// The link an alert for `root` carries: `link_base` + root when set, else the page's anchor
@@ -47,6 +49,8 @@ pub fn file_url(p: &Path) -> String {
 #[derive(Debug, Default)]
 pub struct Page {
     pub now: i64,
+    /// The zone the page writes times in.
+    pub clock: Clock,
     pub db: PathBuf,
     pub tick: Option<Tick>,
     /// Times of the recent ticks, newest first (the interval as it really is).
@@ -127,25 +131,35 @@ pub struct Flagged {
     pub first_flag_t: Option<i64>,
     /// When the loop began, as the detector's evidence says.
     pub loop_start_t: Option<i64>,
+    /// Whether the page draws this session (see [`PICTURES_MAX`]).
+    pub pictured: bool,
+    /// Its latest calls, as many as the page's mark budget allows ([`MARKS_MAX`]).
     pub marks: Vec<Mark>,
 }
 
-/// An alert of the last 7 days, open or closed.
-#[derive(Debug, Clone, Default)]
+/// An alert episode of the last 7 days, open or closed (one row of lifecycle's `episodes`: a
+/// key that fired again after it resolved has one episode per time).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Episode {
-    pub key: String,
+    pub id: i64,
     pub kind: String,
     pub root: String,
     pub state: String,
-    pub severity: String,
+    /// The highest severity it reached (its `severity` drops to info on resolve).
+    pub peak_severity: String,
     pub opened: i64,
-    pub closed: Option<i64>,
+    pub last_fired: i64,
+    pub resolved: Option<i64>,
+    /// Why it resolved.
+    pub reason: Option<crate::alert::Reason>,
+    pub flagged_ticks: i64,
     pub agent: Option<String>,
     pub model: Option<String>,
-    pub title: String,
+    /// Loops: calls and cost since the last landed change, and the loop's start to its last
+    /// call, as the last tick that judged it saw them.
     pub calls: Option<i64>,
     pub cost: Option<f64>,
-    pub why: Option<String>,
+    pub duration_ms: Option<i64>,
 }
 
 /// The per-model rollup over one window.
@@ -178,6 +192,16 @@ pub struct Block {
 
 /// Most flagged sessions of one tree that get a picture.
 pub const PICTURES_PER_LOOP: usize = 3;
+
+/// Pictures on the page: every open loop gets one; the second and third sessions of a tree get
+/// theirs while the page has fewer than this.
+pub const PICTURES_MAX: usize = 240;
+
+/// Marks on the whole page: each picture shows at most its share of these (its session's
+/// latest calls, at least [`MARKS_MIN`]), so the page stays under 1 MB however many loops are
+/// open (~7 bytes a mark, ~1 KB a picture beside its marks).
+pub const MARKS_MAX: usize = 30_000;
+pub const MARKS_MIN: usize = 60;
 
 /// Windows of the rollup.
 pub const WINDOWS: [(&str, i64); 3] = [
@@ -262,6 +286,7 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<Page> {
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(Page {
         now,
+        clock: Clock::system(),
         db: store.path.clone(),
         tick,
         recent_ticks,
@@ -353,53 +378,60 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
                     cost_since_landed: r.get(6)?,
                     first_flag_t: r.get(7)?,
                     loop_start_t: r.get(8)?,
+                    pictured: false,
                     marks: Vec::new(),
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
-        for f in l.sessions.iter_mut().take(PICTURES_PER_LOOP) {
-            f.marks = marks::load(c, &f.session)?;
+    }
+    // which sessions get a picture: each loop's first, then the others in page order
+    let mut pictures = loops.iter().filter(|l| !l.sessions.is_empty()).count();
+    let mut take = Vec::with_capacity(loops.len());
+    for l in &loops {
+        let extra = l.sessions.len().min(PICTURES_PER_LOOP).saturating_sub(1);
+        let extra = extra.min(PICTURES_MAX.saturating_sub(pictures));
+        pictures += extra;
+        take.push(if l.sessions.is_empty() { 0 } else { 1 + extra });
+    }
+    let cap = (MARKS_MAX / pictures.max(1)).clamp(MARKS_MIN, marks::KEEP);
+    for (l, n) in loops.iter_mut().zip(take) {
+        for f in l.sessions.iter_mut().take(n) {
+            f.pictured = true;
+            let mut m = marks::load(c, &f.session)?;
+            f.marks = m.split_off(m.len().saturating_sub(cap));
         }
     }
     Ok(loops)
 }
 
+/// Episodes open now, or opened or resolved since `since`, newest first.
 fn episodes(store: &Store, since: i64) -> Result<Vec<Episode>> {
-    let c = &store.conn;
-    let mut st = c.prepare(
-        "SELECT a.dedup_key, a.kind, a.root, a.state, a.severity, a.opened, a.resolved, a.agent, a.model, a.title,
-                a.calls_since_landed, a.cost_since_landed,
-                (SELECT body FROM events e WHERE e.dedup_key = a.dedup_key AND e.state = 'resolve' ORDER BY id DESC LIMIT 1)
-         FROM alerts a WHERE a.state = 'open' OR a.resolved >= ?1 OR a.opened >= ?1
-         ORDER BY coalesce(a.resolved, a.last_fired) DESC, a.opened DESC",
+    let mut st = store.conn.prepare(
+        "SELECT id, kind, root, state, peak_severity, opened, last_fired, resolved, reason, flagged_ticks,
+                agent, model, calls, cost, duration_ms
+         FROM episodes WHERE state = 'open' OR resolved >= ?1 OR opened >= ?1
+         ORDER BY coalesce(resolved, last_fired) DESC, id DESC",
     )?;
     let rows = st.query_map(params![since], |r| {
-        let state: String = r.get(3)?;
-        let body: Option<String> = r.get(12)?;
-        let why = body
-            .filter(|_| state == "resolved")
-            .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
-            .and_then(|v| {
-                v["details"]["why"]
-                    .as_str()
-                    .or(v["details"]["reason"].as_str())
-                    .or(v["summary"].as_str())
-                    .map(str::to_string)
-            });
         Ok(Episode {
-            key: r.get(0)?,
+            id: r.get(0)?,
             kind: r.get(1)?,
             root: r.get(2)?,
-            state,
-            severity: r.get(4)?,
+            state: r.get(3)?,
+            peak_severity: r.get(4)?,
             opened: r.get(5)?,
-            closed: r.get(6)?,
-            agent: r.get(7)?,
-            model: r.get(8)?,
-            title: r.get(9)?,
-            calls: r.get(10)?,
-            cost: r.get(11)?,
-            why,
+            last_fired: r.get(6)?,
+            resolved: r.get(7)?,
+            reason: r
+                .get::<_, Option<String>>(8)?
+                .as_deref()
+                .and_then(crate::alert::Reason::parse),
+            flagged_ticks: r.get(9)?,
+            agent: r.get(10)?,
+            model: r.get(11)?,
+            calls: r.get(12)?,
+            cost: r.get(13)?,
+            duration_ms: r.get(14)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
@@ -451,4 +483,175 @@ pub fn write_atomic(path: &Path, text: &[u8]) -> Result<()> {
     tmp.persist(path)
         .with_context(|| format!("cannot rename into {}", path.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alert::Reason;
+
+    #[test]
+    fn episodes_come_from_the_episodes_table_closed_ones_and_repeats_of_a_key_included() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("w.db")).unwrap();
+        let day = 86_400_000;
+        let now = 1_796_000_000_000;
+        let ins = |key: &str,
+                   state: &str,
+                   opened: i64,
+                   resolved: Option<i64>,
+                   reason: Option<&str>,
+                   dur: Option<i64>| {
+            store
+                .conn
+                .execute(
+                    "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired,
+                        resolved, reason, agent, model, calls, cost, duration_ms)
+                     VALUES (?1, 'loop', ?2, ?3, 'info', 'critical', ?4, ?4, ?5, ?6, 'build', 'sim/m', 41, 0.37, ?7)",
+                    params![key, key.trim_start_matches("opencode-loop:"), state, opened, resolved, reason, dur],
+                )
+                .unwrap();
+        };
+        // one tree looped, stopped, and loops again: two episodes of one key
+        ins(
+            "opencode-loop:ses_a",
+            "resolved",
+            now - 2 * day,
+            Some(now - 2 * day + 600_000),
+            Some("stopped"),
+            Some(540_000),
+        );
+        ins(
+            "opencode-loop:ses_a",
+            "open",
+            now - 3_600_000,
+            None,
+            None,
+            None,
+        );
+        // closed 8 days ago: not on the page
+        ins(
+            "opencode-loop:ses_b",
+            "resolved",
+            now - 9 * day,
+            Some(now - 8 * day),
+            Some("progress"),
+            None,
+        );
+        // opened 10 days ago, resolved 6 days ago by progress: on the page
+        ins(
+            "opencode-loop:ses_c",
+            "resolved",
+            now - 10 * day,
+            Some(now - 6 * day),
+            Some("progress"),
+            None,
+        );
+        let eps = episodes(&store, now - 7 * day).unwrap();
+        let got: Vec<(&str, &str, Option<Reason>, Option<i64>)> = eps
+            .iter()
+            .map(|e| (e.root.as_str(), e.state.as_str(), e.reason, e.duration_ms))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("ses_a", "open", None, None),
+                ("ses_a", "resolved", Some(Reason::Stopped), Some(540_000)),
+                ("ses_c", "resolved", Some(Reason::Progress), None),
+            ]
+        );
+        assert_eq!(eps[1].peak_severity, "critical");
+        let page = Page {
+            now,
+            episodes: eps,
+            ..Page::default()
+        };
+        let html = html::render(&page);
+        assert!(html.contains("(1 open, 2 closed)"), "{html}");
+        // the loop's own length where the tick measured it, else how long the alert was open
+        assert!(
+            html.contains("<td>stopped: its sessions went idle <small>11-28 "),
+            "{html}"
+        );
+        assert!(
+            html.contains("</td><td>9 min</td><td>41</td><td>$0.37</td></tr>"),
+            "{html}"
+        );
+        assert!(html.contains("</td><td>4 d 0 h</td><td>41</td>"), "{html}");
+        assert!(
+            html.contains("<b>open</b></td><td>1 h 0 min</td>"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn a_page_with_many_loops_draws_each_pictures_latest_calls_within_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("w.db")).unwrap();
+        let tx = store.write().unwrap();
+        tx.execute(
+            "INSERT INTO ticks (id, t, duration_ms, sessions, flagged, outcome) VALUES (1, 1, 1, 251, 251, 'flagged')",
+            [],
+        )
+        .unwrap();
+        // 250 open loops of 200 kept calls each; the first tree has a second flagged session
+        for a in 0..250 {
+            let root = format!("ses_{a:03}");
+            tx.execute(
+                "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired)
+                 VALUES (?1, 'loop', ?2, 'open', 'warning', 'warning', ?3, ?3)",
+                params![format!("opencode-loop:{root}"), root, 1_000 + a],
+            )
+            .unwrap();
+            let sessions = if a == 249 {
+                vec![root.clone(), format!("{root}_sub")]
+            } else {
+                vec![root.clone()]
+            };
+            for (k, s) in sessions.iter().enumerate() {
+                tx.execute(
+                    "INSERT INTO verdicts (tick, t, session, root, flagged, reasons, calls, calls_since_landed)
+                     VALUES (1, 1, ?1, ?2, 1, 'top', 200, ?3)",
+                    params![s, root, 100 - k as i64],
+                )
+                .unwrap();
+                for i in 0..200 {
+                    tx.execute(
+                        "INSERT INTO call_marks (session, seq, t, tool, landed, failed, target, target_key)
+                         VALUES (?1, ?2, ?2, 'read', 0, 0, 'read a', 'k')",
+                        params![s, i],
+                    )
+                    .unwrap();
+                }
+            }
+        }
+        tx.commit().unwrap();
+        let loops = open_loops(&store).unwrap();
+        assert_eq!(loops.len(), 250);
+        // 250 pictures share 30,000 marks: 120 each, the latest ones
+        for l in &loops {
+            let f = &l.sessions[0];
+            assert!(f.pictured);
+            assert_eq!(f.marks.len(), 120, "{}", l.root);
+            assert_eq!((f.marks[0].seq, f.marks[119].seq), (80, 199));
+        }
+        // no room for a second picture of a tree: the page says so
+        let last = loops.iter().find(|l| l.root == "ses_249").unwrap();
+        assert_eq!(last.sessions.len(), 2);
+        assert!(!last.sessions[1].pictured && last.sessions[1].marks.is_empty());
+        let html = html::render(&Page {
+            loops,
+            ..Page::default()
+        });
+        assert_eq!(html.matches("<svg class=\"pic\"").count(), 250);
+        assert!(
+            html.contains("1 more flagged session without a picture"),
+            "{html}"
+        );
+        assert_eq!(
+            html.matches("<title>the last 120 of 200 calls (read 120)")
+                .count(),
+            250
+        );
+    }
 }

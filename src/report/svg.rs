@@ -3,7 +3,7 @@
 //! mark costs about 25 bytes and 200 open loops still fit in well under a megabyte.
 
 use super::html::esc;
-use super::{Flagged, Mark};
+use super::{Clock, Flagged, Mark};
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -34,6 +34,33 @@ pub const LEGEND: [(&str, &str); 7] = [
     ("tw", "web"),
     ("to", "other"),
 ];
+
+/// The legend's name of a tool class.
+fn class_name(cls: &str) -> &'static str {
+    LEGEND.iter().find(|l| l.0 == cls).map_or("other", |l| l.1)
+}
+
+/// Path data drawing `shape` at each of `xs` (ascending): the first subpath moves to
+/// `(x + dx0, y)`, each next one moves relatively from where `shape` left the pen (`end`, from
+/// the subpath's start), so one mark costs its shape plus a few digits.
+fn subpaths(xs: &[i64], dx0: i64, y: i64, shape: &str, end: (i64, i64)) -> String {
+    let mut d = String::with_capacity(xs.len() * (shape.len() + 5));
+    let mut prev = None;
+    for &x in xs {
+        match prev {
+            None => {
+                let _ = write!(d, "M{} {y}{shape}", x + dx0);
+            }
+            Some(p) => {
+                let (dx, dy) = (x - p - end.0, -end.1);
+                let sep = if dy < 0 { "" } else { " " };
+                let _ = write!(d, "m{dx}{sep}{dy}{shape}");
+            }
+        }
+        prev = Some(x);
+    }
+    d
+}
 
 /// What the picture of one session shows, worked out from its marks.
 #[derive(Debug, PartialEq)]
@@ -102,7 +129,7 @@ pub fn story(
 /// A session's calls along time: one mark per call coloured by tool, repeats of the top target
 /// tall and outlined, landed changes as green triangles below, the loop's start and first flag
 /// as labelled lines.
-pub fn session(f: &Flagged) -> String {
+pub fn session(f: &Flagged, clock: &Clock) -> String {
     let mut s = String::new();
     let marks = &f.marks;
     if marks.is_empty() {
@@ -118,6 +145,37 @@ pub fn session(f: &Flagged) -> String {
     let t0 = marks[0].t;
     let t1 = marks[marks.len() - 1].t.max(t0 + 1);
     let x = |t: i64| PAD + (t - t0) as f64 / (t1 - t0) as f64 * (W - 2.0 * PAD);
+    // One path per kind of mark (tool colour; repeat of the top target; failed), one short
+    // subpath per call in integer units and relative moves: ~9 bytes a call where a <rect> took
+    // ~27, so 200 open loops stay well under 1 MB.
+    let xs: Vec<i64> = marks.iter().map(|m| x(m.t).round() as i64).collect();
+    let mut groups: Vec<Group> = Vec::new();
+    for (m, &xi) in marks.iter().zip(&xs) {
+        let g = Group {
+            repeat: st.key.as_ref() == Some(&m.key),
+            tool: tool_class(&m.tool),
+            failed: m.failed,
+            xs: Vec::new(),
+        };
+        match groups.iter_mut().find(|o| o.same(&g)) {
+            Some(o) => o.xs.push(xi),
+            None => groups.push(Group { xs: vec![xi], ..g }),
+        }
+    }
+    // ordinary marks first, repeats drawn over them
+    groups.sort_by_key(|g| (g.repeat, g.tool, g.failed));
+    let mut per_tool: Vec<(&str, usize)> = Vec::new();
+    for (cls, _) in LEGEND {
+        let n: usize = groups
+            .iter()
+            .filter(|g| g.tool == cls)
+            .map(|g| g.xs.len())
+            .sum();
+        if n > 0 {
+            per_tool.push((class_name(cls), n));
+        }
+    }
+    per_tool.sort_by_key(|p| std::cmp::Reverse(p.1));
     let shown = match total_calls {
         Some(n) if n as usize > marks.len() => format!("the last {} of {n} calls", marks.len()),
         _ => format!("{} calls", marks.len()),
@@ -129,59 +187,99 @@ pub fn session(f: &Flagged) -> String {
         .map(|m| m.target.clone());
     let _ = write!(
         s,
-        "<svg class=\"pic\" viewBox=\"0 0 {W} 64\" width=\"{W}\" height=\"64\" role=\"img\" data-session=\"{}\" data-calls=\"{}\" data-repeats=\"{}\"><title>{}, {} to {}{}; {} landed change{}</title>",
+        "<svg class=\"pic\" viewBox=\"0 0 {W} 74\" width=\"{W}\" height=\"74\" role=\"img\" data-session=\"{}\" data-calls=\"{}\" data-repeats=\"{}\"><title>{} ({}), {} to {} {}{}; {} landed change{}</title>",
         esc(id),
         marks.len(),
         st.repeats,
         shown,
-        hm(t0),
-        hm(marks[marks.len() - 1].t),
+        per_tool
+            .iter()
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        clock.hms(t0),
+        clock.hms(marks[marks.len() - 1].t),
+        clock.abbr(t0),
         top.as_deref()
             .map(|t| format!("; {} on {} (tall, outlined)", st.repeats, esc(t)))
             .unwrap_or_default(),
         st.landed,
         if st.landed == 1 { "" } else { "s" },
     );
-    s += "<line class=\"ax\" x1=\"0\" y1=\"30\" x2=\"760\" y2=\"30\"/>";
+    s += "<path class=\"ax\" d=\"M0 30h760\"/>";
+    // the two labels share a row unless they would run into each other
+    let close = matches!((st.start, st.flag), (Some(a), Some(b)) if (xs[a] - xs[b]).abs() < 90);
     for (label, at, cls, dy) in [
         ("loop starts", st.start, "ls", 0),
-        ("flagged", st.flag, "ff", 1),
+        ("flagged", st.flag, "ff", i64::from(close)),
     ] {
         if let Some(i) = at {
-            let xi = x(marks[i].t);
-            let anchor = if xi > W - 90.0 { "end" } else { "start" };
+            let xi = xs[i];
+            let anchor = if xi > W as i64 - 90 { "end" } else { "start" };
             let _ = write!(
                 s,
-                "<line class=\"{cls}\" x1=\"{xi:.0}\" y1=\"0\" x2=\"{xi:.0}\" y2=\"44\"/><text class=\"{cls}\" x=\"{:.0}\" y=\"{}\" text-anchor=\"{anchor}\">{label}</text>",
-                if anchor == "end" { xi - 3.0 } else { xi + 3.0 },
-                53 + dy * 9,
+                "<path class=\"{cls}\" d=\"M{xi} 0v44\"/><text class=\"{cls}\" x=\"{}\" y=\"{}\" text-anchor=\"{anchor}\">{label}</text>",
+                if anchor == "end" { xi - 3 } else { xi + 3 },
+                52 + dy * 9,
             );
         }
     }
-    s += "<g class=\"marks\">";
-    for m in marks {
-        let rep = st.key.as_ref() == Some(&m.key);
+    for g in &groups {
         let _ = write!(
             s,
-            "<rect x=\"{:.0}\" class=\"{}{}{}\"/>",
-            x(m.t),
-            tool_class(&m.tool),
-            if rep { " r" } else { "" },
-            if m.failed { " f" } else { "" }
+            "<path class=\"{} {}{}\" d=\"{}\"><title>{}{} {}{}</title></path>",
+            if g.repeat { "r" } else { "c" },
+            g.tool,
+            if g.failed { " f" } else { "" },
+            // a 3 px long stretch of a 14 px wide stroke is a 3 x 14 bar (22 px for a repeat,
+            // outlined by the page's CSS)
+            subpaths(&g.xs, -1, if g.repeat { 15 } else { 17 }, "h3", (3, 0)),
+            g.xs.len(),
+            if g.repeat {
+                " repeats of the top target,"
+            } else {
+                ""
+            },
+            class_name(g.tool),
+            if g.failed { ", failed" } else { "" },
         );
     }
-    s += "</g><g class=\"land\">";
-    for m in marks.iter().filter(|m| m.landed) {
-        let xi = x(m.t);
-        let _ = write!(s, "<path d=\"M{xi:.0} 33l4 7h-8z\"/>");
+    let land: Vec<i64> = marks
+        .iter()
+        .zip(&xs)
+        .filter(|(m, _)| m.landed)
+        .map(|(_, &xi)| xi)
+        .collect();
+    if !land.is_empty() {
+        let _ = write!(
+            s,
+            "<path class=\"land\" d=\"{}\"><title>{} landed change{}</title></path>",
+            subpaths(&land, 0, 33, "l4 7h-8z", (0, 0)),
+            land.len(),
+            if land.len() == 1 { "" } else { "s" }
+        );
     }
     let _ = write!(
         s,
-        "</g><text class=\"tl\" x=\"0\" y=\"62\">{}</text><text class=\"tl\" x=\"760\" y=\"62\" text-anchor=\"end\">{}</text></svg>",
-        hm(t0),
-        hm(marks[marks.len() - 1].t)
+        "<text class=\"tl\" x=\"0\" y=\"72\">{}</text><text class=\"tl\" x=\"760\" y=\"72\" text-anchor=\"end\">{}</text></svg>",
+        clock.hms(t0),
+        clock.hms(marks[marks.len() - 1].t)
     );
     s
+}
+
+/// The marks of one kind in a picture, drawn as one path.
+struct Group {
+    repeat: bool,
+    tool: &'static str,
+    failed: bool,
+    xs: Vec<i64>,
+}
+
+impl Group {
+    fn same(&self, o: &Group) -> bool {
+        (self.repeat, self.tool, self.failed) == (o.repeat, o.tool, o.failed)
+    }
 }
 
 /// The rollup as bars: per model, its share of sessions and its share of flagged sessions.
@@ -220,11 +318,6 @@ fn clip(s: &str, n: usize) -> String {
     } else {
         s.to_string()
     }
-}
-
-/// `HH:MM:SS` (UTC) of epoch ms.
-pub fn hm(ms: i64) -> String {
-    crate::cli::iso_ms(ms)[11..19].to_string()
 }
 
 #[cfg(test)]
@@ -267,18 +360,60 @@ mod tests {
             story(&marks, Some("read a"), Some(35), Some(30)).start,
             Some(3)
         );
-        let svg = session(&Flagged {
-            session: "ses_x".into(),
-            top_target: Some("read a".into()),
-            first_flag_t: Some(35),
-            calls: Some(5),
-            marks,
-            ..Flagged::default()
-        });
-        assert_eq!(svg.matches("<rect ").count(), 5);
-        assert_eq!(svg.matches(" r\"").count(), 4);
-        assert_eq!(svg.matches("<path ").count(), 1);
+        let svg = session(
+            &Flagged {
+                session: "ses_x".into(),
+                top_target: Some("read a".into()),
+                first_flag_t: Some(35),
+                calls: Some(5),
+                marks,
+                ..Flagged::default()
+            },
+            &Clock::default(),
+        );
+        // one subpath per call: the edit, and the 4 reads of "read a" as repeats
+        assert_eq!(
+            subpath_counts(&svg),
+            vec![("c te", 1), ("r tr", 4), ("land", 1)]
+        );
+        assert!(
+            svg.contains(
+                r#"<path class="r tr" d="M7 15h3m369 0h3m183 0h3m183 0h3"><title>4 repeats"#
+            ),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("<title>5 calls (read 4, edit / write 1), "),
+            "{svg}"
+        );
         assert!(svg.contains(">loop starts</text>") && svg.contains(">flagged</text>"));
+    }
+
+    /// (class, number of subpaths) of each mark path of a picture, in drawing order.
+    fn subpath_counts(svg: &str) -> Vec<(&str, usize)> {
+        svg.split("<path class=\"")
+            .skip(1)
+            .filter_map(|p| {
+                let (cls, rest) = p.split_once('"')?;
+                let d = rest.strip_prefix(" d=\"")?.split('"').next()?;
+                (!matches!(cls, "ax" | "ls" | "ff")).then(|| (cls, d.matches(['M', 'm']).count()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn marks_are_one_subpath_each_in_relative_integer_units() {
+        // bars: the pen ends 3 to the right of where each began; overlapping calls move back
+        assert_eq!(
+            subpaths(&[10, 13, 13, 40], -1, 17, "h3", (3, 0)),
+            "M9 17h3m0 0h3m-3 0h3m24 0h3"
+        );
+        assert_eq!(
+            subpaths(&[5, 9], -1, 4, "h3v22h-3z", (0, 0)),
+            "M4 4h3v22h-3zm4 0h3v22h-3z"
+        );
+        assert_eq!(subpaths(&[7, 8], 0, 10, "v14", (0, 14)), "M7 10v14m1-14v14");
+        assert_eq!(subpaths(&[], -1, 17, "h3", (3, 0)), "");
     }
 
     #[test]

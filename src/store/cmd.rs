@@ -26,7 +26,8 @@ Examples:
   wd-store channels set desktop --enabled false
   wd-store prune --older-than 30d
   wd-store report --out - > /tmp/watchdog.html
-  wd-store block-model openrouter/some-model --reason \"stalls on every bash call\"";
+  wd-store block-model openrouter/some-model --reason \"stalls on every bash call\"
+  wd-store blocks --format table";
 
 /// The watchdog's SQLite record: ticks, verdicts, alerts, channel settings.
 #[derive(Parser, Debug)]
@@ -152,6 +153,13 @@ pub enum Cmd {
     },
     /// Undo `block-model`: remove exactly what it added to the opencode config.
     UnblockModel { model: String },
+    /// Models blocked by `block-model`, newest first: when, by whom, why, in which file, and the
+    /// command that undoes it.
+    Blocks {
+        /// Also list blocks already undone.
+        #[arg(long)]
+        all: bool,
+    },
     /// Show the desktop notification read from stdin, print its id, then wait for a click on it
     /// and open its URL with [report] open_with (started by the desktop channel).
     #[command(hide = true)]
@@ -291,6 +299,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
             )?;
             Ok(Exit::Ok)
         }
+        Cmd::Blocks { all } => blocks(&store, all, args.format, out),
         Cmd::UnblockModel { model } => {
             let o = crate::block::unblock(&mut store, &model, now)?;
             eprintln!("wd-store: {}", o.message);
@@ -497,7 +506,13 @@ impl Rows {
                 let timeish = |c: &str| {
                     matches!(
                         c,
-                        "t" | "last_tick" | "opened" | "resolved" | "last_fired" | "first_flag_t"
+                        "t" | "last_tick"
+                            | "opened"
+                            | "resolved"
+                            | "last_fired"
+                            | "first_flag_t"
+                            | "blocked"
+                            | "unblocked"
                     )
                 };
                 let rows: Vec<Vec<String>> = self
@@ -574,10 +589,13 @@ fn status(store: &Store, cfg: &Config, format: Format, out: &mut Out) -> Result<
     Ok(Exit::Ok)
 }
 
-/// "41 calls, $0.37, 12 min" from an episode's columns.
+/// "41 calls, $0.37, 12 min" from an episode's columns; the duration in the words of the events
+/// (`alert::text::duration`: "44 s", "12 min", "2 h 05 min").
 const BURNED: &str =
-    "CASE WHEN p.calls IS NOT NULL THEN printf('%d calls, $%.2f, %d min', p.calls, p.cost,
-                          coalesce(p.duration_ms, 0) / 60000) END";
+    "CASE WHEN p.calls IS NOT NULL THEN printf('%d calls, $%.2f, %s', p.calls, p.cost,
+       (SELECT CASE WHEN s < 60 THEN printf('%d s', s) WHEN s < 3600 THEN printf('%d min', s / 60)
+                    ELSE printf('%d h %02d min', s / 3600, s % 3600 / 60) END
+        FROM (SELECT max(coalesce(p.duration_ms, 0), 0) / 1000 AS s))) END";
 
 fn loops(store: &Store, recent: i64, format: Format, out: &mut Out) -> Result<Exit> {
     Rows::query(
@@ -630,6 +648,19 @@ fn alerts(
             kind.map(Sql::Text).unwrap_or(Sql::Null),
             Sql::Integer(limit as i64),
         ],
+    )?
+    .print(format, out)?;
+    Ok(Exit::Ok)
+}
+
+fn blocks(store: &Store, all: bool, format: Format, out: &mut Out) -> Result<Exit> {
+    Rows::query(
+        store,
+        "block",
+        "SELECT model, t AS blocked, who, reason, file, created, unblocked, unblocked_by,
+                CASE WHEN unblocked IS NULL THEN 'wd-store unblock-model ' || model END AS undo
+         FROM blocks WHERE ?1 OR unblocked IS NULL ORDER BY t DESC, id DESC",
+        &[Sql::Integer(all as i64)],
     )?
     .print(format, out)?;
     Ok(Exit::Ok)
@@ -798,4 +829,48 @@ fn report(
         }
     }
     Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BURNED;
+    use crate::alert::text::{burned, duration};
+    use crate::alert::Figures;
+
+    /// The `burned` column says the duration as the events do (seconds under a minute).
+    #[test]
+    fn the_burned_column_words_durations_as_the_events_do() {
+        let c = rusqlite::Connection::open_in_memory().unwrap();
+        for ms in [
+            0,
+            999,
+            44_000,
+            59_999,
+            60_000,
+            12 * 60_000 + 5_000,
+            2 * 3_600_000 + 5 * 60_000,
+            -5,
+        ] {
+            let sql = format!(
+                "SELECT {BURNED} FROM (SELECT 41 AS calls, 0.3712 AS cost, {ms} AS duration_ms) p"
+            );
+            let got: String = c.query_row(&sql, [], |r| r.get(0)).unwrap();
+            assert_eq!(got, format!("41 calls, $0.37, {}", duration(ms)), "{ms} ms");
+            let f = Figures {
+                calls: 41,
+                cost: 0.3712,
+                duration_ms: ms,
+                flagged_ticks: 1,
+            };
+            assert!(burned(&f).ends_with(&duration(ms)));
+        }
+        let got: String = c
+            .query_row(&format!("SELECT {BURNED} FROM (SELECT 41 AS calls, 0.5 AS cost, 44000 AS duration_ms) p"), [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(got, "41 calls, $0.50, 44 s");
+        let none: Option<String> = c
+            .query_row(&format!("SELECT {BURNED} FROM (SELECT NULL AS calls, NULL AS cost, NULL AS duration_ms) p"), [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(none, None);
+    }
 }

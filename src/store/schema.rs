@@ -292,6 +292,20 @@ CREATE TABLE blocks (
 );
 CREATE INDEX blocks_model ON blocks (model, unblocked);
 "#,
+    // 6: per-episode figures (issue 13). A loop that starts again after a `stopped` resolve,
+    // with nothing landed since, counts from where its previous episode left it: per session of
+    // the tree, the calls and cost since the last landed change that an earlier episode already
+    // counted (its base), and this episode's first call of the session. `episodes.calls`, `cost`
+    // and `duration_ms` are this episode's from now on (since-landed less the base). And where
+    // an episode's tree was seen, for `gone`.
+    r#"
+ALTER TABLE episode_sessions ADD COLUMN base_calls INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE episode_sessions ADD COLUMN base_cost REAL NOT NULL DEFAULT 0;
+ALTER TABLE episode_sessions ADD COLUMN start INTEGER;
+-- every source the episode's tree was listed by (a JSON array; `source` is the first): the
+-- root is gone when one of them is read and no longer lists it, even once a server exited
+ALTER TABLE episodes ADD COLUMN sources TEXT;
+"#,
 ];
 
 pub fn latest() -> i64 {

@@ -50,9 +50,21 @@ impl Rig {
     }
     /// One tick: the stream through `wd-store tick` into `wd-alert`, at time `now`.
     fn tick(&self, now: i64, lines: &[String], env: &[(&str, &str)]) -> (String, Run) {
-        let mut input = String::from(
-            "{\"kind\":\"source\",\"source\":\"http://127.0.0.1:4096\",\"sessions\":1}\n",
-        );
+        self.tick_from(now, &["http://127.0.0.1:4096"], lines, env)
+    }
+    /// One tick that read these sources.
+    fn tick_from(
+        &self,
+        now: i64,
+        sources: &[&str],
+        lines: &[String],
+        env: &[(&str, &str)],
+    ) -> (String, Run) {
+        let mut input = String::new();
+        for s in sources {
+            input += &json!({"kind": "source", "source": s, "sessions": 1}).to_string();
+            input += "\n";
+        }
         for l in lines {
             input += l;
             input += "\n";
@@ -305,7 +317,7 @@ fn a_loop_that_ends_resolves_stopped_never_escalates_and_a_new_loop_is_a_new_epi
     assert_eq!(eps[1]["calls"], 41);
     assert_eq!(eps[1]["cost"], 0.41);
     assert_eq!(eps[1]["duration_ms"], 44_000);
-    assert_eq!(eps[1]["burned"], "41 calls, $0.41, 0 min");
+    assert_eq!(eps[1]["burned"], "41 calls, $0.41, 44 s");
     assert_ne!(eps[0]["episode"], eps[1]["episode"]);
 }
 
@@ -793,4 +805,216 @@ fn a_resolve_that_could_not_be_delivered_or_was_cut_off_by_a_crash_is_never_lost
         .filter(|r| r.body.contains("\"dedup_key\":\"opencode-loop:ses_c\""))
         .count();
     assert_eq!(triggers, 2, "the cut-off attempt and its one repeat");
+}
+
+#[test]
+fn a_bus_that_accepts_but_never_answers_costs_one_desktop_timeout_per_run_not_one_per_alert() {
+    // a real bus whose notification daemon owns the name but is stopped: calls are accepted and
+    // routed, and never answered
+    let d = Desktop::private();
+    let stub = Stub::start();
+    stub.route("POST /hook", Reply::Json(200, "{}".into()));
+    let rig = Rig::new(&format!(
+        "[[channels]]\nname = \"desk\"\ntype = \"desktop\"\ntimeout_secs = 2\n\n\
+         [[channels]]\nname = \"hook\"\ntype = \"webhook\"\nurl = \"{}/hook\"\n",
+        stub.url
+    ));
+    let env = desktop_env(&d);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let loops10 = |calls: u64| -> Vec<String> {
+        (0..10)
+            .map(|i| {
+                let s = format!("ses_hang{i}");
+                looping(&s, &s, true, calls, "")
+            })
+            .collect()
+    };
+    d.freeze();
+    let t = std::time::Instant::now();
+    let (_, r) = rig.tick(T0, &loops10(44), &env);
+    let took = t.elapsed();
+    eprintln!(
+        "10 alerts, a bus that never answers, desktop timeout_secs 2: wd-alert took {took:.2?}"
+    );
+    r.ok();
+    assert_eq!(r.records().len(), 10, "{}", r.story());
+    let outcomes = |channel: &str| -> Vec<String> {
+        rig.query(&format!(
+            "SELECT e.dedup_key || ' ' || d.status || ' ' || d.attempts || coalesce(' ' || nullif(d.detail, ''), '')
+             FROM deliveries d JOIN events e ON e.id = d.event WHERE d.channel = '{channel}' ORDER BY e.id"
+        ))
+    };
+    // one timeout for the desktop channel in this run; the nine it had no time for stay owed
+    let mut want: Vec<String> =
+        vec!["opencode-loop:ses_hang0 failed 1 desktop notification: no answer within 2.0s".into()];
+    want.extend((1..10).map(|i| format!("opencode-loop:ses_hang{i} pending 0")));
+    assert_eq!(outcomes("desk"), want, "{}", r.story());
+    // the other channel got every send in the same run
+    let hook: Vec<String> = (0..10)
+        .map(|i| format!("opencode-loop:ses_hang{i} sent 1 HTTP 200"))
+        .collect();
+    assert_eq!(outcomes("hook"), hook);
+    assert_eq!(stub.requests().len(), 10);
+    assert!(
+        r.stderr().contains(
+            "oc-watchdog: channel=desk dedup=opencode-loop:ses_hang0 state=trigger delivery failed: desktop notification: no answer within 2.0s"
+        ),
+        "{}",
+        r.story()
+    );
+    let pending: Vec<i64> =
+        rig.query("SELECT count(*) FROM deliveries WHERE channel = 'desk' AND status = 'pending'");
+    assert_eq!(pending, [9]);
+
+    // the daemon answers again: the next run delivers the nine it owes (the loops went on, so
+    // nothing superseded them); the trigger that timed out is not sent twice
+    d.thaw();
+    let t = std::time::Instant::now();
+    let (_, r) = rig.tick(T0 + MIN5, &loops10(56), &env);
+    eprintln!(
+        "the next run, the daemon answering: wd-alert took {:.2?}",
+        t.elapsed()
+    );
+    r.ok();
+    assert_eq!(r.records().len(), 0, "{}", r.story());
+    let got = outcomes("desk");
+    assert_eq!(
+        got[0],
+        "opencode-loop:ses_hang0 failed 1 desktop notification: no answer within 2.0s"
+    );
+    for (i, row) in got.iter().enumerate().skip(1) {
+        assert!(
+            row.starts_with(&format!("opencode-loop:ses_hang{i} sent 1 notification ")),
+            "{got:?}"
+        );
+    }
+    assert_eq!(stub.requests().len(), 10, "the webhook owed nothing");
+    for i in 1..10 {
+        let s = format!("session ses_hang{i},");
+        assert_eq!(d.wait_for(&s, 1).len(), 1, "{s} on the bus");
+    }
+}
+
+#[test]
+fn an_escalation_is_shown_while_the_rate_limit_holds_back_a_new_trigger() {
+    // ticks a minute apart, the desktop channel's default rate limit (300 s): the escalation
+    // and the resolve are news and go out; a new episode's trigger inside the limit does not.
+    // A stack of its own: the report's click test clicks whatever is on top of the shared one
+    let d = &Desktop::private();
+    let rig = Rig::new(
+        "[alert]\nescalate_after_ticks = 2\n\n[[channels]]\nname = \"desk\"\ntype = \"desktop\"\n",
+    );
+    let env = desktop_env(d);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let root = format!("ses_rl{}", std::process::id());
+    let at = |calls: u64, class: &str| looping(&root, &root, true, calls, class);
+    const MIN: i64 = 60_000;
+    let (_, r) = rig.tick(T0, &[at(44, "active")], &env);
+    assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    let (_, r) = rig.tick(T0 + MIN, &[at(56, "active")], &env);
+    assert_eq!(states(&r), [("escalate".into(), "critical".into())]);
+    let (_, r) = rig.tick(T0 + 2 * MIN, &[at(56, "idle")], &env);
+    assert_eq!(states(&r), [("resolve".into(), "info".into())]);
+    assert_eq!(r.records()[0]["reason"], "stopped");
+    let (_, r) = rig.tick(T0 + 3 * MIN, &[at(70, "active")], &env);
+    assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    let rows: Vec<String> = rig.query(
+        "SELECT e.episode || ' ' || e.state || ' ' || d.status || coalesce(' ' || nullif(d.detail, ''), '')
+         FROM deliveries d JOIN events e ON e.id = d.event ORDER BY e.id",
+    );
+    let ep: Vec<i64> = rig.query("SELECT id FROM episodes ORDER BY id");
+    let (a, b) = (ep[0], ep[1]);
+    assert!(
+        rows[0].starts_with(&format!("{a} trigger sent notification ")),
+        "{rows:?}"
+    );
+    assert!(
+        rows[1].starts_with(&format!("{a} escalate sent notification ")),
+        "{rows:?}"
+    );
+    assert!(
+        rows[2].starts_with(&format!("{a} resolve sent notification ")),
+        "{rows:?}"
+    );
+    assert_eq!(rows[3], format!("{b} trigger skipped rate limited (300s)"));
+    assert_eq!(rows.len(), 4);
+    // what the bus carried for this root: normal, critical, low; nothing for the new trigger
+    let seen = d.wait_for(&root, 3);
+    assert_eq!(
+        seen.iter().map(|s| s.urgency).collect::<Vec<_>>(),
+        [Some(1), Some(2), Some(0)],
+        "{seen:?}"
+    );
+    assert!(
+        seen[1].body.starts_with(&format!(
+            "still looping after 2 flagged ticks: session {root}, agent build"
+        )),
+        "{:?}",
+        seen[1]
+    );
+}
+
+#[test]
+fn a_deleted_root_is_gone_whether_a_server_the_database_or_both_listed_it() {
+    let rig = Rig::new("");
+    let srv = "http://127.0.0.1:4123";
+    let db = "/home/u/.local/share/opencode/opencode.db";
+    let from = |s: &str, source: &str, sources: &[&str]| -> String {
+        let mut v: Value = serde_json::from_str(&looping(s, s, true, 44, "active")).unwrap();
+        v["source"] = json!(source);
+        if !sources.is_empty() {
+            v["sources"] = json!(sources);
+        }
+        v.to_string()
+    };
+    let (_, r) = rig.tick_from(
+        T0,
+        &[srv, db],
+        &[
+            // an `opencode run` while it runs: its server and the database list it
+            from("ses_both", srv, &[srv, db]),
+            from("ses_db", db, &[]),
+            // a server on another machine: only it lists this one
+            from("ses_srv", srv, &[]),
+        ],
+        &[],
+    );
+    assert_eq!(r.records().len(), 3, "{}", r.story());
+    let sources: Vec<String> =
+        rig.query("SELECT root || ' ' || coalesce(sources, '-') FROM episodes ORDER BY root");
+    assert_eq!(
+        sources,
+        [
+            format!("ses_both [\"{srv}\",\"{db}\"]"),
+            format!("ses_db [\"{db}\"]"),
+            format!("ses_srv [\"{srv}\"]"),
+        ]
+    );
+    // the run ended (its server is gone) and all three were deleted: the database, read, no
+    // longer has the two it listed; the server-only one is not called gone unseen
+    let (_, r) = rig.tick_from(T0 + MIN5, &[db], &[], &[]);
+    let gone: Vec<(String, String)> = r
+        .records()
+        .iter()
+        .map(|e| {
+            (
+                e["root"].as_str().unwrap().to_string(),
+                e["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        gone,
+        [
+            ("ses_both".into(), "gone".into()),
+            ("ses_db".into(), "gone".into())
+        ],
+        "{}",
+        r.story()
+    );
+    // its server answers again, without it: gone
+    let (_, r) = rig.tick_from(T0 + 2 * MIN5, &[srv, db], &[], &[]);
+    assert_eq!(states(&r), [("resolve".into(), "info".into())]);
+    assert_eq!(r.records()[0]["root"], "ses_srv");
+    assert_eq!(r.records()[0]["reason"], "gone");
 }

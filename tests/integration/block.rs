@@ -126,6 +126,16 @@ fn block_and_unblock_edit_only_the_blacklist_and_opencode_obeys() {
     let p = page.stdout();
     assert!(p.contains("<td>stalls in bash</td>"), "{p}");
     assert!(p.contains("<code>wd-store unblock-model sim/gpt-5-sim</code>"));
+    // and so does `wd-store blocks`
+    let r = wd(&home, &["blocks"]);
+    r.ok();
+    let b = r.kind("block");
+    assert_eq!(b.len(), 1, "{}", r.story());
+    assert_eq!(b[0]["model"], "sim/gpt-5-sim");
+    assert_eq!(b[0]["reason"], "stalls in bash");
+    assert_eq!(b[0]["created"], "blacklist");
+    assert_eq!(b[0]["file"], cfg.display().to_string());
+    assert_eq!(b[0]["undo"], "wd-store unblock-model sim/gpt-5-sim");
 
     // unblock: the file is exactly what it was, and opencode lists the model again
     let r = wd(&home, &["unblock-model", "sim/gpt-5-sim"]);
@@ -134,6 +144,12 @@ fn block_and_unblock_edit_only_the_blacklist_and_opencode_obeys() {
     assert_eq!(models(&home), ["sim/gpt-5-sim", "sim/sim-model"]);
     let p = wd(&home, &["report", "--out", "-"]).stdout();
     assert!(!p.contains("unblock-model sim/gpt-5-sim"));
+    assert_eq!(wd(&home, &["blocks"]).kind("block").len(), 0);
+    let r = wd(&home, &["blocks", "--all"]);
+    let b = r.kind("block");
+    assert_eq!(b.len(), 1, "{}", r.story());
+    assert!(b[0]["unblocked"].as_i64().is_some(), "{}", r.story());
+    assert_eq!(b[0]["undo"], serde_json::Value::Null);
     // nothing left to undo
     let r = wd(&home, &["unblock-model", "sim/gpt-5-sim"]);
     r.expect_code(2);

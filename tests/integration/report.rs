@@ -2,16 +2,23 @@
 //! that works, then loops, and a healthy one), the page it writes opened in real headless
 //! Chromium (DOM and screenshot), and the alert's link to the loop's anchor.
 
-use crate::support::ocsim::{Opts, Sim};
+use crate::support::ocsim::{self, Opts, Sim};
 use crate::support::{repo, Home, Run};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Runs an installed command with the temp HOME's environment.
 fn installed(home: &Home, prog: &str, args: &[&str]) -> Run {
+    installed_env(home, prog, args, &[])
+}
+
+/// [`installed`], with more environment (a time zone, a desktop).
+fn installed_env(home: &Home, prog: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
     let h = home.path();
     let out = Command::new(prog)
         .env_clear()
+        .envs(env.iter().copied())
         .env(
             "PATH",
             format!(
@@ -75,6 +82,20 @@ fn article<'a>(dom: &'a str, id: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no article #{id} in the DOM"));
     let end = dom[start..].find("</article>").unwrap() + start;
     &dom[start..end]
+}
+
+/// (class, subpaths) of each path of a session picture that draws calls (not the axis or the
+/// marker lines): a subpath is one mark.
+fn mark_paths(pic: &str) -> Vec<(String, usize)> {
+    pic.split("<path class=\"")
+        .skip(1)
+        .filter_map(|p| {
+            let (cls, rest) = p.split_once('"')?;
+            let d = rest.trim_start().strip_prefix("d=\"")?.split('"').next()?;
+            (!matches!(cls, "ax" | "ls" | "ff"))
+                .then(|| (cls.to_string(), d.matches(['M', 'm']).count()))
+        })
+        .collect()
 }
 
 #[test]
@@ -149,10 +170,29 @@ fn the_page_shows_the_loop_with_its_picture_and_alerts_link_to_it() {
     // changes marked
     let pic_start = a.find("<svg class=\"pic\"").expect("a picture");
     let pic = &a[pic_start..a[pic_start..].find("</svg>").unwrap() + pic_start];
-    assert_eq!(pic.matches("<rect ").count(), n_calls, "{pic}");
-    assert_eq!(pic.matches(" r\"").count(), 30, "{pic}");
-    assert_eq!(pic.matches("class=\"te\"").count(), edits, "{pic}");
-    assert_eq!(pic.matches("<path ").count(), landed, "{pic}");
+    // (one path per tool colour, one for the repeats, one for the landed changes; one subpath
+    // per call)
+    let paths = mark_paths(pic);
+    let count = |f: &dyn Fn(&str) -> bool| -> usize {
+        paths.iter().filter(|(c, _)| f(c)).map(|(_, n)| n).sum()
+    };
+    assert_eq!(
+        count(&|c| c.starts_with("c ") || c.starts_with("r ")),
+        n_calls,
+        "{paths:?}\n{pic}"
+    );
+    assert_eq!(count(&|c| c.starts_with("r ")), 30, "{paths:?}");
+    assert_eq!(
+        paths.iter().filter(|(c, _)| c.starts_with("r ")).count(),
+        1,
+        "the repeats are one path: {paths:?}"
+    );
+    assert_eq!(count(&|c| c == "c te" || c == "r te"), edits, "{paths:?}");
+    assert_eq!(count(&|c| c == "land"), landed, "{paths:?}");
+    assert!(
+        pic.contains(&format!("<title>{n_calls} calls (")),
+        "the picture's title counts its calls: {pic}"
+    );
     assert!(pic.contains(">loop starts</text>") && pic.contains(">flagged</text>"));
     // the healthy session has no alert and no article
     assert!(!d.contains(&format!("<article id=\"{}\"", healthy.id)));
@@ -262,5 +302,129 @@ fn a_click_on_the_desktop_alert_opens_the_page_at_the_loop() {
             "the click opened nothing\n{}",
             r.story()
         );
+    }
+}
+
+/// An operator's first look: the watchdog installed with its default config, a plain `opencode
+/// run` looping (no server: only opencode's database shows it), the machine's zone set. The
+/// page draws the session from what the tick read of the database, one mark per call the
+/// detector judged, and writes its times in that zone.
+#[test]
+fn an_opencode_run_loop_is_drawn_from_the_database_in_the_machines_time_zone() {
+    let home = Home::new();
+    let desk = crate::support::desktop::Desktop::shared();
+    let env = [
+        ("TZ", "Europe/Berlin"),
+        ("DBUS_SESSION_BUS_ADDRESS", desk.bus.as_str()),
+        ("DISPLAY", desk.display.as_str()),
+    ];
+    let bins: PathBuf = assert_cmd::cargo::cargo_bin("wd-store")
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    installed_env(
+        &home,
+        repo().join("deploy/install").to_str().unwrap(),
+        &["--from", bins.to_str().unwrap()],
+        &env,
+    )
+    .ok();
+    let fake = ocsim::Fake::start();
+    fake.configure(home.path());
+    let proj = home.join("work/proj");
+    std::fs::create_dir_all(proj.parent().unwrap()).unwrap();
+    ocsim::make_project(&proj);
+    let mut run = ocsim::opencode(home.path(), &proj)
+        .args(["run", "SCRIPT:slow_reread40 go"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(home.join("run.err")).unwrap())
+        .spawn()
+        .expect("opencode run");
+    // wait until the session has made 10 calls
+    let db = home.join(".local/share/opencode/opencode.db");
+    let t0 = Instant::now();
+    let id = loop {
+        let got = rusqlite::Connection::open_with_flags(
+            &db,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .and_then(|c| {
+            c.query_row(
+                "SELECT s.id, (SELECT count(*) FROM part p WHERE p.session_id = s.id
+                    AND p.data LIKE '%\"type\":\"tool\"%') FROM session s ORDER BY s.time_created DESC LIMIT 1",
+                [],
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
+            )
+        });
+        if let Ok((id, n)) = got {
+            if n >= 10 {
+                break id;
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "no looping session\n{}",
+            std::fs::read_to_string(home.join("run.err")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let tick = home.join(".local/bin/oc-watchdog-tick");
+    let r = installed_env(&home, tick.to_str().unwrap(), &[], &env);
+    r.ok();
+    let _ = run.kill();
+    let _ = run.wait();
+    assert!(
+        r.stderr()
+            .contains(&format!("dedup=opencode-loop:{id} state=trigger")),
+        "{}",
+        r.story()
+    );
+    // the calls the detector judged in that tick
+    let judged: i64 = rusqlite::Connection::open(home.join(".local/state/oc-watchdog/watchdog.db"))
+        .unwrap()
+        .query_row(
+            "SELECT calls FROM verdicts WHERE session = ?1 ORDER BY tick DESC LIMIT 1",
+            [&id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(judged >= 10, "{judged}");
+
+    let page = home.join(".local/state/oc-watchdog/report.html");
+    let d = dom(&page);
+    assert!(
+        d.contains("times are local time, Europe/Berlin (UTC+0"),
+        "the page names the zone\n{d}"
+    );
+    let a = article(&d, &id);
+    let pic_start = a.find("<svg class=\"pic\"").expect("a picture");
+    let pic = &a[pic_start..a[pic_start..].find("</svg>").unwrap() + pic_start];
+    let marks: usize = mark_paths(pic)
+        .iter()
+        .filter(|(c, _)| c.starts_with("c ") || c.starts_with("r "))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(marks as i64, judged, "{pic}");
+    // times in the zone: the alert's start, and the picture's span (CET in winter, CEST in summer)
+    assert!(
+        a.contains(" CET</time>") || a.contains(" CEST</time>"),
+        "{a}"
+    );
+    assert!(
+        pic.contains(" CET; ")
+            || pic.contains(" CEST; ")
+            || pic.contains(" CET</title>")
+            || pic.contains(" CEST</title>"),
+        "{pic}"
+    );
+    if let Ok(shot) = std::env::var("REPORT_SCREENSHOT_RUN") {
+        chromium(&[
+            "--window-size=1200,1400",
+            "--hide-scrollbars",
+            &format!("--screenshot={shot}"),
+            &format!("file://{}#{}", page.display(), id),
+        ])
+        .ok();
     }
 }

@@ -510,6 +510,30 @@ fn opencode_run_a_loop_that_ends_resolves_stopped_starts_again_as_a_new_episode_
         mine(&w.tick(), &ended),
         ["state=resolve severity=info reason=stopped"]
     );
+    // the second episode reports its own 8 calls (nothing landed in between: since the last
+    // landed change, the session made 16), and its own time, not the gap between the runs
+    let eps = episodes(&ended);
+    eprintln!(
+        "episodes of one session run twice: {} / {}",
+        eps[1]["burned"], eps[0]["burned"]
+    );
+    assert_eq!((&eps[0]["calls"], &eps[1]["calls"]), (&8.into(), &8.into()));
+    let (d0, d1) = (
+        eps[0]["duration_ms"].as_i64().unwrap(),
+        eps[1]["duration_ms"].as_i64().unwrap(),
+    );
+    let gap = eps[0]["opened"].as_i64().unwrap() - eps[1]["opened"].as_i64().unwrap();
+    assert!(
+        d0 < gap,
+        "the second episode's {d0} ms spans the {gap} ms between the runs"
+    );
+    assert!(d1 > 0 && d0 > 0, "{eps:?}");
+    let seen = desk.wait_for(&ended, 4);
+    assert!(
+        seen[3].body.contains("the loop burned 8 calls and $"),
+        "{:?}",
+        seen[3]
+    );
 
     // a loop that is fixed: an edit lands and the check passes; resolved `progress`
     let fixed = run_to_end(&sim, &["SCRIPT:lc_fixed_loop go"]);

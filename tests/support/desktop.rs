@@ -31,6 +31,31 @@ impl Desktop {
         D.get_or_init(Desktop::start)
     }
 
+    /// A stack of its own, for a test that freezes its daemon (the shared one serves others).
+    pub fn private() -> Desktop {
+        Desktop::start()
+    }
+
+    /// Stops the notification daemon (SIGSTOP): it still owns `org.freedesktop.Notifications`,
+    /// so the bus accepts every call and routes it there, and nothing ever answers.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets the daemon run again (SIGCONT); it answers what queued up meanwhile.
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let dunst = self.kids[1].id().to_string();
+        let ok = Command::new("kill")
+            .args([sig, dunst.as_str()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {dunst}");
+    }
+
     fn start() -> Desktop {
         let dir = tempfile::tempdir().unwrap();
         let out = Command::new("dbus-daemon")
@@ -44,8 +69,31 @@ impl Desktop {
             .trim()
             .to_string();
         let bus_pid = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        let n = 40 + std::process::id() % 200;
-        let display = format!(":{n}");
+        // Xvfb picks a free display and says which (`-displayfd`): two stacks in one test run,
+        // or two test runs on one machine, never share (and kill) each other's display
+        let mut xvfb = Command::new("Xvfb")
+            .args([
+                "-displayfd",
+                "1",
+                "-screen",
+                "0",
+                "800x600x24",
+                "-nolisten",
+                "tcp",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("Xvfb: {e} (apt-get install xvfb)"));
+        let mut n = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(xvfb.stdout.take().unwrap()),
+            &mut n,
+        )
+        .unwrap();
+        let display = format!(":{}", n.trim());
+        assert!(display.len() > 1, "Xvfb named no display");
         let spawn = |cmd: &mut Command| -> Child {
             cmd.env("DBUS_SESSION_BUS_ADDRESS", &bus)
                 .env("DISPLAY", &display)
@@ -55,15 +103,7 @@ impl Desktop {
                 .spawn()
                 .unwrap_or_else(|e| panic!("{cmd:?}: {e} (apt-get install dbus xvfb dunst)"))
         };
-        let mut kids = vec![spawn(Command::new("Xvfb").args([
-            display.as_str(),
-            "-screen",
-            "0",
-            "800x600x24",
-            "-nolisten",
-            "tcp",
-        ]))];
-        std::thread::sleep(Duration::from_millis(700));
+        let mut kids = vec![xvfb];
         kids.push(spawn(&mut Command::new("dunst")));
         let monitor_log = dir.path().join("monitor.log");
         let log = std::fs::File::create(&monitor_log).unwrap();
