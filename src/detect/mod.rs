@@ -475,8 +475,10 @@ impl Detector {
 /// never content. The lines sit in one buffer (a call costs no allocation once it is warm).
 #[derive(Default)]
 struct Digest {
+    /// The lines from byte `head` on; what is before it has been dropped.
     text: String,
-    /// Byte length of each line in `text`, oldest first.
+    head: usize,
+    /// Byte length of each line from `head`, oldest first.
     lens: VecDeque<u32>,
 }
 
@@ -484,8 +486,12 @@ impl Digest {
     fn push(&mut self, c: &Obs, exit: Option<i64>) {
         use std::fmt::Write;
         if self.lens.len() == DIGEST_CALLS {
-            let n = self.lens.pop_front().unwrap_or(0) as usize;
-            self.text.drain(..n);
+            self.head += self.lens.pop_front().unwrap_or(0) as usize;
+            // the dropped lines are moved out once they are as long as the kept ones
+            if self.head > self.text.len() / 2 {
+                self.text.drain(..self.head);
+                self.head = 0;
+            }
         }
         let start = self.text.len();
         target::describe_into(&mut self.text, c.tool, c.args, c.dir);
@@ -499,7 +505,7 @@ impl Digest {
     }
 
     fn lines(&self) -> impl Iterator<Item = &str> {
-        let mut at = 0;
+        let mut at = self.head;
         self.lens.iter().map(move |&n| {
             let l = &self.text[at..at + n as usize];
             at += n as usize;
