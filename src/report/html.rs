@@ -38,7 +38,7 @@ article.critical{border-left-color:#d92d20}article.info{border-left-color:#98a2b
 .pic{display:block;max-width:100%;height:auto;background:#f6f7f9;border-radius:4px}
 .pic path.c{fill:none;stroke:var(--c);stroke-width:14px}.pic path.r{fill:none;stroke:var(--c);stroke-width:22px;filter:drop-shadow(0 0 1px #101828)}.pic path.f{opacity:.45}
 .tr{--c:#2e90fa}.te{--c:#12b76a}.tb{--c:#7a5af8}.tg{--c:#ee46bc}.tt{--c:#f79009}.tw{--c:#06aed4}.to{--c:#98a2b3}
-.ax{stroke:#d0d5dd}.lc{color:#067647}.pic path.land{fill:#067647}path.ls{stroke:#475467;stroke-dasharray:3 2}path.ff{stroke:#d92d20;stroke-width:2px}
+.ax{stroke:#d0d5dd}path.es{stroke:#1570ef;stroke-dasharray:1 2;stroke-width:2px}text.es{fill:#1570ef}.lc{color:#067647}.pic path.land{fill:#067647}path.ls{stroke:#475467;stroke-dasharray:3 2}path.ff{stroke:#d92d20;stroke-width:2px}
 text{font:10px system-ui,sans-serif;fill:#475467}text.ff{fill:#d92d20;font-weight:600}
 .legend span{display:inline-block;margin-right:12px;font-size:12px}.legend i{display:inline-block;width:9px;height:12px;margin-right:4px;vertical-align:-1px;background:var(--c)}
 .bars .bs{fill:#98a2b3}.bars .bf{fill:#f79009}.bars text{font-size:11px}details{margin:6px 0}summary{cursor:pointer;font-weight:600}
@@ -290,8 +290,15 @@ fn loops(s: &mut String, p: &Page) {
         let _ = write!(s, "<span><i class=\"{c}\"></i>{name}</span>");
     }
     s.push_str(
-        "<span>tall, outlined: repeats of the top target</span><span><b class=\"lc\">▲</b> landed change</span></p>",
+        "<span>tall, outlined: repeats of the top target</span><span><b class=\"lc\">▲</b> landed change</span>",
     );
+    if p.loops
+        .iter()
+        .any(|l| l.sessions.iter().any(|f| f.episode_start_t.is_some()))
+    {
+        s.push_str("<span>dotted blue \"resumed\": where the loop took up again after its last alert resolved as stopped (this episode counts from there)</span>");
+    }
+    s.push_str("</p>");
     let mut seen = std::collections::HashSet::new();
     for l in &p.loops {
         let id = if seen.insert(l.root.clone()) {
@@ -347,7 +354,23 @@ fn one_loop(s: &mut String, p: &Page, l: &Loop, id: &str) {
             if l.flagged_ticks == 1 { "" } else { "s" }
         ),
     );
-    if l.kind == "loop" {
+    if l.kind == "loop" && l.base_calls > 0 {
+        // the loop went quiet (resolved as stopped) and resumed with nothing landed since: this
+        // alert counts its own calls; the earlier ones are still since the last landed change
+        row(
+            s,
+            "this episode",
+            format!(
+                "{} calls, {} <small>(since it resumed; with the {} calls, {} an earlier episode of this loop counted: {} calls, {} since the last landed change)</small>",
+                num(l.calls_since_landed),
+                cost(l.cost_since_landed),
+                l.base_calls,
+                cost(Some(l.base_cost)),
+                l.calls_since_landed.unwrap_or(0) + l.base_calls,
+                cost(Some(l.cost_since_landed.unwrap_or(0.0) + l.base_cost)),
+            ),
+        );
+    } else if l.kind == "loop" {
         row(
             s,
             "since the last landed change",
@@ -357,6 +380,8 @@ fn one_loop(s: &mut String, p: &Page, l: &Loop, id: &str) {
                 cost(l.cost_since_landed)
             ),
         );
+    }
+    if l.kind == "loop" {
         row(s, "top target", opt(&l.top_target));
         if let Some(f) = l.sessions.first() {
             row(s, "reason", esc(&reason_words(&f.reasons)));
@@ -420,7 +445,7 @@ fn episodes(s: &mut String, p: &Page) {
         s.push_str("<p class=\"muted\">None.</p></section>");
         return;
     }
-    s.push_str("<p class=\"muted\">Every alert episode opened or closed in the last 7 days, latest first: a loop that stopped and started again is two episodes. Loops: calls and cost since the last landed change, and the loop's length from its start to its last call.</p><table class=\"ep\"><tr><th>opened</th><th>kind</th><th>peak</th><th>root</th><th>agent · model</th><th>ended</th><th>duration</th><th>calls</th><th>cost</th></tr>");
+    s.push_str("<p class=\"muted\">Every alert episode opened or closed in the last 7 days, latest first: a loop that stopped and started again is two episodes. Loops: the episode's calls and cost since the last landed change (less what an earlier episode of the same loop already counted, when it resumed after going quiet), and its length from its start to its last call.</p><table class=\"ep\"><tr><th>opened</th><th>kind</th><th>peak</th><th>root</th><th>agent · model</th><th>ended</th><th>duration</th><th>calls</th><th>cost</th></tr>");
     let open: std::collections::HashSet<&str> = p.loops.iter().map(|l| l.root.as_str()).collect();
     for e in &p.episodes {
         episode_row(s, p, e, open.contains(e.root.as_str()));

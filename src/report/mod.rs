@@ -113,8 +113,14 @@ pub struct Loop {
     pub model: Option<String>,
     pub title: String,
     pub top_target: Option<String>,
+    /// Loops: this episode's calls and cost (since the last landed change, less what an earlier
+    /// episode of the same loop already counted: `base_*`).
     pub calls_since_landed: Option<i64>,
     pub cost_since_landed: Option<f64>,
+    /// Calls and cost since the last landed change that an earlier episode of this loop (one
+    /// that resolved as stopped, nothing landed since) already counted; 0 for a first episode.
+    pub base_calls: i64,
+    pub base_cost: f64,
     pub sessions: Vec<Flagged>,
 }
 
@@ -131,6 +137,10 @@ pub struct Flagged {
     pub first_flag_t: Option<i64>,
     /// When the loop began, as the detector's evidence says.
     pub loop_start_t: Option<i64>,
+    /// When this episode began in this session, when it continues an earlier episode of the
+    /// same loop (the session resumed after a `stopped` resolve): lifecycle's
+    /// `episode_sessions.start`.
+    pub episode_start_t: Option<i64>,
     /// Whether the page draws this session (see [`PICTURES_MAX`]).
     pub pictured: bool,
     /// Its latest calls, as many as the page's mark budget allows ([`MARKS_MAX`]).
@@ -334,30 +344,47 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
     let c = &store.conn;
     let mut st = c.prepare(
         "SELECT dedup_key, kind, root, severity, opened, last_fired, flagged_ticks, agent, model, title, top_target,
-                calls_since_landed, cost_since_landed
+                calls_since_landed, cost_since_landed, episode
          FROM alerts WHERE state = 'open'
          ORDER BY severity = 'critical' DESC, kind = 'loop' DESC, opened DESC, dedup_key",
     )?;
+    let mut episodes: Vec<i64> = Vec::new();
     let mut loops = st
         .query_map([], |r| {
-            Ok(Loop {
-                key: r.get(0)?,
-                kind: r.get(1)?,
-                root: r.get(2)?,
-                severity: r.get(3)?,
-                opened: r.get(4)?,
-                last_fired: r.get(5)?,
-                flagged_ticks: r.get(6)?,
-                agent: r.get(7)?,
-                model: r.get(8)?,
-                title: r.get(9)?,
-                top_target: r.get(10)?,
-                calls_since_landed: r.get(11)?,
-                cost_since_landed: r.get(12)?,
-                sessions: Vec::new(),
-            })
+            Ok((
+                r.get::<_, i64>(13)?,
+                Loop {
+                    key: r.get(0)?,
+                    kind: r.get(1)?,
+                    root: r.get(2)?,
+                    severity: r.get(3)?,
+                    opened: r.get(4)?,
+                    last_fired: r.get(5)?,
+                    flagged_ticks: r.get(6)?,
+                    agent: r.get(7)?,
+                    model: r.get(8)?,
+                    title: r.get(9)?,
+                    top_target: r.get(10)?,
+                    calls_since_landed: r.get(11)?,
+                    cost_since_landed: r.get(12)?,
+                    ..Loop::default()
+                },
+            ))
         })?
+        .map(|r| {
+            r.map(|(e, l)| {
+                episodes.push(e);
+                l
+            })
+        })
         .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut base = c.prepare(
+        "SELECT coalesce(sum(base_calls), 0), coalesce(sum(base_cost), 0) FROM episode_sessions
+         WHERE episode = ?1 AND flagged = 1",
+    )?;
+    let mut start = c.prepare(
+        "SELECT start FROM episode_sessions WHERE episode = ?1 AND session = ?2 AND base_calls > 0",
+    )?;
     let mut flagged = c.prepare(
         "SELECT session, agent, reasons, json_extract(signals, '$.top_target'), calls, calls_since_landed,
                 cost_since_landed, first_flag_t, json_extract(evidence, '$.loop_start.t')
@@ -365,7 +392,12 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
            AND tick = (SELECT max(tick) FROM verdicts WHERE root = ?1 AND flagged = 1)
          ORDER BY calls_since_landed DESC, session",
     )?;
-    for l in loops.iter_mut().filter(|l| l.kind == "loop") {
+    for (l, &ep) in loops.iter_mut().zip(&episodes) {
+        if l.kind != "loop" {
+            continue;
+        }
+        (l.base_calls, l.base_cost) =
+            base.query_row(params![ep], |r| Ok((r.get(0)?, r.get(1)?)))?;
         l.sessions = flagged
             .query_map(params![l.root], |r| {
                 Ok(Flagged {
@@ -378,11 +410,16 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
                     cost_since_landed: r.get(6)?,
                     first_flag_t: r.get(7)?,
                     loop_start_t: r.get(8)?,
-                    pictured: false,
-                    marks: Vec::new(),
+                    ..Flagged::default()
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
+        for f in &mut l.sessions {
+            f.episode_start_t = start
+                .query_row(params![ep, f.session], |r| r.get(0))
+                .optional()?
+                .flatten();
+        }
     }
     // which sessions get a picture: each loop's first, then the others in page order
     let mut pictures = loops.iter().filter(|l| !l.sessions.is_empty()).count();
@@ -648,10 +685,52 @@ mod tests {
             html.contains("1 more flagged session without a picture"),
             "{html}"
         );
+        assert!(
+            !html.contains("dotted blue"),
+            "no resumed loop, no legend for it"
+        );
         assert_eq!(
             html.matches("<title>the last 120 of 200 calls (read 120)")
                 .count(),
             250
+        );
+    }
+
+    #[test]
+    fn a_loop_that_resumed_after_a_stopped_resolve_shows_its_own_figures_and_where_it_resumed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("w.db")).unwrap();
+        let t = 1_796_000_000_000;
+        let tx = store.write().unwrap();
+        tx.execute_batch(&format!(
+            "INSERT INTO ticks (id, t, duration_ms, sessions, flagged, outcome) VALUES (1, {t}, 1, 1, 1, 'flagged');
+             INSERT INTO episodes (id, dedup_key, kind, root, state, severity, peak_severity, opened, last_fired, calls, cost)
+               VALUES (7, 'opencode-loop:ses_r', 'loop', 'ses_r', 'open', 'warning', 'warning', {t}, {t}, 18, 0.18);
+             INSERT INTO verdicts (tick, t, session, root, flagged, reasons, calls, calls_since_landed, cost_since_landed)
+               VALUES (1, {t}, 'ses_r', 'ses_r', 1, 'top', 90, 70, 0.70);
+             INSERT INTO episode_sessions (episode, session, calls, calls_since_landed, cost_since_landed, flagged,
+                 base_calls, base_cost, start)
+               VALUES (7, 'ses_r', 90, 70, 0.70, 1, 52, 0.52, {});",
+            t - 60_000
+        ))
+        .unwrap();
+        tx.commit().unwrap();
+        let loops = open_loops(&store).unwrap();
+        assert_eq!((loops[0].base_calls, loops[0].base_cost), (52, 0.52));
+        assert_eq!(loops[0].calls_since_landed, Some(18));
+        assert_eq!(loops[0].sessions[0].episode_start_t, Some(t - 60_000));
+        let html = html::render(&Page {
+            now: t,
+            loops,
+            ..Page::default()
+        });
+        assert!(
+            html.contains("<span>dotted blue \"resumed\": where the loop took up again"),
+            "the legend explains the line: {html}"
+        );
+        assert!(
+            html.contains("<tr><td>this episode</td><td>18 calls, $0.18 <small>(since it resumed; with the 52 calls, $0.52 an earlier episode of this loop counted: 70 calls, $0.70 since the last landed change)</small>"),
+            "{html}"
         );
     }
 }

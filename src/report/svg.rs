@@ -207,20 +207,31 @@ pub fn session(f: &Flagged, clock: &Clock) -> String {
         if st.landed == 1 { "" } else { "s" },
     );
     s += "<path class=\"ax\" d=\"M0 30h760\"/>";
-    // the two labels share a row unless they would run into each other
-    let close = matches!((st.start, st.flag), (Some(a), Some(b)) if (xs[a] - xs[b]).abs() < 90);
-    for (label, at, cls, dy) in [
-        ("loop starts", st.start, "ls", 0),
-        ("flagged", st.flag, "ff", i64::from(close)),
+    // where this episode began, when it continues an earlier one of the same loop
+    let resumed = f
+        .episode_start_t
+        .and_then(|t| marks.iter().position(|m| m.t >= t));
+    // labels share the first row unless they would run into each other
+    let mut rows: [Vec<i64>; 2] = [Vec::new(), Vec::new()];
+    for (label, at, cls) in [
+        ("loop starts", st.start, "ls"),
+        ("resumed", resumed, "es"),
+        ("flagged", st.flag, "ff"),
     ] {
         if let Some(i) = at {
             let xi = xs[i];
+            let dy = if rows[0].iter().all(|&o| (o - xi).abs() >= 90) {
+                0
+            } else {
+                1
+            };
+            rows[dy].push(xi);
             let anchor = if xi > W as i64 - 90 { "end" } else { "start" };
             let _ = write!(
                 s,
                 "<path class=\"{cls}\" d=\"M{xi} 0v44\"/><text class=\"{cls}\" x=\"{}\" y=\"{}\" text-anchor=\"{anchor}\">{label}</text>",
                 if anchor == "end" { xi - 3 } else { xi + 3 },
-                52 + dy * 9,
+                52 + dy as i64 * 9,
             );
         }
     }
@@ -414,6 +425,37 @@ mod tests {
         );
         assert_eq!(subpaths(&[7, 8], 0, 10, "v14", (0, 14)), "M7 10v14m1-14v14");
         assert_eq!(subpaths(&[], -1, 17, "h3", (3, 0)), "");
+    }
+
+    #[test]
+    fn an_episode_that_resumed_the_loop_is_marked_where_it_began() {
+        let marks: Vec<Mark> = (0..30)
+            .map(|i| m(i, i * 10, "read", "read a", false))
+            .collect();
+        let f = |start| Flagged {
+            session: "ses_x".into(),
+            top_target: Some("read a".into()),
+            first_flag_t: Some(20),
+            loop_start_t: Some(0),
+            episode_start_t: start,
+            marks: marks.clone(),
+            ..Flagged::default()
+        };
+        let svg = session(&f(Some(195)), &Clock::default());
+        // the first call at or after the episode's start: t = 200 of 0..290
+        let x = (8.0 + 200.0 * 744.0 / 290.0_f64).round() as i64;
+        assert!(
+            svg.contains(&format!("<path class=\"es\" d=\"M{x} 0v44\"/>")),
+            "{svg}"
+        );
+        // "loop starts" and "flagged" are close: flagged takes the second row
+        assert!(
+            svg.contains(&format!(r#"<text class="es" x="{}" y="52""#, x + 3)),
+            "{svg}"
+        );
+        assert!(svg.contains(r#"<text class="ff" x="62" y="61""#), "{svg}");
+        assert!(svg.contains(">resumed</text>"), "{svg}");
+        assert!(!session(&f(None), &Clock::default()).contains("resumed"));
     }
 
     #[test]

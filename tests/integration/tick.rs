@@ -500,6 +500,17 @@ fn opencode_run_a_loop_that_ends_resolves_stopped_starts_again_as_a_new_episode_
     // the same session loops again: a new episode
     run_to_end(&sim, &["-s", &ended, "SCRIPT:reread go"]);
     assert_eq!(mine(&w.tick(), &ended), ["state=trigger severity=warning"]);
+    // the operator's page (issue 15) shows the episode's own figures and where it resumed
+    let page = std::fs::read_to_string(home.join(".local/state/oc-watchdog/report.html")).unwrap();
+    let art = &page[page
+        .find(&format!("<article id=\"{ended}\""))
+        .expect("the loop's article")..];
+    let art = &art[..art.find("</article>").unwrap()];
+    assert!(
+        art.contains("<tr><td>this episode</td><td>8 calls, $"),
+        "{art}"
+    );
+    assert!(art.contains(">resumed</text>"), "{art}");
     let eps = episodes(&ended);
     assert_eq!(eps.len(), 2, "{eps:?}");
     assert_eq!(
