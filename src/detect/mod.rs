@@ -48,9 +48,60 @@ pub struct CallIn<'a> {
 /// Call ids remembered per session to recognise a call fed twice.
 const RECENT_IDS: usize = 16;
 
+/// What a verdict needs of a session record (not its pass-through fields: liveness evidence is
+/// read by `cmd`, and a session record's other fields would cost every session they sit in).
+#[derive(Default)]
+struct Meta {
+    parent: Option<Box<str>>,
+    agent: Option<Box<str>>,
+    title: Option<Box<str>>,
+    directory: Option<Box<str>>,
+    source: Option<Box<str>>,
+    model: Option<Box<str>>,
+    sources: Vec<String>,
+    expect: Option<Expect>,
+    flag_after: Option<i64>,
+    flag_by: Option<i64>,
+}
+
+fn boxed(s: Option<String>) -> Option<Box<str>> {
+    s.map(String::into_boxed_str)
+}
+
+fn owned(s: &Option<Box<str>>) -> Option<String> {
+    s.as_deref().map(String::from)
+}
+
+impl From<Session> for Meta {
+    fn from(s: Session) -> Meta {
+        Meta {
+            parent: boxed(s.parent),
+            agent: boxed(s.agent),
+            title: boxed(s.title),
+            directory: boxed(s.directory),
+            source: boxed(s.source),
+            model: boxed(s.model),
+            sources: s.sources,
+            expect: s.expect,
+            flag_after: s.flag_after,
+            flag_by: s.flag_by,
+        }
+    }
+}
+
+/// A flagged session's first flag, and its loop (only flagged sessions carry it).
+#[derive(Default)]
+struct Flag {
+    first: Option<CallRef>,
+    /// The case as it stood at the first flag.
+    first_case: Option<Evidence>,
+    /// Where the current loop started, fixed when it is first flagged; a landing clears it.
+    loop_start: Option<CallRef>,
+}
+
 #[derive(Default)]
 struct SessionState {
-    meta: Option<Session>,
+    meta: Option<Box<Meta>>,
     read_only: bool,
     calls: u64,
     cost: f64,
@@ -60,15 +111,11 @@ struct SessionState {
     region: Region,
     signals: States,
     /// The last calls, one line each, for the digest.
-    digest: VecDeque<Box<str>>,
+    digest: Digest,
     /// (time, id hash) of the latest calls.
     recent_ids: VecDeque<(i64, u64)>,
     flagged: bool,
-    first_flag: Option<CallRef>,
-    /// The case as it stood at the first flag.
-    first_case: Option<Evidence>,
-    /// Where the current loop started, fixed when it is first flagged; a landing clears it.
-    loop_start: Option<CallRef>,
+    flag: Option<Box<Flag>>,
 }
 
 impl SessionState {
@@ -92,6 +139,7 @@ impl SessionState {
         if self.recent_ids.len() == RECENT_IDS {
             self.recent_ids.pop_front();
         }
+        region::room_ring(&mut self.recent_ids);
         self.recent_ids.push_back((t, h));
         false
     }
@@ -100,7 +148,9 @@ impl SessionState {
     fn landed(&mut self) {
         self.region.clear();
         self.signals.landed();
-        self.loop_start = None;
+        if let Some(f) = &mut self.flag {
+            f.loop_start = None;
+        }
     }
 
     fn evidence(&self, cfg: &DetectorConfig) -> Evidence {
@@ -111,12 +161,16 @@ impl SessionState {
             .into_iter()
             .map(|r| self.signals.case(r, &cx))
             .collect();
-        let loop_start = self.loop_start.clone().or_else(|| {
-            cases
-                .iter()
-                .filter_map(|c| c.start.clone())
-                .min_by_key(|s| s.index)
-        });
+        let loop_start = self
+            .flag
+            .as_ref()
+            .and_then(|f| f.loop_start.clone())
+            .or_else(|| {
+                cases
+                    .iter()
+                    .filter_map(|c| c.start.clone())
+                    .min_by_key(|s| s.index)
+            });
         let mut calls = cases
             .into_iter()
             .next()
@@ -137,7 +191,10 @@ pub struct Detector {
     cfg: DetectorConfig,
     /// Session id to its index in `sessions` (the order first seen).
     ids: HashMap<String, usize, std::hash::BuildHasherDefault<target::Fx>>,
-    sessions: Vec<SessionState>,
+    /// Boxed: a vector of 200,000 states carried a third of them again as room to grow
+    /// (measured: 216 MB of a 620 MB peak in the 200,000-session bench; boxed, 161 MB).
+    #[allow(clippy::vec_box)]
+    sessions: Vec<Box<SessionState>>,
     /// Calls skipped because they were seen before.
     pub repeated: u64,
 }
@@ -152,7 +209,7 @@ fn round6(x: f64) -> f64 {
     }
 }
 
-fn read_only_of(meta: Option<&Session>, cfg: &DetectorConfig) -> bool {
+fn read_only_of(meta: Option<&Meta>, cfg: &DetectorConfig) -> bool {
     let Some(m) = meta else { return false };
     let hit = |s: &str| {
         let s = s.to_ascii_lowercase();
@@ -181,30 +238,33 @@ impl Detector {
             return i;
         }
         let n = self.sessions.len();
-        self.sessions.push(SessionState::default());
+        self.sessions.push(Box::default());
         self.ids.insert(id.to_string(), n);
         n
     }
 
     fn get(&self, id: &str) -> Option<&SessionState> {
-        self.ids.get(id).map(|&i| &self.sessions[i])
+        self.ids.get(id).map(|&i| &*self.sessions[i])
     }
 
-    /// Records a session's metadata. A later record for the same id replaces the earlier one.
-    pub fn session(&mut self, s: Session) {
+    /// Records a session's metadata; returns the session's number (in the order first seen).
+    /// A later record for the same id replaces the earlier one.
+    pub fn session(&mut self, s: Session) -> usize {
         let i = self.index(&s.id);
         let st = &mut self.sessions[i];
-        st.read_only = read_only_of(Some(&s), &self.cfg);
-        st.meta = Some(s);
+        let meta = Meta::from(s);
+        st.read_only = read_only_of(Some(&meta), &self.cfg);
+        st.meta = Some(Box::new(meta));
+        i
     }
 
-    fn parent_of(&self, id: &str) -> Option<String> {
-        self.get(id)?.meta.as_ref()?.parent.clone()
+    fn parent_of(&self, id: &str) -> Option<&str> {
+        self.get(id)?.meta.as_ref()?.parent.as_deref()
     }
 
     /// A descendant landed a change at `t`: the loops of its ancestors that had begun by then end.
     fn credit_ancestors(&mut self, from: &str, t: i64) {
-        let mut cur = self.parent_of(from);
+        let mut cur = self.parent_of(from).map(String::from);
         for _ in 0..1000 {
             let Some(id) = cur else { break };
             let i = self.index(&id);
@@ -214,7 +274,7 @@ impl Detector {
                 st.landed();
             }
             st.flagged = st.signals.firing(&st.cx(&self.cfg));
-            cur = st.meta.as_ref().and_then(|m| m.parent.clone());
+            cur = st.meta.as_ref().and_then(|m| owned(&m.parent));
         }
     }
 
@@ -223,7 +283,7 @@ impl Detector {
         let mut cur = id.to_string();
         for _ in 0..1000 {
             match self.parent_of(&cur) {
-                Some(p) => cur = p,
+                Some(p) => cur = p.to_string(),
                 None => break,
             }
         }
@@ -250,20 +310,10 @@ impl Detector {
                 st.model = Some(m.into());
             }
         }
-        let at = CallRef {
-            index: st.calls,
-            t: c.t,
-            id: String::new(),
-        };
-        let landed = st.progress.land(
-            c.landed,
-            edit_sig(c),
-            &CallRef {
-                id: c.id.to_string(),
-                ..at
-            },
-            st.cost,
-        );
+        let landed = c.landed
+            && st
+                .progress
+                .land(true, edit_sig(c), (st.calls, c.t, c.id), st.cost);
         let keys = target::keys(c.tool, c.args);
         let dir = st.meta.as_ref().and_then(|m| m.directory.as_deref());
         let obs = Obs {
@@ -288,10 +338,7 @@ impl Detector {
             failed: c.status == "error" || c.exit.is_some_and(|e| e != 0),
             dir,
         };
-        if st.digest.len() == DIGEST_CALLS {
-            st.digest.pop_front();
-        }
-        st.digest.push_back(digest_line(&obs, c.exit));
+        st.digest.push(&obs, c.exit);
         if landed {
             st.landed();
         } else {
@@ -318,15 +365,21 @@ impl Detector {
         let flagged = st.signals.firing(&st.cx(cfg));
         let changed = flagged != st.flagged;
         st.flagged = flagged;
-        if flagged && st.loop_start.is_none() {
-            st.loop_start = st.evidence(cfg).loop_start;
-        }
-        if flagged && st.first_flag.is_none() {
-            st.first_flag = Some(CallRef {
-                id: c.id.to_string(),
-                ..at
-            });
-            st.first_case = Some(st.evidence(cfg));
+        if flagged {
+            if st.flag.as_ref().map_or(true, |f| f.loop_start.is_none()) {
+                let start = st.evidence(cfg).loop_start;
+                st.flag.get_or_insert_with(Box::default).loop_start = start;
+            }
+            if st.flag.as_ref().map_or(true, |f| f.first.is_none()) {
+                let case = st.evidence(cfg);
+                let f = st.flag.get_or_insert_with(Box::default);
+                f.first = Some(CallRef {
+                    index: st.calls,
+                    t: c.t,
+                    id: c.id.to_string(),
+                });
+                f.first_case = Some(case);
+            }
         }
         if landed {
             self.credit_ancestors(c.session, c.t);
@@ -354,7 +407,7 @@ impl Detector {
                 .descendant
                 .is_some_and(|(_, at)| st.calls - at < window);
         let expect = meta.and_then(|m| m.expect);
-        let first = st.first_flag.as_ref();
+        let first = st.flag.as_ref().and_then(|f| f.first.as_ref());
         let ok = expect.map(|e| match e {
             Expect::Flag => {
                 flagged
@@ -368,14 +421,14 @@ impl Detector {
         let evidence = if flagged {
             Some(st.evidence(cfg))
         } else {
-            st.first_case.clone()
+            st.flag.as_ref().and_then(|f| f.first_case.clone())
         };
         Some(Verdict {
             session: id.to_string(),
             root: self.root_of(id),
-            parent: meta.and_then(|m| m.parent.clone()),
-            agent: meta.and_then(|m| m.agent.clone()),
-            title: meta.and_then(|m| m.title.clone()),
+            parent: meta.and_then(|m| owned(&m.parent)),
+            agent: meta.and_then(|m| owned(&m.agent)),
+            title: meta.and_then(|m| owned(&m.title)),
             read_only: st.read_only,
             calls: st.calls,
             flagged,
@@ -384,18 +437,18 @@ impl Detector {
             landed_in_window,
             calls_since_landed: calls_since,
             cost_since_landed: round6(cost_since),
-            first_flag: st.first_flag.clone(),
+            first_flag: first.cloned(),
             model: st
                 .model
                 .as_deref()
                 .map(String::from)
-                .or_else(|| meta.and_then(|m| m.model.clone())),
+                .or_else(|| meta.and_then(|m| owned(&m.model))),
             t: (st.calls > 0).then_some(st.last_t),
-            source: meta.and_then(|m| m.source.clone()),
+            source: meta.and_then(|m| owned(&m.source)),
             sources: meta.map(|m| m.sources.clone()).unwrap_or_default(),
             evidence,
             digest: if flagged {
-                st.digest.iter().map(|d| d.to_string()).collect()
+                st.digest.lines().map(String::from).collect()
             } else {
                 Vec::new()
             },
@@ -405,30 +458,60 @@ impl Detector {
         })
     }
 
-    /// Every session seen, in the order first seen.
-    pub fn verdicts(&self) -> Vec<Verdict> {
-        let mut ids: Vec<(&String, usize)> = self.ids.iter().map(|(k, &i)| (k, i)).collect();
-        ids.sort_by_key(|x| x.1);
+    /// Every session's verdict, one at a time, in the order first seen (with its number): a
+    /// caller writes each as it comes, so all of them never sit in memory at once.
+    pub fn verdicts(&self) -> impl Iterator<Item = (usize, Verdict)> + '_ {
+        let mut ids = vec![""; self.sessions.len()];
+        for (k, &i) in &self.ids {
+            ids[i] = k;
+        }
         ids.into_iter()
-            .filter_map(|(id, _)| self.verdict(id))
-            .collect()
-    }
-
-    /// Session metadata, when a record arrived.
-    pub fn meta(&self, id: &str) -> Option<&Session> {
-        self.get(id)?.meta.as_ref()
+            .enumerate()
+            .filter_map(|(i, id)| Some((i, self.verdict(id)?)))
     }
 }
 
-/// One digest line: what the call worked on and how it ended, never content.
-fn digest_line(c: &Obs, exit: Option<i64>) -> Box<str> {
-    let mut s = target::describe(c.tool, c.args, c.dir);
-    if let Some(e) = exit {
-        s += &format!(" [exit {e}]");
-    } else if c.failed {
-        s += " [error]";
+/// The last [`DIGEST_CALLS`] calls, one line each: what the call worked on and how it ended,
+/// never content. The lines sit in one buffer (a call costs no allocation once it is warm).
+#[derive(Default)]
+struct Digest {
+    /// The lines from byte `head` on; what is before it has been dropped.
+    text: String,
+    head: usize,
+    /// Byte length of each line from `head`, oldest first.
+    lens: VecDeque<u32>,
+}
+
+impl Digest {
+    fn push(&mut self, c: &Obs, exit: Option<i64>) {
+        use std::fmt::Write;
+        if self.lens.len() == DIGEST_CALLS {
+            self.head += self.lens.pop_front().unwrap_or(0) as usize;
+            // the dropped lines are moved out once they are as long as the kept ones
+            if self.head > self.text.len() / 2 {
+                self.text.drain(..self.head);
+                self.head = 0;
+            }
+        }
+        let start = self.text.len();
+        target::describe_into(&mut self.text, c.tool, c.args, c.dir);
+        if let Some(e) = exit {
+            let _ = write!(self.text, " [exit {e}]");
+        } else if c.failed {
+            self.text.push_str(" [error]");
+        }
+        region::room_ring(&mut self.lens);
+        self.lens.push_back((self.text.len() - start) as u32);
     }
-    s.into_boxed_str()
+
+    fn lines(&self) -> impl Iterator<Item = &str> {
+        let mut at = self.head;
+        self.lens.iter().map(move |&n| {
+            let l = &self.text[at..at + n as usize];
+            at += n as usize;
+            l
+        })
+    }
 }
 
 fn edit_sig(c: &CallIn) -> Option<EditSig> {

@@ -2,6 +2,7 @@
 //! an earlier landed edit cancels it (neither is progress), and redoing an undone edit lands
 //! nothing. A descendant session's landing counts for its ancestors.
 
+use super::region::{room, Id};
 use crate::record::CallRef;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,7 +30,7 @@ const LANDINGS: usize = 16;
 struct Landing {
     index: u64,
     t: i64,
-    id: Box<str>,
+    id: Id,
     /// The session's cost total at that point.
     cost: f64,
 }
@@ -47,7 +48,15 @@ pub struct Progress {
 
 impl Progress {
     /// Whether a call that says it landed really is progress; records it if so.
-    pub fn land(&mut self, landed: bool, edit: Option<EditSig>, at: &CallRef, cost: f64) -> bool {
+    /// `at` is the call's (index, time, id); `cost` the session's cost total with it.
+    pub fn land(
+        &mut self,
+        landed: bool,
+        edit: Option<EditSig>,
+        at: (u64, i64, &str),
+        cost: f64,
+    ) -> bool {
+        let (index, t, id) = at;
         if !landed {
             return false;
         }
@@ -61,21 +70,24 @@ impl Progress {
                 if self.undone.len() + 2 > UNDONE {
                     self.undone.clear();
                 }
+                room(&mut self.undone);
                 self.undone.extend([sig, sig.inverse()]);
                 return false;
             }
             if self.edits.len() == EDITS {
                 self.edits.remove(0);
             }
-            self.edits.push((sig, at.index));
+            room(&mut self.edits);
+            self.edits.push((sig, index));
         }
         if self.landings.len() == LANDINGS {
             self.landings.remove(0);
         }
+        room(&mut self.landings);
         self.landings.push(Landing {
-            index: at.index,
-            t: at.t,
-            id: at.id.as_str().into(),
+            index,
+            t,
+            id: Id::new(id),
             cost,
         });
         true
@@ -86,7 +98,7 @@ impl Progress {
         self.landings.last().map(|l| CallRef {
             index: l.index,
             t: l.t,
-            id: l.id.to_string(),
+            id: l.id.as_str().to_string(),
         })
     }
 

@@ -44,6 +44,21 @@ impl Obs<'_> {
     }
 }
 
+/// Makes room for one more element, growing by half rather than doubling: most sessions are
+/// short, and 200,000 of them each carrying unused room is most of the detector's memory.
+pub fn room<T>(v: &mut Vec<T>) {
+    if v.len() == v.capacity() {
+        v.reserve_exact((v.len() / 2).max(1));
+    }
+}
+
+/// [`room`] for a ring.
+pub fn room_ring<T>(v: &mut VecDeque<T>) {
+    if v.len() == v.capacity() {
+        v.reserve_exact((v.len() / 2).max(1));
+    }
+}
+
 /// The lines one read requests from its file.
 #[derive(Clone, Copy)]
 pub struct Read {
@@ -52,11 +67,45 @@ pub struct Read {
     pub total: u32,
 }
 
+/// A call id kept without a heap allocation when it is short (opencode's `prt_` ids are 30
+/// bytes): the region holds one per call, and allocating each was a measured share of the
+/// detector's time.
+#[derive(Clone)]
+pub enum Id {
+    Inline { len: u8, bytes: [u8; Id::INLINE] },
+    Heap(Box<str>),
+}
+
+impl Id {
+    const INLINE: usize = 30;
+
+    pub fn new(s: &str) -> Id {
+        if s.len() <= Id::INLINE {
+            let mut bytes = [0; Id::INLINE];
+            bytes[..s.len()].copy_from_slice(s.as_bytes());
+            Id::Inline {
+                len: s.len() as u8,
+                bytes,
+            }
+        } else {
+            Id::Heap(s.into())
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            // whole UTF-8 characters went in, so the bytes are valid
+            Id::Inline { len, bytes } => std::str::from_utf8(&bytes[..*len as usize]).unwrap_or(""),
+            Id::Heap(s) => s,
+        }
+    }
+}
+
 /// A call in the region, as far as signals need it after the call has passed.
 pub struct Entry {
     pub index: u64,
     pub t: i64,
-    pub id: Box<str>,
+    pub id: Id,
     pub read: Option<Read>,
 }
 
@@ -65,7 +114,7 @@ impl Entry {
         CallRef {
             index: self.index,
             t: self.t,
-            id: self.id.to_string(),
+            id: self.id.as_str().to_string(),
         }
     }
 }
@@ -87,12 +136,15 @@ impl Region {
         self.entries.is_empty()
     }
     pub fn push(&mut self, c: &Obs) {
+        room_ring(&mut self.exact);
+        room_ring(&mut self.target);
+        room_ring(&mut self.entries);
         self.exact.push_back(c.exact);
         self.target.push_back(c.target);
         self.entries.push_back(Entry {
             index: c.index,
             t: c.t,
-            id: c.id.into(),
+            id: Id::new(c.id),
             read: c.read,
         });
     }
@@ -104,8 +156,11 @@ impl Region {
             self.entries.pop_front()?,
         ))
     }
+    /// Empties the region, keeping its room (a session that landed once lands again).
     pub fn clear(&mut self) {
-        *self = Region::default();
+        self.exact.clear();
+        self.target.clear();
+        self.entries.clear();
     }
     /// The calls of the region whose key (from `column`) is `key`, oldest first.
     pub fn calls_with(&self, column: &VecDeque<u64>, key: u64) -> Vec<CallRef> {
@@ -123,5 +178,42 @@ impl Region {
             .filter(|e| e.index >= from)
             .map(Entry::at)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_short_and_long_read_back_as_given() {
+        for id in [
+            "",
+            "prt_0123456789abcdefghijklmnop",
+            "prt_0123456789abcdefghijklmnopq",
+            "prt_é中",
+        ] {
+            assert_eq!(Id::new(id).as_str(), id);
+        }
+        assert!(matches!(
+            Id::new("prt_0123456789abcdefghijklmnop"),
+            Id::Inline { len: 30, .. }
+        ));
+        assert!(matches!(
+            Id::new("prt_0123456789abcdefghijklmnopq"),
+            Id::Heap(_)
+        ));
+    }
+
+    #[test]
+    fn room_grows_by_half() {
+        let mut v: Vec<u8> = Vec::new();
+        let mut caps = Vec::new();
+        for i in 0..10 {
+            room(&mut v);
+            v.push(i);
+            caps.push(v.capacity());
+        }
+        assert_eq!(caps, [1, 2, 3, 4, 6, 6, 9, 9, 9, 13]);
     }
 }

@@ -270,47 +270,77 @@ pub fn keys(tool: &str, args: &Map<String, Value>) -> Keys {
 /// A short, human description of a call's target, for verdicts and alerts. Paths are shown
 /// relative to the session's directory when under it.
 pub fn describe(tool: &str, args: &Map<String, Value>, dir: Option<&str>) -> String {
-    let rel = |p: &str| -> String {
-        match dir {
-            Some(d) if !d.is_empty() => p
-                .strip_prefix(d)
-                .map(|r| r.trim_start_matches('/').to_string())
-                .unwrap_or_else(|| p.to_string()),
-            _ => p.to_string(),
-        }
-    };
-    let clip = |s: String| -> String {
-        if s.chars().count() > 120 {
-            s.chars().take(117).collect::<String>() + "..."
-        } else {
-            s
-        }
-    };
-    let out = match tool {
+    let mut s = String::new();
+    describe_into(&mut s, tool, args, dir);
+    s
+}
+
+/// [`describe`], appended to `out` (the detector describes every call for its digest, into a
+/// buffer it reuses).
+pub fn describe_into(out: &mut String, tool: &str, args: &Map<String, Value>, dir: Option<&str>) {
+    use std::fmt::Write;
+    let start = out.len();
+    let rel = RelTo(dir);
+    match tool {
         "read" => {
-            let mut s = format!("read {}", rel(str_arg(args, "filePath")));
+            out.push_str("read ");
+            out.push_str(rel.of(str_arg(args, "filePath")));
             if let Some(o) = args.get("offset") {
-                s += &format!(" offset {o}");
+                let _ = write!(out, " offset {o}");
             }
             if let Some(l) = args.get("limit") {
-                s += &format!(" limit {l}");
+                let _ = write!(out, " limit {l}");
             }
-            s
         }
-        "bash" => format!("bash {}", normalize_command(str_arg(args, "command"))),
+        "bash" => {
+            out.push_str("bash ");
+            out.push_str(&normalized(str_arg(args, "command")));
+        }
         "grep" | "glob" => {
             let path = str_arg(args, "path");
-            if path.is_empty() {
-                format!("{tool} {}", str_arg(args, "pattern"))
-            } else {
-                format!("{tool} {} in {}", str_arg(args, "pattern"), rel(path))
+            out.push_str(tool);
+            out.push(' ');
+            out.push_str(str_arg(args, "pattern"));
+            if !path.is_empty() {
+                out.push_str(" in ");
+                out.push_str(rel.of(path));
             }
         }
-        "edit" | "write" | "multiedit" => format!("{tool} {}", rel(str_arg(args, "filePath"))),
-        "task" => format!("task {}", str_arg(args, "subagent_type")),
-        other => other.to_string(),
-    };
-    clip(out)
+        "edit" | "write" | "multiedit" => {
+            out.push_str(tool);
+            out.push(' ');
+            out.push_str(rel.of(str_arg(args, "filePath")));
+        }
+        "task" => {
+            out.push_str("task ");
+            out.push_str(str_arg(args, "subagent_type"));
+        }
+        other => out.push_str(other),
+    }
+    // at most 120 characters: 117 and an ellipsis
+    if out.len() - start > 120 {
+        if let Some((cut, _)) = out[start..].char_indices().nth(117) {
+            if out[start..].chars().count() > 120 {
+                out.truncate(start + cut);
+                out.push_str("...");
+            }
+        }
+    }
+}
+
+/// Paths relative to a session's directory, when under it.
+struct RelTo<'a>(Option<&'a str>);
+
+impl RelTo<'_> {
+    fn of<'p>(&self, p: &'p str) -> &'p str {
+        match self.0 {
+            Some(d) if !d.is_empty() => p
+                .strip_prefix(d)
+                .map(|r| r.trim_start_matches('/'))
+                .unwrap_or(p),
+            _ => p,
+        }
+    }
 }
 
 /// Lines a read requests from its file: from `offset` (1-based) for `limit` lines (opencode's
@@ -420,6 +450,25 @@ mod tests {
             lines_requested(&args(json!({"offset": 400, "limit": 40})), 300),
             0
         );
+    }
+
+    #[test]
+    fn descriptions_are_clipped_at_120_characters() {
+        let long = "é".repeat(130);
+        let d = describe("bash", &args(json!({ "command": long })), None);
+        assert_eq!(d.chars().count(), 120);
+        assert_eq!(d, format!("bash {}...", "é".repeat(112)));
+        let fits = "x".repeat(115);
+        let d = describe("bash", &args(json!({ "command": fits })), None);
+        assert_eq!(d, format!("bash {fits}"));
+        let mut buf = String::from("kept|");
+        describe_into(
+            &mut buf,
+            "grep",
+            &args(json!({"pattern": "a", "path": "/w/s"})),
+            Some("/w"),
+        );
+        assert_eq!(buf, "kept|grep a in s");
     }
 
     #[test]

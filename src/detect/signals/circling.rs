@@ -5,35 +5,35 @@
 
 use super::coverage::shown;
 use super::{round3, Case, Cx, Rule};
-use crate::detect::region::{Entry, Obs};
-use crate::detect::target::IdMap;
+use crate::detect::region::{room, Entry, Obs};
 use crate::record::{Reading, Signal};
 
 pub struct Circling;
 
-#[derive(Default)]
 pub struct File {
+    key: u64,
     lines: u64,
     total: u32,
     reads: u32,
     name: Box<str>,
 }
 
+/// The files read since the last landed change, first read first (a handful: a scan is cheaper
+/// than a map), and what they add up to, kept as reads come.
 #[derive(Default)]
 pub struct State {
-    files: IdMap<File>,
+    files: Vec<File>,
+    leader: Option<(f64, u64)>,
+    firing: bool,
 }
 
 fn passes(f: &File) -> f64 {
     f.lines as f64 / f.total.max(1) as f64
 }
 
-/// The file with the most passes: (passes, key).
+/// The file with the most passes: (passes, key); of equals, the one first read last.
 fn leader(st: &State) -> Option<(f64, u64)> {
-    st.files
-        .iter()
-        .map(|(k, f)| (passes(f), *k))
-        .max_by(|a, b| a.0.total_cmp(&b.0))
+    st.leader
 }
 
 impl Rule for Circling {
@@ -45,27 +45,53 @@ impl Rule for Circling {
     const COUNT: bool = false;
     type State = State;
 
-    fn call(st: &mut State, c: &Obs, _cx: &Cx) {
+    fn call(st: &mut State, c: &Obs, cx: &Cx) {
         if let Some(r) = c.read {
-            let f = st.files.entry(r.file).or_insert_with(|| File {
-                name: shown(c),
-                ..File::default()
-            });
+            let f = match st.files.iter().position(|f| f.key == r.file) {
+                Some(i) => &mut st.files[i],
+                None => {
+                    room(&mut st.files);
+                    st.files.push(File {
+                        key: r.file,
+                        lines: 0,
+                        total: 0,
+                        reads: 0,
+                        name: shown(c),
+                    });
+                    st.files.last_mut().unwrap()
+                }
+            };
             f.lines += r.lines as u64;
             f.total = r.total;
             f.reads += 1;
+            // a file's length can change, so its passes can fall: judge them all again
+            st.leader = st
+                .files
+                .iter()
+                .map(|f| (passes(f), f.key))
+                .max_by(|a, b| a.0.total_cmp(&b.0));
+            st.firing = st.files.iter().any(|f| {
+                f.reads >= cx.cfg.circle_reads_min as u32 && passes(f) >= cx.cfg.circle_passes_min
+            });
         }
     }
-    fn fires(st: &State, cx: &Cx) -> bool {
-        st.files.values().any(|f| {
-            f.reads >= cx.cfg.circle_reads_min as u32 && passes(f) >= cx.cfg.circle_passes_min
-        })
+    fn landed(st: &mut State) {
+        st.files.clear();
+        st.leader = None;
+        st.firing = false;
+    }
+    fn fires(st: &State, _cx: &Cx) -> bool {
+        st.firing
     }
     fn reading(st: &State, _cx: &Cx) -> Reading {
         match leader(st) {
             Some((p, k)) => Reading {
                 value: round3(p),
-                what: st.files.get(&k).map(|f| f.name.to_string()),
+                what: st
+                    .files
+                    .iter()
+                    .find(|f| f.key == k)
+                    .map(|f| f.name.to_string()),
             },
             None => Reading::default(),
         }

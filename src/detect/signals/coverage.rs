@@ -2,24 +2,44 @@
 //! over its length; flags strictly above `cover_min`, once `min_calls` calls are in the window.
 
 use super::{round3, Case, Cx, Rule};
-use crate::detect::region::{Entry, Obs};
-use crate::detect::target::IdMap;
+use crate::detect::region::{room, Entry, Obs};
 use crate::record::{Reading, Signal};
 
 pub struct Coverage;
 
-#[derive(Default)]
-pub struct State {
-    /// Per file: lines requested, its length, its name as shown.
-    files: IdMap<(i64, i64, Box<str>)>,
+/// One file read in the region.
+pub struct File {
+    key: u64,
+    lines: i64,
+    total: i64,
+    name: Box<str>,
 }
 
-/// The most covered file: (coverage, key).
+fn coverage(f: &File) -> f64 {
+    f.lines as f64 / f.total.max(1) as f64
+}
+
+/// The files read in the region, first read first (a handful: a scan is cheaper than a map),
+/// and the most covered one, kept as reads come and go.
+#[derive(Default)]
+pub struct State {
+    files: Vec<File>,
+    leader: Option<(f64, u64)>,
+}
+
+/// The most covered file: (coverage, key); of equals, the one first read last.
 fn leader(st: &State) -> Option<(f64, u64)> {
-    st.files
-        .iter()
-        .map(|(k, (lines, total, _))| (*lines as f64 / (*total).max(1) as f64, *k))
-        .max_by(|a, b| a.0.total_cmp(&b.0))
+    st.leader
+}
+
+impl State {
+    fn elect(&mut self) {
+        self.leader = self
+            .files
+            .iter()
+            .map(|f| (coverage(f), f.key))
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+    }
 }
 
 /// A read's file path as shown: relative to the session's directory when under it.
@@ -50,23 +70,38 @@ impl Rule for Coverage {
 
     fn call(st: &mut State, c: &Obs, _cx: &Cx) {
         if let Some(r) = c.read {
-            let e = st
-                .files
-                .entry(r.file)
-                .or_insert_with(|| (0, r.total as i64, shown(c)));
-            e.0 += r.lines as i64;
-            e.1 = r.total as i64;
+            let f = match st.files.iter().position(|f| f.key == r.file) {
+                Some(i) => &mut st.files[i],
+                None => {
+                    room(&mut st.files);
+                    st.files.push(File {
+                        key: r.file,
+                        lines: 0,
+                        total: r.total as i64,
+                        name: shown(c),
+                    });
+                    st.files.last_mut().unwrap()
+                }
+            };
+            f.lines += r.lines as i64;
+            f.total = r.total as i64;
+            st.elect();
         }
     }
     fn left(st: &mut State, _exact: u64, _target: u64, e: &Entry, _cx: &Cx) {
         if let Some(r) = e.read {
-            if let Some(f) = st.files.get_mut(&r.file) {
-                f.0 -= r.lines as i64;
-                if f.0 <= 0 {
-                    st.files.remove(&r.file);
+            if let Some(i) = st.files.iter().position(|f| f.key == r.file) {
+                st.files[i].lines -= r.lines as i64;
+                if st.files[i].lines <= 0 {
+                    st.files.remove(i);
                 }
+                st.elect();
             }
         }
+    }
+    fn landed(st: &mut State) {
+        st.files.clear();
+        st.leader = None;
     }
     fn fires(st: &State, cx: &Cx) -> bool {
         cx.region.len() >= cx.cfg.min_calls && leader(st).is_some_and(|l| l.0 > cx.cfg.cover_min)
@@ -75,7 +110,11 @@ impl Rule for Coverage {
         match leader(st) {
             Some((c, k)) => Reading {
                 value: round3(c),
-                what: st.files.get(&k).map(|f| f.2.to_string()),
+                what: st
+                    .files
+                    .iter()
+                    .find(|f| f.key == k)
+                    .map(|f| f.name.to_string()),
             },
             None => Reading::default(),
         }

@@ -5,7 +5,7 @@
 //! break the cycle; unknown outputs prove nothing either way.
 
 use super::{Case, Cx, Rule};
-use crate::detect::region::Obs;
+use crate::detect::region::{room_ring, Obs};
 use crate::record::{Reading, Signal};
 use std::collections::VecDeque;
 
@@ -63,8 +63,15 @@ impl Rule for Cycle {
         if n == PERIOD_MAX {
             st.recent.pop_front();
         }
+        room_ring(&mut st.recent);
         st.recent.push_back((c.exact, c.out));
         st.last = c.index;
+    }
+    fn landed(st: &mut State) {
+        // emptied in place: a session that landed once lands again
+        st.recent.clear();
+        st.matched = Default::default();
+        st.last = 0;
     }
     fn fires(st: &State, cx: &Cx) -> bool {
         cycling(st, cx).is_some()

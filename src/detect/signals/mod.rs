@@ -235,7 +235,7 @@ pub mod testing {
     }
 
     impl<R: Rule> Bench<R> {
-        fn cx(&self) -> Cx<'_> {
+        pub fn cx(&self) -> Cx<'_> {
             Cx {
                 region: &self.region,
                 calls: self.calls,

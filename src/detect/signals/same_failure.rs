@@ -3,7 +3,7 @@
 //! known outputs count: a null output (unknown) never matches, and a pass ends the streak.
 
 use super::{Case, Cx, Rule};
-use crate::detect::region::Obs;
+use crate::detect::region::{room, Obs};
 use crate::record::{CallRef, Reading, Signal};
 
 pub struct SameFailure;
@@ -63,6 +63,7 @@ impl Rule for SameFailure {
                 if st.checks.len() == CHECKS {
                     st.checks.remove(0);
                 }
+                room(&mut st.checks);
                 st.checks.push(Streak {
                     exact: c.exact,
                     out,

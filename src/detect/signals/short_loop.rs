@@ -1,13 +1,21 @@
 //! `short_loop`: a session still under `min_calls` calls that works one target at least
 //! `short_top_min` times, making up `short_share_min` of its calls (under `top_min`, which `top`
-//! covers). Stateless: it counts over the region, which is short while it applies.
+//! covers). While it applies the region is short: a call counts its own target in it, and only
+//! a call leaving the window (a window under `min_calls`) makes it count them all again.
 
 use super::{Case, Cx, Rule};
+use crate::detect::region::{Entry, Obs};
 use crate::record::{Reading, Signal};
 
 pub struct ShortLoop;
 
-/// (count, key) of the region's most-worked target.
+#[derive(Default)]
+pub struct State {
+    /// Calls of the region's most-worked target, while the session is short.
+    top: u32,
+}
+
+/// (count, key) of the region's most-worked target; ties go to the earliest.
 fn leader(cx: &Cx) -> (u32, u64) {
     let tg = &cx.region.target;
     let mut best = (0, 0);
@@ -20,30 +28,45 @@ fn leader(cx: &Cx) -> (u32, u64) {
     best
 }
 
+fn applies(cx: &Cx) -> bool {
+    cx.calls < cx.cfg.min_calls as u64
+}
+
 impl Rule for ShortLoop {
     const NAME: Signal = Signal::ShortLoop;
     const KEYS: &'static [&'static str] = &["short_top_min", "short_share_min", "min_calls"];
     const ABOUT: &'static str = "a short session that works one target most of the time";
     const READING: bool = false;
-    type State = ();
+    type State = State;
 
-    fn call(_st: &mut (), _c: &crate::detect::region::Obs, _cx: &Cx) {}
-    fn fires(_st: &(), cx: &Cx) -> bool {
-        if cx.calls >= cx.cfg.min_calls as u64 || cx.region.len() < cx.cfg.short_top_min {
+    fn call(st: &mut State, c: &Obs, cx: &Cx) {
+        if !applies(cx) {
+            return;
+        }
+        let n = cx.region.target.iter().filter(|&&t| t == c.target).count() as u32;
+        st.top = st.top.max(n);
+    }
+    fn left(st: &mut State, _exact: u64, _target: u64, _e: &Entry, cx: &Cx) {
+        if applies(cx) {
+            st.top = leader(cx).0;
+        }
+    }
+    fn fires(st: &State, cx: &Cx) -> bool {
+        if !applies(cx) || cx.region.len() < cx.cfg.short_top_min {
             return false;
         }
-        let (top, _) = leader(cx);
+        let top = st.top;
         top < cx.cfg.top_min as u32
             && top >= cx.cfg.short_top_min as u32
             && top as f64 / cx.calls as f64 >= cx.cfg.short_share_min
     }
-    fn reading(_st: &(), cx: &Cx) -> Reading {
+    fn reading(st: &State, _cx: &Cx) -> Reading {
         Reading {
-            value: leader(cx).0 as f64,
+            value: st.top as f64,
             what: None,
         }
     }
-    fn case(_st: &(), cx: &Cx) -> Case {
+    fn case(_st: &State, cx: &Cx) -> Case {
         Case::of(cx.region.calls_with(&cx.region.target, leader(cx).1))
     }
 }
@@ -61,6 +84,7 @@ mod tests {
         b.feed(c("read", json!({"filePath": "/a"})));
         b.times(8, || c("grep", json!({"pattern": "len", "path": "/t"})));
         assert!(b.fires());
+        assert_eq!(b.st.top, leader(&b.cx()).0);
         for i in 0..10 {
             b.feed(c("read", json!({ "filePath": format!("/f{i}") })));
         }

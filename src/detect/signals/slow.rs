@@ -45,6 +45,12 @@ impl Rule for Slow {
             st.best = (n, c.exact);
         }
     }
+    fn landed(st: &mut State) {
+        // emptied in place: a session that landed once lands again
+        st.counts.clear();
+        st.described.clear();
+        st.best = (0, 0);
+    }
     fn fires(st: &State, cx: &Cx) -> bool {
         st.best.0 >= cx.cfg.cum_min as u32
     }

@@ -67,6 +67,12 @@ impl Rule for Top {
             st.described.insert(c.target, c.describe());
         }
     }
+    fn landed(st: &mut State) {
+        // emptied in place: a session that landed once lands again
+        st.count_hist.clear();
+        st.top = 0;
+        st.described.clear();
+    }
     fn left(st: &mut State, _exact: u64, target: u64, _e: &Entry, cx: &Cx) {
         // its count went from cnt to cnt - 1
         let cnt = cx.region.target.iter().filter(|&&t| t == target).count() + 1;
