@@ -9,6 +9,11 @@
 //!     cargo bench --bench detect
 
 use oc_watchdog::cli::Out;
+
+// the allocator progress-detect ships with, for the floor and the detector alike
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use oc_watchdog::detect::cmd;
 use oc_watchdog::record::Call;
 use std::io::{BufWriter, Write};

@@ -327,6 +327,36 @@ fn detector_problems(d: &DetectorConfig, p: &mut Problems) {
             ),
         );
     }
+    // detector v2's signals: a 0 here would flag every session
+    p.int("detector.run_min", d.run_min as u64, 1, 1_000_000);
+    p.int(
+        "detector.cycle_calls_min",
+        d.cycle_calls_min as u64,
+        1,
+        1_000_000,
+    );
+    p.int(
+        "detector.same_failure_min",
+        d.same_failure_min as u64,
+        1,
+        1_000_000,
+    );
+    p.int(
+        "detector.circle_reads_min",
+        d.circle_reads_min as u64,
+        1,
+        1_000_000,
+    );
+    if !(d.circle_passes_min.is_finite() && d.circle_passes_min > 0.0 && d.circle_passes_min <= 1e6)
+    {
+        p.add(
+            "detector.circle_passes_min",
+            format!(
+                "{} is not a number above 0 (full passes over a file)",
+                d.circle_passes_min
+            ),
+        );
+    }
 }
 
 /// A year in seconds: the longest duration any knob takes.
@@ -705,6 +735,9 @@ mod tests {
             ("[detector]\ncover_min = -1\n", "config:2: detector.cover_min: -1 is not a number above 0 (times a file's length)"),
             ("[detector]\ncover_min = nan\n", "config:2: detector.cover_min: NaN is not a number above 0 (times a file's length)"),
             ("[detector]\nshort_share_min = -0.5\n", "config:2: detector.short_share_min: -0.5 is not a share between 0 and 1"),
+            ("[detector]\nrun_min = 0\n", "config:2: detector.run_min: 0 is below 1, the least it can be"),
+            ("[detector]\nsame_failure_min = 0\n", "config:2: detector.same_failure_min: 0 is below 1, the least it can be"),
+            ("[detector]\ncircle_passes_min = 0\n", "config:2: detector.circle_passes_min: 0 is not a number above 0 (full passes over a file)"),
             ("[[channels]]\nname = \"d\"\ntype = \"desktop\"\nquiet_hours = [1, 2, 3]\n", "config:4: channels[0].quiet_hours: 3 hours given; give [start, end], e.g. [22, 7]"),
             ("[[channels]]\nname = \"d\"\ntype = \"desktop\"\n\n[[channels]]\nname = \"w\"\ntype = \"webhook\"\nurl = \"not a url\"\n", "config:8: channels[1].url: \"not a url\" is not a URL (relative URL without a base)"),
             ("[[channels]]\nname = \"w\"\ntype = \"webhook\"\nurl = \"file:///etc/passwd\"\n", "config:4: channels[0].url: \"file:///etc/passwd\" is not an http(s) URL (scheme \"file\")"),

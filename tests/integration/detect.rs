@@ -251,6 +251,19 @@ fn thresholds_come_from_flags_and_the_config_file() {
         .args(["--top-min", "100", "--short-top-min-is-not-a-flag"])
         .run();
     r.expect_code(2);
+    // a threshold of 0 would flag every session: refused like the config's
+    let r = home
+        .cmd("progress-detect")
+        .args(["--run-min", "0", &fixture()])
+        .run();
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains(
+            "progress-detect: detector.run_min: 0 is below 1, the least it can be (from the flag or the config)"
+        ),
+        "{}",
+        r.stderr()
+    );
     let cfg = home.join("wd.toml");
     std::fs::write(&cfg, "[detector]\nread_only_agents = [\"general\"]\n").unwrap();
     let r = home
