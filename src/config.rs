@@ -81,51 +81,8 @@ pub enum Discover {
     Off,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct DetectorConfig {
-    pub window: usize,
-    pub dup_min: f64,
-    pub top_min: usize,
-    pub top_min_ro: usize,
-    pub cum_min: usize,
-    pub cover_min: f64,
-    pub min_calls: usize,
-    pub short_top_min: usize,
-    pub short_share_min: f64,
-    /// `run`: identical calls back to back.
-    pub run_min: usize,
-    /// `cycle`: calls in a repeated block of 2-8 calls (at least two rounds).
-    pub cycle_calls_min: usize,
-    /// `same_failure`: the same failing output of one check in a row.
-    pub same_failure_min: usize,
-    /// `circling`: full passes over one file, in at least `circle_reads_min` reads.
-    pub circle_passes_min: f64,
-    pub circle_reads_min: usize,
-    pub read_only_agents: Vec<String>,
-}
-
-impl Default for DetectorConfig {
-    fn default() -> Self {
-        DetectorConfig {
-            window: 60,
-            dup_min: 0.25,
-            top_min: 12,
-            top_min_ro: 8,
-            cum_min: 15,
-            cover_min: 4.0,
-            min_calls: 40,
-            short_top_min: 8,
-            short_share_min: 0.6,
-            run_min: 5,
-            cycle_calls_min: 6,
-            same_failure_min: 5,
-            circle_passes_min: 3.0,
-            circle_reads_min: 12,
-            read_only_agents: vec!["explore".into(), "librarian".into(), "oracle".into()],
-        }
-    }
-}
+/// `[detector]`: its keys are the detector's registry of thresholds (`detect::thresholds`).
+pub use crate::detect::thresholds::DetectorConfig;
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -305,58 +262,8 @@ pub fn check_detector(d: &DetectorConfig) -> Result<()> {
 }
 
 fn detector_problems(d: &DetectorConfig, p: &mut Problems) {
-    p.int("detector.window", d.window as u64, 1, 100_000);
-    p.frac("detector.dup_min", d.dup_min);
-    p.int("detector.top_min", d.top_min as u64, 1, 1_000_000);
-    p.int("detector.top_min_ro", d.top_min_ro as u64, 1, 1_000_000);
-    p.int("detector.cum_min", d.cum_min as u64, 1, 1_000_000);
-    p.int("detector.min_calls", d.min_calls as u64, 1, 1_000_000);
-    p.int(
-        "detector.short_top_min",
-        d.short_top_min as u64,
-        1,
-        1_000_000,
-    );
-    p.frac("detector.short_share_min", d.short_share_min);
-    if !(d.cover_min.is_finite() && d.cover_min > 0.0 && d.cover_min <= 1e6) {
-        p.add(
-            "detector.cover_min",
-            format!(
-                "{} is not a number above 0 (times a file's length)",
-                d.cover_min
-            ),
-        );
-    }
-    // detector v2's signals: a 0 here would flag every session
-    p.int("detector.run_min", d.run_min as u64, 1, 1_000_000);
-    p.int(
-        "detector.cycle_calls_min",
-        d.cycle_calls_min as u64,
-        1,
-        1_000_000,
-    );
-    p.int(
-        "detector.same_failure_min",
-        d.same_failure_min as u64,
-        1,
-        1_000_000,
-    );
-    p.int(
-        "detector.circle_reads_min",
-        d.circle_reads_min as u64,
-        1,
-        1_000_000,
-    );
-    if !(d.circle_passes_min.is_finite() && d.circle_passes_min > 0.0 && d.circle_passes_min <= 1e6)
-    {
-        p.add(
-            "detector.circle_passes_min",
-            format!(
-                "{} is not a number above 0 (full passes over a file)",
-                d.circle_passes_min
-            ),
-        );
-    }
+    // every threshold against its key's bounds, as the signals declare them
+    p.0.extend(d.problems());
 }
 
 /// A year in seconds: the longest duration any knob takes.
@@ -375,11 +282,6 @@ impl Problems {
             self.add(key, format!("{v} is below {min}, the least it can be"));
         } else if v > max {
             self.add(key, format!("{v} is above {max}, the most it can be"));
-        }
-    }
-    fn frac(&mut self, key: &str, v: f64) {
-        if !(v.is_finite() && (0.0..=1.0).contains(&v)) {
-            self.add(key, format!("{v} is not a share between 0 and 1"));
         }
     }
     fn url(&mut self, key: &str, v: &str) {
@@ -780,7 +682,7 @@ mod tests {
     #[test]
     fn defaults_apply() {
         let c = Config::parse("").unwrap();
-        assert_eq!(c.detector.window, 60);
+        assert_eq!(c.detector.window(), 60);
         assert_eq!(
             c.detector.read_only_agents,
             ["explore", "librarian", "oracle"]

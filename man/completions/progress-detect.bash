@@ -23,7 +23,7 @@ _progress__detect() {
 
     case "${cmd}" in
         progress__detect)
-            opts="-h -V --check --flag-rate-max --every --format --now --config --window --dup-min --top-min --top-min-ro --cum-min --cover-min --min-calls --run-min --cycle-calls-min --same-failure-min --circle-passes-min --circle-reads-min --read-only-agents --line-buffered --help --version"
+            opts="-h -V --check --flag-rate-max --every --format --now --config --window --min-calls --dup-min --top-min --top-min-ro --cum-min --cover-min --short-top-min --short-share-min --run-min --cycle-calls-min --same-failure-min --circle-passes-min --circle-reads-min --set --read-only-agents --line-buffered --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -49,6 +49,10 @@ _progress__detect() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --min-calls)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --dup-min)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -69,7 +73,11 @@ _progress__detect() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --min-calls)
+                --short-top-min)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --short-share-min)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -90,6 +98,10 @@ _progress__detect() {
                     return 0
                     ;;
                 --circle-reads-min)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --set)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -5,17 +5,20 @@ csv\t''"
 complete -c progress-detect -l now -d 'The current time in epoch ms, for the liveness classes (default: the clock)' -r
 complete -c progress-detect -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
 complete -c progress-detect -l window -d 'Calls in the window' -r
+complete -c progress-detect -l min-calls -d 'Calls a session needs before dup and coverage count' -r
 complete -c progress-detect -l dup-min -d 'Share of exact repeats in the window that flags' -r
 complete -c progress-detect -l top-min -d 'Count of the most-worked target that flags a normal agent' -r
 complete -c progress-detect -l top-min-ro -d 'Count of the most-worked target that flags a read-only agent' -r
 complete -c progress-detect -l cum-min -d 'Repeats of one exact call since the last landed change that flag' -r
 complete -c progress-detect -l cover-min -d 'Coverage (lines requested from one file / its length) above which a session flags' -r
-complete -c progress-detect -l min-calls -d 'Calls a session needs before dup and coverage count' -r
+complete -c progress-detect -l short-top-min -d 'Under min_calls: repeats of one target that flag a short session ...' -r
+complete -c progress-detect -l short-share-min -d '... making up this share of its calls' -r
 complete -c progress-detect -l run-min -d 'Identical calls back to back that flag' -r
 complete -c progress-detect -l cycle-calls-min -d 'Calls in a block of 2-8 calls repeated back to back that flag' -r
 complete -c progress-detect -l same-failure-min -d 'Times in a row one check fails with the same output that flag' -r
 complete -c progress-detect -l circle-passes-min -d 'Full passes over one file since the last landed change that flag ...' -r
 complete -c progress-detect -l circle-reads-min -d '... in at least this many reads' -r
+complete -c progress-detect -l set -d 'Set any detector threshold by its config key (`--set run_min=3`); may repeat, and overrides the config and the named flags' -r
 complete -c progress-detect -l read-only-agents -d 'Agents that never land (comma-separated; matched on the agent name, else the title)' -r
 complete -c progress-detect -l check -d 'Backtest: check the `expect`/`flag_after` labels; print one summary line and exit 1 when any label fails'
 complete -c progress-detect -l every -d 'Also emit a verdict at every flag transition, as it happens'

@@ -4,7 +4,7 @@
 //! other line (unknown kinds, `source`, `blind`) passes through unchanged. Out: one `verdict`
 //! per session at the end of input (and one per flag transition with `--every`).
 
-use super::{CallIn, Detector};
+use super::{thresholds, CallIn, Detector};
 use crate::cli::{for_each_line, now_ms, Exit, Format, Out};
 use crate::config::{Config, DetectorConfig};
 use crate::liveness::{self, Activity, Evidence};
@@ -50,42 +50,13 @@ pub struct Args {
     /// Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists).
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
-    /// Calls in the window.
-    #[arg(long)]
-    pub window: Option<usize>,
-    /// Share of exact repeats in the window that flags.
-    #[arg(long)]
-    pub dup_min: Option<f64>,
-    /// Count of the most-worked target that flags a normal agent.
-    #[arg(long)]
-    pub top_min: Option<usize>,
-    /// Count of the most-worked target that flags a read-only agent.
-    #[arg(long)]
-    pub top_min_ro: Option<usize>,
-    /// Repeats of one exact call since the last landed change that flag.
-    #[arg(long)]
-    pub cum_min: Option<usize>,
-    /// Coverage (lines requested from one file / its length) above which a session flags.
-    #[arg(long)]
-    pub cover_min: Option<f64>,
-    /// Calls a session needs before dup and coverage count.
-    #[arg(long)]
-    pub min_calls: Option<usize>,
-    /// Identical calls back to back that flag.
-    #[arg(long)]
-    pub run_min: Option<usize>,
-    /// Calls in a block of 2-8 calls repeated back to back that flag.
-    #[arg(long)]
-    pub cycle_calls_min: Option<usize>,
-    /// Times in a row one check fails with the same output that flag.
-    #[arg(long)]
-    pub same_failure_min: Option<usize>,
-    /// Full passes over one file since the last landed change that flag ...
-    #[arg(long)]
-    pub circle_passes_min: Option<f64>,
-    /// ... in at least this many reads.
-    #[arg(long)]
-    pub circle_reads_min: Option<usize>,
+    /// One `--KEY N` flag per detector threshold (`--run-min 3`), from the signals' keys.
+    #[command(flatten)]
+    pub thresholds: KeyFlags,
+    /// Set any detector threshold by its config key (`--set run_min=3`); may repeat, and
+    /// overrides the config and the named flags.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
     /// Agents that never land (comma-separated; matched on the agent name, else the title).
     #[arg(long, value_delimiter = ',')]
     pub read_only_agents: Option<Vec<String>>,
@@ -158,33 +129,79 @@ fn text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>,
     d.deserialize_option(Text)
 }
 
-fn thresholds(a: &Args, base: DetectorConfig) -> DetectorConfig {
-    let mut c = base;
-    macro_rules! set {
-        ($($f:ident),*) => { $( if let Some(v) = a.$f.clone() { c.$f = v; } )* };
+/// The `--KEY` flags of every threshold in the registry ([`thresholds::KEYS`]): a signal's
+/// keys become flags without naming them here.
+#[derive(Debug, Clone, Default)]
+pub struct KeyFlags(pub Vec<(usize, f64)>);
+
+impl clap::Args for KeyFlags {
+    fn augment_args(mut cmd: clap::Command) -> clap::Command {
+        for k in thresholds::KEYS.iter() {
+            // once per process, for a dozen flags
+            let long: &'static str = Box::leak(k.name.replace('_', "-").into_boxed_str());
+            let value: &'static str = Box::leak(k.name.to_uppercase().into_boxed_str());
+            let arg = clap::Arg::new(k.name)
+                .long(long)
+                .value_name(value)
+                .help(k.about)
+                .action(clap::ArgAction::Set);
+            cmd = cmd.arg(if k.is_count() {
+                arg.value_parser(clap::value_parser!(usize))
+            } else {
+                arg.value_parser(clap::value_parser!(f64))
+            });
+        }
+        cmd
     }
-    set!(
-        window,
-        dup_min,
-        top_min,
-        top_min_ro,
-        cum_min,
-        cover_min,
-        min_calls,
-        run_min,
-        cycle_calls_min,
-        same_failure_min,
-        circle_passes_min,
-        circle_reads_min,
-        read_only_agents
-    );
-    c
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl clap::FromArgMatches for KeyFlags {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut f = KeyFlags::default();
+        f.update_from_arg_matches(m)?;
+        Ok(f)
+    }
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        for (i, k) in thresholds::KEYS.iter().enumerate() {
+            let v = if k.is_count() {
+                m.get_one::<usize>(k.name).map(|&v| v as f64)
+            } else {
+                m.get_one::<f64>(k.name).copied()
+            };
+            if let Some(v) = v {
+                self.0.push((i, v));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The config's thresholds, then the named flags, then `--set`.
+fn detector_config(a: &Args, base: DetectorConfig) -> Result<DetectorConfig> {
+    let mut c = base;
+    for &(i, v) in &a.thresholds.0 {
+        c.t[i] = v;
+    }
+    if let Some(r) = a.read_only_agents.clone() {
+        c.read_only_agents = r;
+    }
+    for s in &a.set {
+        let (k, v) = s
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--set {s}: give KEY=VALUE, e.g. run_min=3"))?;
+        c.set(k.trim(), v.trim())
+            .map_err(|e| anyhow::anyhow!("--set {s}: {e}"))?;
+    }
+    Ok(c)
 }
 
 pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     out.line_buffered(args.line_buffered);
     let cfg = Config::load(args.config.as_deref())?;
-    let dcfg = thresholds(&args, cfg.detector.clone());
+    let dcfg = detector_config(&args, cfg.detector.clone())?;
     // flags override the config: check them the way the config is checked
     crate::config::check_detector(&dcfg)
         .map_err(|e| anyhow::anyhow!("{e} (from the flag or the config)"))?;

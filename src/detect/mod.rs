@@ -18,14 +18,15 @@ pub mod progress;
 pub mod region;
 pub mod signals;
 pub mod target;
+pub mod thresholds;
 
-use crate::config::DetectorConfig;
 use crate::record::{CallRef, Evidence, Expect, Session, Verdict, DIGEST_CALLS};
 use progress::{EditSig, Progress};
 use region::{Obs, Read, Region};
 use serde_json::{Map, Value};
 use signals::{Cx, States};
 use std::collections::{HashMap, VecDeque};
+use thresholds::DetectorConfig;
 
 /// A call as the detector needs it.
 pub struct CallIn<'a> {
@@ -342,7 +343,7 @@ impl Detector {
         if landed {
             st.landed();
         } else {
-            if st.region.len() >= cfg.window {
+            if st.region.len() >= cfg.window() {
                 if let Some((exact, target, e)) = st.region.pop() {
                     let cx = Cx {
                         region: &st.region,
@@ -399,7 +400,7 @@ impl Detector {
             Some((i, c)) => (st.calls - i, st.cost - c),
             None => (st.calls, st.cost),
         };
-        let window = cfg.window as u64;
+        let window = cfg.window() as u64;
         let landed_in_window = calls_since < window.min(st.calls + 1)
             && st.progress.last_at().is_some()
             || st

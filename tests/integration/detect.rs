@@ -288,6 +288,39 @@ fn thresholds_come_from_flags_and_the_config_file() {
         "{}",
         r.stdout()
     );
+    // --set takes any threshold by its config key: the same backtest, the same verdicts
+    let named = r.stdout();
+    let r = home
+        .cmd("progress-detect")
+        .args(["--check", "--set", "run_min=100", &fixture()])
+        .run();
+    r.expect_code(1);
+    assert_eq!(r.stdout(), named);
+    // and is checked like the flag and the config
+    let r = home
+        .cmd("progress-detect")
+        .args(["--set", "run_min=0", &fixture()])
+        .run();
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains(
+            "progress-detect: detector.run_min: 0 is below 1, the least it can be (from the flag or the config)"
+        ),
+        "{}",
+        r.stderr()
+    );
+    let r = home
+        .cmd("progress-detect")
+        .args(["--set", "run_mni=3", &fixture()])
+        .run();
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains(
+            "progress-detect: --set run_mni=3: \"run_mni\" is not a detector threshold (one of window, min_calls, dup_min,"
+        ),
+        "{}",
+        r.stderr()
+    );
 }
 
 #[test]

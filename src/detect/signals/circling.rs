@@ -6,7 +6,11 @@
 use super::coverage::shown;
 use super::{round3, Case, Cx, Rule};
 use crate::detect::region::{room, Entry, Obs};
+use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
+
+const CIRCLE_PASSES_MIN: usize = key("circle_passes_min");
+const CIRCLE_READS_MIN: usize = key("circle_reads_min");
 
 pub struct Circling;
 
@@ -38,7 +42,15 @@ fn leader(st: &State) -> Option<(f64, u64)> {
 
 impl Rule for Circling {
     const NAME: Signal = Signal::Circling;
-    const KEYS: &'static [&'static str] = &["circle_passes_min", "circle_reads_min"];
+    const KEYS: &'static [Key] = &[
+        Key::above0(
+            "circle_passes_min",
+            3.0,
+            "full passes over a file",
+            "Full passes over one file since the last landed change that flag ...",
+        ),
+        Key::count("circle_reads_min", 12, "... in at least this many reads"),
+    ];
     const ABOUT: &'static str =
         "full passes over one file in many reads, since the last landed change";
     const WHAT: Option<&'static str> = Some("circling_file");
@@ -71,7 +83,8 @@ impl Rule for Circling {
                 .map(|f| (passes(f), f.key))
                 .max_by(|a, b| a.0.total_cmp(&b.0));
             st.firing = st.files.iter().any(|f| {
-                f.reads >= cx.cfg.circle_reads_min as u32 && passes(f) >= cx.cfg.circle_passes_min
+                f.reads >= cx.cfg.count(CIRCLE_READS_MIN) as u32
+                    && passes(f) >= cx.cfg.get(CIRCLE_PASSES_MIN)
             });
         }
     }

@@ -3,7 +3,11 @@
 
 use super::{round3, Case, Cx, Rule};
 use crate::detect::region::{room, Entry, Obs};
+use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
+
+const COVER_MIN: usize = key("cover_min");
+const MIN_CALLS: usize = key("min_calls");
 
 pub struct Coverage;
 
@@ -61,7 +65,12 @@ pub fn shown(c: &Obs) -> Box<str> {
 
 impl Rule for Coverage {
     const NAME: Signal = Signal::Coverage;
-    const KEYS: &'static [&'static str] = &["cover_min", "min_calls"];
+    const KEYS: &'static [Key] = &[Key::above0(
+        "cover_min",
+        4.0,
+        "times a file's length",
+        "Coverage (lines requested from one file / its length) above which a session flags",
+    )];
     const ABOUT: &'static str =
         "lines read from one file over its length, since the last landed change";
     const WHAT: Option<&'static str> = Some("coverage_file");
@@ -104,7 +113,8 @@ impl Rule for Coverage {
         st.leader = None;
     }
     fn fires(st: &State, cx: &Cx) -> bool {
-        cx.region.len() >= cx.cfg.min_calls && leader(st).is_some_and(|l| l.0 > cx.cfg.cover_min)
+        cx.region.len() >= cx.cfg.count(MIN_CALLS)
+            && leader(st).is_some_and(|l| l.0 > cx.cfg.get(COVER_MIN))
     }
     fn reading(st: &State, _cx: &Cx) -> Reading {
         match leader(st) {

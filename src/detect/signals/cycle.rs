@@ -6,8 +6,11 @@
 
 use super::{Case, Cx, Rule};
 use crate::detect::region::{room_ring, Obs};
+use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
 use std::collections::VecDeque;
+
+const CYCLE_CALLS_MIN: usize = key("cycle_calls_min");
 
 pub struct Cycle;
 
@@ -26,7 +29,7 @@ pub struct State {
 
 /// Calls a cycle of period p needs in all.
 fn needed(p: usize, cx: &Cx) -> usize {
-    cx.cfg.cycle_calls_min.max(2 * p)
+    cx.cfg.count(CYCLE_CALLS_MIN).max(2 * p)
 }
 
 /// The shortest period that is cycling: (period, calls in the cycle).
@@ -42,7 +45,11 @@ fn cycling(st: &State, cx: &Cx) -> Option<(usize, usize)> {
 
 impl Rule for Cycle {
     const NAME: Signal = Signal::Cycle;
-    const KEYS: &'static [&'static str] = &["cycle_calls_min"];
+    const KEYS: &'static [Key] = &[Key::count(
+        "cycle_calls_min",
+        6,
+        "Calls in a block of 2-8 calls repeated back to back that flag",
+    )];
     const ABOUT: &'static str =
         "a block of 2-8 calls repeated back to back, nothing landed, outputs unchanged";
     type State = State;

@@ -4,7 +4,11 @@
 
 use super::{round3, Case, Cx, Rule};
 use crate::detect::region::{Entry, Obs};
+use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
+
+const DUP_MIN: usize = key("dup_min");
+const MIN_CALLS: usize = key("min_calls");
 
 pub struct Dup;
 
@@ -24,7 +28,11 @@ fn share(st: &State, cx: &Cx) -> f64 {
 
 impl Rule for Dup {
     const NAME: Signal = Signal::Dup;
-    const KEYS: &'static [&'static str] = &["dup_min", "min_calls"];
+    const KEYS: &'static [Key] = &[Key::share(
+        "dup_min",
+        0.25,
+        "Share of exact repeats in the window that flags",
+    )];
     const ABOUT: &'static str =
         "share of exact repeats among the calls since the last landed change";
     const COUNT: bool = false;
@@ -42,7 +50,9 @@ impl Rule for Dup {
         }
     }
     fn fires(st: &State, cx: &Cx) -> bool {
-        !cx.read_only && cx.region.len() >= cx.cfg.min_calls && share(st, cx) >= cx.cfg.dup_min
+        !cx.read_only
+            && cx.region.len() >= cx.cfg.count(MIN_CALLS)
+            && share(st, cx) >= cx.cfg.get(DUP_MIN)
     }
     fn reading(st: &State, cx: &Cx) -> Reading {
         Reading {

@@ -1,7 +1,9 @@
 //! The detector's signals, as data: each signal is one unit in its own file (its name, the config
 //! keys of its thresholds, a description, its incremental state and its tests), registered in the
 //! one list at the bottom of this file. The detector loops over the list; nothing else names a
-//! signal. Adding one: a file here, a line in [`registry!`], a variant in [`Signal`].
+//! signal. Its thresholds ([`Key`]) are gathered from the list into [`KEYS`], which drives the
+//! config file's `[detector]`, progress-detect's flags and the defaults (see `thresholds`).
+//! Adding one: a file here, a line in [`registry!`], a variant in [`Signal`].
 //!
 //! A signal sees each call once ([`Rule::call`]), calls leaving the window ([`Rule::left`]) and
 //! landed changes ([`Rule::landed`]: by default the loop, if any, is over). It answers, as often
@@ -18,7 +20,7 @@ mod slow;
 mod top;
 
 use super::region::{Entry, Obs, Region};
-use crate::config::DetectorConfig;
+use super::thresholds::{DetectorConfig, Key, GENERAL};
 use crate::record::{CallRef, Reading, Signal, Signals};
 
 /// What a signal may look at besides its own state.
@@ -52,8 +54,8 @@ impl Case {
 /// One signal.
 pub trait Rule {
     const NAME: Signal;
-    /// The `[detector]` keys of its thresholds.
-    const KEYS: &'static [&'static str];
+    /// Its thresholds: `[detector]` keys and `--KEY` flags (read with `cx.cfg.get(key("..."))`).
+    const KEYS: &'static [Key];
     /// One line for docs and `--help`.
     const ABOUT: &'static str;
     /// The key of its target in the flat `signals` object, if it names one.
@@ -79,12 +81,32 @@ pub trait Rule {
 /// A signal as documentation sees it.
 pub struct About {
     pub name: Signal,
-    pub keys: &'static [&'static str],
+    pub keys: &'static [Key],
     pub about: &'static str,
 }
 
 macro_rules! registry {
     ($($name:ident: $rule:ty),* $(,)?) => {
+        /// How many thresholds there are: the general ones and every signal's.
+        pub const N: usize = GENERAL.len() $(+ <$rule as Rule>::KEYS.len())*;
+
+        /// Every threshold: the general ones, then each signal's, in list order.
+        pub static KEYS: [Key; N] = {
+            let groups: &[&[Key]] = &[GENERAL, $(<$rule as Rule>::KEYS),*];
+            let mut a = [GENERAL[0]; N];
+            let (mut n, mut g) = (0, 0);
+            while g < groups.len() {
+                let mut i = 0;
+                while i < groups[g].len() {
+                    a[n] = groups[g][i];
+                    n += 1;
+                    i += 1;
+                }
+                g += 1;
+            }
+            a
+        };
+
         /// Every signal's state for one session.
         #[derive(Default)]
         pub struct States {
@@ -266,7 +288,7 @@ pub mod testing {
                 failed: x.failed,
                 dir: None,
             };
-            if self.region.len() == self.cfg.window {
+            if self.region.len() == self.cfg.window() {
                 let (ex, tg, e) = self.region.pop().unwrap();
                 let cx = Cx {
                     region: &self.region,

@@ -4,7 +4,10 @@
 
 use super::{Case, Cx, Rule};
 use crate::detect::region::Obs;
+use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
+
+const RUN_MIN: usize = key("run_min");
 
 pub struct Run;
 
@@ -20,7 +23,11 @@ pub struct State {
 
 impl Rule for Run {
     const NAME: Signal = Signal::Run;
-    const KEYS: &'static [&'static str] = &["run_min"];
+    const KEYS: &'static [Key] = &[Key::count(
+        "run_min",
+        5,
+        "Identical calls back to back that flag",
+    )];
     const ABOUT: &'static str = "one exact call repeated back to back, its output unchanged";
     const WHAT: Option<&'static str> = Some("run_call");
     type State = State;
@@ -43,7 +50,7 @@ impl Rule for Run {
         }
     }
     fn fires(st: &State, cx: &Cx) -> bool {
-        st.len >= cx.cfg.run_min as u32
+        st.len >= cx.cfg.count(RUN_MIN) as u32
     }
     fn reading(st: &State, _cx: &Cx) -> Reading {
         Reading {

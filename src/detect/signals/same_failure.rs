@@ -4,7 +4,10 @@
 
 use super::{Case, Cx, Rule};
 use crate::detect::region::{room, Obs};
+use crate::detect::thresholds::{key, Key};
 use crate::record::{CallRef, Reading, Signal};
+
+const SAME_FAILURE_MIN: usize = key("same_failure_min");
 
 pub struct SameFailure;
 
@@ -33,7 +36,11 @@ fn longest(st: &State) -> Option<&Streak> {
 
 impl Rule for SameFailure {
     const NAME: Signal = Signal::SameFailure;
-    const KEYS: &'static [&'static str] = &["same_failure_min"];
+    const KEYS: &'static [Key] = &[Key::count(
+        "same_failure_min",
+        5,
+        "Times in a row one check fails with the same output that flag",
+    )];
     const ABOUT: &'static str =
         "one check failing with the same output again and again, whatever landed between";
     const WHAT: Option<&'static str> = Some("same_failure_call");
@@ -77,7 +84,7 @@ impl Rule for SameFailure {
     /// A landed change does not end a streak: only a different outcome does.
     fn landed(_st: &mut State) {}
     fn fires(st: &State, cx: &Cx) -> bool {
-        longest(st).is_some_and(|s| s.len >= cx.cfg.same_failure_min as u32)
+        longest(st).is_some_and(|s| s.len >= cx.cfg.count(SAME_FAILURE_MIN) as u32)
     }
     fn reading(st: &State, _cx: &Cx) -> Reading {
         match longest(st) {

@@ -5,7 +5,13 @@
 
 use super::{Case, Cx, Rule};
 use crate::detect::region::{Entry, Obs};
+use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
+
+const MIN_CALLS: usize = key("min_calls");
+const TOP_MIN: usize = key("top_min");
+const SHORT_TOP_MIN: usize = key("short_top_min");
+const SHORT_SHARE_MIN: usize = key("short_share_min");
 
 pub struct ShortLoop;
 
@@ -29,12 +35,23 @@ fn leader(cx: &Cx) -> (u32, u64) {
 }
 
 fn applies(cx: &Cx) -> bool {
-    cx.calls < cx.cfg.min_calls as u64
+    cx.calls < cx.cfg.count(MIN_CALLS) as u64
 }
 
 impl Rule for ShortLoop {
     const NAME: Signal = Signal::ShortLoop;
-    const KEYS: &'static [&'static str] = &["short_top_min", "short_share_min", "min_calls"];
+    const KEYS: &'static [Key] = &[
+        Key::count(
+            "short_top_min",
+            8,
+            "Under min_calls: repeats of one target that flag a short session ...",
+        ),
+        Key::share(
+            "short_share_min",
+            0.6,
+            "... making up this share of its calls",
+        ),
+    ];
     const ABOUT: &'static str = "a short session that works one target most of the time";
     const READING: bool = false;
     type State = State;
@@ -52,13 +69,13 @@ impl Rule for ShortLoop {
         }
     }
     fn fires(st: &State, cx: &Cx) -> bool {
-        if !applies(cx) || cx.region.len() < cx.cfg.short_top_min {
+        if !applies(cx) || cx.region.len() < cx.cfg.count(SHORT_TOP_MIN) {
             return false;
         }
         let top = st.top;
-        top < cx.cfg.top_min as u32
-            && top >= cx.cfg.short_top_min as u32
-            && top as f64 / cx.calls as f64 >= cx.cfg.short_share_min
+        top < cx.cfg.count(TOP_MIN) as u32
+            && top >= cx.cfg.count(SHORT_TOP_MIN) as u32
+            && top as f64 / cx.calls as f64 >= cx.cfg.get(SHORT_SHARE_MIN)
     }
     fn reading(st: &State, _cx: &Cx) -> Reading {
         Reading {

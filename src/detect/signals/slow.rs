@@ -4,7 +4,10 @@
 use super::{Case, Cx, Rule};
 use crate::detect::region::Obs;
 use crate::detect::target::IdMap;
+use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
+
+const CUM_MIN: usize = key("cum_min");
 
 pub struct Slow;
 
@@ -19,13 +22,17 @@ pub struct State {
 
 impl Rule for Slow {
     const NAME: Signal = Signal::Slow;
-    const KEYS: &'static [&'static str] = &["cum_min"];
+    const KEYS: &'static [Key] = &[Key::count(
+        "cum_min",
+        15,
+        "Repeats of one exact call since the last landed change that flag",
+    )];
     const ABOUT: &'static str = "repeats of one exact call since the last landed change";
     const WHAT: Option<&'static str> = Some("slow_call");
     type State = State;
 
     fn call(st: &mut State, c: &Obs, cx: &Cx) {
-        let cap = (cx.cfg.window * 2).max(64);
+        let cap = (cx.cfg.window() * 2).max(64);
         if st.counts.len() >= cap && !st.counts.contains_key(&c.exact) {
             st.counts.retain(|_, v| *v > 1);
             if st.counts.len() >= cap {
@@ -52,7 +59,7 @@ impl Rule for Slow {
         st.best = (0, 0);
     }
     fn fires(st: &State, cx: &Cx) -> bool {
-        st.best.0 >= cx.cfg.cum_min as u32
+        st.best.0 >= cx.cfg.count(CUM_MIN) as u32
     }
     fn reading(st: &State, _cx: &Cx) -> Reading {
         Reading {

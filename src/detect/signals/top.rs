@@ -5,7 +5,11 @@
 use super::{Case, Cx, Rule};
 use crate::detect::region::{Entry, Obs};
 use crate::detect::target::IdMap;
+use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
+
+const TOP_MIN: usize = key("top_min");
+const TOP_MIN_RO: usize = key("top_min_ro");
 
 pub struct Top;
 
@@ -26,9 +30,9 @@ impl State {
 
 fn limit(cx: &Cx) -> u32 {
     (if cx.read_only {
-        cx.cfg.top_min_ro
+        cx.cfg.count(TOP_MIN_RO)
     } else {
-        cx.cfg.top_min
+        cx.cfg.count(TOP_MIN)
     }) as u32
 }
 
@@ -50,7 +54,18 @@ fn leader(cx: &Cx) -> Option<(u32, u64)> {
 
 impl Rule for Top {
     const NAME: Signal = Signal::Top;
-    const KEYS: &'static [&'static str] = &["top_min", "top_min_ro"];
+    const KEYS: &'static [Key] = &[
+        Key::count(
+            "top_min",
+            12,
+            "Count of the most-worked target that flags a normal agent",
+        ),
+        Key::count(
+            "top_min_ro",
+            8,
+            "Count of the most-worked target that flags a read-only agent",
+        ),
+    ];
     const ABOUT: &'static str = "count of the most-worked target since the last landed change";
     const WHAT: Option<&'static str> = Some("top_target");
     type State = State;
