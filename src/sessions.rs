@@ -589,12 +589,14 @@ mod tests {
                 cwd: Some("/w/a".into()),
                 db: None,
                 urls: vec![],
+                ppid: 0,
             },
             discover::Process {
                 pid: 2,
                 cwd: Some("/w/b".into()),
                 db: None,
                 urls: vec![(4096, "http://127.0.0.1:4096".into())],
+                ppid: 0,
             },
         ];
         idle_is_unknown_where_unasked(&mut all, &procs, &HashSet::from([2]));

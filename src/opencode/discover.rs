@@ -128,6 +128,8 @@ pub struct Process {
     pub db: Option<PathBuf>,
     /// Loopback URLs it listens on (none for the TUI and `opencode run` by default).
     pub urls: Vec<(u16, String)>,
+    /// Its parent's pid (0 when unreadable).
+    pub ppid: u32,
 }
 
 /// Every opencode process readable under `proc` (normally `/proc`), in pid order.
@@ -161,6 +163,7 @@ pub fn processes(proc: &Path) -> Vec<Process> {
         ports.dedup();
         out.push(Process {
             pid,
+            ppid: ppid_of(&dir),
             cwd: std::fs::read_link(dir.join("cwd")).ok(),
             db: db_of(&dir),
             urls: ports
@@ -169,7 +172,40 @@ pub fn processes(proc: &Path) -> Vec<Process> {
                 .collect(),
         });
     }
-    out
+    drop_forks(out)
+}
+
+/// The parent pid from `/proc/PID/stat` (the fourth field, after the parenthesised name, which
+/// may itself hold spaces and parentheses).
+fn ppid_of(proc_dir: &Path) -> u32 {
+    std::fs::read_to_string(proc_dir.join("stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = &s[s.rfind(')')? + 1..];
+            rest.split_whitespace().nth(1)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// A child of an opencode process caught between fork and exec (opencode starting a tool, a
+/// shell, an LSP) is still "opencode", with its parent's environment and sockets. It is that
+/// parent, not a second server: drop every process whose parent is in the list with the same
+/// database and at least its listening ports. Seen under load as a served `pids` of two.
+fn drop_forks(procs: Vec<Process>) -> Vec<Process> {
+    let by_pid: HashMap<u32, &Process> = procs.iter().map(|p| (p.pid, p)).collect();
+    let is_fork = |p: &Process| {
+        by_pid.get(&p.ppid).is_some_and(|parent| {
+            parent.pid != p.pid
+                && parent.db == p.db
+                && p.urls.iter().all(|u| parent.urls.contains(u))
+        })
+    };
+    let keep: Vec<bool> = procs.iter().map(|p| !is_fork(p)).collect();
+    procs
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(p, k)| k.then_some(p))
+        .collect()
 }
 
 /// Every loopback port an opencode process listens on, in pid then port order.
@@ -190,6 +226,53 @@ pub fn listeners(procs: &[Process]) -> Vec<Listener> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn proc_entry(root: &Path, pid: u32, ppid: u32, exe: &str, home: &str, sockets: &[u64]) {
+        let dir = root.join(pid.to_string());
+        std::fs::create_dir_all(dir.join("fd")).unwrap();
+        std::os::unix::fs::symlink(exe, dir.join("exe")).unwrap();
+        std::fs::write(
+            dir.join("stat"),
+            format!("{pid} (opencode (x) y) S {ppid} {pid} {pid} 0 -1 4194560"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("environ"), format!("PATH=/bin\0HOME={home}\0")).unwrap();
+        std::os::unix::fs::symlink("/tmp", dir.join("cwd")).unwrap();
+        for (n, inode) in sockets.iter().enumerate() {
+            std::os::unix::fs::symlink(format!("socket:[{inode}]"), dir.join(format!("fd/{n}")))
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn a_child_caught_between_fork_and_exec_is_its_parent_not_a_second_server() {
+        let root = std::env::temp_dir().join(format!("oc-proc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("net")).unwrap();
+        std::fs::write(
+            root.join("net/tcp"),
+            "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1000 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 501 1 0 100 0 0 10 0
+   1: 0100007F:1001 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 502 1 0 100 0 0 10 0
+",
+        )
+        .unwrap();
+        let exe = "/usr/lib/node_modules/opencode-ai/bin/opencode";
+        proc_entry(&root, 100, 1, exe, "/home/a", &[501]); // opencode serve --port 4096
+        proc_entry(&root, 101, 100, exe, "/home/a", &[501]); // its fork, before exec
+        proc_entry(&root, 102, 100, exe, "/home/b", &[]); // a child with another HOME: its own
+        proc_entry(&root, 103, 100, exe, "/home/a", &[501, 502]); // listens on more: its own
+        proc_entry(&root, 200, 1, exe, "/home/a", &[]); // a TUI
+        let got: Vec<(u32, u32, usize)> = processes(&root)
+            .iter()
+            .map(|p| (p.pid, p.ppid, p.urls.len()))
+            .collect();
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(
+            got,
+            vec![(100, 1, 1), (102, 100, 0), (103, 100, 2), (200, 1, 0)]
+        );
+    }
 
     #[test]
     fn listening_loopback_and_wildcard_sockets_are_read_from_proc_net_tcp() {

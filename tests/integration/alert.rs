@@ -292,9 +292,21 @@ fn a_loop_that_ends_resolves_stopped_never_escalates_and_a_new_loop_is_a_new_epi
     // still flagged, still idle: the same loop, no new episode
     let (_, r) = rig.tick(T0 + 5 * MIN5, &[a(44, "idle")], &[]);
     assert_eq!(states(&r), Vec::<(String, String)>::new());
-    // it loops again: a new episode
+    // it loops again: a new episode, with its own figures (16 calls past the 41 the first one
+    // counted; nothing landed in between); "over 0 s": this verdict carries no evidence, so the
+    // first new call known is its last
     let (_, r) = rig.tick(T0 + 6 * MIN5, &[a(60, "active")], &[]);
     assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    assert_eq!(r.records()[0]["figures"]["calls"], 16);
+    assert_eq!(r.records()[0]["figures"]["cost"], 0.16);
+    assert!(
+        r.records()[0]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("16 calls and $0.16 over 0 s since it started looping again"),
+        "{}",
+        r.story()
+    );
     let h = rig
         .home
         .cmd("wd-store")
@@ -311,6 +323,7 @@ fn a_loop_that_ends_resolves_stopped_never_escalates_and_a_new_loop_is_a_new_epi
     let eps = h.kind("episode");
     assert_eq!(eps.len(), 2, "{}", h.story());
     assert_eq!(eps[0]["state"], "open");
+    assert_eq!(eps[0]["calls"], 16);
     assert_eq!(eps[1]["state"], "resolved");
     assert_eq!(eps[1]["reason"], "stopped");
     assert_eq!(eps[1]["peak_severity"], "warning");
