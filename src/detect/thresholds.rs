@@ -244,6 +244,32 @@ impl Serialize for DetectorConfig {
     }
 }
 
+/// A `[detector]` key, checked as the key is read, so an unknown one is reported at its line.
+enum Field {
+    Key(usize),
+    ReadOnlyAgents,
+}
+
+impl<'de> Deserialize<'de> for Field {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct F;
+        impl Visitor<'_> for F {
+            type Value = Field;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a [detector] key")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Field, E> {
+                match find(v) {
+                    Some(i) => Ok(Field::Key(i)),
+                    None if v == "read_only_agents" => Ok(Field::ReadOnlyAgents),
+                    None => Err(de::Error::unknown_field(v, &FIELDS)),
+                }
+            }
+        }
+        d.deserialize_identifier(F)
+    }
+}
+
 impl<'de> Deserialize<'de> for DetectorConfig {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
@@ -254,18 +280,14 @@ impl<'de> Deserialize<'de> for DetectorConfig {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<DetectorConfig, A::Error> {
                 let mut c = DetectorConfig::default();
-                while let Some(name) = m.next_key::<String>()? {
-                    if name == "read_only_agents" {
-                        c.read_only_agents = m.next_value()?;
-                    } else if let Some(i) = find(&name) {
+                while let Some(field) = m.next_key::<Field>()? {
+                    match field {
+                        Field::ReadOnlyAgents => c.read_only_agents = m.next_value()?,
                         // counts read as usize, so `2.5` or `-1` is refused as before
-                        c.t[i] = if KEYS[i].is_count() {
-                            m.next_value::<usize>()? as f64
-                        } else {
-                            m.next_value::<f64>()?
-                        };
-                    } else {
-                        return Err(de::Error::unknown_field(&name, &FIELDS));
+                        Field::Key(i) if KEYS[i].is_count() => {
+                            c.t[i] = m.next_value::<usize>()? as f64
+                        }
+                        Field::Key(i) => c.t[i] = m.next_value::<f64>()?,
                     }
                 }
                 Ok(c)
@@ -339,6 +361,17 @@ mod tests {
                 k.name
             );
         }
+    }
+
+    #[test]
+    fn an_unknown_key_is_reported_at_its_line() {
+        let e = crate::config::Config::parse("[detector]\nrun_min = 3\nrun_mni = 3\n").unwrap_err();
+        let e = format!("{e:#}");
+        assert!(e.starts_with("config:3: "), "{e}");
+        assert!(
+            e.contains("unknown field `run_mni`, expected one of `window`"),
+            "{e}"
+        );
     }
 
     #[test]
