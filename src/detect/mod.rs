@@ -311,26 +311,30 @@ impl Detector {
                 st.model = Some(m.into());
             }
         }
+        let mut args = target::Args::of(c.tool, c.args);
+        let norm = target::normalized(args.command);
+        args.command = &norm;
         let landed = c.landed
-            && st
-                .progress
-                .land(true, edit_sig(c), (st.calls, c.t, c.id), st.cost);
-        let keys = target::keys(c.tool, c.args);
+            && st.progress.land(
+                true,
+                edit_sig(c.tool, &args),
+                (st.calls, c.t, c.id),
+                st.cost,
+            );
+        let keys = target::keys_of(c.tool, &args);
         let dir = st.meta.as_ref().and_then(|m| m.directory.as_deref());
         let obs = Obs {
             index: st.calls,
             t: c.t,
             id: c.id,
             tool: c.tool,
-            args: c.args,
+            args,
             exact: keys.exact,
             target: keys.target,
             read: match (c.tool, c.file_lines) {
                 ("read", Some(n)) if n > 0 => Some(Read {
-                    file: target::hash_str(
-                        c.args.get("filePath").and_then(Value::as_str).unwrap_or(""),
-                    ),
-                    lines: target::lines_requested(c.args, n).min(u32::MAX as i64) as u32,
+                    file: target::hash_str(args.file()),
+                    lines: target::lines_of(&args, n).min(u32::MAX as i64) as u32,
                     total: n.min(u32::MAX as i64) as u32,
                 }),
                 _ => None,
@@ -340,8 +344,9 @@ impl Detector {
             dir,
         };
         st.digest.push(&obs, c.exit);
-        if landed {
+        let flagged = if landed {
             st.landed();
+            st.signals.firing(&st.cx(cfg))
         } else {
             if st.region.len() >= cfg.window() {
                 if let Some((exact, target, e)) = st.region.pop() {
@@ -361,9 +366,8 @@ impl Detector {
                 read_only: st.read_only,
                 cfg,
             };
-            st.signals.call(&obs, &cx);
-        }
-        let flagged = st.signals.firing(&st.cx(cfg));
+            st.signals.call(&obs, &cx)
+        };
         let changed = flagged != st.flagged;
         st.flagged = flagged;
         if flagged {
@@ -485,7 +489,6 @@ struct Digest {
 
 impl Digest {
     fn push(&mut self, c: &Obs, exit: Option<i64>) {
-        use std::fmt::Write;
         if self.lens.len() == DIGEST_CALLS {
             self.head += self.lens.pop_front().unwrap_or(0) as usize;
             // the dropped lines are moved out once they are as long as the kept ones
@@ -495,9 +498,11 @@ impl Digest {
             }
         }
         let start = self.text.len();
-        target::describe_into(&mut self.text, c.tool, c.args, c.dir);
+        target::describe_into(&mut self.text, c.tool, &c.args, c.dir);
         if let Some(e) = exit {
-            let _ = write!(self.text, " [exit {e}]");
+            self.text.push_str(" [exit ");
+            target::push_int(&mut self.text, e);
+            self.text.push(']');
         } else if c.failed {
             self.text.push_str(" [error]");
         }
@@ -515,20 +520,15 @@ impl Digest {
     }
 }
 
-fn edit_sig(c: &CallIn) -> Option<EditSig> {
-    if c.tool != "edit" {
+fn edit_sig(tool: &str, a: &target::Args) -> Option<EditSig> {
+    if tool != "edit" {
         return None;
     }
-    let s = |k: &str| {
-        c.args
-            .get(k)
-            .and_then(Value::as_str)
-            .map(|v| target::hash_str(v) as u32)
-    };
+    let s = |v: Option<&str>| v.map(|v| target::hash_str(v) as u32);
     Some(EditSig {
-        file: s("filePath")?,
-        old: s("oldString")?,
-        new: s("newString")?,
+        file: s(a.file_path)?,
+        old: s(a.old_string)?,
+        new: s(a.new_string)?,
     })
 }
 

@@ -6,7 +6,6 @@
 //! first call, not once the landings have aged out of a fixed window.
 
 use crate::record::CallRef;
-use serde_json::{Map, Value};
 use std::collections::VecDeque;
 
 /// One call, with the features every signal shares, computed once.
@@ -16,7 +15,7 @@ pub struct Obs<'a> {
     pub t: i64,
     pub id: &'a str,
     pub tool: &'a str,
-    pub args: &'a Map<String, Value>,
+    pub args: super::target::Args<'a>,
     /// Tool and canonical arguments.
     pub exact: u64,
     /// What the call works on.
@@ -33,7 +32,9 @@ pub struct Obs<'a> {
 
 impl Obs<'_> {
     pub fn describe(&self) -> Box<str> {
-        super::target::describe(self.tool, self.args, self.dir).into_boxed_str()
+        let mut s = String::new();
+        super::target::describe_into(&mut s, self.tool, &self.args, self.dir);
+        s.into_boxed_str()
     }
     pub fn at(&self) -> CallRef {
         CallRef {
@@ -126,6 +127,9 @@ pub struct Region {
     pub exact: VecDeque<u64>,
     pub target: VecDeque<u64>,
     pub entries: VecDeque<Entry>,
+    /// How many calls of the region work on the latest call's target, itself included (counted
+    /// once by [`Region::push`] for the signals that need it).
+    pub target_n: u32,
 }
 
 impl Region {
@@ -147,6 +151,7 @@ impl Region {
             id: Id::new(c.id),
             read: c.read,
         });
+        self.target_n = self.target.iter().filter(|&&t| t == c.target).count() as u32;
     }
     /// Takes the oldest call out; returns its (exact, target, entry).
     pub fn pop(&mut self) -> Option<(u64, u64, Entry)> {
@@ -161,6 +166,7 @@ impl Region {
         self.exact.clear();
         self.target.clear();
         self.entries.clear();
+        self.target_n = 0;
     }
     /// The calls of the region whose key (from `column`) is `key`, oldest first.
     pub fn calls_with(&self, column: &VecDeque<u64>, key: u64) -> Vec<CallRef> {

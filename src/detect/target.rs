@@ -104,17 +104,34 @@ pub fn normalize_command(cmd: &str) -> String {
 
 /// [`normalize_command`] without copying a command that is already normal (the common case).
 pub fn normalized(cmd: &str) -> std::borrow::Cow<'_, str> {
-    let first = cmd.split(' ').next().unwrap_or("");
-    let plain = !cmd.contains(['\n', '#', '\t', '\\'])
-        && !cmd.contains("  ")
-        && !cmd.starts_with(' ')
-        && !cmd.ends_with(' ')
-        && !cmd.starts_with("cd ")
-        && !first.contains('=');
-    if plain {
+    if is_plain(cmd) {
         return std::borrow::Cow::Borrowed(cmd);
     }
     std::borrow::Cow::Owned(normalize_slow(cmd))
+}
+
+/// Whether a command is already normal: no newline, comment, tab or backslash, no doubled,
+/// leading or trailing space, no `cd` prefix and no assignment in its first word. One pass
+/// over the bytes (the characters it looks for are ASCII, never part of a longer one).
+fn is_plain(cmd: &str) -> bool {
+    let b = cmd.as_bytes();
+    if b.first() == Some(&b' ') || b.last() == Some(&b' ') || cmd.starts_with("cd ") {
+        return false;
+    }
+    let (mut space, mut first_word) = (false, true);
+    for &c in b {
+        match c {
+            b'\n' | b'#' | b'\t' | b'\\' => return false,
+            b' ' if space => return false,
+            b' ' => {
+                space = true;
+                first_word = false;
+            }
+            b'=' if first_word => return false,
+            _ => space = false,
+        }
+    }
+    true
 }
 
 fn normalize_slow(cmd: &str) -> String {
@@ -174,25 +191,95 @@ fn normalize_slow(cmd: &str) -> String {
     }
 }
 
-/// The words of a command that name files: they contain a `/` or end in a dot extension.
-fn named_files(cmd: &str) -> impl Iterator<Item = &str> {
-    cmd.split(|c: char| c.is_whitespace() || "|;&<>()'\"`=,".contains(c))
-        .filter(|w| !w.is_empty() && !w.starts_with('-'))
-        .filter(|w| {
-            w.contains('/')
-                || w.rsplit_once('.').is_some_and(|(a, ext)| {
-                    !a.is_empty()
-                        && (1..=5).contains(&ext.len())
-                        && ext.chars().all(|c| c.is_ascii_alphanumeric())
-                        && !ext.chars().all(|c| c.is_ascii_digit())
-                })
-        })
+/// Whether a word of a command names a file: it contains a `/` or ends in a dot extension.
+fn names_file(w: &str) -> bool {
+    !w.starts_with('-')
+        && (w.contains('/')
+            || w.rsplit_once('.').is_some_and(|(a, ext)| {
+                !a.is_empty()
+                    && (1..=5).contains(&ext.len())
+                    && ext.bytes().all(|c| c.is_ascii_alphanumeric())
+                    && !ext.bytes().all(|c| c.is_ascii_digit())
+            }))
 }
 
-/// The numbers in a command: the slice a `sed -n 120,180p` or `head -50` asks for.
-fn numbers(cmd: &str) -> impl Iterator<Item = &str> {
-    cmd.split(|c: char| !c.is_ascii_digit())
-        .filter(|w| !w.is_empty())
+/// The characters that end a word of a command, besides whitespace.
+const WORD_END: &str = "|;&<>()'\"`=,";
+
+/// Bytes that end a word: ASCII whitespace (as `char::is_whitespace` has it) and [`WORD_END`].
+static ENDS: [bool; 128] = {
+    let mut t = [false; 128];
+    let w = WORD_END.as_bytes();
+    let mut i = 0;
+    while i < w.len() {
+        t[w[i] as usize] = true;
+        i += 1;
+    }
+    let ws = [b' ', b'\t', b'\n', 0x0b, 0x0c, b'\r'];
+    let mut i = 0;
+    while i < ws.len() {
+        t[ws[i] as usize] = true;
+        i += 1;
+    }
+    t
+};
+
+/// The target of a command: the words that name files, then the numbers in it (the slice a
+/// `sed -n 120,180p` or `head -50` asks for); the whole command when it has neither.
+fn hash_command_target(cmd: &str, h: &mut Fx) {
+    command_target(cmd, cmd.is_ascii(), h)
+}
+
+/// [`hash_command_target`], over bytes (`ascii`) or characters.
+fn command_target(cmd: &str, ascii: bool, h: &mut Fx) {
+    let mut files = Fx::default();
+    let mut nums = Fx::default();
+    let mut any = false;
+    if ascii {
+        // one pass over the bytes (the common case)
+        let b = cmd.as_bytes();
+        let (mut word, mut num) = (0, None);
+        for i in 0..=b.len() {
+            let c = b.get(i).copied();
+            if c.map_or(true, |c| ENDS[c as usize]) {
+                let w = &cmd[word..i];
+                if !w.is_empty() && names_file(w) {
+                    w.hash(&mut files);
+                    any = true;
+                }
+                word = i + 1;
+            }
+            let digit = c.is_some_and(|c| c.is_ascii_digit());
+            match (num, digit) {
+                (None, true) => num = Some(i),
+                (Some(s), false) => {
+                    cmd[s..i].hash(&mut nums);
+                    any = true;
+                    num = None;
+                }
+                _ => {}
+            }
+        }
+    } else {
+        for w in cmd.split(|c: char| c.is_whitespace() || WORD_END.contains(c)) {
+            if !w.is_empty() && names_file(w) {
+                w.hash(&mut files);
+                any = true;
+            }
+        }
+        for n in cmd.split(|c: char| !c.is_ascii_digit()) {
+            if !n.is_empty() {
+                n.hash(&mut nums);
+                any = true;
+            }
+        }
+    }
+    if any {
+        h.write_u64(files.finish());
+        h.write_u64(nums.finish());
+    } else {
+        cmd.hash(h);
+    }
 }
 
 /// Identity and target of one call.
@@ -203,61 +290,103 @@ pub struct Keys {
     pub target: u64,
 }
 
-fn str_arg<'a>(args: &'a Map<String, Value>, k: &str) -> &'a str {
-    args.get(k).and_then(Value::as_str).unwrap_or("")
+/// The arguments the detector reads, picked out of a call's map in one pass (a map lookup
+/// for each use was a measured share of the detector's time). A string argument that is
+/// absent or not a string reads as "".
+#[derive(Clone, Copy)]
+pub struct Args<'a> {
+    pub map: &'a Map<String, Value>,
+    pub file_path: Option<&'a str>,
+    pub offset: Option<&'a Value>,
+    pub limit: Option<&'a Value>,
+    pub command: &'a str,
+    pub pattern: &'a str,
+    pub path: &'a str,
+    pub subagent_type: &'a str,
+    pub old_string: Option<&'a str>,
+    pub new_string: Option<&'a str>,
+    /// A hash of every argument (name and value) but a bash call's `command` and `timeout`.
+    pub hash: u64,
 }
 
+impl<'a> Args<'a> {
+    pub fn of(tool: &str, map: &'a Map<String, Value>) -> Args<'a> {
+        let bash = tool == "bash";
+        let mut h = Fx::default();
+        let mut a = Args {
+            map,
+            file_path: None,
+            offset: None,
+            limit: None,
+            command: "",
+            pattern: "",
+            path: "",
+            subagent_type: "",
+            old_string: None,
+            new_string: None,
+            hash: 0,
+        };
+        for (k, v) in map {
+            if !(bash && (k == "command" || k == "timeout")) {
+                k.hash(&mut h);
+                hash_value(v, &mut h);
+            }
+            match k.as_str() {
+                "filePath" => a.file_path = v.as_str(),
+                "offset" => a.offset = Some(v),
+                "limit" => a.limit = Some(v),
+                "command" => a.command = v.as_str().unwrap_or(""),
+                "pattern" => a.pattern = v.as_str().unwrap_or(""),
+                "path" => a.path = v.as_str().unwrap_or(""),
+                "subagent_type" => a.subagent_type = v.as_str().unwrap_or(""),
+                "oldString" => a.old_string = v.as_str(),
+                "newString" => a.new_string = v.as_str(),
+                _ => {}
+            }
+        }
+        a.hash = h.finish();
+        a
+    }
+    pub fn file(&self) -> &'a str {
+        self.file_path.unwrap_or("")
+    }
+}
+
+/// [`keys_of`] for a map.
 pub fn keys(tool: &str, args: &Map<String, Value>) -> Keys {
+    let mut a = Args::of(tool, args);
+    let norm = normalized(a.command);
+    a.command = &norm;
+    keys_of(tool, &a)
+}
+
+/// Identity and target of a call whose `command` is normalised ([`normalized`]).
+pub fn keys_of(tool: &str, a: &Args) -> Keys {
     let mut exact = Fx::default();
     tool.hash(&mut exact);
     let mut target = Fx::default();
     tool.hash(&mut target);
     match tool {
         "bash" => {
-            let norm = normalized(str_arg(args, "command"));
+            let norm = a.command;
             norm.hash(&mut exact);
-            for (k, v) in args {
-                if k != "command" && k != "timeout" {
-                    k.hash(&mut exact);
-                    hash_value(v, &mut exact);
-                }
-            }
-            let mut any = false;
-            for f in named_files(&norm) {
-                f.hash(&mut target);
-                any = true;
-            }
-            1u8.hash(&mut target);
-            for n in numbers(&norm) {
-                n.hash(&mut target);
-                any = true;
-            }
-            if !any {
-                norm.hash(&mut target);
-            }
+            exact.write_u64(a.hash);
+            hash_command_target(norm, &mut target);
         }
         _ => {
-            for (k, v) in args {
-                k.hash(&mut exact);
-                hash_value(v, &mut exact);
-            }
+            exact.write_u64(a.hash);
             match tool {
                 "read" => {
-                    str_arg(args, "filePath").hash(&mut target);
-                    hash_value(args.get("offset").unwrap_or(&Value::Null), &mut target);
-                    hash_value(args.get("limit").unwrap_or(&Value::Null), &mut target);
+                    a.file().hash(&mut target);
+                    hash_value(a.offset.unwrap_or(&Value::Null), &mut target);
+                    hash_value(a.limit.unwrap_or(&Value::Null), &mut target);
                 }
                 "grep" | "glob" => {
-                    str_arg(args, "pattern").hash(&mut target);
-                    str_arg(args, "path").hash(&mut target);
+                    a.pattern.hash(&mut target);
+                    a.path.hash(&mut target);
                 }
-                "edit" | "write" | "multiedit" => str_arg(args, "filePath").hash(&mut target),
-                _ => {
-                    for (k, v) in args {
-                        k.hash(&mut target);
-                        hash_value(v, &mut target);
-                    }
-                }
+                "edit" | "write" | "multiedit" => a.file().hash(&mut target),
+                _ => target.write_u64(a.hash),
             }
         }
     }
@@ -271,49 +400,84 @@ pub fn keys(tool: &str, args: &Map<String, Value>) -> Keys {
 /// relative to the session's directory when under it.
 pub fn describe(tool: &str, args: &Map<String, Value>, dir: Option<&str>) -> String {
     let mut s = String::new();
-    describe_into(&mut s, tool, args, dir);
+    let mut a = Args::of(tool, args);
+    let norm = normalized(a.command);
+    a.command = &norm;
+    describe_into(&mut s, tool, &a, dir);
     s
 }
 
-/// [`describe`], appended to `out` (the detector describes every call for its digest, into a
-/// buffer it reuses).
-pub fn describe_into(out: &mut String, tool: &str, args: &Map<String, Value>, dir: Option<&str>) {
+/// A JSON number or other value as JSON writes it (integers without the formatting machinery:
+/// the detector describes every read's offset and limit).
+fn push_value(out: &mut String, v: &Value) {
     use std::fmt::Write;
+    match v.as_i64() {
+        Some(i) => push_int(out, i),
+        _ => {
+            let _ = write!(out, "{v}");
+        }
+    }
+}
+
+/// An integer in decimal, as `{i}` writes it.
+pub fn push_int(out: &mut String, i: i64) {
+    if i < 0 {
+        out.push('-');
+    }
+    let mut n = i.unsigned_abs();
+    let mut buf = [0u8; 20];
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // ASCII digits
+    out.push_str(std::str::from_utf8(&buf[at..]).unwrap_or(""));
+}
+
+/// [`describe`], appended to `out` (the detector describes every call for its digest, into a
+/// buffer it reuses), of a call whose `command` is normalised ([`normalized`]).
+pub fn describe_into(out: &mut String, tool: &str, args: &Args, dir: Option<&str>) {
     let start = out.len();
     let rel = RelTo(dir);
     match tool {
         "read" => {
             out.push_str("read ");
-            out.push_str(rel.of(str_arg(args, "filePath")));
-            if let Some(o) = args.get("offset") {
-                let _ = write!(out, " offset {o}");
+            out.push_str(rel.of(args.file()));
+            if let Some(o) = args.offset {
+                out.push_str(" offset ");
+                push_value(out, o);
             }
-            if let Some(l) = args.get("limit") {
-                let _ = write!(out, " limit {l}");
+            if let Some(l) = args.limit {
+                out.push_str(" limit ");
+                push_value(out, l);
             }
         }
         "bash" => {
             out.push_str("bash ");
-            out.push_str(&normalized(str_arg(args, "command")));
+            out.push_str(args.command);
         }
         "grep" | "glob" => {
-            let path = str_arg(args, "path");
             out.push_str(tool);
             out.push(' ');
-            out.push_str(str_arg(args, "pattern"));
-            if !path.is_empty() {
+            out.push_str(args.pattern);
+            if !args.path.is_empty() {
                 out.push_str(" in ");
-                out.push_str(rel.of(path));
+                out.push_str(rel.of(args.path));
             }
         }
         "edit" | "write" | "multiedit" => {
             out.push_str(tool);
             out.push(' ');
-            out.push_str(rel.of(str_arg(args, "filePath")));
+            out.push_str(rel.of(args.file()));
         }
         "task" => {
             out.push_str("task ");
-            out.push_str(str_arg(args, "subagent_type"));
+            out.push_str(args.subagent_type);
         }
         other => out.push_str(other),
     }
@@ -346,16 +510,13 @@ impl RelTo<'_> {
 /// Lines a read requests from its file: from `offset` (1-based) for `limit` lines (opencode's
 /// default is 2000), not counting lines past the end of the file.
 pub fn lines_requested(args: &Map<String, Value>, file_lines: i64) -> i64 {
-    let offset = args
-        .get("offset")
-        .and_then(Value::as_i64)
-        .unwrap_or(1)
-        .max(1);
-    let limit = args
-        .get("limit")
-        .and_then(Value::as_i64)
-        .unwrap_or(2000)
-        .max(0);
+    lines_of(&Args::of("read", args), file_lines)
+}
+
+/// [`lines_requested`] of picked-out arguments.
+pub fn lines_of(a: &Args, file_lines: i64) -> i64 {
+    let offset = a.offset.and_then(Value::as_i64).unwrap_or(1).max(1);
+    let limit = a.limit.and_then(Value::as_i64).unwrap_or(2000).max(0);
     let last = (offset + limit - 1).min(file_lines);
     (last - offset + 1).max(0)
 }
@@ -374,6 +535,54 @@ mod tests {
 
     fn args(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn a_plain_command_is_its_own_normal_form_and_others_are_normalised() {
+        for (cmd, plain) in [
+            ("cat a.txt", true),
+            ("make test -j4 a=b", true),
+            ("", true),
+            ("é中 ls", true),
+            ("FOO=1 make", false),
+            ("cd /w && ls", false),
+            ("ls  -l", false),
+            (" ls", false),
+            ("ls ", false),
+            ("ls # x", false),
+            ("ls\tx", false),
+            ("a \\\n b", false),
+            ("echo x\ny", false),
+        ] {
+            assert_eq!(is_plain(cmd), plain, "{cmd:?}");
+            assert_eq!(normalized(cmd), normalize_slow(cmd), "{cmd:?}");
+        }
+    }
+
+    #[test]
+    fn integers_are_written_as_format_writes_them() {
+        for i in [0, 7, -7, 10, 1234567890, i64::MAX, i64::MIN] {
+            let mut s = String::from("x");
+            push_int(&mut s, i);
+            assert_eq!(s, format!("x{i}"));
+        }
+    }
+
+    #[test]
+    fn a_command_target_is_the_same_over_bytes_or_characters() {
+        for cmd in [
+            "sed -n 120,180p docs/spec.md",
+            "cat src/a.js|grep -c x>out.txt",
+            "python3 -m pytest tests/test_nav.py -x",
+            "ls",
+            "echo 'v1.2' \"a.b\" x.123 -f.txt",
+            "head -50 README",
+        ] {
+            let (mut a, mut b) = (Fx::default(), Fx::default());
+            command_target(cmd, true, &mut a);
+            command_target(cmd, false, &mut b);
+            assert_eq!(a.finish(), b.finish(), "{cmd:?}");
+        }
     }
 
     #[test]
@@ -465,7 +674,7 @@ mod tests {
         describe_into(
             &mut buf,
             "grep",
-            &args(json!({"pattern": "a", "path": "/w/s"})),
+            &Args::of("grep", &args(json!({"pattern": "a", "path": "/w/s"}))),
             Some("/w"),
         );
         assert_eq!(buf, "kept|grep a in s");

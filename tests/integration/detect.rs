@@ -244,6 +244,92 @@ fn every_emits_each_flag_transition_as_it_happens() {
 }
 
 #[test]
+fn a_live_stream_gets_its_flag_when_the_call_arrives_not_at_the_end_of_a_batch() {
+    // progress-detect parses lines a batch at a time; `--line-buffered` (a live pipe) must
+    // still judge each line as it comes. stdin stays open while the verdict is awaited.
+    use std::io::{BufRead, Write};
+    use std::process::{Command, Stdio};
+    let home = Home::new();
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("progress-detect"))
+        .args(["--every", "--line-buffered"])
+        .env_clear()
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut sin = child.stdin.take().unwrap();
+    writeln!(sin, r#"{{"kind":"session","id":"s","agent":"build"}}"#).unwrap();
+    for i in 0..5 {
+        writeln!(
+            sin,
+            r#"{{"kind":"call","session":"s","id":"p{i}","t":{i},"tool":"bash","args":{{"command":"make test"}}}}"#
+        )
+        .unwrap();
+    }
+    sin.flush().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(20));
+    drop(sin);
+    let _ = child.wait();
+    let line = got.expect("no verdict while the stream was open");
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["kind"], "verdict");
+    assert_eq!(v["flagged"], true);
+    assert_eq!(v["first_flag"]["index"], 5);
+    assert_eq!(v["calls"], 5);
+}
+
+#[test]
+fn errors_name_the_file_and_line_across_batches_and_files() {
+    // more lines than one batch in the first file, the second file's error in its own name
+    let home = Home::new();
+    let mut a = String::from("{\"kind\":\"session\",\"id\":\"s\",\"agent\":\"build\"}\n");
+    for i in 1..=80 {
+        if i == 70 {
+            a += "{not json\n";
+        } else {
+            a += &format!(
+                "{{\"kind\":\"call\",\"session\":\"s\",\"id\":\"p{i}\",\"t\":{i},\"tool\":\"read\",\"args\":{{\"filePath\":\"/f{i}\"}}}}\n"
+            );
+        }
+    }
+    let b = "{\"kind\":\"call\",\"session\":\"s\",\"id\":\"q1\",\"t\":100,\"tool\":\"read\",\"args\":{\"filePath\":\"/g\"}}\n{\"kind\":\"call\",\"id\":\"q2\",\"t\":101,\"tool\":\"read\",\"args\":{}}\n";
+    std::fs::write(home.join("a.jsonl"), a).unwrap();
+    std::fs::write(home.join("b.jsonl"), b).unwrap();
+    let (fa, fb) = (
+        home.join("a.jsonl").display().to_string(),
+        home.join("b.jsonl").display().to_string(),
+    );
+    let r = home.cmd("progress-detect").args([&fa, &fb]).run();
+    r.expect_code(2);
+    let err = r.stderr();
+    assert!(
+        err.contains(&format!("progress-detect: {fa}:71: key must be a string")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "progress-detect: {fb}:2: call without \"session\""
+        )),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 2, "{err}");
+    let vs = r.kind("verdict");
+    assert_eq!(vs.len(), 1);
+    // 79 good calls of the first file and 1 of the second
+    assert_eq!(vs[0]["calls"], 80);
+}
+
+#[test]
 fn thresholds_come_from_flags_and_the_config_file() {
     let home = Home::new();
     let r = home

@@ -48,11 +48,7 @@ impl State {
 
 /// A read's file path as shown: relative to the session's directory when under it.
 pub fn shown(c: &Obs) -> Box<str> {
-    let p = c
-        .args
-        .get("filePath")
-        .and_then(serde_json::Value::as_str)
-        .unwrap_or("");
+    let p = c.args.file();
     match c.dir {
         Some(d) if !d.is_empty() => p
             .strip_prefix(d)

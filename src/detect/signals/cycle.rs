@@ -36,10 +36,13 @@ fn needed(p: usize, cx: &Cx) -> usize {
 fn cycling(st: &State, cx: &Cx) -> Option<(usize, usize)> {
     (2..=PERIOD_MAX).find_map(|p| {
         let calls = st.matched[p] as usize + p;
+        if st.matched[p] == 0 || calls < needed(p, cx) {
+            return None;
+        }
         // a block of one call repeated is a run, not a cycle
-        let block = st.recent.range(st.recent.len().saturating_sub(p)..);
-        let varied = block.clone().any(|x| x.0 != st.recent.back().unwrap().0);
-        (st.matched[p] > 0 && calls >= needed(p, cx) && varied).then_some((p, calls))
+        let last = st.recent.back()?.0;
+        let mut block = st.recent.range(st.recent.len().saturating_sub(p)..);
+        block.any(|x| x.0 != last).then_some((p, calls))
     })
 }
 

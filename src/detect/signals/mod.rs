@@ -114,8 +114,15 @@ macro_rules! registry {
         }
 
         impl States {
-            pub fn call(&mut self, c: &Obs, cx: &Cx) {
-                $(<$rule>::call(&mut self.$name, c, cx);)*
+            /// Feeds a call to every signal; returns whether any fires then ([`States::firing`],
+            /// each asked while its state is at hand).
+            pub fn call(&mut self, c: &Obs, cx: &Cx) -> bool {
+                let mut fires = false;
+                $(
+                    <$rule>::call(&mut self.$name, c, cx);
+                    fires |= <$rule>::fires(&self.$name, cx);
+                )*
+                fires
             }
             pub fn left(&mut self, exact: u64, target: u64, e: &Entry, cx: &Cx) {
                 $(<$rule>::left(&mut self.$name, exact, target, e, cx);)*
@@ -280,7 +287,7 @@ pub mod testing {
                 t: self.calls as i64 * 1000,
                 id: &id,
                 tool: x.tool,
-                args: &args,
+                args: target::Args::of(x.tool, &args),
                 exact: keys.exact,
                 target: keys.target,
                 read,

@@ -56,12 +56,11 @@ impl Rule for ShortLoop {
     const READING: bool = false;
     type State = State;
 
-    fn call(st: &mut State, c: &Obs, cx: &Cx) {
+    fn call(st: &mut State, _c: &Obs, cx: &Cx) {
         if !applies(cx) {
             return;
         }
-        let n = cx.region.target.iter().filter(|&&t| t == c.target).count() as u32;
-        st.top = st.top.max(n);
+        st.top = st.top.max(cx.region.target_n);
     }
     fn left(st: &mut State, _exact: u64, _target: u64, _e: &Entry, cx: &Cx) {
         if applies(cx) {

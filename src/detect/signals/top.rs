@@ -71,7 +71,7 @@ impl Rule for Top {
     type State = State;
 
     fn call(st: &mut State, c: &Obs, cx: &Cx) {
-        let cnt = cx.region.target.iter().filter(|&&t| t == c.target).count();
+        let cnt = cx.region.target_n as usize;
         if st.count_hist.len() <= cnt {
             st.count_hist.resize(cnt + 1, 0);
         }
