@@ -248,18 +248,11 @@ fn a_live_stream_gets_its_flag_when_the_call_arrives_not_at_the_end_of_a_batch()
     // progress-detect parses lines a batch at a time; `--line-buffered` (a live pipe) must
     // still judge each line as it comes. stdin stays open while the verdict is awaited.
     use std::io::{BufRead, Write};
-    use std::process::{Command, Stdio};
     let home = Home::new();
-    let mut child = Command::new(assert_cmd::cargo::cargo_bin("progress-detect"))
+    let mut child = home
+        .cmd("progress-detect")
         .args(["--every", "--line-buffered"])
-        .env_clear()
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn();
     let mut sin = child.stdin.take().unwrap();
     writeln!(sin, r#"{{"kind":"session","id":"s","agent":"build"}}"#).unwrap();
     for i in 0..5 {

@@ -81,6 +81,16 @@ impl Cmd {
         self.stdin = Some(data.into());
         self
     }
+    /// Starts it with stdin, stdout and stderr piped, for a test that talks to it as it runs.
+    pub fn spawn(mut self) -> std::process::Child {
+        use std::process::Stdio;
+        self.inner
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    }
     pub fn run(mut self) -> Run {
         use std::io::Write;
         use std::process::Stdio;

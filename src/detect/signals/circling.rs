@@ -4,8 +4,8 @@
 //! that only circles a file is seen on its third pass.
 
 use super::coverage::shown;
-use super::{round3, Case, Cx, Rule};
-use crate::detect::region::{room, Entry, Obs};
+use super::{find_or_add, round3, Case, Cx, Rule};
+use crate::detect::region::{Entry, Obs};
 use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
 
@@ -59,20 +59,17 @@ impl Rule for Circling {
 
     fn call(st: &mut State, c: &Obs, cx: &Cx) {
         if let Some(r) = c.read {
-            let f = match st.files.iter().position(|f| f.key == r.file) {
-                Some(i) => &mut st.files[i],
-                None => {
-                    room(&mut st.files);
-                    st.files.push(File {
-                        key: r.file,
-                        lines: 0,
-                        total: 0,
-                        reads: 0,
-                        name: shown(c),
-                    });
-                    st.files.last_mut().unwrap()
-                }
-            };
+            let f = find_or_add(
+                &mut st.files,
+                |f| f.key == r.file,
+                || File {
+                    key: r.file,
+                    lines: 0,
+                    total: 0,
+                    reads: 0,
+                    name: shown(c),
+                },
+            );
             f.lines += r.lines as u64;
             f.total = r.total;
             f.reads += 1;

@@ -1,8 +1,8 @@
 //! `coverage`: lines requested from one file since the last landed change (within the window),
 //! over its length; flags strictly above `cover_min`, once `min_calls` calls are in the window.
 
-use super::{round3, Case, Cx, Rule};
-use crate::detect::region::{room, Entry, Obs};
+use super::{find_or_add, round3, Case, Cx, Rule};
+use crate::detect::region::{Entry, Obs};
 use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
 
@@ -75,19 +75,16 @@ impl Rule for Coverage {
 
     fn call(st: &mut State, c: &Obs, _cx: &Cx) {
         if let Some(r) = c.read {
-            let f = match st.files.iter().position(|f| f.key == r.file) {
-                Some(i) => &mut st.files[i],
-                None => {
-                    room(&mut st.files);
-                    st.files.push(File {
-                        key: r.file,
-                        lines: 0,
-                        total: r.total as i64,
-                        name: shown(c),
-                    });
-                    st.files.last_mut().unwrap()
-                }
-            };
+            let f = find_or_add(
+                &mut st.files,
+                |f| f.key == r.file,
+                || File {
+                    key: r.file,
+                    lines: 0,
+                    total: r.total as i64,
+                    name: shown(c),
+                },
+            );
             f.lines += r.lines as i64;
             f.total = r.total as i64;
             st.elect();

@@ -200,6 +200,20 @@ registry! {
     circling: circling::Circling,
 }
 
+/// The element of a short list that `is`, added by `new` when there is none (the files a
+/// session reads since its last landing are a handful: a scan is cheaper than a map).
+pub fn find_or_add<T>(v: &mut Vec<T>, is: impl Fn(&T) -> bool, new: impl FnOnce() -> T) -> &mut T {
+    let i = match v.iter().position(is) {
+        Some(i) => i,
+        None => {
+            super::region::room(v);
+            v.push(new());
+            v.len() - 1
+        }
+    };
+    &mut v[i]
+}
+
 /// Rounds a ratio for the wire.
 pub fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
