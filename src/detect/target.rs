@@ -295,7 +295,6 @@ pub struct Keys {
 /// absent or not a string reads as "".
 #[derive(Clone, Copy)]
 pub struct Args<'a> {
-    pub map: &'a Map<String, Value>,
     pub file_path: Option<&'a str>,
     pub offset: Option<&'a Value>,
     pub limit: Option<&'a Value>,
@@ -314,7 +313,6 @@ impl<'a> Args<'a> {
         let bash = tool == "bash";
         let mut h = Fx::default();
         let mut a = Args {
-            map,
             file_path: None,
             offset: None,
             limit: None,

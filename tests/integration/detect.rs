@@ -331,18 +331,21 @@ fn thresholds_come_from_flags_and_the_config_file() {
         .run();
     r.expect_code(2);
     // a threshold of 0 would flag every session: refused like the config's
-    let r = home
-        .cmd("progress-detect")
-        .args(["--run-min", "0", &fixture()])
-        .run();
-    r.expect_code(2);
-    assert!(
-        r.stderr().contains(
-            "progress-detect: detector.run_min: 0 is below 1, the least it can be (from the flag or the config)"
-        ),
-        "{}",
-        r.stderr()
-    );
+    let refused_run_min_0 = |how: &[&str]| {
+        let r = home
+            .cmd("progress-detect")
+            .args(how.iter().copied().chain([fixture().as_str()]))
+            .run();
+        r.expect_code(2);
+        assert!(
+            r.stderr().contains(
+                "progress-detect: detector.run_min: 0 is below 1, the least it can be (from the flag or the config)"
+            ),
+            "{}",
+            r.stderr()
+        );
+    };
+    refused_run_min_0(&["--run-min", "0"]);
     let cfg = home.join("wd.toml");
     std::fs::write(&cfg, "[detector]\nread_only_agents = [\"general\"]\n").unwrap();
     let r = home
@@ -376,18 +379,7 @@ fn thresholds_come_from_flags_and_the_config_file() {
     r.expect_code(1);
     assert_eq!(r.stdout(), named);
     // and is checked like the flag and the config
-    let r = home
-        .cmd("progress-detect")
-        .args(["--set", "run_min=0", &fixture()])
-        .run();
-    r.expect_code(2);
-    assert!(
-        r.stderr().contains(
-            "progress-detect: detector.run_min: 0 is below 1, the least it can be (from the flag or the config)"
-        ),
-        "{}",
-        r.stderr()
-    );
+    refused_run_min_0(&["--set", "run_min=0"]);
     let r = home
         .cmd("progress-detect")
         .args(["--set", "run_mni=3", &fixture()])
