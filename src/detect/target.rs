@@ -5,17 +5,29 @@
 use serde_json::{Map, Value};
 use std::hash::{Hash, Hasher};
 
-/// A fast non-cryptographic hasher (FxHash's multiply-rotate, eight bytes at a time), stable
-/// across processes, for identities and the session index.
-#[derive(Default, Clone, Copy)]
+/// A fast non-cryptographic hasher, stable across processes, for identities and the session
+/// index: eight bytes at a time, each word mixed in by a folded multiply (the 128-bit product's
+/// halves xored, as foldhash and aHash do). FxHash's multiply-rotate, used before, carries a
+/// difference in a word's high bits into only the top bits of the state, so similar strings
+/// collided: `head -519 a.txt` and `head -592 a.txt` were one identity.
+#[derive(Clone, Copy)]
 pub struct Fx(u64);
 
 const FX_K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+/// The state before any word (not 0, which a zero word would keep).
+const FX_SEED: u64 = 0x24_3f_6a_88_85_a3_08_d3;
+
+impl Default for Fx {
+    fn default() -> Fx {
+        Fx(FX_SEED)
+    }
+}
 
 impl Fx {
     #[inline]
     fn add(&mut self, w: u64) {
-        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(FX_K);
+        let p = ((self.0 ^ w) as u128).wrapping_mul(FX_K as u128);
+        self.0 = (p as u64) ^ ((p >> 64) as u64);
     }
 }
 
@@ -554,6 +566,21 @@ mod tests {
         ] {
             assert_eq!(is_plain(cmd), plain, "{cmd:?}");
             assert_eq!(normalized(cmd), normalize_slow(cmd), "{cmd:?}");
+        }
+    }
+
+    #[test]
+    fn similar_strings_hash_apart() {
+        assert_ne!(hash_str("head -519 a.txt"), hash_str("head -592 a.txt"));
+        assert_ne!(hash_str("a"), hash_str("\0\0\0\0\0\0\0\0a"));
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..300 {
+            for j in 0..300 {
+                assert!(seen.insert(hash_str(&format!("sed -n {i},{j}p a.txt"))));
+            }
+        }
+        for i in 0..20_000 {
+            assert!(seen.insert(hash_str(&format!("head -{i} a.txt"))));
         }
     }
 
