@@ -23,6 +23,9 @@ pub struct State {
     recent: VecDeque<(u64, Option<u64>)>,
     /// Per period p: how many of the latest calls equal the call p before them.
     matched: [u16; PERIOD_MAX + 1],
+    /// How many of the latest calls are the same exact call (at most `PERIOD_MAX`): a block
+    /// of p calls holds two different ones when this is under p.
+    same: u8,
     /// Call index of the latest call.
     last: u64,
 }
@@ -39,10 +42,9 @@ fn cycling(st: &State, cx: &Cx) -> Option<(usize, usize)> {
         if st.matched[p] == 0 || calls < needed(p, cx) {
             return None;
         }
-        // a block of one call repeated is a run, not a cycle
-        let last = st.recent.back()?.0;
-        let mut block = st.recent.range(st.recent.len().saturating_sub(p)..);
-        block.any(|x| x.0 != last).then_some((p, calls))
+        // a block of one call repeated is a run, not a cycle (a period matched holds more than
+        // p calls)
+        ((st.same as usize) < p).then_some((p, calls))
     })
 }
 
@@ -70,6 +72,10 @@ impl Rule for Cycle {
                 0
             };
         }
+        st.same = match st.recent.back() {
+            Some(&(k, _)) if k == c.exact => (st.same + 1).min(PERIOD_MAX as u8),
+            _ => 1,
+        };
         if n == PERIOD_MAX {
             st.recent.pop_front();
         }
@@ -81,6 +87,7 @@ impl Rule for Cycle {
         // emptied in place: a session that landed once lands again
         st.recent.clear();
         st.matched = Default::default();
+        st.same = 0;
         st.last = 0;
     }
     fn fires(st: &State, cx: &Cx) -> bool {
@@ -137,6 +144,21 @@ mod tests {
         assert_eq!(s2.case().start.unwrap().index, 2);
         assert!(s.fires());
         assert_eq!(s.case().calls.len(), 15);
+    }
+
+    #[test]
+    fn one_call_repeated_is_a_run_and_a_block_with_a_repeat_in_it_is_a_cycle() {
+        let mut s = Bench::<Cycle>::default();
+        s.times(12, a);
+        assert!(!s.fires(), "a run of one call is `run`'s, not a cycle");
+        // read, read, test, three times: a block of three with two different calls in it
+        let mut s = Bench::<Cycle>::default();
+        s.feed(a()).feed(a()).feed(b()).feed(a()).feed(a());
+        assert!(!s.fires());
+        s.feed(b());
+        assert!(s.fires());
+        assert_eq!(s.reading().value, 3.0);
+        assert_eq!(s.case().start.unwrap().index, 1);
     }
 
     #[test]
