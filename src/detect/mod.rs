@@ -100,6 +100,17 @@ struct Flag {
     loop_start: Option<CallRef>,
 }
 
+/// The latest [`RECENT_IDS`] calls' id hashes and times, in place: a ring, the oldest at
+/// `head` once it is full. The hashes sit apart from the times, so the check reads two cache
+/// lines of hashes, and one time.
+#[derive(Default)]
+struct Recent {
+    ids: [u64; RECENT_IDS],
+    ts: [i64; RECENT_IDS],
+    len: u8,
+    head: u8,
+}
+
 #[derive(Default)]
 struct SessionState {
     meta: Option<Box<Meta>>,
@@ -113,8 +124,10 @@ struct SessionState {
     signals: States,
     /// The last calls, one line each, for the digest.
     digest: Digest,
-    /// (time, id hash) of the latest calls.
-    recent_ids: VecDeque<(i64, u64)>,
+    /// The latest calls' ids, to skip a call sent twice.
+    recent: Recent,
+    /// The session's id.
+    id: region::Id,
     flagged: bool,
     flag: Option<Box<Flag>>,
 }
@@ -132,16 +145,18 @@ impl SessionState {
     /// Whether a call with this id was seen: its id among the latest, or older than all of them.
     fn seen(&mut self, id: &str, t: i64) -> bool {
         let h = target::hash_str(id);
-        if self.recent_ids.iter().any(|x| x.1 == h)
-            || (self.recent_ids.len() == RECENT_IDS && t < self.recent_ids[0].0)
-        {
+        let r = &mut self.recent;
+        let (n, head) = (r.len as usize, r.head as usize);
+        if r.ids[..n].contains(&h) || (n == RECENT_IDS && t < r.ts[head]) {
             return true;
         }
-        if self.recent_ids.len() == RECENT_IDS {
-            self.recent_ids.pop_front();
+        if n == RECENT_IDS {
+            (r.ids[head], r.ts[head]) = (h, t);
+            r.head = ((head + 1) % RECENT_IDS) as u8;
+        } else {
+            (r.ids[n], r.ts[n]) = (h, t);
+            r.len += 1;
         }
-        region::room_ring(&mut self.recent_ids);
-        self.recent_ids.push_back((t, h));
         false
     }
 
@@ -190,14 +205,19 @@ impl SessionState {
 
 pub struct Detector {
     cfg: DetectorConfig,
-    /// Session id to its index in `sessions` (the order first seen).
-    ids: HashMap<String, usize, std::hash::BuildHasherDefault<target::Fx>>,
+    /// Session id's hash to the session's index in `sessions` (the order first seen); the
+    /// state holds the id, to tell two ids of one hash apart.
+    ids: target::IdMap<usize>,
+    /// Ids whose hash an earlier session's id has.
+    clash: HashMap<String, usize>,
     /// Boxed: a vector of 200,000 states carried a third of them again as room to grow
     /// (measured: 216 MB of a 620 MB peak in the 200,000-session bench; boxed, 161 MB).
     #[allow(clippy::vec_box)]
     sessions: Vec<Box<SessionState>>,
     /// Calls skipped because they were seen before.
     pub repeated: u64,
+    /// What recent bash commands normalise to.
+    commands: target::Commands,
 }
 
 /// Rounded to 6 decimals; numbers too large to scale are already whole.
@@ -228,24 +248,43 @@ impl Detector {
     pub fn new(cfg: DetectorConfig) -> Detector {
         Detector {
             cfg,
-            ids: HashMap::default(),
+            ids: Default::default(),
+            clash: HashMap::new(),
             sessions: Vec::new(),
             repeated: 0,
+            commands: Default::default(),
         }
     }
 
     fn index(&mut self, id: &str) -> usize {
-        if let Some(&i) = self.ids.get(id) {
-            return i;
-        }
+        let h = target::hash_str(id);
         let n = self.sessions.len();
-        self.sessions.push(Box::default());
-        self.ids.insert(id.to_string(), n);
+        match self.ids.get(&h) {
+            Some(&i) if self.sessions[i].id.bytes() == id.as_bytes() => return i,
+            Some(_) => {
+                if let Some(&i) = self.clash.get(id) {
+                    return i;
+                }
+                self.clash.insert(id.to_string(), n);
+            }
+            None => {
+                self.ids.insert(h, n);
+            }
+        }
+        self.sessions.push(Box::new(SessionState {
+            id: region::Id::new(id),
+            ..SessionState::default()
+        }));
         n
     }
 
     fn get(&self, id: &str) -> Option<&SessionState> {
-        self.ids.get(id).map(|&i| &*self.sessions[i])
+        let i = match self.ids.get(&target::hash_str(id)) {
+            Some(&i) if self.sessions[i].id.bytes() == id.as_bytes() => i,
+            Some(_) => *self.clash.get(id)?,
+            None => return None,
+        };
+        Some(&self.sessions[i])
     }
 
     /// Records a session's metadata; returns the session's number (in the order first seen).
@@ -312,7 +351,7 @@ impl Detector {
             }
         }
         let mut args = target::Args::of(c.tool, c.args);
-        let norm = target::normalized(args.command);
+        let norm = self.commands.normalize(c.tool, &mut args);
         args.command = &norm;
         let landed = c.landed
             && st.progress.land(
@@ -333,7 +372,7 @@ impl Detector {
             target: keys.target,
             read: match (c.tool, c.file_lines) {
                 ("read", Some(n)) if n > 0 => Some(Read {
-                    file: target::hash_str(args.file()),
+                    file: args.file_h,
                     lines: target::lines_of(&args, n).min(u32::MAX as i64) as u32,
                     total: n.min(u32::MAX as i64) as u32,
                 }),
@@ -466,13 +505,10 @@ impl Detector {
     /// Every session's verdict, one at a time, in the order first seen (with its number): a
     /// caller writes each as it comes, so all of them never sit in memory at once.
     pub fn verdicts(&self) -> impl Iterator<Item = (usize, Verdict)> + '_ {
-        let mut ids = vec![""; self.sessions.len()];
-        for (k, &i) in &self.ids {
-            ids[i] = k;
-        }
-        ids.into_iter()
+        self.sessions
+            .iter()
             .enumerate()
-            .filter_map(|(i, id)| Some((i, self.verdict(id)?)))
+            .filter_map(|(i, st)| Some((i, self.verdict(st.id.as_str())?)))
     }
 }
 
@@ -524,11 +560,11 @@ fn edit_sig(tool: &str, a: &target::Args) -> Option<EditSig> {
     if tool != "edit" {
         return None;
     }
-    let s = |v: Option<&str>| v.map(|v| target::hash_str(v) as u32);
+    let s = |v: Option<&str>, h: u64| v.map(|_| h as u32);
     Some(EditSig {
-        file: s(a.file_path)?,
-        old: s(a.old_string)?,
-        new: s(a.new_string)?,
+        file: s(a.file_path, a.file_h)?,
+        old: s(a.old_string, a.old_h)?,
+        new: s(a.new_string, a.new_h)?,
     })
 }
 
@@ -735,6 +771,33 @@ mod tests {
         // two rounds of four: the 8th call of the loop
         assert_eq!(v.first_flag.unwrap().index, 53);
         assert_eq!(v.calls_since_landed, 13);
+    }
+
+    #[test]
+    fn two_session_ids_of_one_hash_stay_two_sessions() {
+        let mut f = Feed::new();
+        f.session("a", None, "build");
+        // make "b" hash as "a" does: the index then finds a session whose id is not "b"
+        let i = f.d.ids[&target::hash_str("a")];
+        f.d.ids.insert(target::hash_str("b"), i);
+        f.session("b", None, "explore");
+        for _ in 0..13 {
+            f.call("a", "read", json!({"filePath": "/x"}), false, Some(5));
+        }
+        f.call("b", "read", json!({"filePath": "/y"}), false, Some(5));
+        assert_eq!(f.d.sessions.len(), 2);
+        assert_eq!(f.d.clash.len(), 1);
+        let (a, b) = (f.v("a"), f.v("b"));
+        assert_eq!(
+            (a.calls, a.flagged, a.agent.as_deref()),
+            (13, true, Some("build"))
+        );
+        assert_eq!(
+            (b.calls, b.flagged, b.agent.as_deref()),
+            (1, false, Some("explore"))
+        );
+        let order: Vec<String> = f.d.verdicts().map(|(_, v)| v.session).collect();
+        assert_eq!(order, ["a", "b"]);
     }
 
     #[test]

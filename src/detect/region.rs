@@ -77,6 +77,12 @@ pub enum Id {
     Heap(Box<str>),
 }
 
+impl Default for Id {
+    fn default() -> Id {
+        Id::new("")
+    }
+}
+
 impl Id {
     const INLINE: usize = 30;
 
@@ -90,6 +96,13 @@ impl Id {
             }
         } else {
             Id::Heap(s.into())
+        }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Id::Inline { len, bytes } => &bytes[..*len as usize],
+            Id::Heap(s) => s.as_bytes(),
         }
     }
 

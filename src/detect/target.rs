@@ -303,8 +303,8 @@ pub struct Keys {
 }
 
 /// The arguments the detector reads, picked out of a call's map in one pass (a map lookup
-/// for each use was a measured share of the detector's time). A string argument that is
-/// absent or not a string reads as "".
+/// for each use was a measured share of the detector's time), each string hashed once there
+/// for every use after. A string argument that is absent or not a string reads as "".
 #[derive(Clone, Copy)]
 pub struct Args<'a> {
     pub file_path: Option<&'a str>,
@@ -318,7 +318,30 @@ pub struct Args<'a> {
     pub new_string: Option<&'a str>,
     /// A hash of every argument (name and value) but a bash call's `command` and `timeout`.
     pub hash: u64,
+    /// [`hash_str`] of the file ("" when there is none), of `oldString` and of `newString`
+    /// (0 when they are not strings), of `pattern` and of `path`, and of `command` (once it is
+    /// normalised, by [`Commands::normalize`], of the normal form).
+    pub file_h: u64,
+    pub old_h: u64,
+    pub new_h: u64,
+    pub pattern_h: u64,
+    pub path_h: u64,
+    pub command_h: u64,
+    /// A bash command's target ([`hash_command_target`]), set with its normal form.
+    pub command_target: u64,
 }
+
+/// The arguments [`Args`] picks, by the code that stands for their name in [`Args::hash`].
+const FILE_PATH: u64 = 1;
+const OFFSET: u64 = 2;
+const LIMIT: u64 = 3;
+const COMMAND: u64 = 4;
+const PATTERN: u64 = 5;
+const PATH: u64 = 6;
+const SUBAGENT_TYPE: u64 = 7;
+const OLD_STRING: u64 = 8;
+const NEW_STRING: u64 = 9;
+const TIMEOUT: u64 = 10;
 
 impl<'a> Args<'a> {
     pub fn of(tool: &str, map: &'a Map<String, Value>) -> Args<'a> {
@@ -335,24 +358,69 @@ impl<'a> Args<'a> {
             old_string: None,
             new_string: None,
             hash: 0,
+            file_h: 0,
+            old_h: 0,
+            new_h: 0,
+            pattern_h: 0,
+            path_h: 0,
+            command_h: 0,
+            command_target: 0,
         };
         for (k, v) in map {
-            if !(bash && (k == "command" || k == "timeout")) {
-                k.hash(&mut h);
-                hash_value(v, &mut h);
+            let code = match k.as_str() {
+                "filePath" => FILE_PATH,
+                "offset" => OFFSET,
+                "limit" => LIMIT,
+                "command" => COMMAND,
+                "pattern" => PATTERN,
+                "path" => PATH,
+                "subagent_type" => SUBAGENT_TYPE,
+                "oldString" => OLD_STRING,
+                "newString" => NEW_STRING,
+                "timeout" => TIMEOUT,
+                // never one of the codes above but by a one in 2^64 chance
+                k => hash_str(k) | 1 << 63,
+            };
+            let (text, vh) = match v {
+                Value::String(t) => (Some(t.as_str()), hash_str(t)),
+                _ => (None, 0),
+            };
+            if !(bash && (code == COMMAND || code == TIMEOUT)) {
+                h.write_u64(code);
+                match text {
+                    Some(_) => {
+                        h.write_u8(3);
+                        h.write_u64(vh);
+                    }
+                    None => hash_value(v, &mut h),
+                }
             }
-            match k.as_str() {
-                "filePath" => a.file_path = v.as_str(),
-                "offset" => a.offset = Some(v),
-                "limit" => a.limit = Some(v),
-                "command" => a.command = v.as_str().unwrap_or(""),
-                "pattern" => a.pattern = v.as_str().unwrap_or(""),
-                "path" => a.path = v.as_str().unwrap_or(""),
-                "subagent_type" => a.subagent_type = v.as_str().unwrap_or(""),
-                "oldString" => a.old_string = v.as_str(),
-                "newString" => a.new_string = v.as_str(),
+            match code {
+                FILE_PATH => (a.file_path, a.file_h) = (text, vh),
+                OFFSET => a.offset = Some(v),
+                LIMIT => a.limit = Some(v),
+                COMMAND => (a.command, a.command_h) = (text.unwrap_or(""), vh),
+                PATTERN => (a.pattern, a.pattern_h) = (text.unwrap_or(""), vh),
+                PATH => (a.path, a.path_h) = (text.unwrap_or(""), vh),
+                SUBAGENT_TYPE => a.subagent_type = text.unwrap_or(""),
+                OLD_STRING => (a.old_string, a.old_h) = (text, vh),
+                NEW_STRING => (a.new_string, a.new_h) = (text, vh),
                 _ => {}
             }
+        }
+        // what an absent or non-string argument reads as: ""
+        let empty = hash_str("");
+        if a.file_path.is_none() {
+            a.file_h = empty;
+        }
+        if a.pattern.is_empty() {
+            a.pattern_h = empty;
+        }
+        if a.path.is_empty() {
+            a.path_h = empty;
+        }
+        if a.command.is_empty() {
+            a.command_h = empty;
         }
         a.hash = h.finish();
         a
@@ -365,12 +433,54 @@ impl<'a> Args<'a> {
 /// [`keys_of`] for a map.
 pub fn keys(tool: &str, args: &Map<String, Value>) -> Keys {
     let mut a = Args::of(tool, args);
-    let norm = normalized(a.command);
+    let norm = Commands::default().normalize(tool, &mut a);
     a.command = &norm;
     keys_of(tool, &a)
 }
 
-/// Identity and target of a call whose `command` is normalised ([`normalized`]).
+/// What the latest bash commands normalise to, by the hash of the command as written: whether
+/// it is already normal, its normal form's hash, and its target. Agents run a handful of
+/// commands again and again (a test, `git status`, the loop itself), and normalising a command
+/// and finding its files and numbers are scans of every byte: the costliest features of a call
+/// (callgrind: about 1,500 instructions for a 35-byte command; a hit costs about 60).
+#[derive(Default)]
+pub struct Commands(IdMap<(bool, u64, u64)>);
+
+impl Commands {
+    /// Commands remembered at most; past that the memo starts again.
+    const MAX: usize = 4096;
+
+    /// A bash call's command, normalised ([`normalized`]), with `command_h` and
+    /// `command_target` set for it; any other call's command as it is.
+    pub fn normalize<'a>(&mut self, tool: &str, a: &mut Args<'a>) -> std::borrow::Cow<'a, str> {
+        use std::borrow::Cow;
+        let raw = a.command;
+        if tool != "bash" {
+            return Cow::Borrowed(raw);
+        }
+        if let Some(&(plain, h, t)) = self.0.get(&a.command_h) {
+            (a.command_h, a.command_target) = (h, t);
+            return match plain {
+                true => Cow::Borrowed(raw),
+                false => Cow::Owned(normalize_slow(raw)),
+            };
+        }
+        if self.0.len() >= Commands::MAX {
+            self.0.clear();
+        }
+        let norm = normalized(raw);
+        let plain = matches!(norm, Cow::Borrowed(_));
+        let h = if plain { a.command_h } else { hash_str(&norm) };
+        let mut t = Fx::default();
+        hash_command_target(&norm, &mut t);
+        let t = t.finish();
+        self.0.insert(a.command_h, (plain, h, t));
+        (a.command_h, a.command_target) = (h, t);
+        norm
+    }
+}
+
+/// Identity and target of a call whose `command` is normalised ([`Commands::normalize`]).
 pub fn keys_of(tool: &str, a: &Args) -> Keys {
     let mut exact = Fx::default();
     tool.hash(&mut exact);
@@ -378,24 +488,23 @@ pub fn keys_of(tool: &str, a: &Args) -> Keys {
     tool.hash(&mut target);
     match tool {
         "bash" => {
-            let norm = a.command;
-            norm.hash(&mut exact);
+            exact.write_u64(a.command_h);
             exact.write_u64(a.hash);
-            hash_command_target(norm, &mut target);
+            target.write_u64(a.command_target);
         }
         _ => {
             exact.write_u64(a.hash);
             match tool {
                 "read" => {
-                    a.file().hash(&mut target);
+                    target.write_u64(a.file_h);
                     hash_value(a.offset.unwrap_or(&Value::Null), &mut target);
                     hash_value(a.limit.unwrap_or(&Value::Null), &mut target);
                 }
                 "grep" | "glob" => {
-                    a.pattern.hash(&mut target);
-                    a.path.hash(&mut target);
+                    target.write_u64(a.pattern_h);
+                    target.write_u64(a.path_h);
                 }
-                "edit" | "write" | "multiedit" => a.file().hash(&mut target),
+                "edit" | "write" | "multiedit" => target.write_u64(a.file_h),
                 _ => target.write_u64(a.hash),
             }
         }
@@ -567,6 +676,52 @@ mod tests {
             assert_eq!(is_plain(cmd), plain, "{cmd:?}");
             assert_eq!(normalized(cmd), normalize_slow(cmd), "{cmd:?}");
         }
+    }
+
+    #[test]
+    fn a_remembered_command_reads_as_one_worked_out_afresh() {
+        let fresh = |tool: &str, cmd: &str| {
+            let map = args(json!({ "command": cmd, "timeout": 5 }));
+            let mut a = Args::of(tool, &map);
+            let norm = Commands::default().normalize(tool, &mut a).into_owned();
+            (norm, a.command_h, a.command_target)
+        };
+        let mut memo = Commands::default();
+        let cmds = [
+            "sed -n 1,40p src/a.rs",
+            "cd /w && FOO=1 make  test",
+            "sed -n 1,40p src/a.rs",
+            "cd /w && FOO=1 make  test",
+            "make test",
+        ];
+        for cmd in cmds {
+            let map = args(json!({ "command": cmd, "timeout": 5 }));
+            let mut a = Args::of("bash", &map);
+            let norm = memo.normalize("bash", &mut a).into_owned();
+            assert_eq!(norm, normalize_command(cmd), "{cmd:?}");
+            assert_eq!((norm, a.command_h, a.command_target), fresh("bash", cmd));
+        }
+        // three different commands, each remembered once
+        assert_eq!(memo.0.len(), 3);
+        // "make test" as written and as normalised from the `cd` form are one command
+        assert_eq!(
+            fresh("bash", "make test"),
+            fresh("bash", "cd /w && FOO=1 make  test")
+        );
+        // only bash commands are normalised
+        let (norm, _, target) = fresh("task", "cd /w && ls");
+        assert_eq!((norm.as_str(), target), ("cd /w && ls", 0));
+        // a full memo starts again and still answers
+        for i in 0..=Commands::MAX {
+            let map = args(json!({ "command": format!("head -{i} a.txt") }));
+            memo.normalize("bash", &mut Args::of("bash", &map));
+        }
+        // 3 + 4,097 commands: full at 4,096, started again, 4 since
+        assert_eq!(memo.0.len(), 4);
+        let map = args(json!({ "command": "sed -n 1,40p src/a.rs" }));
+        let mut a = Args::of("bash", &map);
+        memo.normalize("bash", &mut a);
+        assert_eq!(a.command_target, fresh("bash", "sed -n 1,40p src/a.rs").2);
     }
 
     #[test]
