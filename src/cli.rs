@@ -199,7 +199,7 @@ pub fn for_each_line(
         } else {
             let file = File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
             let name = p.display().to_string();
-            each(&name, &mut BufReader::with_capacity(256 * 1024, file))?;
+            each(&name, &mut BufReader::with_capacity(64 * 1024, file))?;
         }
     }
     Ok(skipped)

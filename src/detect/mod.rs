@@ -119,6 +119,8 @@ struct SessionState {
     cost: f64,
     last_t: i64,
     model: Option<Box<str>>,
+    /// The hash of `model`.
+    model_h: u64,
     progress: Progress,
     region: Region,
     signals: States,
@@ -346,8 +348,11 @@ impl Detector {
         st.cost = (st.cost + cost).min(f64::MAX);
         st.last_t = c.t;
         if let Some(m) = c.model {
-            if st.model.as_deref() != Some(m) {
+            // by its hash: the name itself sits elsewhere on the heap, one more cache line a call
+            let h = target::hash_str(m);
+            if st.model.is_none() || st.model_h != h {
                 st.model = Some(m.into());
+                st.model_h = h;
             }
         }
         let mut args = target::Args::of(c.tool, c.args);
