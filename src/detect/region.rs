@@ -141,8 +141,11 @@ pub struct Region {
     pub target: VecDeque<u64>,
     pub entries: VecDeque<Entry>,
     /// How many calls of the region work on the latest call's target, itself included (counted
-    /// once by [`Region::push`] for the signals that need it).
+    /// once by [`Region::push`] for the signals that need it; kept up without a scan while the
+    /// calls keep to one target, as a loop does).
     pub target_n: u32,
+    /// The latest call's target, while the region has held it since.
+    last_target: Option<u64>,
 }
 
 impl Region {
@@ -164,15 +167,31 @@ impl Region {
             id: Id::new(c.id),
             read: c.read,
         });
-        self.target_n = self.target.iter().filter(|&&t| t == c.target).count() as u32;
+        if self.last_target == Some(c.target) {
+            self.target_n += 1;
+        } else {
+            self.target_n = self.target.iter().filter(|&&t| t == c.target).count() as u32;
+            self.last_target = Some(c.target);
+        }
+    }
+    /// How many calls of the region work on `target`.
+    pub fn count_target(&self, target: u64) -> usize {
+        if self.last_target == Some(target) {
+            return self.target_n as usize;
+        }
+        self.target.iter().filter(|&&t| t == target).count()
     }
     /// Takes the oldest call out; returns its (exact, target, entry).
     pub fn pop(&mut self) -> Option<(u64, u64, Entry)> {
-        Some((
+        let out = (
             self.exact.pop_front()?,
             self.target.pop_front()?,
             self.entries.pop_front()?,
-        ))
+        );
+        if self.last_target == Some(out.1) {
+            self.target_n -= 1;
+        }
+        Some(out)
     }
     /// Empties the region, keeping its room (a session that landed once lands again).
     pub fn clear(&mut self) {
@@ -180,6 +199,7 @@ impl Region {
         self.target.clear();
         self.entries.clear();
         self.target_n = 0;
+        self.last_target = None;
     }
     /// The calls of the region whose key (from `column`) is `key`, oldest first.
     pub fn calls_with(&self, column: &VecDeque<u64>, key: u64) -> Vec<CallRef> {
