@@ -433,7 +433,14 @@ impl<'a> Args<'a> {
 /// [`keys_of`] for a map.
 pub fn keys(tool: &str, args: &Map<String, Value>) -> Keys {
     let mut a = Args::of(tool, args);
-    let norm = Commands::default().normalize(tool, &mut a);
+    let norm = match tool {
+        "bash" => {
+            let (norm, _, h, t) = work_out(a.command, a.command_h);
+            (a.command_h, a.command_target) = (h, t);
+            norm
+        }
+        _ => std::borrow::Cow::Borrowed(a.command),
+    };
     a.command = &norm;
     keys_of(tool, &a)
 }
@@ -468,16 +475,22 @@ impl Commands {
         if self.0.len() >= Commands::MAX {
             self.0.clear();
         }
-        let norm = normalized(raw);
-        let plain = matches!(norm, Cow::Borrowed(_));
-        let h = if plain { a.command_h } else { hash_str(&norm) };
-        let mut t = Fx::default();
-        hash_command_target(&norm, &mut t);
-        let t = t.finish();
+        let (norm, plain, h, t) = work_out(raw, a.command_h);
         self.0.insert(a.command_h, (plain, h, t));
         (a.command_h, a.command_target) = (h, t);
         norm
     }
+}
+
+/// A bash command (`raw`, whose hash is `raw_h`) worked out: its normal form, whether that is the
+/// command as written, the normal form's hash, and its target.
+fn work_out(raw: &str, raw_h: u64) -> (std::borrow::Cow<'_, str>, bool, u64, u64) {
+    let norm = normalized(raw);
+    let plain = matches!(norm, std::borrow::Cow::Borrowed(_));
+    let h = if plain { raw_h } else { hash_str(&norm) };
+    let mut t = Fx::default();
+    hash_command_target(&norm, &mut t);
+    (norm, plain, h, t.finish())
 }
 
 /// Identity and target of a call whose `command` is normalised ([`Commands::normalize`]).
