@@ -194,7 +194,7 @@ impl clap::FromArgMatches for KeyFlags {
 fn detector_config(a: &Args, base: DetectorConfig) -> Result<DetectorConfig> {
     let mut c = base;
     for &(i, v) in &a.thresholds.0 {
-        c.t[i] = v;
+        c.put(i, v);
     }
     if let Some(r) = a.read_only_agents.clone() {
         c.read_only_agents = r;

@@ -174,7 +174,11 @@ static FIELDS: [&str; N + 1] = {
 /// `[detector]`: every threshold (one array, in [`KEYS`] order) and the read-only agents.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DetectorConfig {
-    pub t: [f64; N],
+    /// Set with [`DetectorConfig::put`], which keeps `n` with it.
+    t: [f64; N],
+    /// `t` as counts, made once: the conversion is a dozen instructions, and the signals read
+    /// a threshold about fifteen times a call.
+    n: [usize; N],
     /// Agents that never land (matched on the agent name, else the session title).
     pub read_only_agents: Vec<String>,
 }
@@ -187,6 +191,7 @@ impl Default for DetectorConfig {
         }
         DetectorConfig {
             t,
+            n: t.map(|v| v as usize),
             read_only_agents: vec!["explore".into(), "librarian".into(), "oracle".into()],
         }
     }
@@ -201,7 +206,16 @@ impl DetectorConfig {
     /// Threshold `i` as a count.
     #[inline]
     pub fn count(&self, i: usize) -> usize {
-        self.t[i] as usize
+        self.n[i]
+    }
+    /// Sets threshold `i`.
+    pub fn put(&mut self, i: usize, v: f64) {
+        self.t[i] = v;
+        self.n[i] = v as usize;
+    }
+    /// Every threshold, in [`KEYS`] order.
+    pub fn values(&self) -> &[f64; N] {
+        &self.t
     }
     /// Calls in the window.
     #[inline]
@@ -217,7 +231,7 @@ impl DetectorConfig {
                 names.join(", ")
             )
         })?;
-        self.t[i] = KEYS[i].parse(value)?;
+        self.put(i, KEYS[i].parse(value)?);
         Ok(())
     }
     /// Every value out of its key's range: (`detector.KEY`, what is wrong), in table order.
@@ -285,9 +299,9 @@ impl<'de> Deserialize<'de> for DetectorConfig {
                         Field::ReadOnlyAgents => c.read_only_agents = m.next_value()?,
                         // counts read as usize, so `2.5` or `-1` is refused as before
                         Field::Key(i) if KEYS[i].is_count() => {
-                            c.t[i] = m.next_value::<usize>()? as f64
+                            c.put(i, m.next_value::<usize>()? as f64)
                         }
-                        Field::Key(i) => c.t[i] = m.next_value::<f64>()?,
+                        Field::Key(i) => c.put(i, m.next_value::<f64>()?),
                     }
                 }
                 Ok(c)
@@ -325,7 +339,7 @@ mod tests {
             };
             let c = crate::config::Config::parse(&format!("[detector]\n{} = {text}\n", k.name))
                 .unwrap_or_else(|e| panic!("{}: {e:#}", k.name));
-            assert_eq!(c.detector.t[find(k.name).unwrap()], v, "{}", k.name);
+            assert_eq!(c.detector.get(find(k.name).unwrap()), v, "{}", k.name);
             let mut s = DetectorConfig::default();
             s.set(k.name, &text).unwrap();
             assert_eq!(s, c.detector, "{}", k.name);
