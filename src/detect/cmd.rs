@@ -4,7 +4,7 @@
 //! other line (unknown kinds, `source`, `blind`) passes through unchanged. Out: one `verdict`
 //! per session at the end of input (and one per flag transition with `--every`).
 
-use super::{thresholds, CallIn, Detector};
+use super::{target, thresholds, CallIn, Detector};
 use crate::cli::{for_each_line, now_ms, Exit, Format, Out};
 use crate::config::{Config, DetectorConfig};
 use crate::liveness::{self, Activity, Evidence};
@@ -12,7 +12,6 @@ use crate::record::{kind_of, to_line, Expect, Session, Signal, Verdict};
 use anyhow::Result;
 use clap::Parser;
 use serde::Deserialize;
-use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -84,8 +83,8 @@ pub struct Line<'a> {
     t: Option<i64>,
     #[serde(default, borrow, deserialize_with = "text")]
     tool: Option<Cow<'a, str>>,
-    #[serde(default)]
-    args: Map<String, Value>,
+    #[serde(default, borrow)]
+    args: target::ArgList<'a>,
     #[serde(default)]
     landed: bool,
     #[serde(default, borrow, deserialize_with = "text")]

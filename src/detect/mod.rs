@@ -23,7 +23,6 @@ pub mod thresholds;
 use crate::record::{CallRef, Evidence, Expect, Session, Verdict, DIGEST_CALLS};
 use progress::{EditSig, Progress};
 use region::{Obs, Read, Region};
-use serde_json::{Map, Value};
 use signals::{Cx, States};
 use std::collections::{HashMap, VecDeque};
 use thresholds::DetectorConfig;
@@ -34,7 +33,7 @@ pub struct CallIn<'a> {
     pub id: &'a str,
     pub t: i64,
     pub tool: &'a str,
-    pub args: &'a Map<String, Value>,
+    pub args: &'a target::ArgList<'a>,
     /// `pending`, `running`, `completed` or `error`.
     pub status: &'a str,
     pub landed: bool,
@@ -358,7 +357,7 @@ impl Detector {
                 st.model_h = h;
             }
         }
-        let mut args = target::Args::of(c.tool, c.args);
+        let mut args = target::Args::of_list(c.tool, c.args);
         let norm = self.commands.normalize(c.tool, &mut args);
         args.command = &norm;
         let landed = c.landed
@@ -581,7 +580,7 @@ fn edit_sig(tool: &str, a: &target::Args) -> Option<EditSig> {
 mod tests {
     use super::*;
     use crate::record::Signal;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     struct Feed {
         d: Detector,
@@ -605,7 +604,8 @@ mod tests {
         }
         fn call(&mut self, s: &str, tool: &str, args: Value, landed: bool, lines: Option<i64>) {
             self.n += 1;
-            let a = args.as_object().unwrap().clone();
+            let text = args.to_string();
+            let a: target::ArgList = serde_json::from_str(&text).unwrap();
             self.d.call(&CallIn {
                 session: s,
                 id: &format!("prt_{}", self.n),

@@ -2,7 +2,9 @@
 //! command normalised first), its target (what it works on), and how many lines of which file
 //! a read requests. Pure functions over one call.
 
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 
 /// A fast non-cryptographic hasher, stable across processes, for identities and the session
@@ -294,6 +296,124 @@ fn command_target(cmd: &str, ascii: bool, h: &mut Fx) {
     }
 }
 
+/// A call's arguments as progress-detect reads them: names and string values borrowed from
+/// the line unless they hold escapes, and no map built. serde_json's `Map` cost every call a
+/// tree node, a copy of each name and string, and their frees: about a tenth of reading a line
+/// (callgrind, the bench corpus). In name order, a repeated name's last value kept, as the map
+/// has them, so [`Args::of_list`] reads exactly what [`Args::of`] reads.
+#[derive(Default)]
+pub struct ArgList<'a>(Vec<(Cow<'a, str>, Arg<'a>)>);
+
+/// One argument's value: a string, or (for anything else, and always for `offset` and
+/// `limit`, which are described as values) the value.
+pub enum Arg<'a> {
+    Str(Cow<'a, str>),
+    Val(Value),
+}
+
+/// A string, borrowed unless it has escapes.
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for Arg<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Arg<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any valid JSON value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Arg<'de>, E> {
+                Ok(Arg::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Arg<'de>, E> {
+                Ok(Arg::Str(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Arg<'de>, E> {
+                Ok(Arg::Str(Cow::Owned(v)))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Arg<'de>, E> {
+                Ok(Arg::Val(Value::Bool(v)))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Arg<'de>, E> {
+                Ok(Arg::Val(Value::from(v)))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Arg<'de>, E> {
+                Ok(Arg::Val(Value::from(v)))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Arg<'de>, E> {
+                Ok(Arg::Val(Value::from(v)))
+            }
+            fn visit_unit<E>(self) -> Result<Arg<'de>, E> {
+                Ok(Arg::Val(Value::Null))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> Result<Arg<'de>, A::Error> {
+                Value::deserialize(SeqAccessDeserializer::new(a)).map(Arg::Val)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, a: A) -> Result<Arg<'de>, A::Error> {
+                Value::deserialize(MapAccessDeserializer::new(a)).map(Arg::Val)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ArgList<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ArgList<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<ArgList<'de>, A::Error> {
+                let mut v: Vec<(Cow<'de, str>, Arg<'de>)> = Vec::with_capacity(4);
+                while let Some(Text(k)) = m.next_key::<Text<'de>>()? {
+                    let arg = if k == "offset" || k == "limit" {
+                        Arg::Val(m.next_value()?)
+                    } else {
+                        m.next_value()?
+                    };
+                    v.push((k, arg));
+                }
+                // a stable sort, then of equal names the last value (moved onto the first)
+                v.sort_by(|a, b| a.0.cmp(&b.0));
+                v.dedup_by(|later, first| {
+                    let same = later.0 == first.0;
+                    if same {
+                        std::mem::swap(later, first);
+                    }
+                    same
+                });
+                Ok(ArgList(v))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
 /// Identity and target of one call.
 pub struct Keys {
     /// Tool and canonical arguments: two calls with the same `exact` are the same call.
@@ -344,7 +464,29 @@ const NEW_STRING: u64 = 9;
 const TIMEOUT: u64 = 10;
 
 impl<'a> Args<'a> {
+    /// The arguments of a call's map (as tests and reports hold them).
     pub fn of(tool: &str, map: &'a Map<String, Value>) -> Args<'a> {
+        Args::pick(
+            tool,
+            map.iter().map(|(k, v)| (k.as_str(), v.as_str(), Some(v))),
+        )
+    }
+    /// The arguments as progress-detect reads them ([`ArgList`]).
+    pub fn of_list(tool: &str, list: &'a ArgList<'a>) -> Args<'a> {
+        Args::pick(
+            tool,
+            list.0.iter().map(|(k, v)| match v {
+                Arg::Str(t) => (k.as_ref(), Some(t.as_ref()), None),
+                Arg::Val(v) => (k.as_ref(), v.as_str(), Some(v)),
+            }),
+        )
+    }
+    /// From each argument in name order: its name, its text if it is a string, and its value
+    /// (always there for `offset` and `limit`, and for anything not a string).
+    fn pick(
+        tool: &str,
+        args: impl Iterator<Item = (&'a str, Option<&'a str>, Option<&'a Value>)>,
+    ) -> Args<'a> {
         let bash = tool == "bash";
         let mut h = Fx::default();
         let mut a = Args {
@@ -366,8 +508,8 @@ impl<'a> Args<'a> {
             command_h: 0,
             command_target: 0,
         };
-        for (k, v) in map {
-            let code = match k.as_str() {
+        for (k, text, v) in args {
+            let code = match k {
                 "filePath" => FILE_PATH,
                 "offset" => OFFSET,
                 "limit" => LIMIT,
@@ -381,10 +523,7 @@ impl<'a> Args<'a> {
                 // never one of the codes above but by a one in 2^64 chance
                 k => hash_str(k) | 1 << 63,
             };
-            let (text, vh) = match v {
-                Value::String(t) => (Some(t.as_str()), hash_str(t)),
-                _ => (None, 0),
-            };
+            let vh = text.map_or(0, hash_str);
             if !(bash && (code == COMMAND || code == TIMEOUT)) {
                 h.write_u64(code);
                 match text {
@@ -392,13 +531,13 @@ impl<'a> Args<'a> {
                         h.write_u8(3);
                         h.write_u64(vh);
                     }
-                    None => hash_value(v, &mut h),
+                    None => hash_value(v.unwrap_or(&Value::Null), &mut h),
                 }
             }
             match code {
                 FILE_PATH => (a.file_path, a.file_h) = (text, vh),
-                OFFSET => a.offset = Some(v),
-                LIMIT => a.limit = Some(v),
+                OFFSET => a.offset = v,
+                LIMIT => a.limit = v,
                 COMMAND => (a.command, a.command_h) = (text.unwrap_or(""), vh),
                 PATTERN => (a.pattern, a.pattern_h) = (text.unwrap_or(""), vh),
                 PATH => (a.path, a.path_h) = (text.unwrap_or(""), vh),
@@ -667,6 +806,83 @@ mod tests {
 
     fn args(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
+    }
+
+    /// Everything [`Args`] holds, as text, to compare two readings of one call.
+    fn fields(a: &Args) -> String {
+        format!(
+            "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {} {} {} {} {} {} {} {}",
+            a.file_path,
+            a.offset,
+            a.limit,
+            a.command,
+            a.pattern,
+            a.path,
+            a.subagent_type,
+            a.old_string,
+            a.new_string,
+            a.hash,
+            a.file_h,
+            a.old_h,
+            a.new_h,
+            a.pattern_h,
+            a.path_h,
+            a.command_h,
+            a.command_target
+        )
+    }
+
+    #[test]
+    fn arguments_read_without_a_map_read_as_the_map_reads_them() {
+        let lines = [
+            r#"{"filePath":"/p/a.js","offset":51,"limit":50}"#,
+            r#"{"limit":50,"offset":51,"filePath":"/p/a.js"}"#,
+            r#"{"offset":"5","limit":null,"filePath":"/p/\u00e9 \"q\".js"}"#,
+            r#"{"command":"ls -la","timeout":1200,"description":"list"}"#,
+            r#"{"pattern":"fn x","path":"/p","include":"*.rs","flags":["-i",2,{"z":1,"a":[true]}]}"#,
+            r#"{"filePath":"/p/b","oldString":"sha1:aa","newString":"sha1:bb","replaceAll":false}"#,
+            r#"{"filePath":"/first","filePath":"/last","x":1.5,"x":-3}"#,
+            r#"{"subagent_type":"explore","prompt":"sha1:cc","n":18446744073709551615}"#,
+            r#"{}"#,
+        ];
+        let mut hashes = Vec::new();
+        for line in lines {
+            let list: ArgList = serde_json::from_str(line).unwrap();
+            let map: Map<String, Value> = serde_json::from_str(line).unwrap();
+            for tool in ["read", "bash", "grep", "edit", "task"] {
+                let (a, b) = (Args::of_list(tool, &list), Args::of(tool, &map));
+                assert_eq!(fields(&a), fields(&b), "{tool} {line}");
+            }
+            hashes.push(Args::of_list("read", &list).hash);
+        }
+        // the same arguments in another order are the same call; others are not
+        assert_eq!(hashes[0], hashes[1]);
+        hashes.dedup();
+        assert_eq!(hashes.len(), lines.len() - 1);
+        // names and plain strings are borrowed from the line; an escaped one is copied
+        let line = r#"{"filePath":"/p/a.js","pattern":"a\tb"}"#;
+        let list: ArgList = serde_json::from_str(line).unwrap();
+        let kinds: Vec<_> = list
+            .0
+            .iter()
+            .map(|(k, v)| match v {
+                Arg::Str(s) => (matches!(k, Cow::Borrowed(_)), matches!(s, Cow::Borrowed(_))),
+                Arg::Val(_) => (false, false),
+            })
+            .collect();
+        assert_eq!(kinds, [(true, true), (true, false)]);
+        // what is not an object is refused, as the map refuses it
+        for bad in ["[1]", "\"x\"", "3"] {
+            let e = serde_json::from_str::<ArgList>(bad)
+                .err()
+                .unwrap()
+                .to_string();
+            let m = serde_json::from_str::<Map<String, Value>>(bad)
+                .err()
+                .unwrap()
+                .to_string();
+            assert_eq!(e, m, "{bad}");
+        }
     }
 
     #[test]
