@@ -312,7 +312,7 @@ pub enum Arg<'a> {
 }
 
 /// A string, borrowed unless it has escapes.
-struct Text<'a>(Cow<'a, str>);
+pub struct Text<'a>(pub Cow<'a, str>);
 
 impl<'de> Deserialize<'de> for Text<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
