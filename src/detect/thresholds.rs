@@ -213,10 +213,6 @@ impl DetectorConfig {
         self.t[i] = v;
         self.n[i] = v as usize;
     }
-    /// Every threshold, in [`KEYS`] order.
-    pub fn values(&self) -> &[f64; N] {
-        &self.t
-    }
     /// Calls in the window.
     #[inline]
     pub fn window(&self) -> usize {
