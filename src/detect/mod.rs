@@ -24,7 +24,7 @@ use crate::record::{CallRef, Evidence, Expect, Session, Verdict, DIGEST_CALLS};
 use progress::{EditSig, Progress};
 use region::{Obs, Read, Region};
 use signals::{Cx, States};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use thresholds::DetectorConfig;
 
 /// A call as the detector needs it.
@@ -55,7 +55,6 @@ struct Meta {
     parent: Option<Box<str>>,
     agent: Option<Box<str>>,
     title: Option<Box<str>>,
-    directory: Option<Box<str>>,
     source: Option<Box<str>>,
     model: Option<Box<str>>,
     sources: Vec<String>,
@@ -78,7 +77,6 @@ impl From<Session> for Meta {
             parent: boxed(s.parent),
             agent: boxed(s.agent),
             title: boxed(s.title),
-            directory: boxed(s.directory),
             source: boxed(s.source),
             model: boxed(s.model),
             sources: s.sources,
@@ -99,15 +97,19 @@ struct Flag {
     loop_start: Option<CallRef>,
 }
 
-/// The latest [`RECENT_IDS`] calls' id hashes and times, in place: a ring, the oldest at
-/// `head` once it is full. The hashes sit apart from the times, so the check reads two cache
-/// lines of hashes, and one time.
+/// The latest [`RECENT_IDS`] calls' id hashes and times: a ring, the oldest at `head` once it
+/// is full. The check reads a 16-bit print of each hash, half a cache line in the session's
+/// state, and a call's full hash only when its print matches; a call writes one entry.
 #[derive(Default)]
 struct Recent {
-    ids: [u64; RECENT_IDS],
-    ts: [i64; RECENT_IDS],
-    len: u8,
+    prints: [u16; RECENT_IDS],
+    /// (id hash, time), in the ring's order, grown as calls come.
+    calls: Vec<(u64, i64)>,
     head: u8,
+}
+
+fn print_of(h: u64) -> u16 {
+    (h >> 48) as u16
 }
 
 #[derive(Default)]
@@ -132,6 +134,8 @@ struct SessionState {
     recent: Recent,
     /// The session's id.
     id: region::Id,
+    /// The session's directory (out of `meta`: every call reads it, to describe its target).
+    dir: Option<Box<str>>,
     flagged: bool,
     flag: Option<Box<Flag>>,
 }
@@ -149,17 +153,20 @@ impl SessionState {
     /// Whether a call with this id was seen: its id among the latest, or older than all of them.
     fn seen(&mut self, id: &str, t: i64) -> bool {
         let h = target::hash_str(id);
+        let p = print_of(h);
         let r = &mut self.recent;
-        let (n, head) = (r.len as usize, r.head as usize);
-        if r.ids[..n].contains(&h) || (n == RECENT_IDS && t < r.ts[head]) {
+        let (n, head) = (r.calls.len(), r.head as usize);
+        let among = (0..n).any(|i| r.prints[i] == p && r.calls[i].0 == h);
+        if among || (n == RECENT_IDS && t < r.calls[head].1) {
             return true;
         }
         if n == RECENT_IDS {
-            (r.ids[head], r.ts[head]) = (h, t);
+            (r.calls[head], r.prints[head]) = ((h, t), p);
             r.head = ((head + 1) % RECENT_IDS) as u8;
         } else {
-            (r.ids[n], r.ts[n]) = (h, t);
-            r.len += 1;
+            region::room_upto(&mut r.calls, RECENT_IDS);
+            r.calls.push((h, t));
+            r.prints[n] = p;
         }
         false
     }
@@ -222,6 +229,8 @@ pub struct Detector {
     pub repeated: u64,
     /// What recent bash commands normalise to.
     commands: target::Commands,
+    /// The digest line being written (one buffer for every call).
+    line: String,
 }
 
 /// Rounded to 6 decimals; numbers too large to scale are already whole.
@@ -257,6 +266,7 @@ impl Detector {
             sessions: Vec::new(),
             repeated: 0,
             commands: Default::default(),
+            line: String::new(),
         }
     }
 
@@ -293,9 +303,10 @@ impl Detector {
 
     /// Records a session's metadata; returns the session's number (in the order first seen).
     /// A later record for the same id replaces the earlier one.
-    pub fn session(&mut self, s: Session) -> usize {
+    pub fn session(&mut self, mut s: Session) -> usize {
         let i = self.index(&s.id);
         let st = &mut self.sessions[i];
+        st.dir = boxed(s.directory.take());
         let meta = Meta::from(s);
         st.read_only = read_only_of(Some(&meta), &self.cfg);
         st.meta = Some(Box::new(meta));
@@ -368,7 +379,7 @@ impl Detector {
                 st.cost,
             );
         let keys = target::keys_of(c.tool, &args);
-        let dir = st.meta.as_ref().and_then(|m| m.directory.as_deref());
+        let dir = st.dir.as_deref();
         let obs = Obs {
             index: st.calls,
             t: c.t,
@@ -389,7 +400,7 @@ impl Detector {
             failed: c.status == "error" || c.exit.is_some_and(|e| e != 0),
             dir,
         };
-        st.digest.push(&obs, c.exit);
+        st.digest.push(&mut self.line, &obs, c.exit);
         let flagged = if landed {
             st.landed();
             st.signals.firing(&st.cx(cfg))
@@ -521,46 +532,45 @@ impl Detector {
 }
 
 /// The last [`DIGEST_CALLS`] calls, one line each: what the call worked on and how it ended,
-/// never content. The lines sit in one buffer (a call costs no allocation once it is warm).
+/// never content. A ring of slots, the oldest at `head` once it is full: a call writes one slot,
+/// one cache line when its line is short (most are: `read src/app.js`), and costs no
+/// allocation then.
 #[derive(Default)]
 struct Digest {
-    /// The lines from byte `head` on; what is before it has been dropped.
-    text: String,
-    head: usize,
-    /// Byte length of each line from `head`, oldest first.
-    lens: VecDeque<u32>,
+    lines: Vec<DigestLine>,
+    head: u8,
 }
 
+/// A digest line: 64 bytes in place, a slot to a cache line.
+type DigestLine = region::Small<62>;
+
 impl Digest {
-    fn push(&mut self, c: &Obs, exit: Option<i64>) {
-        if self.lens.len() == DIGEST_CALLS {
-            self.head += self.lens.pop_front().unwrap_or(0) as usize;
-            // the dropped lines are moved out once they are as long as the kept ones
-            if self.head > self.text.len() / 2 {
-                self.text.drain(..self.head);
-                self.head = 0;
-            }
-        }
-        let start = self.text.len();
-        target::describe_into(&mut self.text, c.tool, &c.args, c.dir);
+    /// `line` is the caller's buffer for the line, kept from call to call.
+    fn push(&mut self, line: &mut String, c: &Obs, exit: Option<i64>) {
+        line.clear();
+        target::describe_into(line, c.tool, &c.args, c.dir);
         if let Some(e) = exit {
-            self.text.push_str(" [exit ");
-            target::push_int(&mut self.text, e);
-            self.text.push(']');
+            line.push_str(" [exit ");
+            target::push_int(line, e);
+            line.push(']');
         } else if c.failed {
-            self.text.push_str(" [error]");
+            line.push_str(" [error]");
         }
-        region::room_ring(&mut self.lens);
-        self.lens.push_back((self.text.len() - start) as u32);
+        let l = DigestLine::new(line);
+        if self.lines.len() < DIGEST_CALLS {
+            region::room_upto(&mut self.lines, DIGEST_CALLS);
+            self.lines.push(l);
+        } else {
+            let h = self.head as usize;
+            self.lines[h] = l;
+            self.head = ((h + 1) % DIGEST_CALLS) as u8;
+        }
     }
 
+    /// Oldest first.
     fn lines(&self) -> impl Iterator<Item = &str> {
-        let mut at = self.head;
-        self.lens.iter().map(move |&n| {
-            let l = &self.text[at..at + n as usize];
-            at += n as usize;
-            l
-        })
+        let (new, old) = self.lines.split_at(self.head as usize);
+        old.iter().chain(new).map(DigestLine::as_str)
     }
 }
 
@@ -829,5 +839,78 @@ mod tests {
         assert_eq!(twice.d.repeated, 40);
         assert_eq!(once.v("s"), twice.v("s"));
         assert_eq!(twice.v("s").calls, 40);
+    }
+
+    #[test]
+    fn the_digest_keeps_the_last_twelve_lines_oldest_first() {
+        let mut d = Digest::default();
+        let mut buf = String::new();
+        let long = "x".repeat(200);
+        let mut want = Vec::new();
+        for i in 0..17 {
+            let cmd = if i == 14 {
+                long.clone()
+            } else {
+                format!("echo {i}")
+            };
+            let text = json!({ "command": cmd }).to_string();
+            let a: target::ArgList = serde_json::from_str(&text).unwrap();
+            let exit = (i % 5 == 0).then_some(i as i64);
+            let obs = Obs {
+                index: i + 1,
+                t: 0,
+                id: "prt_x",
+                tool: "bash",
+                args: target::Args::of_list("bash", &a),
+                exact: 0,
+                target: 0,
+                read: None,
+                out: None,
+                failed: i == 3,
+                dir: None,
+            };
+            d.push(&mut buf, &obs, exit);
+            let mut line = if i == 14 {
+                format!("bash {}...", &long[..112])
+            } else {
+                format!("bash echo {i}")
+            };
+            match (exit, i == 3) {
+                (Some(e), _) => line += &format!(" [exit {e}]"),
+                (None, true) => line += " [error]",
+                _ => {}
+            }
+            want.push(line);
+            let kept = &want[want.len().saturating_sub(DIGEST_CALLS)..];
+            assert_eq!(d.lines().collect::<Vec<_>>(), kept, "after call {}", i + 1);
+        }
+        assert_eq!(d.lines().next(), Some("bash echo 5 [exit 5]"));
+        assert_eq!(d.lines().nth(9).map(str::len), Some(120));
+        assert_eq!(d.lines.capacity(), DIGEST_CALLS);
+    }
+
+    #[test]
+    fn an_id_whose_hash_shares_a_print_with_a_recent_one_is_a_new_call() {
+        // two ids whose hashes differ but share their 16-bit print
+        let mut by_print = HashMap::new();
+        let (a, b) = (0..)
+            .map(|i| format!("prt_{i}"))
+            .find_map(|id| {
+                let p = print_of(target::hash_str(&id));
+                by_print.insert(p, id.clone()).map(|other| (other, id))
+            })
+            .unwrap();
+        assert_ne!(target::hash_str(&a), target::hash_str(&b));
+        let mut st = SessionState::default();
+        assert!(!st.seen(&a, 1000));
+        assert!(!st.seen(&b, 2000));
+        assert!(st.seen(&a, 1000));
+        assert!(st.seen(&b, 2000));
+        // once the ring is full, a call older than every remembered one was seen long ago
+        for i in 0..RECENT_IDS {
+            assert!(!st.seen(&format!("later_{i}"), 3000 + i as i64));
+        }
+        assert!(!st.seen(&a, 3000), "the oldest remembered call is at 3000");
+        assert!(st.seen("anything", 2999));
     }
 }

@@ -53,6 +53,13 @@ pub fn room<T>(v: &mut Vec<T>) {
     }
 }
 
+/// [`room`] for a vector that never holds more than `max`.
+pub fn room_upto<T>(v: &mut Vec<T>, max: usize) {
+    if v.len() == v.capacity() {
+        v.reserve_exact((v.len() / 2).max(1).min(max.saturating_sub(v.len()).max(1)));
+    }
+}
+
 /// [`room`] for a ring.
 pub fn room_ring<T>(v: &mut VecDeque<T>) {
     if v.len() == v.capacity() {
@@ -68,49 +75,53 @@ pub struct Read {
     pub total: u32,
 }
 
-/// A call id kept without a heap allocation when it is short (opencode's `prt_` ids are 30
-/// bytes): the region holds one per call, and allocating each was a measured share of the
-/// detector's time.
+/// A short string kept without a heap allocation when it fits `N` bytes: a call id (opencode's
+/// `prt_` ids are 30 bytes; the region holds one per call, and allocating each was a measured
+/// share of the detector's time) or a digest line.
 #[derive(Clone)]
-pub enum Id {
-    Inline { len: u8, bytes: [u8; Id::INLINE] },
+pub enum Small<const N: usize> {
+    Inline { len: u8, bytes: [u8; N] },
     Heap(Box<str>),
 }
 
-impl Default for Id {
-    fn default() -> Id {
-        Id::new("")
+/// A call id.
+pub type Id = Small<30>;
+
+impl<const N: usize> Default for Small<N> {
+    fn default() -> Small<N> {
+        Small::new("")
     }
 }
 
-impl Id {
-    const INLINE: usize = 30;
-
-    pub fn new(s: &str) -> Id {
-        if s.len() <= Id::INLINE {
-            let mut bytes = [0; Id::INLINE];
+impl<const N: usize> Small<N> {
+    pub fn new(s: &str) -> Small<N> {
+        const { assert!(N <= u8::MAX as usize) };
+        if s.len() <= N {
+            let mut bytes = [0; N];
             bytes[..s.len()].copy_from_slice(s.as_bytes());
-            Id::Inline {
+            Small::Inline {
                 len: s.len() as u8,
                 bytes,
             }
         } else {
-            Id::Heap(s.into())
+            Small::Heap(s.into())
         }
     }
 
     pub fn bytes(&self) -> &[u8] {
         match self {
-            Id::Inline { len, bytes } => &bytes[..*len as usize],
-            Id::Heap(s) => s.as_bytes(),
+            Small::Inline { len, bytes } => &bytes[..*len as usize],
+            Small::Heap(s) => s.as_bytes(),
         }
     }
 
     pub fn as_str(&self) -> &str {
         match self {
             // whole UTF-8 characters went in, so the bytes are valid
-            Id::Inline { len, bytes } => std::str::from_utf8(&bytes[..*len as usize]).unwrap_or(""),
-            Id::Heap(s) => s,
+            Small::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..*len as usize]).unwrap_or("")
+            }
+            Small::Heap(s) => s,
         }
     }
 }
