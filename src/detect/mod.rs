@@ -887,6 +887,9 @@ mod tests {
         assert_eq!(d.lines().next(), Some("bash echo 5 [exit 5]"));
         assert_eq!(d.lines().nth(9).map(str::len), Some(120));
         assert_eq!(d.lines.capacity(), DIGEST_CALLS);
+        // a slot to a cache line; an id half of one
+        assert_eq!(std::mem::size_of::<DigestLine>(), 64);
+        assert_eq!(std::mem::size_of::<region::Id>(), 32);
     }
 
     #[test]
