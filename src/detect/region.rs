@@ -48,15 +48,14 @@ impl Obs<'_> {
 /// Makes room for one more element, growing by half rather than doubling: most sessions are
 /// short, and 200,000 of them each carrying unused room is most of the detector's memory.
 pub fn room<T>(v: &mut Vec<T>) {
-    if v.len() == v.capacity() {
-        v.reserve_exact((v.len() / 2).max(1));
-    }
+    room_upto(v, usize::MAX);
 }
 
-/// [`room`] for a vector that never holds more than `max`.
+/// [`room`] for a vector that never holds more than `max`: it grows no further than that.
 pub fn room_upto<T>(v: &mut Vec<T>, max: usize) {
     if v.len() == v.capacity() {
-        v.reserve_exact((v.len() / 2).max(1).min(max.saturating_sub(v.len()).max(1)));
+        let half = (v.len() / 2).max(1);
+        v.reserve_exact(half.min(max.saturating_sub(v.len())).max(1));
     }
 }
 
