@@ -3,7 +3,9 @@
 //! detector and for the floor no detector can beat: each line read and parsed exactly as
 //! progress-detect reads and parses it, and nothing more (also, for reference, the parse into
 //! `record::Call`, the contract's type). Wall and CPU seconds, best of five each, run in
-//! turns (BENCH_ROUNDS). Then the
+//! turns (BENCH_ROUNDS). Also the detector on the same lines in session order, one session's
+//! calls after another: what the interleaving costs (each call finding its session's state out
+//! of the cache) apart from the work a call takes. Then the
 //! detector binary's peak memory, for the corpus and for one a tenth as long (memory should
 //! follow sessions x window, not input length).
 //!
@@ -22,8 +24,9 @@ use std::path::Path;
 use std::time::Instant;
 
 /// Writes a corpus: each session a mix of healthy work (distinct reads, landing edits) and
-/// loops (one read or bash repeated), interleaved round-robin like many agents at once.
-fn generate(path: &Path, calls: usize, sessions: usize) -> std::io::Result<()> {
+/// loops (one read or bash repeated), interleaved round-robin like many agents at once, or
+/// (`by_session`) the same lines with each session's calls together.
+fn generate(path: &Path, calls: usize, sessions: usize, by_session: bool) -> std::io::Result<()> {
     let mut w = BufWriter::new(std::fs::File::create(path)?);
     for s in 0..sessions {
         let agent = if s % 5 == 0 { "explore" } else { "build" };
@@ -38,65 +41,72 @@ fn generate(path: &Path, calls: usize, sessions: usize) -> std::io::Result<()> {
         )?;
     }
     let per = calls / sessions;
-    for i in 0..per {
-        for s in 0..sessions {
-            let t = 1_796_000_000_000i64 + (i * sessions + s) as i64;
-            let looping = s % 3 == 0 && i > per / 2;
-            let (tool, args, landed) = if looping {
-                if s % 2 == 0 {
-                    (
-                        "read",
-                        format!(r#"{{"filePath":"/w/p{s}/src/navbar.js"}}"#),
-                        false,
-                    )
-                } else {
-                    (
-                        "bash",
-                        r#"{"command":"python3 -m pytest tests/test_nav.py -x"}"#.to_string(),
-                        false,
-                    )
-                }
+    let order: Vec<(usize, usize)> = if by_session {
+        (0..sessions)
+            .flat_map(|s| (0..per).map(move |i| (i, s)))
+            .collect()
+    } else {
+        (0..per)
+            .flat_map(|i| (0..sessions).map(move |s| (i, s)))
+            .collect()
+    };
+    for (i, s) in order {
+        let t = 1_796_000_000_000i64 + (i * sessions + s) as i64;
+        let looping = s % 3 == 0 && i > per / 2;
+        let (tool, args, landed) = if looping {
+            if s % 2 == 0 {
+                (
+                    "read",
+                    format!(r#"{{"filePath":"/w/p{s}/src/navbar.js"}}"#),
+                    false,
+                )
             } else {
-                match i % 4 {
-                    0 => (
-                        "read",
-                        format!(
-                            r#"{{"filePath":"/w/p{s}/src/f{}.js","offset":{},"limit":50}}"#,
-                            i % 17,
-                            1 + (i % 9) * 50
-                        ),
-                        false,
+                (
+                    "bash",
+                    r#"{"command":"python3 -m pytest tests/test_nav.py -x"}"#.to_string(),
+                    false,
+                )
+            }
+        } else {
+            match i % 4 {
+                0 => (
+                    "read",
+                    format!(
+                        r#"{{"filePath":"/w/p{s}/src/f{}.js","offset":{},"limit":50}}"#,
+                        i % 17,
+                        1 + (i % 9) * 50
                     ),
-                    1 => (
-                        "grep",
-                        format!(r#"{{"pattern":"fn{}","include":"*.js"}}"#, i % 23),
-                        false,
+                    false,
+                ),
+                1 => (
+                    "grep",
+                    format!(r#"{{"pattern":"fn{}","include":"*.js"}}"#, i % 23),
+                    false,
+                ),
+                2 => (
+                    "edit",
+                    format!(
+                        r#"{{"filePath":"/w/p{s}/src/f{}.js","oldString":"sha1:{:012x}","newString":"sha1:{:012x}"}}"#,
+                        i % 17,
+                        i,
+                        i + 1
                     ),
-                    2 => (
-                        "edit",
-                        format!(
-                            r#"{{"filePath":"/w/p{s}/src/f{}.js","oldString":"sha1:{:012x}","newString":"sha1:{:012x}"}}"#,
-                            i % 17,
-                            i,
-                            i + 1
-                        ),
-                        true,
-                    ),
-                    _ => (
-                        "bash",
-                        format!(r#"{{"command":"node test/run.js --case {}"}}"#, i % 31),
-                        false,
-                    ),
-                }
-            };
-            writeln!(
-                w,
-                r#"{{"kind":"call","session":"ses_{s:06}","id":"prt_{i:08}_{s:06}","t":{t},"end":{},"tool":"{tool}","args":{args},"status":"completed","landed":{landed},"exit":{},"file_lines":{},"model":"sim/sim-model","cost":0.0021}}"#,
-                t + 40,
-                if tool == "bash" { "0" } else { "null" },
-                if tool == "read" { "300" } else { "null" },
-            )?;
-        }
+                    true,
+                ),
+                _ => (
+                    "bash",
+                    format!(r#"{{"command":"node test/run.js --case {}"}}"#, i % 31),
+                    false,
+                ),
+            }
+        };
+        writeln!(
+            w,
+            r#"{{"kind":"call","session":"ses_{s:06}","id":"prt_{i:08}_{s:06}","t":{t},"end":{},"tool":"{tool}","args":{args},"status":"completed","landed":{landed},"exit":{},"file_lines":{},"model":"sim/sim-model","cost":0.0021}}"#,
+            t + 40,
+            if tool == "bash" { "0" } else { "null" },
+            if tool == "read" { "300" } else { "null" },
+        )?;
     }
     w.flush()
 }
@@ -210,8 +220,10 @@ fn main() {
         .unwrap_or_else(|| dir.path().to_path_buf())
         .join("corpus.jsonl");
     let small = dir.path().join("corpus-tenth.jsonl");
-    generate(&big, calls, sessions).unwrap();
-    generate(&small, calls / 10, sessions).unwrap();
+    let ordered = dir.path().join("corpus-by-session.jsonl");
+    generate(&big, calls, sessions, false).unwrap();
+    generate(&ordered, calls, sessions, true).unwrap();
+    generate(&small, calls / 10, sessions, false).unwrap();
     let mb = std::fs::metadata(&big).unwrap().len() as f64 / 1e6;
     println!("corpus: {calls} calls over {sessions} interleaved sessions, {mb:.0} MB");
     // best of five each, in turns, so a busy moment on the machine does not decide the ratio
@@ -221,11 +233,16 @@ fn main() {
         .unwrap_or(5);
     let r = best_of(
         rounds,
-        &[&|| floor(&big, true), &|| floor(&big, false), &|| {
-            detector(&big)
-        }],
+        &[
+            &|| floor(&big, true),
+            &|| floor(&big, false),
+            &|| detector(&big),
+            &|| detector(&ordered),
+        ],
     );
-    let [(n, t_call, c_call), (_, t_floor, c_floor), (verdicts, t_det, c_det)] = r[..] else {
+    let [(n, t_call, c_call), (_, t_floor, c_floor), (verdicts, t_det, c_det), (_, t_ord, c_ord)] =
+        r[..]
+    else {
         unreachable!()
     };
     println!(
@@ -242,6 +259,11 @@ fn main() {
         "  against the parse into record::Call: {:.2}x (CPU {:.2}x)",
         t_det / t_call,
         c_det / c_call
+    );
+    println!(
+        "  the same lines in session order:    {t_ord:.2} s ({:.2}x the floor; CPU {c_ord:.2} s, {:.2}x)",
+        t_ord / t_floor,
+        c_ord / c_floor
     );
     let p_big = peak_kb(&big);
     let p_small = peak_kb(&small);
