@@ -201,9 +201,9 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
                       name: &str,
                       n: usize,
                       line: &str,
-                      parsed: serde_json::Result<Line>|
+                      parsed: &serde_json::Result<Line>|
      -> Result<()> {
-        let parsed: Line = match parsed {
+        let parsed: &Line = match parsed {
             Ok(l) => l,
             Err(e) => {
                 // a line of another kind may use our field names differently: pass it on
@@ -308,7 +308,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
             .iter()
             .map(|(_, r)| serde_json::from_str(&b.text[r.clone()]))
             .collect();
-        for ((n, r), p) in b.lines.iter().zip(parsed) {
+        for ((n, r), p) in b.lines.iter().zip(&parsed) {
             handle(&mut d, &b.name, *n, &b.text[r.clone()], p)?;
         }
         b.text.clear();
