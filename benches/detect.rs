@@ -5,7 +5,8 @@
 //! `record::Call`, the contract's type). Wall and CPU seconds, best of five each, run in
 //! turns (BENCH_ROUNDS). Also the detector on the same lines in session order, one session's
 //! calls after another: what the interleaving costs (each call finding its session's state out
-//! of the cache) apart from the work a call takes. Then the
+//! of the cache) apart from the work a call takes (nearly the same work: a child's landings
+//! now come after its parent's calls, so they credit the parent late). Then the
 //! detector binary's peak memory, for the corpus and for one a tenth as long (memory should
 //! follow sessions x window, not input length).
 //!
