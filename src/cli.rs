@@ -41,7 +41,9 @@ where
     let mut input = stdin.lock();
     let stdout = io::stdout();
     let terminal = stdout.is_terminal();
-    let mut out = Out::new(Box::new(stdout.lock()), terminal);
+    // not locked: an `Out` may be written from another thread (progress-detect judges on one);
+    // its own buffer takes the lock once per 64 KiB
+    let mut out = Out::new(Box::new(stdout), terminal);
     let result = run(args, &mut input, &mut out).and_then(|code| {
         out.flush()?;
         Ok(code)
@@ -73,13 +75,13 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
 /// Buffered line output. Flushes per line when asked to (`--line-buffered`) or when stdout is a
 /// terminal.
 pub struct Out {
-    w: io::BufWriter<Box<dyn Write>>,
+    w: io::BufWriter<Box<dyn Write + Send>>,
     per_line: bool,
     pub terminal: bool,
 }
 
 impl Out {
-    pub fn new(w: Box<dyn Write>, terminal: bool) -> Out {
+    pub fn new(w: Box<dyn Write + Send>, terminal: bool) -> Out {
         Out {
             w: io::BufWriter::with_capacity(64 * 1024, w),
             per_line: terminal,
@@ -158,6 +160,29 @@ pub fn for_each_line(
     mut f: impl FnMut(&str, usize, &str) -> Result<()>,
 ) -> Result<usize> {
     let mut skipped = 0usize;
+    each_line(files, stdin, |name, n, line| match line {
+        Ok(line) => f(name, n, line),
+        Err(col) => {
+            eprintln!("{}: {name}:{n}: {}", program(), not_utf8(col));
+            skipped += 1;
+            Ok(())
+        }
+    })?;
+    Ok(skipped)
+}
+
+/// What a line that is not UTF-8 gets said of it, with the column of its first invalid byte.
+pub fn not_utf8(col: usize) -> String {
+    format!("not UTF-8 (invalid byte at column {col}); line skipped")
+}
+
+/// [`for_each_line`], handing `f` a line that is not UTF-8 too, as the column of its first
+/// invalid byte, for a caller that reports it in its turn among the other lines.
+pub fn each_line(
+    files: &[PathBuf],
+    stdin: &mut dyn BufRead,
+    mut f: impl FnMut(&str, usize, std::result::Result<&str, usize>) -> Result<()>,
+) -> Result<()> {
     let mut each = |name: &str, r: &mut dyn BufRead| -> Result<()> {
         let mut buf = Vec::new();
         let mut n = 0usize;
@@ -173,12 +198,7 @@ pub fn for_each_line(
             let line = match std::str::from_utf8(&buf) {
                 Ok(l) => l,
                 Err(e) => {
-                    eprintln!(
-                        "{}: {name}:{n}: not UTF-8 (invalid byte at column {}); line skipped",
-                        program(),
-                        e.valid_up_to() + 1
-                    );
-                    skipped += 1;
+                    f(name, n, Err(e.valid_up_to() + 1))?;
                     continue;
                 }
             };
@@ -186,12 +206,11 @@ pub fn for_each_line(
             if line.trim().is_empty() {
                 continue;
             }
-            f(name, n, line)?;
+            f(name, n, Ok(line))?;
         }
     };
     if files.is_empty() {
-        each("stdin", stdin)?;
-        return Ok(skipped);
+        return each("stdin", stdin);
     }
     for p in files {
         if p.as_os_str() == "-" {
@@ -202,7 +221,7 @@ pub fn for_each_line(
             each(&name, &mut BufReader::with_capacity(64 * 1024, file))?;
         }
     }
-    Ok(skipped)
+    Ok(())
 }
 
 /// Milliseconds since the Unix epoch, now.
