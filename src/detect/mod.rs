@@ -141,6 +141,24 @@ struct SessionState {
 }
 
 impl SessionState {
+    /// A value read from each part of the state a call touches ([`Detector::warm`]).
+    fn warm(&self) -> u64 {
+        let (r, d, ids) = (&self.region, &self.digest, &self.recent);
+        let ends = |v: &std::collections::VecDeque<u64>| {
+            v.front().copied().unwrap_or(0) ^ v.back().copied().unwrap_or(0)
+        };
+        let mut x = self.calls ^ self.last_t as u64 ^ self.model_h ^ self.id.bytes().len() as u64;
+        x ^= self.flagged as u64 ^ self.dir.is_some() as u64 ^ self.progress.is_some() as u64;
+        x ^= ends(&r.exact) ^ ends(&r.target);
+        x ^= r.entries.front().map_or(0, |e| e.index) ^ r.entries.back().map_or(0, |e| e.index);
+        x ^= d
+            .lines
+            .get(d.head as usize)
+            .map_or(0, |l| l.bytes().len() as u64);
+        x ^= ids.prints[0] as u64 ^ ids.calls.get(ids.head as usize).map_or(0, |c| c.0);
+        x ^ self.signals.warm()
+    }
+
     fn cx<'a>(&'a self, cfg: &'a DetectorConfig) -> Cx<'a> {
         Cx {
             region: &self.region,
@@ -343,6 +361,23 @@ impl Detector {
             }
         }
         cur
+    }
+
+    /// Reads ahead the states the calls of these sessions will touch: a little of each part
+    /// (the state's own cache lines, the ends of its rings, each signal's state). A session's
+    /// state is a chain of loads that each wait on memory when the sessions interleave; read
+    /// for a few sessions at once, before their calls are judged, the misses of different
+    /// sessions overlap instead of coming one after another. progress-detect calls it for every
+    /// 32 calls of a batch: the judging thread's CPU time on the bench's 1,000,000 interleaved
+    /// calls went from 1.8-2.2 s to 1.2-1.5 s (three runs each).
+    pub fn warm<'a>(&self, sessions: impl Iterator<Item = &'a str>) {
+        let mut x = 0;
+        for s in sessions {
+            if let Some(&i) = self.ids.get(&target::hash_str(s)) {
+                x ^= self.sessions[i].warm();
+            }
+        }
+        std::hint::black_box(x);
     }
 
     /// Takes one call; returns whether the session's flag state changed with it.
