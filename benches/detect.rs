@@ -3,7 +3,10 @@
 //! detector and for the floor no detector can beat: each line read and parsed exactly as
 //! progress-detect reads and parses it, and nothing more (also, for reference, the parse into
 //! `record::Call`, the contract's type). Wall and CPU seconds, best of five each, run in
-//! turns (BENCH_ROUNDS). Also the detector on the same lines in session order, one session's
+//! turns (BENCH_ROUNDS). progress-detect parses on one thread and judges on another, so its
+//! wall time can come near the floor's on two cores while its CPU time is the sum of both: the
+//! CPU figures say what the detector costs beside the parse, the wall figures how long a run
+//! takes. Also the detector on the same lines in session order, one session's
 //! calls after another: what the interleaving costs (each call finding its session's state out
 //! of the cache) apart from the work a call takes (nearly the same work: a child's landings
 //! now come after its parent's calls, so they credit the parent late). Then the

@@ -5,7 +5,7 @@
 //! per session at the end of input (and one per flag transition with `--every`).
 
 use super::{target, thresholds, CallIn, Detector};
-use crate::cli::{for_each_line, now_ms, Exit, Format, Out};
+use crate::cli::{each_line, not_utf8, now_ms, Exit, Format, Out};
 use crate::config::{Config, DetectorConfig};
 use crate::liveness::{self, Activity, Evidence};
 use crate::record::{kind_of, to_line, Expect, Session, Signal, Verdict};
@@ -98,16 +98,36 @@ pub struct Line<'a> {
     out: Option<Cow<'a, str>>,
 }
 
-/// Lines parsed at once before they are judged.
-const BATCH: usize = 32;
+/// Lines parsed at once and handed to the judge together (one hand-off per 256 lines: the
+/// bench's wall time was 1.80 s with 256, 1.90 s with 32, 2.06 s with 1,024, best of 5).
+const BATCH: usize = 256;
+/// Parsed batches waiting for the judge, at most (memory stays a few batches whatever the
+/// input's length).
+const DEPTH: usize = 4;
+/// Calls whose sessions' states are read ahead at once ([`Detector::warm`]).
+const WARM: usize = 32;
 
-/// Lines read and not yet judged: their text, one after another, and (line number, span).
+/// Lines read and not yet judged: the input's name, their text one after another, and (line
+/// number, span, and for a line that is not UTF-8 the column of its first invalid byte, else
+/// 0) of each.
 #[derive(Default)]
 struct Batch {
     name: String,
     text: String,
-    lines: Vec<(usize, std::ops::Range<usize>)>,
+    lines: Vec<(usize, std::ops::Range<usize>, usize)>,
 }
+
+/// A batch's lines parsed, each borrowing from the batch's text.
+type Parses<'a> = Vec<serde_json::Result<Line<'a>>>;
+
+self_cell::self_cell!(
+    /// A batch and its lines parsed: what the reading thread hands the judging one.
+    struct Parsed {
+        owner: Batch,
+        #[covariant]
+        dependent: Parses,
+    }
+);
 
 /// An optional string, borrowed from the input unless it has escapes.
 fn text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
@@ -295,41 +315,103 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         Ok(())
     };
     // lines are parsed a batch at a time, then judged in order: the parser's code and the
-    // detector's each stay in the instruction cache for a batch, not one line. Measured on the
-    // bench's corpus (benches/detect.rs): cachegrind counts 63 million instruction-cache misses
-    // for 200,000 calls judged line by line and 8 million in batches of 32; the 1,000,000-call
-    // run took 1.91 s of CPU line by line and 1.60 s batched (best of 7 each). A stream read as
-    // it comes (`--line-buffered`) is judged line by line.
+    // detector's each stay in the instruction cache for a batch, not one line (cachegrind, 200,000
+    // calls of the bench's corpus: 63 million instruction-cache misses line by line, 8 million
+    // in batches of 32). A stream read as it comes (`--line-buffered`) is judged line by line.
+    //
+    // This thread reads and parses; another judges, in the order read, while the next batch
+    // is parsed. Judging is mostly waiting on memory (each call finds its session's state out
+    // of the cache: in session order the same calls take a third less time), parsing is the
+    // floor, and the two take about as long: on two cores the wall time is about the parse's
+    // (benches/detect.rs). Batches come back to the reader, which frees their parse (mimalloc
+    // frees a block from another thread by way of a queue) and fills them again.
     let size = if args.line_buffered { 1 } else { BATCH };
-    let mut batch = Batch::default();
-    let mut flush = |b: &mut Batch| -> Result<()> {
-        let parsed: Vec<serde_json::Result<Line>> = b
-            .lines
-            .iter()
-            .map(|(_, r)| serde_json::from_str(&b.text[r.clone()]))
-            .collect();
-        for ((n, r), p) in b.lines.iter().zip(&parsed) {
-            handle(&mut d, &b.name, *n, &b.text[r.clone()], p)?;
+    std::thread::scope(|s| -> Result<()> {
+        let (to_judge, batches) = std::sync::mpsc::sync_channel::<Parsed>(DEPTH);
+        let (give_back, judged) = std::sync::mpsc::channel::<Parsed>();
+        let d = &mut d;
+        let judge = s.spawn(move || -> Result<()> {
+            for p in batches {
+                p.with_dependent(|b, parsed| -> Result<()> {
+                    for (lines, parsed) in b.lines.chunks(WARM).zip(parsed.chunks(WARM)) {
+                        d.warm(
+                            parsed
+                                .iter()
+                                .filter_map(|l| l.as_ref().ok()?.session.as_deref()),
+                        );
+                        for ((n, r, _), l) in lines.iter().zip(parsed) {
+                            handle(d, &b.name, *n, &b.text[r.clone()], l)?;
+                        }
+                    }
+                    Ok(())
+                })?;
+                // the reader may be done already
+                let _ = give_back.send(p);
+            }
+            Ok(())
+        });
+        let mut batch = Batch::default();
+        // parses the batch and hands it on, leaving an empty one (of the same input) in its place
+        let send = |b: &mut Batch| -> Result<()> {
+            if b.lines.is_empty() {
+                return Ok(());
+            }
+            let mut next = judged
+                .try_recv()
+                .map(|p| {
+                    let mut b = p.into_owner();
+                    b.text.clear();
+                    b.lines.clear();
+                    b
+                })
+                .unwrap_or_default();
+            next.name.clear();
+            next.name.push_str(&b.name);
+            let full = std::mem::replace(b, next);
+            let p = Parsed::new(full, |b| {
+                b.lines
+                    .iter()
+                    .map(|(_, r, bad)| match bad {
+                        // said by the judge, in its turn among the other lines' errors
+                        0 => serde_json::from_str(&b.text[r.clone()]),
+                        &col => Err(serde::de::Error::custom(not_utf8(col))),
+                    })
+                    .collect()
+            });
+            // fails only when the judge has stopped, on an error it returns below
+            to_judge
+                .send(p)
+                .map_err(|_| anyhow::anyhow!("the judging thread stopped"))
+        };
+        let read = each_line(&args.files, stdin, |name, n, line| {
+            if batch.name != name {
+                send(&mut batch)?;
+                batch.name.clear();
+                batch.name.push_str(name);
+            }
+            let at = batch.text.len();
+            let bad = match line {
+                Ok(line) => {
+                    batch.text.push_str(line);
+                    0
+                }
+                Err(col) => col,
+            };
+            batch.lines.push((n, at..batch.text.len(), bad));
+            if batch.lines.len() >= size {
+                send(&mut batch)?;
+            }
+            Ok(())
+        })
+        .and_then(|()| send(&mut batch));
+        // the judge ends once it has judged every batch sent
+        drop(to_judge);
+        match judge.join() {
+            // the judge's error comes first: the reader's is then only that the judge stopped
+            Ok(judged) => judged.and(read),
+            Err(panic) => std::panic::resume_unwind(panic),
         }
-        b.text.clear();
-        b.lines.clear();
-        Ok(())
-    };
-    let skipped = for_each_line(&args.files, stdin, |name, n, line| {
-        if batch.name != name {
-            flush(&mut batch)?;
-            batch.name = name.to_string();
-        }
-        let at = batch.text.len();
-        batch.text.push_str(line);
-        batch.lines.push((n, at..batch.text.len()));
-        if batch.lines.len() >= size {
-            flush(&mut batch)?;
-        }
-        Ok(())
     })?;
-    flush(&mut batch)?;
-    bad += skipped;
     if d.repeated > 0 {
         eprintln!(
             "progress-detect: {} call(s) seen before (same session and id) were skipped",
@@ -537,4 +619,86 @@ const HEAD: [&str; 13] = [
 fn table(verdicts: &[Verdict], out: &mut Out) -> Result<()> {
     let rows: Vec<Vec<String>> = verdicts.iter().map(row).collect();
     crate::cli::write_table(out, &HEAD, &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that fails once it has taken `left` bytes.
+    struct Fails {
+        left: usize,
+    }
+
+    impl Write for Fails {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if b.len() > self.left {
+                return Err(std::io::Error::other("disk full"));
+            }
+            self.left -= b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// 2,000 sessions that each flag at their 5th identical call, interleaved: 12,000 lines,
+    /// 47 batches.
+    fn looping_sessions() -> String {
+        let mut input = String::new();
+        for i in 0..6 {
+            for s in 0..2000 {
+                input += &format!(
+                    r#"{{"kind":"call","session":"s{s}","id":"p{i}","t":{i},"tool":"bash","args":{{"command":"make test"}}}}"#
+                );
+                input.push('\n');
+            }
+        }
+        input
+    }
+
+    fn args(extra: &[&str]) -> (tempfile::TempDir, Args) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("watchdog.toml");
+        std::fs::write(&config, "").unwrap();
+        let mut argv = vec!["progress-detect", "--config", config.to_str().unwrap()];
+        argv.extend_from_slice(extra);
+        let a = Args::parse_from(argv);
+        (dir, a)
+    }
+
+    #[test]
+    fn a_write_error_while_judging_stops_the_reader_and_is_the_error_returned() {
+        // `--every` writes 2,000 verdicts as the sessions flag: the output fails within the
+        // first of them, while most batches are still to be read; the reader, blocked on a full
+        // queue, must stop rather than wait, and the error is the write's
+        let (_dir, a) = args(&["--every"]);
+        let mut out = Out::new(Box::new(Fails { left: 70_000 }), false);
+        let input = looping_sessions();
+        let e = run(a, &mut std::io::Cursor::new(input), &mut out).unwrap_err();
+        assert_eq!(format!("{e:#}"), "disk full");
+    }
+
+    #[test]
+    fn judged_on_its_own_thread_each_verdict_is_the_same_as_line_by_line() {
+        // batches of 256 handed to the judge against lines judged one at a time as they come
+        let input = looping_sessions();
+        let verdicts = |extra: &[&str]| {
+            let (_dir, a) = args(&[&["--every", "--now", "1796000000000"], extra].concat());
+            let (mut out, buf) = Out::buffer();
+            let code = run(a, &mut std::io::Cursor::new(input.clone()), &mut out).unwrap();
+            out.flush().unwrap();
+            assert_eq!(code, Exit::Ok);
+            buf.text()
+        };
+        let (batched, one_by_one) = (verdicts(&[]), verdicts(&["--line-buffered"]));
+        // a verdict at each session's first flag, then one per session at the end
+        assert_eq!(batched.lines().count(), 4000);
+        let first: serde_json::Value =
+            serde_json::from_str(batched.lines().next().unwrap()).unwrap();
+        assert_eq!(first["session"], "s0");
+        assert_eq!(first["first_flag"]["index"], 5);
+        assert_eq!(batched, one_by_one);
+    }
 }

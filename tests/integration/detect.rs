@@ -282,20 +282,22 @@ fn a_live_stream_gets_its_flag_when_the_call_arrives_not_at_the_end_of_a_batch()
 }
 
 #[test]
-fn errors_name_the_file_and_line_across_batches_and_files() {
-    // more lines than one batch in the first file, the second file's error in its own name
+fn errors_name_the_file_and_line_across_batches_and_files_in_line_order() {
+    // more lines than one batch (256) in the first file, with a line that is not JSON and one
+    // that is not UTF-8 (the reading thread finds the one, the judging thread the other); the
+    // second file's error in its own name
     let home = Home::new();
-    let mut a = String::from("{\"kind\":\"session\",\"id\":\"s\",\"agent\":\"build\"}\n");
-    for i in 1..=80 {
-        if i == 70 {
-            a += "{not json\n";
-        } else {
-            a += &format!(
+    let mut a = b"{\"kind\":\"session\",\"id\":\"s\",\"agent\":\"build\"}\n".to_vec();
+    for i in 1..=300 {
+        match i {
+            270 => a.extend_from_slice(b"{not json\n"),
+            280 => a.extend_from_slice(b"{\"kind\":\"call\",\"tool\":\"\xff\"}\n"),
+            _ => a.extend_from_slice(format!(
                 "{{\"kind\":\"call\",\"session\":\"s\",\"id\":\"p{i}\",\"t\":{i},\"tool\":\"read\",\"args\":{{\"filePath\":\"/f{i}\"}}}}\n"
-            );
+            ).as_bytes()),
         }
     }
-    let b = "{\"kind\":\"call\",\"session\":\"s\",\"id\":\"q1\",\"t\":100,\"tool\":\"read\",\"args\":{\"filePath\":\"/g\"}}\n{\"kind\":\"call\",\"id\":\"q2\",\"t\":101,\"tool\":\"read\",\"args\":{}}\n";
+    let b = "{\"kind\":\"call\",\"session\":\"s\",\"id\":\"q1\",\"t\":400,\"tool\":\"read\",\"args\":{\"filePath\":\"/g\"}}\n{\"kind\":\"call\",\"id\":\"q2\",\"t\":401,\"tool\":\"read\",\"args\":{}}\n";
     std::fs::write(home.join("a.jsonl"), a).unwrap();
     std::fs::write(home.join("b.jsonl"), b).unwrap();
     let (fa, fb) = (
@@ -305,21 +307,21 @@ fn errors_name_the_file_and_line_across_batches_and_files() {
     let r = home.cmd("progress-detect").args([&fa, &fb]).run();
     r.expect_code(2);
     let err = r.stderr();
-    assert!(
-        err.contains(&format!("progress-detect: {fa}:71: key must be a string")),
+    assert_eq!(
+        err.lines().collect::<Vec<_>>(),
+        [
+            format!("progress-detect: {fa}:271: key must be a string at line 1 column 2"),
+            format!(
+                "progress-detect: {fa}:281: not UTF-8 (invalid byte at column 24); line skipped"
+            ),
+            format!("progress-detect: {fb}:2: call without \"session\""),
+        ],
         "{err}"
     );
-    assert!(
-        err.contains(&format!(
-            "progress-detect: {fb}:2: call without \"session\""
-        )),
-        "{err}"
-    );
-    assert_eq!(err.lines().count(), 2, "{err}");
     let vs = r.kind("verdict");
     assert_eq!(vs.len(), 1);
-    // 79 good calls of the first file and 1 of the second
-    assert_eq!(vs[0]["calls"], 80);
+    // 298 good calls of the first file and 1 of the second
+    assert_eq!(vs[0]["calls"], 299);
 }
 
 #[test]
