@@ -328,7 +328,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let size = if args.line_buffered { 1 } else { BATCH };
     std::thread::scope(|s| -> Result<()> {
         let (to_judge, batches) = std::sync::mpsc::sync_channel::<Parsed>(DEPTH);
-        let (give_back, judged) = std::sync::mpsc::channel::<Parsed>();
+        let (give_back, returned) = std::sync::mpsc::channel::<Parsed>();
         let d = &mut d;
         let judge = s.spawn(move || -> Result<()> {
             for p in batches {
@@ -356,7 +356,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
             if b.lines.is_empty() {
                 return Ok(());
             }
-            let mut next = judged
+            let mut next = returned
                 .try_recv()
                 .map(|p| {
                     let mut b = p.into_owner();
@@ -643,11 +643,11 @@ mod tests {
         }
     }
 
-    /// 2,000 sessions that each flag at their 5th identical call, interleaved: 12,000 lines,
-    /// 47 batches.
-    fn looping_sessions() -> String {
+    /// 2,000 sessions that each flag at their 5th identical call, interleaved: `rounds` calls
+    /// of each (6 rounds: 12,000 lines, 47 batches).
+    fn looping_sessions(rounds: usize) -> String {
         let mut input = String::new();
-        for i in 0..6 {
+        for i in 0..rounds {
             for s in 0..2000 {
                 input += &format!(
                     r#"{{"kind":"call","session":"s{s}","id":"p{i}","t":{i},"tool":"bash","args":{{"command":"make test"}}}}"#
@@ -670,12 +670,13 @@ mod tests {
 
     #[test]
     fn a_write_error_while_judging_stops_the_reader_and_is_the_error_returned() {
-        // `--every` writes 2,000 verdicts as the sessions flag: the output fails within the
-        // first of them, while most batches are still to be read; the reader, blocked on a full
-        // queue, must stop rather than wait, and the error is the write's
+        // `--every` writes 2,000 verdicts as the sessions flag, from line 8,001 (batch 32) on:
+        // the output fails within the first hundred of them, with 50 of the 94 batches still to
+        // read; the reader, blocked on a full queue, must stop rather than wait, and the error
+        // is the write's
         let (_dir, a) = args(&["--every"]);
         let mut out = Out::new(Box::new(Fails { left: 70_000 }), false);
-        let input = looping_sessions();
+        let input = looping_sessions(12);
         let e = run(a, &mut std::io::Cursor::new(input), &mut out).unwrap_err();
         assert_eq!(format!("{e:#}"), "disk full");
     }
@@ -683,7 +684,7 @@ mod tests {
     #[test]
     fn judged_on_its_own_thread_each_verdict_is_the_same_as_line_by_line() {
         // batches of 256 handed to the judge against lines judged one at a time as they come
-        let input = looping_sessions();
+        let input = looping_sessions(6);
         let verdicts = |extra: &[&str]| {
             let (_dir, a) = args(&[&["--every", "--now", "1796000000000"], extra].concat());
             let (mut out, buf) = Out::buffer();
