@@ -9,10 +9,10 @@
 //! id is written once, whatever the input repeats. Never message text, tool output or file
 //! content.
 
-use crate::cli::{for_each_line, Exit, Out};
+use crate::cli::{Exit, Out};
 use crate::config::Config;
 use crate::opencode::{self, convert, db::Db, export, Client, Fault, Found};
-use crate::record::{kind_of, to_line, Session};
+use crate::record::{each_record, to_line, Record, Session};
 use crate::sessions::blind;
 use anyhow::{anyhow, Context, Result};
 use clap::Parser;
@@ -169,60 +169,49 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let limits = cfg.opencode_limits();
     let progress = Progress::new(usize::MAX);
     let mut read = 0usize;
-    let skipped = for_each_line(&[], stdin, |name, n, line| {
-        let kind = match kind_of(line) {
-            Ok(k) => k,
-            Err(e) => {
-                c.out.line(line)?;
-                eprintln!("oc-calls: {name}:{n}: {e}");
-                bad = true;
-                return Ok(());
-            }
-        };
-        match kind.as_deref() {
-            Some("session") => {}
-            Some("call") => {
+    let skipped = each_record(&[], stdin, |line| {
+        let s = match line.record {
+            Ok(Record::Session(s)) => s,
+            Ok(Record::Call(k)) => {
                 // a stream fed twice, or calls already read upstream: each call once
-                #[derive(serde::Deserialize)]
-                struct Key {
-                    session: String,
-                    id: String,
+                if !c.written.insert((k.session, k.id)) {
+                    return Ok(());
                 }
-                if let Ok(k) = serde_json::from_str::<Key>(line) {
-                    if !c.written.insert((k.session, k.id)) {
-                        return Ok(());
-                    }
-                }
-                return c.out.line(line).map_err(Into::into);
+                return c.out.line(line.raw).map_err(Into::into);
             }
-            Some("activity") => {
-                #[derive(serde::Deserialize)]
-                struct Key {
-                    session: String,
+            Ok(Record::Activity(a)) => {
+                if !c.active.insert(a.session) {
+                    return Ok(());
                 }
-                if let Ok(k) = serde_json::from_str::<Key>(line) {
-                    if !c.active.insert(k.session) {
-                        return Ok(());
-                    }
-                }
-                return c.out.line(line).map_err(Into::into);
+                return c.out.line(line.raw).map_err(Into::into);
             }
-            _ => return c.out.line(line).map_err(Into::into),
-        }
-        let s: Session = match serde_json::from_str(line) {
-            Ok(s) => s,
-            Err(e) => {
-                c.out.line(line)?;
-                eprintln!("oc-calls: {name}:{n}: {e}");
+            Ok(_) => return c.out.line(line.raw).map_err(Into::into),
+            Err(e) if e.kind.as_deref() == Some("session") || e.kind.is_none() => {
+                c.out.line(line.raw)?;
+                eprintln!("oc-calls: {}:{}: {e}", line.file, line.n);
                 bad = true;
                 return Ok(());
+            }
+            // a call or activity this version cannot read whole still passes, once per key
+            Err(e) => {
+                if let Some(key) = dedup_key(e.kind.as_deref(), line.raw) {
+                    let fresh = match key {
+                        (s, Some(id)) => c.written.insert((s, id)),
+                        (s, None) => c.active.insert(s),
+                    };
+                    if !fresh {
+                        return Ok(());
+                    }
+                }
+                return c.out.line(line.raw).map_err(Into::into);
             }
         };
         if !c.read.insert(s.id.clone()) {
             // listed twice (two sources, two URLs of one server, a stream fed twice)
             return Ok(());
         }
-        c.out.line(line)?;
+        c.out.line(line.raw)?;
+        let (name, n) = (line.file, line.n);
         let Some(src) = source_to_read(&s) else {
             eprintln!("oc-calls: {name}:{n}: session {} has no \"source\"", s.id);
             bad = true;
@@ -256,6 +245,22 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         c.code = Exit::Error;
     }
     Ok(c.code)
+}
+
+/// What identifies a call (`(session, Some(id))`) or an activity (`(session, None)`) that did not
+/// read whole, so that even such a line is written once.
+fn dedup_key(kind: Option<&str>, raw: &str) -> Option<(String, Option<String>)> {
+    #[derive(serde::Deserialize)]
+    struct Key {
+        session: String,
+        id: Option<Value>,
+    }
+    let k: Key = serde_json::from_str(raw).ok()?;
+    match (kind, k.id) {
+        (Some("call"), Some(Value::String(id))) => Some((k.session, Some(id))),
+        (Some("activity"), _) => Some((k.session, None)),
+        _ => None,
+    }
 }
 
 /// Where to read a listed session's messages: its database when one lists it (local, no

@@ -188,7 +188,7 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
                 sessions: seen.count(&name),
                 source: name,
                 reader: Some("database".into()),
-                found: vec![found_name(db_found)],
+                found: vec![db_found],
                 version: db.newest_version(),
                 extra,
             },
@@ -206,7 +206,7 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
                 &Source {
                     source: r.plan.url.clone(),
                     reader: Some("server".into()),
-                    found: r.plan.found.iter().map(|f| found_name(*f)).collect(),
+                    found: r.plan.found.clone(),
                     version: live.version.clone(),
                     sessions: seen.count(&r.plan.url),
                     extra,
@@ -229,10 +229,6 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
         out.line(&to_line("session", s)?)?;
     }
     Ok(code)
-}
-
-fn found_name(f: Found) -> String {
-    f.as_str().to_string()
 }
 
 /// What one server gave: its sessions (with live status and pending requests), or why not.
