@@ -11,12 +11,14 @@
 
 use crate::cli::{Exit, Out};
 use crate::config::Config;
-use crate::opencode::{self, convert, db::Db, export, Client, Fault, Found};
 use crate::record::{each_record, to_line, Record, Session};
 use crate::sessions::blind;
+use crate::sources::server::Server;
+use crate::sources::{self, convert, db::Db, export, Fault, Found, Source, SourceId};
 use anyhow::{anyhow, Context, Result};
 use clap::Parser;
 use serde_json::Value;
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
@@ -60,39 +62,6 @@ pub fn main() -> i32 {
     crate::cli::main("oc-calls", run)
 }
 
-/// Where a session's messages come from.
-enum Reader {
-    Http(Client),
-    Db(Db),
-}
-
-impl Reader {
-    fn name(&self) -> String {
-        match self {
-            Reader::Http(c) => c.base.clone(),
-            Reader::Db(d) => d.path.display().to_string(),
-        }
-    }
-
-    fn messages(&self, id: &str) -> Result<Value, Fault> {
-        match self {
-            Reader::Http(c) => c.get(&format!("/session/{id}/message")),
-            Reader::Db(d) => d.messages(id).map_err(|e| Fault::Broken(format!("{e:#}"))),
-        }
-    }
-
-    fn session(&self, id: &str) -> Result<Option<Value>, Fault> {
-        match self {
-            Reader::Http(c) => match c.get(&format!("/session/{id}")) {
-                Ok(v) => Ok(Some(v)),
-                Err(Fault::NotFound(_)) => Ok(None),
-                Err(f) => Err(f),
-            },
-            Reader::Db(d) => d.session(id).map_err(|e| Fault::Broken(format!("{e:#}"))),
-        }
-    }
-}
-
 struct Calls<'a> {
     out: &'a mut Out,
     lines: convert::LineCache,
@@ -106,14 +75,15 @@ struct Calls<'a> {
 
 impl Calls<'_> {
     /// Emits the calls of one session. Shape problems become a `blind` record.
-    fn emit(&mut self, reader: &Reader, id: &str) -> Result<()> {
-        let msgs = match reader.messages(id) {
+    fn emit(&mut self, source: &dyn Source, id: &str) -> Result<()> {
+        let name = source.id().to_string();
+        let msgs = match source.messages(id) {
             Ok(m) => m,
             // Deleted between listing and reading: nothing to judge, nothing wrong.
             Err(Fault::NotFound(_)) => return Ok(()),
-            Err(f) => return self.blind(&reader.name(), &format!("session {id}: {f}")),
+            Err(f) => return self.blind(&name, &format!("session {id}: {f}")),
         };
-        self.emit_messages(&reader.name(), id, &msgs)
+        self.emit_messages(&name, id, &msgs)
     }
 
     /// Emits the calls and the activity of one session from its messages.
@@ -163,8 +133,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         return Ok(c.code);
     }
 
-    let mut http: HashMap<String, Reader> = HashMap::new();
-    let mut dbs: HashMap<String, Reader> = HashMap::new();
+    let mut opened: HashMap<SourceId, Box<dyn Source>> = HashMap::new();
     let mut bad = false;
     let limits = cfg.opencode_limits();
     let progress = Progress::new(usize::MAX);
@@ -217,27 +186,18 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
             bad = true;
             return Ok(());
         };
-        if src.starts_with("export:") {
-            // read from an export upstream: its calls are in the stream already
-            return Ok(());
-        }
-        let reader = if src.starts_with("http://") || src.starts_with("https://") {
-            http.entry(src.clone())
-                .or_insert_with(|| Reader::Http(Client::with_limits(&src, limits)))
-        } else {
-            if !dbs.contains_key(&src) {
-                match Db::open(std::path::Path::new(&src)) {
-                    Ok(d) => {
-                        dbs.insert(src.clone(), Reader::Db(d));
-                    }
-                    Err(e) => return c.blind(&src, &format!("{e:#}")),
-                }
-            }
-            &dbs[&src]
+        let reader = match opened.entry(src) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => match sources::open(e.key(), limits) {
+                Ok(Some(source)) => e.insert(source),
+                // read from an export upstream: its calls are in the stream already
+                Ok(None) => return Ok(()),
+                Err(why) => return c.blind(&e.key().to_string(), &why),
+            },
         };
         progress.show(read);
         read += 1;
-        c.emit(reader, &s.id)
+        c.emit(reader.as_ref(), &s.id)
     })?;
     bad |= skipped > 0;
     progress.done();
@@ -265,11 +225,11 @@ fn dedup_key(kind: Option<&str>, raw: &str) -> Option<(String, Option<String>)> 
 
 /// Where to read a listed session's messages: its database when one lists it (local, no
 /// deadline to meet, the same rows a server would serve), else its `source`.
-fn source_to_read(s: &Session) -> Option<String> {
-    let is_db = |x: &&String| {
-        !x.starts_with("http://") && !x.starts_with("https://") && !x.starts_with("export:")
-    };
-    s.sources.iter().find(is_db).or(s.source.as_ref()).cloned()
+fn source_to_read(s: &Session) -> Option<SourceId> {
+    let ids = s.sources.iter().map(|x| SourceId::parse(x));
+    ids.clone()
+        .find(SourceId::is_database)
+        .or_else(|| s.source.as_deref().map(SourceId::parse))
 }
 
 /// `oc-calls --export FILE...`: the session, calls and activity of each exported session.
@@ -280,7 +240,7 @@ fn read_export(c: &mut Calls, file: &str, stdin: &mut dyn BufRead) -> Result<()>
         let f = std::fs::File::open(file).with_context(|| format!("{file}: cannot open"))?;
         export::read(f)
     };
-    let source = export::source_name(file);
+    let source = SourceId::Export(file.to_string()).to_string();
     let docs = match docs {
         Ok(d) => d,
         Err(why) => return c.blind(&source, &why),
@@ -306,7 +266,7 @@ fn read_export(c: &mut Calls, file: &str, stdin: &mut dyn BufRead) -> Result<()>
 /// (given, configured, or found running); with `--server` and no `--db`, from servers only.
 fn by_id(c: &mut Calls, args: &Args, cfg: &Config) -> Result<()> {
     let (path, how) = crate::paths::opencode_db(args.db.as_deref(), cfg.opencode.db.as_deref());
-    let mut readers: Vec<Reader> = Vec::new();
+    let mut readers: Vec<Box<dyn Source>> = Vec::new();
     // `--server URL` without `--db` asks for that server: the database is not consulted
     let db = if !args.servers.is_empty() && args.db.is_none() {
         Ok(None)
@@ -314,7 +274,7 @@ fn by_id(c: &mut Calls, args: &Args, cfg: &Config) -> Result<()> {
         Db::open_if_there(&path)
     };
     match db {
-        Ok(Some(d)) => readers.push(Reader::Db(d)),
+        Ok(Some(d)) => readers.push(Box::new(d)),
         Ok(None) if how == Found::Argument => {
             return Err(anyhow!(
                 "opencode database {}: no such file",
@@ -339,38 +299,38 @@ fn by_id(c: &mut Calls, args: &Args, cfg: &Config) -> Result<()> {
                     break;
                 }
                 servers_probed = true;
-                let plan = opencode::plan_servers(
+                let plan = sources::plan_servers(
                     &args.servers,
                     &cfg.opencode.servers,
-                    &opencode::discover::listeners(&opencode::discovered(
+                    &sources::discover::listeners(&sources::discovered(
                         cfg.opencode.discover,
                         &path,
                     )),
                 );
                 for p in &plan {
-                    match opencode::probe(p, cfg.opencode_limits()) {
-                        Ok(Some(l)) => readers.push(Reader::Http(l.client)),
+                    match sources::probe(p, cfg.opencode_limits()) {
+                        Ok(Some(l)) => readers.push(Box::new(Server { client: l.client })),
                         Ok(None) => {}
                         Err(why) => c.blind(&p.url, &why)?,
                     }
                 }
                 continue;
             }
-            let r = &readers[k];
+            let r = readers[k].as_ref();
             k += 1;
+            let name = r.id().to_string();
             match r.session(id) {
                 Ok(Some(v)) => {
-                    let st = matches!(r, Reader::Http(_)).then_some("idle");
-                    match convert::session_of(&v, st, &r.name()) {
+                    match convert::session_of(&v, r.status_alone(), &name) {
                         Ok(s) => c.out.line(&to_line("session", &s)?)?,
-                        Err(why) => c.blind(&r.name(), &format!("session {id}: {why}"))?,
+                        Err(why) => c.blind(&name, &format!("session {id}: {why}"))?,
                     }
                     c.emit(r, id)?;
                     found = true;
                     break;
                 }
                 Ok(None) => {}
-                Err(f) => c.blind(&r.name(), &format!("session {id}: {f}"))?,
+                Err(f) => c.blind(&name, &format!("session {id}: {f}"))?,
             }
         }
         if !found {

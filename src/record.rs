@@ -25,7 +25,7 @@ pub enum Record {
     Activity(Activity),
     /// Boxed: a verdict is several times the size of the other records.
     Verdict(Box<Verdict>),
-    Source(Source),
+    Source(SourceRead),
     Blind(Blind),
     Tick(Tick),
     /// Any other kind: kept verbatim by whoever holds the raw line; never written from here.
@@ -74,7 +74,7 @@ impl Record {
                 v.extra = untag(v.extra);
                 Record::Verdict(Box::new(v))
             }),
-            Some("source") => typed::<Source>(line).map(|mut s| {
+            Some("source") => typed::<SourceRead>(line).map(|mut s| {
                 s.extra = untag(s.extra);
                 Record::Source(s)
             }),
@@ -546,7 +546,7 @@ impl Blind {
 /// how it was found. Lets later stages tell "no opencode" from "opencode with nothing to judge",
 /// and an operator see what the watchdog sees.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Source {
+pub struct SourceRead {
     pub source: String,
     /// `database` or `server`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
