@@ -2,6 +2,7 @@
 //! over HTTP and in the database) into contract-v1 records. Any shape this module does not
 //! recognise is an error whose text becomes a `blind` record's reason, never "no calls".
 
+use super::vocab::{Arg, Lands, Tool, BASH_TIMEOUT_MS};
 use crate::record::{Call, Session};
 use crate::scrub::scrub_args;
 use serde_json::{Map, Value};
@@ -232,12 +233,12 @@ pub fn activity_of(session: &str, messages: &Value) -> crate::liveness::Activity
             let st = &p["state"];
             if p["type"] == "tool" && matches!(st["status"].as_str(), Some("pending" | "running")) {
                 let tool = p["tool"].as_str().unwrap_or("").to_string();
-                let timeout = if tool == "bash" {
+                let timeout = if Tool::of(&tool) == Tool::Bash {
                     Some(
                         st["input"]
-                            .get("timeout")
+                            .get(Arg::Timeout.key())
                             .and_then(Value::as_i64)
-                            .unwrap_or(120_000),
+                            .unwrap_or(BASH_TIMEOUT_MS),
                     )
                 } else {
                     None
@@ -318,7 +319,7 @@ pub fn calls_of(session: &str, messages: &Value, lines: &mut LineCache) -> Shape
                 .and_then(|s| s.get("input"))
                 .and_then(Value::as_object)
             {
-                if let Some(f) = input.get("filePath").and_then(Value::as_str) {
+                if let Some(f) = input.get(Arg::FilePath.key()).and_then(Value::as_str) {
                     explained.insert(f);
                 }
             }
@@ -331,7 +332,7 @@ pub fn calls_of(session: &str, messages: &Value, lines: &mut LineCache) -> Shape
                 explained.extend(
                     files
                         .iter()
-                        .filter_map(|f| f.get("filePath").and_then(Value::as_str)),
+                        .filter_map(|f| f.get(Arg::FilePath.key()).and_then(Value::as_str)),
                 );
             }
         }
@@ -393,26 +394,30 @@ fn call_of(
         .unwrap_or(msg_created);
     let end = time.and_then(|t| t.get("end")).and_then(Value::as_i64);
     let done = status == "completed";
-    let exit = if tool == "bash" {
+    let kind = Tool::of(tool);
+    let exit = if kind == Tool::Bash {
         meta.get("exit").and_then(Value::as_i64)
     } else {
         None
     };
-    let file = input.get("filePath").and_then(Value::as_str);
+    let file = input.get(Arg::FilePath.key()).and_then(Value::as_str);
     let landed = done
-        && match tool {
-            "edit" | "apply_patch" | "multiedit" | "patch" => edit_landed(meta),
-            "write" => {
+        && match kind.lands() {
+            Lands::ByDiff => edit_landed(meta),
+            Lands::ByNewFile => {
                 meta.get("exists").and_then(Value::as_bool) == Some(false)
                     || file.is_some_and(|f| patched.contains(f))
             }
-            "bash" => {
-                let cmd = input.get("command").and_then(Value::as_str).unwrap_or("");
+            Lands::ByCommand => {
+                let cmd = input
+                    .get(Arg::Command.key())
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
                 exit == Some(0) && (is_git_commit(cmd) || bash_wrote(cmd, unexplained))
             }
-            _ => false,
+            Lands::Never => false,
         };
-    let file_lines = if tool == "read" {
+    let file_lines = if kind == Tool::Read {
         meta.get("display")
             .and_then(|d| d.get("totalLines"))
             .and_then(Value::as_i64)

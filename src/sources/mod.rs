@@ -14,6 +14,7 @@ pub mod discover;
 pub mod export;
 pub mod http;
 pub mod server;
+pub mod vocab;
 
 use crate::record::Session;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
