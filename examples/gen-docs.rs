@@ -51,8 +51,8 @@ pub fn page(cmd: clap::Command, page: &oc_watchdog::docs::Page) -> Vec<u8> {
 
 pub fn commands() -> Vec<clap::Command> {
     vec![
-        oc_watchdog::sessions::Args::command(),
-        oc_watchdog::calls::Args::command(),
+        oc_watchdog::cmd::oc_sessions::Args::command(),
+        oc_watchdog::cmd::oc_calls::Args::command(),
         oc_watchdog::detect::cmd::Args::command(),
         oc_watchdog::store::cmd::Args::command(),
         oc_watchdog::alert::cmd::Args::command(),

@@ -6,8 +6,8 @@
 
 pub mod alert;
 pub mod block;
-pub mod calls;
 pub mod cli;
+pub mod cmd;
 pub mod config;
 pub mod detect;
 pub mod docs;
@@ -18,6 +18,5 @@ pub mod paths;
 pub mod record;
 pub mod report;
 pub mod scrub;
-pub mod sessions;
 pub mod sources;
 pub mod store;

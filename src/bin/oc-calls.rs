@@ -1,3 +1,3 @@
 fn main() {
-    std::process::exit(oc_watchdog::calls::main())
+    std::process::exit(oc_watchdog::cmd::oc_calls::main())
 }

@@ -13,13 +13,13 @@ pub mod db;
 pub mod discover;
 pub mod export;
 pub mod http;
+pub mod merge;
 pub mod server;
 pub mod vocab;
 
 use crate::record::Session;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
-use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 pub use crate::paths::Found;
@@ -168,6 +168,21 @@ pub trait Source {
     }
 }
 
+/// The servers to read, built from the config: those `given` (`--server`), those configured,
+/// and, as `discover` says, those opencode processes listen on (with the processes, which
+/// tell who writes the database at `db`). The database itself is [`crate::paths::opencode_db`].
+pub fn servers_to_read(
+    given: &[String],
+    cfg: &crate::config::Config,
+    discover: crate::config::Discover,
+    db: &std::path::Path,
+) -> (Vec<discover::Process>, Vec<Planned>) {
+    let procs = discovered(discover, db);
+    let found = discover::listeners(&procs);
+    let plan = plan_servers(given, &cfg.opencode.servers, &found);
+    (procs, plan)
+}
+
 /// Why a session read from `id` cannot be nudged (no running agent to send to).
 pub fn refusal(id: &SourceId) -> String {
     format!(
@@ -205,94 +220,9 @@ pub fn nudge(source: Option<&str>, session: &str, text: &str) -> Result<String, 
     }
 }
 
-/// A session in the selection graph: enough to pick what to list without reading it all.
-pub struct Node<'a> {
-    pub id: &'a str,
-    pub parent: Option<&'a str>,
-    pub updated: Option<i64>,
-    /// A server says it is busy or retrying.
-    pub active: bool,
-}
-
-impl<'a> Node<'a> {
-    pub fn of(s: &'a Session) -> Node<'a> {
-        Node {
-            id: &s.id,
-            parent: s.parent.as_deref(),
-            updated: s.updated,
-            active: s.status.as_deref().is_some_and(|st| st != "idle"),
-        }
-    }
-}
-
-/// The ids worth listing: sessions updated at or after `since`, those not idle, those named in
-/// `also`, and for each of them its ancestors and descendants (so each session can be judged
-/// on its own calls and a parent credited with what its subagents landed).
-pub fn select<'a>(nodes: &[Node<'a>], since: i64, also: &[String]) -> HashSet<&'a str> {
-    let by_id: HashMap<&str, &Node> = nodes.iter().map(|n| (n.id, n)).collect();
-    let mut children: HashMap<&str, Vec<&'a str>> = HashMap::new();
-    for n in nodes {
-        if let Some(p) = n.parent {
-            children.entry(p).or_default().push(n.id);
-        }
-    }
-    let mut keep: HashSet<&'a str> = HashSet::new();
-    let seeds = nodes
-        .iter()
-        .filter(|n| {
-            n.updated.unwrap_or(i64::MAX) >= since || n.active || also.iter().any(|a| a == n.id)
-        })
-        .map(|n| n.id);
-    for seed in seeds {
-        let mut cur = Some(seed);
-        let mut guard = 0;
-        while let Some(id) = cur {
-            if !keep.insert(id) && id != seed {
-                break;
-            }
-            cur = by_id.get(id).and_then(|n| n.parent);
-            guard += 1;
-            if guard > 10_000 {
-                break;
-            }
-        }
-        let mut stack = vec![seed];
-        while let Some(id) = stack.pop() {
-            for &c in children.get(id).into_iter().flatten() {
-                if keep.insert(c) {
-                    stack.push(c);
-                }
-            }
-        }
-    }
-    keep
-}
-
-/// [`select`] over session records, keeping the input order.
-pub fn select_trees(all: Vec<Session>, since: i64, also: &[String]) -> Vec<Session> {
-    let keep: HashSet<String> = {
-        let nodes: Vec<Node> = all.iter().map(Node::of).collect();
-        select(&nodes, since, also)
-            .into_iter()
-            .map(String::from)
-            .collect()
-    };
-    all.into_iter().filter(|s| keep.contains(&s.id)).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn s(id: &str, parent: Option<&str>, updated: i64) -> Session {
-        Session {
-            id: id.into(),
-            parent: parent.map(String::from),
-            updated: Some(updated),
-            status: Some("idle".into()),
-            ..Session::default()
-        }
-    }
 
     #[test]
     fn a_source_string_is_a_server_an_export_or_a_database_and_reads_back_the_same() {
@@ -329,37 +259,5 @@ mod tests {
             nudge(Some("export:s.json"), "ses_a", "x").unwrap_err(),
             "the session was read from an export: no server to send to"
         );
-    }
-
-    #[test]
-    fn trees_bring_ancestors_and_descendants() {
-        let all = vec![
-            s("root", None, 10),
-            s("child", Some("root"), 50),
-            s("grandchild", Some("child"), 20),
-            s("sibling", Some("root"), 5),
-            s("other", None, 5),
-        ];
-        let got: Vec<String> = select_trees(all, 40, &[])
-            .into_iter()
-            .map(|s| s.id)
-            .collect();
-        assert_eq!(got, ["root", "child", "grandchild"]);
-    }
-
-    #[test]
-    fn busy_sessions_are_listed_whatever_their_age() {
-        let mut old = s("old", None, 1);
-        old.status = Some("busy".into());
-        let got = select_trees(vec![old, s("idle", None, 1)], 100, &[]);
-        assert_eq!(got.len(), 1);
-        assert_eq!(got[0].id, "old");
-        let got = select_trees(
-            vec![s("quiet", None, 1), s("x", None, 1)],
-            100,
-            &["quiet".into()],
-        );
-        assert_eq!(got.len(), 1);
-        assert_eq!(got[0].id, "quiet");
     }
 }

@@ -10,9 +10,9 @@
 //! content.
 
 use crate::cli::{Exit, Out};
+use crate::cmd::oc_sessions::blind;
 use crate::config::Config;
-use crate::record::{each_record, to_line, Record, Session};
-use crate::sessions::blind;
+use crate::record::{each_record, to_line, Line, Record, Session};
 use crate::sources::server::Server;
 use crate::sources::{self, convert, db::Db, export, Fault, Found, Source, SourceId};
 use anyhow::{anyhow, Context, Result};
@@ -105,6 +105,26 @@ impl Calls<'_> {
         }
     }
 
+    /// Writes one session asked for by id and its calls, if `source` holds it.
+    fn read_one(&mut self, source: &dyn Source, id: &str) -> Result<bool> {
+        let name = source.id().to_string();
+        match source.session(id) {
+            Ok(Some(v)) => {
+                match convert::session_of(&v, source.status_alone(), &name) {
+                    Ok(s) => self.out.line(&to_line("session", &s)?)?,
+                    Err(why) => self.blind(&name, &format!("session {id}: {why}"))?,
+                }
+                self.emit(source, id)?;
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(f) => {
+                self.blind(&name, &format!("session {id}: {f}"))?;
+                Ok(false)
+            }
+        }
+    }
+
     fn blind(&mut self, source: &str, reason: &str) -> Result<()> {
         self.code = Exit::Error;
         blind(self.out, source, reason)
@@ -133,78 +153,94 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         return Ok(c.code);
     }
 
-    let mut opened: HashMap<SourceId, Box<dyn Source>> = HashMap::new();
-    let mut bad = false;
-    let limits = cfg.opencode_limits();
-    let progress = Progress::new(usize::MAX);
-    let mut read = 0usize;
-    let skipped = each_record(&[], stdin, |line| {
-        let s = match line.record {
-            Ok(Record::Session(s)) => s,
-            Ok(Record::Call(k)) => {
-                // a stream fed twice, or calls already read upstream: each call once
-                if !c.written.insert((k.session, k.id)) {
-                    return Ok(());
+    let mut stream = Stream {
+        opened: HashMap::new(),
+        limits: cfg.opencode_limits(),
+        progress: Progress::new(usize::MAX),
+        read: 0,
+        bad: false,
+    };
+    let skipped = each_record(&[], stdin, |line| stream.line(&mut c, line))?;
+    stream.progress.done();
+    if stream.bad || skipped > 0 {
+        c.code = Exit::Error;
+    }
+    Ok(c.code)
+}
+
+/// `oc-calls` reading a stream: every line passes, each call and activity once; each session
+/// listed is read from its source (opened once).
+struct Stream {
+    opened: HashMap<SourceId, Box<dyn Source>>,
+    limits: sources::Limits,
+    progress: Progress,
+    read: usize,
+    /// A line could not be read.
+    bad: bool,
+}
+
+impl Stream {
+    fn line(&mut self, c: &mut Calls, line: Line) -> Result<()> {
+        match self.pass(c, line)? {
+            Some((s, at)) => self.session(c, &s, &at),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes the line on, or drops a repeat; a session line comes back (with where it was)
+    /// for its calls to be read.
+    fn pass(&mut self, c: &mut Calls, line: Line) -> Result<Option<(Session, String)>> {
+        // a stream fed twice, or calls already read upstream: each call and activity once
+        let fresh = match line.record {
+            Ok(Record::Session(s)) => {
+                // listed twice (two sources, two URLs of one server, a stream fed twice)
+                if !c.read.insert(s.id.clone()) {
+                    return Ok(None);
                 }
-                return c.out.line(line.raw).map_err(Into::into);
-            }
-            Ok(Record::Activity(a)) => {
-                if !c.active.insert(a.session) {
-                    return Ok(());
-                }
-                return c.out.line(line.raw).map_err(Into::into);
-            }
-            Ok(_) => return c.out.line(line.raw).map_err(Into::into),
-            Err(e) if e.kind.as_deref() == Some("session") || e.kind.is_none() => {
                 c.out.line(line.raw)?;
+                return Ok(Some((s, format!("{}:{}", line.file, line.n))));
+            }
+            Ok(Record::Call(k)) => c.written.insert((k.session, k.id)),
+            Ok(Record::Activity(a)) => c.active.insert(a.session),
+            Ok(_) => true,
+            Err(e) if e.kind.as_deref() == Some("session") || e.kind.is_none() => {
                 eprintln!("oc-calls: {}:{}: {e}", line.file, line.n);
-                bad = true;
-                return Ok(());
+                self.bad = true;
+                true
             }
             // a call or activity this version cannot read whole still passes, once per key
-            Err(e) => {
-                if let Some(key) = dedup_key(e.kind.as_deref(), line.raw) {
-                    let fresh = match key {
-                        (s, Some(id)) => c.written.insert((s, id)),
-                        (s, None) => c.active.insert(s),
-                    };
-                    if !fresh {
-                        return Ok(());
-                    }
-                }
-                return c.out.line(line.raw).map_err(Into::into);
-            }
+            Err(e) => match dedup_key(e.kind.as_deref(), line.raw) {
+                Some((s, Some(id))) => c.written.insert((s, id)),
+                Some((s, None)) => c.active.insert(s),
+                None => true,
+            },
         };
-        if !c.read.insert(s.id.clone()) {
-            // listed twice (two sources, two URLs of one server, a stream fed twice)
-            return Ok(());
+        if fresh {
+            c.out.line(line.raw)?;
         }
-        c.out.line(line.raw)?;
-        let (name, n) = (line.file, line.n);
-        let Some(src) = source_to_read(&s) else {
-            eprintln!("oc-calls: {name}:{n}: session {} has no \"source\"", s.id);
-            bad = true;
+        Ok(None)
+    }
+
+    /// Reads a listed session's calls from its source.
+    fn session(&mut self, c: &mut Calls, s: &Session, at: &str) -> Result<()> {
+        let Some(src) = source_to_read(s) else {
+            eprintln!("oc-calls: {at}: session {} has no \"source\"", s.id);
+            self.bad = true;
             return Ok(());
         };
-        let reader = match opened.entry(src) {
+        let reader = match self.opened.entry(src) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => match sources::open(e.key(), limits) {
+            Entry::Vacant(e) => match sources::open(e.key(), self.limits) {
                 Ok(Some(source)) => e.insert(source),
                 // read from an export upstream: its calls are in the stream already
                 Ok(None) => return Ok(()),
                 Err(why) => return c.blind(&e.key().to_string(), &why),
             },
         };
-        progress.show(read);
-        read += 1;
+        self.progress.show(self.read);
+        self.read += 1;
         c.emit(reader.as_ref(), &s.id)
-    })?;
-    bad |= skipped > 0;
-    progress.done();
-    if bad {
-        c.code = Exit::Error;
     }
-    Ok(c.code)
 }
 
 /// What identifies a call (`(session, Some(id))`) or an activity (`(session, None)`) that did not
@@ -298,15 +334,10 @@ fn by_id(c: &mut Calls, args: &Args, cfg: &Config) -> Result<()> {
                 if servers_probed {
                     break;
                 }
+                // the servers only once the database (if any) lacks a session
                 servers_probed = true;
-                let plan = sources::plan_servers(
-                    &args.servers,
-                    &cfg.opencode.servers,
-                    &sources::discover::listeners(&sources::discovered(
-                        cfg.opencode.discover,
-                        &path,
-                    )),
-                );
+                let (_, plan) =
+                    sources::servers_to_read(&args.servers, cfg, cfg.opencode.discover, &path);
                 for p in &plan {
                     match sources::probe(p, cfg.opencode_limits()) {
                         Ok(Some(l)) => readers.push(Box::new(Server { client: l.client })),
@@ -316,21 +347,10 @@ fn by_id(c: &mut Calls, args: &Args, cfg: &Config) -> Result<()> {
                 }
                 continue;
             }
-            let r = readers[k].as_ref();
             k += 1;
-            let name = r.id().to_string();
-            match r.session(id) {
-                Ok(Some(v)) => {
-                    match convert::session_of(&v, r.status_alone(), &name) {
-                        Ok(s) => c.out.line(&to_line("session", &s)?)?,
-                        Err(why) => c.blind(&name, &format!("session {id}: {why}"))?,
-                    }
-                    c.emit(r, id)?;
-                    found = true;
-                    break;
-                }
-                Ok(None) => {}
-                Err(f) => c.blind(&name, &format!("session {id}: {f}"))?,
+            if c.read_one(readers[k - 1].as_ref(), id)? {
+                found = true;
+                break;
             }
         }
         if !found {

@@ -1,0 +1,5 @@
+//! The commands, one file each with its clap `Args` and a short `run(args, stdin, out)`; the
+//! binaries in `src/bin/` only call their `main`.
+
+pub mod oc_calls;
+pub mod oc_sessions;

@@ -1,0 +1,258 @@
+//! `oc-sessions`: find opencode and list its sessions as JSONL.
+//!
+//! Reads opencode's database (`$XDG_DATA_HOME/opencode/opencode.db`, every session of every
+//! project, whatever mode ran it) and every live server: those configured and those found
+//! running (from `/proc`), each server's every project (`GET /project`, then `?directory=`).
+//! A session seen in several places is one record: the server's live fields win, `sources`
+//! names them all.
+//!
+//! Out: one `source` record per source read (what it is and how it was found), a `blind` record
+//! per source that could not be read (exit 2), then the `session` records. With no opencode
+//! at all it prints nothing and exits 0.
+
+use crate::cli::{now_ms, parse_when, Exit, Out};
+use crate::config::{Config, Discover};
+use crate::record::{to_line, Blind, SourceRead};
+use crate::sources::merge::{idle_is_unknown_where_unasked, read_db, Seen};
+use crate::sources::server::{read_server, ServerRead};
+use crate::sources::{self, db::Db, Found};
+use anyhow::{bail, Result};
+use clap::Parser;
+use serde_json::{json, Map, Value};
+use std::collections::HashSet;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+const EXAMPLES: &str = "\
+Examples:
+  oc-sessions | jq -c 'select(.kind==\"source\")'   # what the watchdog sees
+  oc-sessions --since 10m
+  oc-sessions --no-db --no-discover --server http://127.0.0.1:4096
+  oc-sessions --since 1d | jq -r 'select(.kind==\"session\") | [.id, .agent, .title] | @tsv'
+  oc-sessions --since \"$(wd-store last-tick)\" | oc-calls | progress-detect";
+
+/// List opencode sessions (and their session trees) as JSON Lines, from opencode's database
+/// and every live opencode server.
+#[derive(Parser, Debug)]
+#[command(name = "oc-sessions", version, after_help = EXAMPLES)]
+pub struct Args {
+    /// Also read this opencode server (repeatable), besides those configured and those found
+    /// running.
+    #[arg(long = "server", value_name = "URL")]
+    pub servers: Vec<String>,
+    /// opencode's SQLite database (default: [opencode] db, else
+    /// $XDG_DATA_HOME/opencode/opencode.db). Always read when it exists; strictly read-only.
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "")]
+    pub db: Option<PathBuf>,
+    /// Do not read the database.
+    #[arg(long)]
+    pub no_db: bool,
+    /// Do not look for running opencode servers (read only those given or configured).
+    #[arg(long)]
+    pub no_discover: bool,
+    /// Only sessions updated since WHEN (a duration like 10m, or epoch ms), plus every session
+    /// that is not idle, plus their ancestors and descendants.
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+    /// Also list these sessions and their trees whatever --since says (ids separated by
+    /// commas or spaces; the tick passes the roots of open alerts, so they are judged again
+    /// and resolve when they are gone).
+    #[arg(long, value_name = "IDS")]
+    pub also: Option<String>,
+    /// The current time in epoch ms (for --since durations; default: the clock).
+    #[arg(long, value_name = "MS")]
+    pub now: Option<i64>,
+    /// Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Flush after every record.
+    #[arg(long)]
+    pub line_buffered: bool,
+}
+
+pub fn main() -> i32 {
+    crate::cli::main("oc-sessions", run)
+}
+
+pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
+    out.line_buffered_if(args.line_buffered);
+    let cfg = Config::load(args.config.as_deref())?;
+    let now = args.now.unwrap_or_else(now_ms);
+    let since = match &args.since {
+        Some(w) => parse_when(w, now)?,
+        None => 0,
+    };
+    let also: Vec<String> = args
+        .also
+        .as_deref()
+        .unwrap_or("")
+        .split([',', ' ', '\n'])
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    let mut seen = Seen::default();
+    let (db_path, db_found) =
+        crate::paths::opencode_db(args.db.as_deref(), cfg.opencode.db.as_deref());
+    let db = if args.no_db {
+        None
+    } else {
+        open_db(&db_path, db_found, &mut seen)?
+    };
+    let discover = if args.no_discover {
+        Discover::Off
+    } else {
+        cfg.opencode.discover
+    };
+    let (procs, plan) = sources::servers_to_read(&args.servers, &cfg, discover, &db_path);
+    let limits = cfg.opencode_limits();
+    let reads: Vec<ServerRead> = std::thread::scope(|s| {
+        let handles: Vec<_> = plan
+            .iter()
+            .map(|p| s.spawn(move || read_server(p, limits)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    if let Some(db) = &db {
+        if let Err(e) = read_db(db, since, &also, &reads, &mut seen) {
+            seen.blind(&db.path.display().to_string(), &format!("{e:#}"));
+        }
+    } else {
+        seen.merge_servers(&reads, since, &also);
+    }
+    let asked: HashSet<u32> = reads
+        .iter()
+        .filter(|r| r.live.is_some())
+        .flat_map(|r| r.plan.pids.iter().copied())
+        .collect();
+    idle_is_unknown_where_unasked(&mut seen.sessions, &procs, &asked);
+    server_todos(&mut seen, &reads);
+    if let Some(db) = &db {
+        let writers: Vec<u32> = procs.iter().map(|p| p.pid).collect();
+        write_db_source(out, db, db_found, &writers, &seen)?;
+    }
+    write_rest(out, &reads, &seen)
+}
+
+/// Opens the database to read: `None` when there is none yet (or none where the config says,
+/// which is a blind record); an error when `--db` names a file that is not there.
+fn open_db(path: &Path, found: Found, seen: &mut Seen) -> Result<Option<Db>> {
+    Ok(match Db::open_if_there(path) {
+        Ok(Some(db)) => Some(db),
+        Ok(None) if found == Found::Argument => {
+            bail!("opencode database {}: no such file", path.display())
+        }
+        Ok(None) if found == Found::Configured => {
+            seen.blind(&path.display().to_string(), "no such file ([opencode] db)");
+            None
+        }
+        // no opencode history on this machine yet
+        Ok(None) => None,
+        Err(why) => {
+            seen.blind(&path.display().to_string(), &why);
+            None
+        }
+    })
+}
+
+/// Open todos of the sessions only servers list (the database's were read with them).
+fn server_todos(seen: &mut Seen, reads: &[ServerRead]) {
+    for sess in seen.sessions.iter_mut() {
+        if sess.extra.contains_key("todos_open") {
+            continue;
+        }
+        let client = reads
+            .iter()
+            .filter_map(|r| r.live.as_ref())
+            .find(|l| Some(&l.client.base) == sess.source.as_ref());
+        if let Some(Ok(todos)) = client.map(|l| l.client.get(&format!("/session/{}/todo", sess.id)))
+        {
+            if let Some(list) = todos.as_array() {
+                let open = list
+                    .iter()
+                    .filter(|t| matches!(t["status"].as_str(), Some("pending" | "in_progress")))
+                    .count();
+                sess.extra.insert("todos_open".into(), Value::from(open));
+            }
+        }
+    }
+}
+
+/// The database's `source` record.
+fn write_db_source(
+    out: &mut Out,
+    db: &Db,
+    found: Found,
+    writers: &[u32],
+    seen: &Seen,
+) -> Result<()> {
+    let name = db.path.display().to_string();
+    let mut extra = Map::new();
+    if !writers.is_empty() {
+        extra.insert("pids".into(), json!(writers));
+    }
+    if let Some(schema) = db.schema() {
+        extra.insert("schema".into(), json!(schema));
+    }
+    out.line(&to_line(
+        "source",
+        &SourceRead {
+            sessions: seen.count(&name),
+            source: name,
+            reader: Some("database".into()),
+            found: vec![found],
+            version: db.newest_version(),
+            extra,
+        },
+    )?)?;
+    Ok(())
+}
+
+/// The servers' `source` records, then the blind records, then the sessions.
+fn write_rest(out: &mut Out, reads: &[ServerRead], seen: &Seen) -> Result<Exit> {
+    for r in reads {
+        if let Some(live) = &r.live {
+            let mut extra = Map::new();
+            if !r.plan.pids.is_empty() {
+                extra.insert("pids".into(), json!(r.plan.pids));
+            }
+            extra.insert("projects".into(), json!(r.projects));
+            out.line(&to_line(
+                "source",
+                &SourceRead {
+                    source: r.plan.url.clone(),
+                    reader: Some("server".into()),
+                    found: r.plan.found.clone(),
+                    version: live.version.clone(),
+                    sessions: seen.count(&r.plan.url),
+                    extra,
+                },
+            )?)?;
+        }
+    }
+    let mut code = Exit::Ok;
+    for r in reads {
+        if let Some(why) = &r.error {
+            blind(out, &r.plan.url, why)?;
+            code = Exit::Error;
+        }
+    }
+    for (src, why) in &seen.blind {
+        blind(out, src, why)?;
+        code = Exit::Error;
+    }
+    for s in &seen.sessions {
+        out.line(&to_line("session", s)?)?;
+    }
+    Ok(code)
+}
+
+pub(crate) fn blind(out: &mut Out, source: &str, reason: &str) -> Result<()> {
+    out.line(&to_line(
+        "blind",
+        &Blind {
+            source: source.to_string(),
+            reason: reason.to_string(),
+        },
+    )?)?;
+    Ok(())
+}

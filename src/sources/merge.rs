@@ -1,0 +1,344 @@
+//! Merging what the sources list into one record per session: which sessions are worth listing
+//! (the selection graph: recent, active or asked-for sessions with their whole trees), and how
+//! a session a server and the database both list becomes one record (the server's live fields,
+//! the database's parent and model, both named in `sources`).
+
+use super::db::Db;
+use super::discover;
+use super::server::ServerRead;
+use super::Source;
+use crate::record::Session;
+use anyhow::Result;
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+/// A session in the selection graph: enough to pick what to list without reading it all.
+pub struct Node<'a> {
+    pub id: &'a str,
+    pub parent: Option<&'a str>,
+    pub updated: Option<i64>,
+    /// A server says it is busy or retrying.
+    pub active: bool,
+}
+
+impl<'a> Node<'a> {
+    pub fn of(s: &'a Session) -> Node<'a> {
+        Node {
+            id: &s.id,
+            parent: s.parent.as_deref(),
+            updated: s.updated,
+            active: s.status.as_deref().is_some_and(|st| st != "idle"),
+        }
+    }
+}
+
+/// The ids worth listing: sessions updated at or after `since`, those not idle, those named in
+/// `also`, and for each of them its ancestors and descendants (so each session can be judged
+/// on its own calls and a parent credited with what its subagents landed).
+pub fn select<'a>(nodes: &[Node<'a>], since: i64, also: &[String]) -> HashSet<&'a str> {
+    let by_id: HashMap<&str, &Node> = nodes.iter().map(|n| (n.id, n)).collect();
+    let mut children: HashMap<&str, Vec<&'a str>> = HashMap::new();
+    for n in nodes {
+        if let Some(p) = n.parent {
+            children.entry(p).or_default().push(n.id);
+        }
+    }
+    let mut keep: HashSet<&'a str> = HashSet::new();
+    let seeds = nodes
+        .iter()
+        .filter(|n| {
+            n.updated.unwrap_or(i64::MAX) >= since || n.active || also.iter().any(|a| a == n.id)
+        })
+        .map(|n| n.id);
+    for seed in seeds {
+        let mut cur = Some(seed);
+        let mut guard = 0;
+        while let Some(id) = cur {
+            if !keep.insert(id) && id != seed {
+                break;
+            }
+            cur = by_id.get(id).and_then(|n| n.parent);
+            guard += 1;
+            if guard > 10_000 {
+                break;
+            }
+        }
+        let mut stack = vec![seed];
+        while let Some(id) = stack.pop() {
+            for &c in children.get(id).into_iter().flatten() {
+                if keep.insert(c) {
+                    stack.push(c);
+                }
+            }
+        }
+    }
+    keep
+}
+
+/// [`select`] over session records, keeping the input order.
+pub fn select_trees(all: Vec<Session>, since: i64, also: &[String]) -> Vec<Session> {
+    let keep: HashSet<String> = {
+        let nodes: Vec<Node> = all.iter().map(Node::of).collect();
+        select(&nodes, since, also)
+            .into_iter()
+            .map(String::from)
+            .collect()
+    };
+    all.into_iter().filter(|s| keep.contains(&s.id)).collect()
+}
+
+/// The merged picture: one record per session, and the sources that could not be read.
+#[derive(Default)]
+pub struct Seen {
+    pub sessions: Vec<Session>,
+    pub blind: Vec<(String, String)>,
+}
+
+impl Seen {
+    pub fn blind(&mut self, source: &str, why: &str) {
+        self.blind.push((source.to_string(), why.to_string()));
+    }
+
+    /// Sessions listed that this source saw.
+    pub fn count(&self, source: &str) -> usize {
+        self.sessions
+            .iter()
+            .filter(|s| {
+                s.source.as_deref() == Some(source) || s.sources.iter().any(|x| x == source)
+            })
+            .count()
+    }
+
+    /// One record per session id from the servers' lists: a busy or retrying status beats
+    /// idle, the first server otherwise.
+    pub fn by_id(reads: &[ServerRead]) -> HashMap<String, Session> {
+        let mut m: HashMap<String, Session> = HashMap::new();
+        for r in reads {
+            for s in &r.sessions {
+                match m.get_mut(&s.id) {
+                    None => {
+                        m.insert(s.id.clone(), s.clone());
+                    }
+                    Some(have) => {
+                        let url = s.source.clone().unwrap_or_default();
+                        let active = s.status.as_deref().is_some_and(|st| st != "idle");
+                        let had = have.status.as_deref().is_some_and(|st| st != "idle");
+                        let mut srcs = std::mem::take(&mut have.sources);
+                        if srcs.is_empty() {
+                            srcs.extend(have.source.clone());
+                        }
+                        if !srcs.contains(&url) {
+                            srcs.push(url);
+                        }
+                        if active && !had {
+                            *have = s.clone();
+                            // the live source first
+                            srcs.sort_by_key(|x| Some(x) != s.source.as_ref());
+                        }
+                        have.sources = srcs;
+                    }
+                }
+            }
+        }
+        m
+    }
+
+    /// Without a database: the servers' sessions, selected.
+    pub fn merge_servers(&mut self, reads: &[ServerRead], since: i64, also: &[String]) {
+        let all: Vec<Session> = {
+            let m = Seen::by_id(reads);
+            let mut v: Vec<Session> = m.into_values().collect();
+            v.sort_by(|a, b| b.updated.cmp(&a.updated).then(a.id.cmp(&b.id)));
+            v
+        };
+        self.sessions = select_trees(all, since, also);
+    }
+}
+
+/// The database's sessions merged with the servers': the database's cheap index (id, parent,
+/// last update) picks what to list; only those rows are read whole. A session a server also
+/// lists takes the server's fields (live status, pending requests) and names both sources.
+pub fn read_db(
+    db: &Db,
+    since: i64,
+    also: &[String],
+    reads: &[ServerRead],
+    seen: &mut Seen,
+) -> Result<()> {
+    let name = db.path.display().to_string();
+    let index = db.index().map_err(|f| anyhow::anyhow!("{f}"))?;
+    let live = Seen::by_id(reads);
+    let in_db: HashSet<&str> = index.iter().map(|e| e.id.as_str()).collect();
+    let mut nodes: Vec<Node> = index
+        .iter()
+        .map(|e| {
+            let srv = live.get(&e.id);
+            let srv_updated = srv.and_then(|s| s.updated);
+            Node {
+                id: &e.id,
+                parent: e.parent.as_deref(),
+                // the later of the two
+                updated: e
+                    .updated
+                    .map(|u| srv_updated.unwrap_or(u).max(u))
+                    .or(srv_updated),
+                active: e.active
+                    || srv
+                        .and_then(|s| s.status.as_deref())
+                        .is_some_and(|st| st != "idle"),
+            }
+        })
+        .collect();
+    // sessions only a server knows (a server on another machine, or not yet written)
+    nodes.extend(
+        live.values()
+            .filter(|s| !in_db.contains(s.id.as_str()))
+            .map(|s| Node {
+                id: &s.id,
+                parent: s.parent.as_deref(),
+                updated: s.updated,
+                active: s.status.as_deref().is_some_and(|st| st != "idle"),
+            }),
+    );
+    let keep = select(&nodes, since, also);
+    let from_db: Vec<&str> = keep
+        .iter()
+        .copied()
+        .filter(|id| in_db.contains(id))
+        .collect();
+    let rows = db.sessions(&from_db).map_err(|f| anyhow::anyhow!("{f}"))?;
+    let mut out: Vec<Session> = Vec::new();
+    for mut s in rows {
+        if let Some(srv) = live.get(&s.id) {
+            let mut merged = srv.clone();
+            let mut srcs = std::mem::take(&mut merged.sources);
+            if srcs.is_empty() {
+                srcs.extend(merged.source.clone());
+            }
+            srcs.push(name.clone());
+            merged.sources = srcs;
+            // what only the database has
+            merged.parent = merged.parent.or(s.parent.take());
+            merged.model = merged.model.or(s.model.take());
+            s = merged;
+        }
+        if let Ok(n) = db.open_todos(&s.id) {
+            s.extra.insert("todos_open".into(), Value::from(n));
+        }
+        out.push(s);
+    }
+    for s in live.values() {
+        if !in_db.contains(s.id.as_str()) && keep.contains(s.id.as_str()) {
+            out.push(s.clone());
+        }
+    }
+    out.sort_by(|a, b| b.updated.cmp(&a.updated).then(a.id.cmp(&b.id)));
+    seen.sessions = out;
+    Ok(())
+}
+
+/// A server knows the status of the sessions it runs; it reports every other one as idle.
+/// Where an opencode process the watchdog did not ask (a TUI, an `opencode run`: no server)
+/// works in a session's directory, that "idle" is a guess: say unknown, as the database would.
+pub fn idle_is_unknown_where_unasked(
+    sessions: &mut [Session],
+    procs: &[discover::Process],
+    asked: &HashSet<u32>,
+) {
+    let unasked: Vec<&Path> = procs
+        .iter()
+        .filter(|p| !asked.contains(&p.pid))
+        .filter_map(|p| p.cwd.as_deref())
+        .collect();
+    for s in sessions.iter_mut() {
+        let dir = s.directory.as_deref().map(Path::new);
+        if s.status.as_deref() == Some("idle")
+            && dir.is_some_and(|d| unasked.iter().any(|c| d.starts_with(c)))
+        {
+            s.status = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(id: &str, parent: Option<&str>, updated: i64) -> Session {
+        Session {
+            id: id.into(),
+            parent: parent.map(String::from),
+            updated: Some(updated),
+            status: Some("idle".into()),
+            ..Session::default()
+        }
+    }
+
+    #[test]
+    fn trees_bring_ancestors_and_descendants() {
+        let all = vec![
+            s("root", None, 10),
+            s("child", Some("root"), 50),
+            s("grandchild", Some("child"), 20),
+            s("sibling", Some("root"), 5),
+            s("other", None, 5),
+        ];
+        let got: Vec<String> = select_trees(all, 40, &[])
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        assert_eq!(got, ["root", "child", "grandchild"]);
+    }
+
+    #[test]
+    fn busy_sessions_are_listed_whatever_their_age() {
+        let mut old = s("old", None, 1);
+        old.status = Some("busy".into());
+        let got = select_trees(vec![old, s("idle", None, 1)], 100, &[]);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].id, "old");
+        let got = select_trees(
+            vec![s("quiet", None, 1), s("x", None, 1)],
+            100,
+            &["quiet".into()],
+        );
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].id, "quiet");
+    }
+
+    #[test]
+    fn a_servers_idle_is_unknown_where_an_opencode_without_a_server_works() {
+        let sess = |id: &str, dir: &str, st: &str| Session {
+            id: id.into(),
+            directory: Some(dir.into()),
+            status: Some(st.into()),
+            ..Session::default()
+        };
+        let mut all = vec![
+            sess("ses_run", "/w/a", "idle"),
+            sess("ses_sub", "/w/a/sub", "idle"),
+            sess("ses_busy", "/w/a", "busy"),
+            sess("ses_served", "/w/b", "idle"),
+        ];
+        let procs = vec![
+            discover::Process {
+                pid: 1,
+                cwd: Some("/w/a".into()),
+                db: None,
+                urls: vec![],
+                ppid: 0,
+            },
+            discover::Process {
+                pid: 2,
+                cwd: Some("/w/b".into()),
+                db: None,
+                urls: vec![(4096, "http://127.0.0.1:4096".into())],
+                ppid: 0,
+            },
+        ];
+        idle_is_unknown_where_unasked(&mut all, &procs, &HashSet::from([2]));
+        let got: Vec<Option<&str>> = all.iter().map(|s| s.status.as_deref()).collect();
+        assert_eq!(got, [None, None, Some("busy"), Some("idle")]);
+    }
+}
