@@ -254,6 +254,36 @@ pub fn activity_of(session: &str, messages: &Value) -> crate::liveness::Activity
     a
 }
 
+/// The files a step's tool calls name as theirs: their `filePath`, and the files in their
+/// metadata (apply_patch lists what it changed there).
+fn explained_files<'a>(tools: &[&'a Map<String, Value>]) -> HashSet<&'a str> {
+    let mut explained: HashSet<&str> = HashSet::new();
+    for p in tools {
+        if let Some(input) = p
+            .get("state")
+            .and_then(|s| s.get("input"))
+            .and_then(Value::as_object)
+        {
+            if let Some(f) = input.get(Arg::FilePath.key()).and_then(Value::as_str) {
+                explained.insert(f);
+            }
+        }
+        if let Some(files) = p
+            .get("state")
+            .and_then(|s| s.get("metadata"))
+            .and_then(|m| m.get("files"))
+            .and_then(Value::as_array)
+        {
+            explained.extend(
+                files
+                    .iter()
+                    .filter_map(|f| f.get(Arg::FilePath.key()).and_then(Value::as_str)),
+            );
+        }
+    }
+    explained
+}
+
 /// The calls of one session from its messages (`[{info, parts}]`, in order).
 pub fn calls_of(session: &str, messages: &Value, lines: &mut LineCache) -> Shape<Vec<Call>> {
     let msgs = messages
@@ -312,30 +342,7 @@ pub fn calls_of(session: &str, messages: &Value, lines: &mut LineCache) -> Shape
             .and_then(Value::as_f64)
             .map(|c| c / tools.len() as f64);
         // Files the step's patch names that no edit-like tool explains were changed by bash.
-        let mut explained: HashSet<&str> = HashSet::new();
-        for p in &tools {
-            if let Some(input) = p
-                .get("state")
-                .and_then(|s| s.get("input"))
-                .and_then(Value::as_object)
-            {
-                if let Some(f) = input.get(Arg::FilePath.key()).and_then(Value::as_str) {
-                    explained.insert(f);
-                }
-            }
-            if let Some(files) = p
-                .get("state")
-                .and_then(|s| s.get("metadata"))
-                .and_then(|m| m.get("files"))
-                .and_then(Value::as_array)
-            {
-                explained.extend(
-                    files
-                        .iter()
-                        .filter_map(|f| f.get(Arg::FilePath.key()).and_then(Value::as_str)),
-                );
-            }
-        }
+        let explained = explained_files(&tools);
         let unexplained: Vec<&str> = patched
             .iter()
             .filter(|f| !explained.contains(*f))
@@ -355,6 +362,52 @@ pub fn calls_of(session: &str, messages: &Value, lines: &mut LineCache) -> Shape
         }
     }
     Ok(out)
+}
+
+/// Whether a completed call of `kind` landed a change (see [`Lands`]).
+fn lands(
+    kind: Tool,
+    input: &Map<String, Value>,
+    meta: &Map<String, Value>,
+    exit: Option<i64>,
+    patched: &HashSet<&str>,
+    unexplained: &[&str],
+) -> bool {
+    let file = input.get(Arg::FilePath.key()).and_then(Value::as_str);
+    match kind.lands() {
+        Lands::ByDiff => edit_landed(meta),
+        Lands::ByNewFile => {
+            meta.get("exists").and_then(Value::as_bool) == Some(false)
+                || file.is_some_and(|f| patched.contains(f))
+        }
+        Lands::ByCommand => {
+            let cmd = input
+                .get(Arg::Command.key())
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            exit == Some(0) && (is_git_commit(cmd) || bash_wrote(cmd, unexplained))
+        }
+        Lands::Never => false,
+    }
+}
+
+/// A read's file's total lines: from its metadata, else (unless it failed) counted on disk.
+fn total_lines(
+    meta: &Map<String, Value>,
+    status: &str,
+    file: Option<&str>,
+    lines: &mut LineCache,
+) -> Option<i64> {
+    meta.get("display")
+        .and_then(|d| d.get("totalLines"))
+        .and_then(Value::as_i64)
+        .or_else(|| {
+            if status == "error" {
+                None
+            } else {
+                file.and_then(|f| lines.lines(f))
+            }
+        })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -401,33 +454,9 @@ fn call_of(
         None
     };
     let file = input.get(Arg::FilePath.key()).and_then(Value::as_str);
-    let landed = done
-        && match kind.lands() {
-            Lands::ByDiff => edit_landed(meta),
-            Lands::ByNewFile => {
-                meta.get("exists").and_then(Value::as_bool) == Some(false)
-                    || file.is_some_and(|f| patched.contains(f))
-            }
-            Lands::ByCommand => {
-                let cmd = input
-                    .get(Arg::Command.key())
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                exit == Some(0) && (is_git_commit(cmd) || bash_wrote(cmd, unexplained))
-            }
-            Lands::Never => false,
-        };
+    let landed = done && lands(kind, input, meta, exit, patched, unexplained);
     let file_lines = if kind == Tool::Read {
-        meta.get("display")
-            .and_then(|d| d.get("totalLines"))
-            .and_then(Value::as_i64)
-            .or_else(|| {
-                if status == "error" {
-                    None
-                } else {
-                    file.and_then(|f| lines.lines(f))
-                }
-            })
+        total_lines(meta, status, file, lines)
     } else {
         None
     };
