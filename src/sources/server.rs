@@ -182,6 +182,17 @@ fn directory_query(dir: &str) -> String {
     q
 }
 
+/// How many items of a list (`GET /permission`, `GET /question`) each session has.
+fn per_session(v: &Value) -> Option<HashMap<String, i64>> {
+    let mut m = HashMap::new();
+    for item in v.as_array()? {
+        if let Some(s) = item.get("sessionID").and_then(Value::as_str) {
+            *m.entry(s.to_string()).or_insert(0) += 1;
+        }
+    }
+    Some(m)
+}
+
 fn list_server(c: &Client, url: &str) -> Result<(usize, Vec<Session>), String> {
     // every project the server knows; an older server without /project: its own directory
     let dirs: Vec<Option<String>> = match c.get("/project") {
@@ -216,16 +227,7 @@ fn list_server(c: &Client, url: &str) -> Result<(usize, Vec<Session>), String> {
             .as_object()
             .ok_or("GET /session/status did not return an object")?;
         // best effort: a failed request leaves `pending` out (the liveness judge knows less)
-        let count = |path: &str| -> Option<HashMap<String, i64>> {
-            let v = get(path).ok()?;
-            let mut m = HashMap::new();
-            for item in v.as_array()? {
-                if let Some(s) = item.get("sessionID").and_then(Value::as_str) {
-                    *m.entry(s.to_string()).or_insert(0) += 1;
-                }
-            }
-            Some(m)
-        };
+        let count = |path: &str| get(path).ok().as_ref().and_then(per_session);
         let pending = if list.is_empty() {
             None
         } else {
