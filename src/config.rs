@@ -551,14 +551,6 @@ impl Config {
         p.0
     }
 
-    /// The bounds of talking to one opencode server.
-    pub fn opencode_limits(&self) -> crate::sources::http::Limits {
-        crate::sources::http::Limits {
-            deadline: std::time::Duration::from_secs(self.opencode.server_deadline_secs.get()),
-            body_cap: self.opencode.body_cap_mib.get().saturating_mul(1 << 20),
-        }
-    }
-
     /// The watchdog database's busy timeout.
     pub fn store_busy(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.store.busy_timeout_ms.unwrap_or(5000))
@@ -675,8 +667,8 @@ mod tests {
         );
         assert!(!c.second_opinion.enabled);
         assert_eq!(c.opencode.discover, Discover::Database);
-        assert_eq!(c.opencode_limits().deadline.as_secs(), 10);
-        assert_eq!(c.opencode_limits().body_cap, 256 << 20);
+        assert_eq!(c.opencode.server_deadline_secs.get(), 10);
+        assert_eq!(c.opencode.body_cap_mib.get(), 256);
     }
 
     #[test]

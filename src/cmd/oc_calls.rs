@@ -155,7 +155,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
 
     let mut stream = Stream {
         opened: HashMap::new(),
-        limits: cfg.opencode_limits(),
+        limits: sources::Limits::of(&cfg.opencode),
         progress: Progress::new(usize::MAX),
         read: 0,
         bad: false,
@@ -339,7 +339,7 @@ fn by_id(c: &mut Calls, args: &Args, cfg: &Config) -> Result<()> {
                 let (_, plan) =
                     sources::servers_to_read(&args.servers, cfg, cfg.opencode.discover, &path);
                 for p in &plan {
-                    match sources::probe(p, cfg.opencode_limits()) {
+                    match sources::probe(p, sources::Limits::of(&cfg.opencode)) {
                         Ok(Some(l)) => readers.push(Box::new(Server { client: l.client })),
                         Ok(None) => {}
                         Err(why) => c.blind(&p.url, &why)?,

@@ -104,7 +104,7 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
         cfg.opencode.discover
     };
     let (procs, plan) = sources::servers_to_read(&args.servers, &cfg, discover, &db_path);
-    let limits = cfg.opencode_limits();
+    let limits = sources::Limits::of(&cfg.opencode);
     let reads: Vec<ServerRead> = std::thread::scope(|s| {
         let handles: Vec<_> = plan
             .iter()

@@ -191,8 +191,8 @@ fn bash_wrote(cmd: &str, unexplained: &[&str]) -> bool {
 
 /// What a session's messages say about its liveness (see [`crate::liveness`]). Only times,
 /// states, tool names and error class names: no content.
-pub fn activity_of(session: &str, messages: &Value) -> crate::liveness::Activity {
-    use crate::liveness::{Activity, Running};
+pub fn activity_of(session: &str, messages: &Value) -> crate::record::Activity {
+    use crate::record::{Activity, Running};
     let mut a = Activity {
         session: session.to_string(),
         ..Activity::default()

@@ -43,6 +43,16 @@ pub struct Limits {
     pub body_cap: u64,
 }
 
+impl Limits {
+    /// The bounds `[opencode]` sets.
+    pub fn of(c: &crate::config::OpencodeConfig) -> Limits {
+        Limits {
+            deadline: Duration::from_secs(c.server_deadline_secs.get()),
+            body_cap: c.body_cap_mib.get().saturating_mul(1 << 20),
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
@@ -265,6 +275,18 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_configs_bounds_default_to_the_clients() {
+        let c = crate::config::Config::parse("").unwrap();
+        let l = Limits::of(&c.opencode);
+        assert_eq!(
+            (l.deadline, l.body_cap),
+            (Limits::default().deadline, 256 << 20)
+        );
+        let c = crate::config::Config::parse("[opencode]\nbody_cap_mib = 2\n").unwrap();
+        assert_eq!(Limits::of(&c.opencode).body_cap, 2 << 20);
+    }
 
     #[test]
     fn origins_spell_out_default_ports_and_ignore_paths() {
