@@ -333,7 +333,7 @@ fn who() -> String {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| "unknown".into());
-    format!("{user}@{}", crate::alert::channels::hostname())
+    format!("{user}@{}", crate::channels::alertmanager::hostname())
 }
 
 /// What `block` did.

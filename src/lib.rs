@@ -7,6 +7,8 @@
 pub mod alert;
 pub mod block;
 pub mod calls;
+pub mod channels;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod detect;
@@ -19,4 +21,5 @@ pub mod record;
 pub mod report;
 pub mod scrub;
 pub mod sessions;
+pub mod severity;
 pub mod store;

@@ -9,13 +9,14 @@
 //! resolve. Out: each new event as JSONL; a log line per transition and per failed delivery on
 //! stderr.
 
-use super::apply::{self, quiet, route, Chan, Nudge, Prepared, SentBefore};
-use super::channels::{self, deliver, Deadline, Sent};
+use super::apply::{self, Nudge, Prepared};
 use super::decide::{self, Input, Step};
 use super::opinion::{self, Opinion};
 use super::{text, Delivery, Episode, Event, Kind, Mark, Reason, TickView, Transition, Verdict};
+use crate::channels::route::{quiet, route, SentBefore};
+use crate::channels::{deliver, effective_channels, Deadline, EffectiveChannel, Sent};
 use crate::cli::{for_each_line, now_ms, Exit, Out};
-use crate::config::{ChannelType, Config, Severity};
+use crate::config::{Config, Severity};
 use crate::record::{kind_of, Blind};
 use crate::store::Store;
 use anyhow::{Context, Result};
@@ -59,23 +60,6 @@ pub struct Args {
 
 pub fn main() -> i32 {
     crate::cli::main("wd-alert", run)
-}
-
-fn effective_channels(store: &Store, cfg: &Config) -> Result<Vec<Chan>> {
-    cfg.channels
-        .iter()
-        .map(|c| {
-            let (en, sev) = store.channel_override(&c.name)?;
-            Ok(Chan {
-                cfg: c.clone(),
-                enabled: en.unwrap_or(c.enabled),
-                min: sev
-                    .map(|s| Severity::parse(&s))
-                    .transpose()?
-                    .unwrap_or(c.min_severity),
-            })
-        })
-        .collect()
 }
 
 fn log(ev: &Event) {
@@ -189,10 +173,10 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let (tick, tick_id, key, bad) = read_tick(stdin, now)?;
     let r = (|| -> Result<Vec<Event>> {
         // channel settings are read once per run, for deciding and for delivering
-        let chans = effective_channels(&store, &cfg)?;
+        let chans = effective_channels(&store, &cfg.channels)?;
         let events = lifecycle(&mut store, &cfg, &chans, &tick, &key, tick_id, now)?;
         deliver_pending(&mut store, &chans, now)?;
-        refresh_alertmanager(&store, &chans, now)?;
+        repost_open(&store, &chans, now)?;
         if let Some(p) = &cfg.store.metrics_file {
             crate::metrics::write(&store, now, Some(p), out)?;
         }
@@ -317,7 +301,7 @@ fn again(marks: &decide::Marks) -> bool {
 fn lifecycle(
     store: &mut Store,
     cfg: &Config,
-    chans: &[Chan],
+    chans: &[EffectiveChannel],
     tick: &TickView,
     key: &str,
     tick_id: Option<i64>,
@@ -578,9 +562,10 @@ struct Owed {
 
 /// Delivers what is pending (and deferred deliveries whose quiet hours ended, and failed
 /// resolves, up to 5 attempts). Each outcome is recorded as soon as it is known. A pending or
-/// deferred trigger or escalation that a newer event of its alert superseded is not sent. The
-/// desktop channel gets its `timeout_secs` per run in all; what it could not try stays pending.
-fn deliver_pending(store: &mut Store, chans: &[Chan], now: i64) -> Result<()> {
+/// deferred trigger or escalation that a newer event of its alert superseded is not sent. A
+/// channel with a run budget (desktop) gets its `timeout_secs` per run in all; what it could
+/// not try stays pending.
+fn deliver_pending(store: &mut Store, chans: &[EffectiveChannel], now: i64) -> Result<()> {
     let todo: Vec<Owed> = {
         let mut st = store.conn.prepare(
             "SELECT d.event, d.channel, d.status, e.body, d.attempts, e.dedup_key, e.state FROM deliveries d JOIN events e ON e.id = d.event
@@ -601,7 +586,7 @@ fn deliver_pending(store: &mut Store, chans: &[Chan], now: i64) -> Result<()> {
         rows.collect::<rusqlite::Result<_>>()?
     };
     let hour = local_hour(now);
-    let mut desktop: HashMap<String, Deadline> = HashMap::new();
+    let mut budgets: HashMap<String, Deadline> = HashMap::new();
     for o in todo {
         let set = |store: &mut Store,
                    st: Delivery,
@@ -646,8 +631,8 @@ fn deliver_pending(store: &mut Store, chans: &[Chan], now: i64) -> Result<()> {
         if o.status == Delivery::Deferred && quiet(&c.cfg, hour) {
             continue;
         }
-        let left = if c.cfg.kind == ChannelType::Desktop {
-            let d = desktop
+        let left = if c.cfg.unit().run_budget() {
+            let d = budgets
                 .entry(c.cfg.name.clone())
                 .or_insert_with(|| Deadline::after(Duration::from_secs(c.cfg.timeout_secs.max(1))));
             let left = d.left();
@@ -692,38 +677,24 @@ fn deliver_pending(store: &mut Store, chans: &[Chan], now: i64) -> Result<()> {
     Ok(())
 }
 
-/// Alertmanager resolves alerts that are not re-sent: re-post every open alert on every tick
-/// to each enabled alertmanager channel. Not a new notification (Alertmanager dedups by labels).
-fn refresh_alertmanager(store: &Store, chans: &[Chan], now: i64) -> Result<()> {
-    let ams: Vec<&Chan> = chans
-        .iter()
-        .filter(|c| c.enabled && c.cfg.kind == ChannelType::Alertmanager)
-        .collect();
-    if ams.is_empty() {
-        return Ok(());
-    }
-    let mut st = store.conn.prepare(
-        "SELECT e.body FROM episodes p JOIN events e ON e.id = (SELECT max(id) FROM events WHERE episode = p.id)
-         WHERE p.state = 'open'",
-    )?;
-    let open: Vec<Event> = st
-        .query_map([], |r| r.get::<_, String>(0))?
-        .filter_map(|b| b.ok().and_then(|b| serde_json::from_str::<Event>(&b).ok()))
-        .map(|mut e| {
-            e.state = Transition::Trigger;
-            e
-        })
-        .collect();
-    for c in ams {
-        let mine: Vec<(Event, Option<i64>)> = open
+/// A receiver that resolves what is not re-sent (Alertmanager) gets every open alert again on
+/// every tick, on each enabled channel of its type. Not a new notification (it dedups by labels).
+fn repost_open(store: &Store, chans: &[EffectiveChannel], now: i64) -> Result<()> {
+    let mut open: Option<Vec<Event>> = None;
+    for c in chans.iter().filter(|c| c.enabled && c.cfg.unit().reposts()) {
+        let open = match &open {
+            Some(o) => o,
+            None => open.insert(open_events(store)?),
+        };
+        let mine: Vec<Event> = open
             .iter()
             .filter(|e| e.severity >= c.min)
-            .map(|e| (e.clone(), None))
+            .cloned()
             .collect();
         if mine.is_empty() {
             continue;
         }
-        match channels::alertmanager(&c.cfg, &mine, now) {
+        match c.cfg.unit().repost(&c.cfg, &mine, now) {
             Err(e) => eprintln!(
                 "oc-watchdog: channel={} re-post of open alerts failed: {e}",
                 c.cfg.name
@@ -739,10 +710,27 @@ fn refresh_alertmanager(store: &Store, chans: &[Chan], now: i64) -> Result<()> {
     Ok(())
 }
 
+/// The latest event of every open episode, as a trigger.
+fn open_events(store: &Store) -> Result<Vec<Event>> {
+    let mut st = store.conn.prepare(
+        "SELECT e.body FROM episodes p JOIN events e ON e.id = (SELECT max(id) FROM events WHERE episode = p.id)
+         WHERE p.state = 'open'",
+    )?;
+    let open = st
+        .query_map([], |r| r.get::<_, String>(0))?
+        .filter_map(|b| b.ok().and_then(|b| serde_json::from_str::<Event>(&b).ok()))
+        .map(|mut e| {
+            e.state = Transition::Trigger;
+            e
+        })
+        .collect();
+    Ok(open)
+}
+
 fn test(store: &Store, cfg: &Config, args: &Args, now: i64, out: &mut Out) -> Result<Exit> {
-    let chans = effective_channels(store, cfg)?;
+    let chans = effective_channels(store, &cfg.channels)?;
     let sev = Severity::parse(&args.severity)?;
-    let targets: Vec<&Chan> = match &args.channel {
+    let targets: Vec<&EffectiveChannel> = match &args.channel {
         Some(n) => {
             let c = chans.iter().find(|c| &c.cfg.name == n);
             vec![c.with_context(|| format!("no channel {n:?} in the config"))?]
@@ -763,7 +751,8 @@ fn test(store: &Store, cfg: &Config, args: &Args, now: i64, out: &mut Out) -> Re
             title: "oc-watchdog test alert".into(),
             summary: format!(
                 "a test of the {} channel ({:?}); nothing is looping",
-                c.cfg.name, c.cfg.kind
+                c.cfg.name,
+                c.cfg.kind()
             ),
             details,
             source: cfg.alert.source.clone(),

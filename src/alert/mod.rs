@@ -3,7 +3,7 @@
 //! Decide, then apply: `decide` is a pure function from the open alert episodes, this tick's
 //! verdicts and what the previous tick saw of each session (its marks) to a [`Plan`]; `apply`
 //! writes the plan in one short transaction; `cmd` reads the input, asks the optional second
-//! opinion (`opinion`), and delivers the recorded events through the `channels`.
+//! opinion (`opinion`), and delivers the recorded events through the channels (`crate::channels`).
 //!
 //! Per root session (dedup key `opencode-loop:<root>`), one episode at a time: the first flagged
 //! tick triggers (warning, critical on a "yes" second opinion). A later tick counts toward
@@ -18,7 +18,6 @@
 //! of resolving anything, and that resolves (`readable`) with the next tick that reads.
 
 pub mod apply;
-pub mod channels;
 pub mod cmd;
 pub mod decide;
 pub mod opinion;

@@ -722,7 +722,7 @@ pub fn channel_rows(store: &Store, cfg: &Config) -> Result<Vec<Value>> {
         let overridden = en.is_some() || sev.is_some();
         out.push(json!({
             "name": c.name,
-            "type": c.kind,
+            "type": c.kind(),
             "enabled": en.unwrap_or(c.enabled),
             "min_severity": sev.unwrap_or_else(|| c.min_severity.as_str().to_string()),
             "rate_limit_secs": c.rate_limit_secs,
