@@ -142,7 +142,7 @@ impl Calls<'_> {
 }
 
 pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
-    out.line_buffered(args.line_buffered);
+    out.line_buffered_if(args.line_buffered);
     let cfg = Config::load(args.config.as_deref())?;
     let mut c = Calls {
         out,
@@ -300,11 +300,7 @@ fn read_export(c: &mut Calls, file: &str, stdin: &mut dyn BufRead) -> Result<()>
 /// `oc-calls SESSION...`: each from the database when it holds it, else from a server
 /// (given, configured, or found running); with `--server` and no `--db`, from servers only.
 fn by_id(c: &mut Calls, args: &Args, cfg: &Config) -> Result<()> {
-    let (path, how) = match (&args.db, &cfg.opencode.db) {
-        (Some(p), _) if !p.as_os_str().is_empty() => (p.clone(), Found::Argument),
-        (_, Some(p)) => (p.clone(), Found::Configured),
-        _ => (opencode::db::default_path(), Found::Default),
-    };
+    let (path, how) = crate::paths::opencode_db(args.db.as_deref(), cfg.opencode.db.as_deref());
     let mut readers: Vec<Reader> = Vec::new();
     // `--server URL` without `--db` asks for that server: the database is not consulted
     let db = if !args.servers.is_empty() && args.db.is_none() {

@@ -17,6 +17,7 @@ pub mod jsonc;
 pub mod liveness;
 pub mod metrics;
 pub mod opencode;
+pub mod paths;
 pub mod record;
 pub mod report;
 pub mod scrub;

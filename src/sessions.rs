@@ -73,7 +73,7 @@ pub fn main() -> i32 {
 }
 
 pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
-    out.line_buffered(args.line_buffered);
+    out.line_buffered_if(args.line_buffered);
     let cfg = Config::load(args.config.as_deref())?;
     let now = args.now.unwrap_or_else(now_ms);
     let since = match &args.since {
@@ -91,7 +91,8 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
     let mut seen = Seen::default();
 
     // the database
-    let (db_path, db_found) = database_path(&args, &cfg);
+    let (db_path, db_found) =
+        crate::paths::opencode_db(args.db.as_deref(), cfg.opencode.db.as_deref());
     let db = if args.no_db {
         None
     } else {
@@ -231,19 +232,7 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
 }
 
 fn found_name(f: Found) -> String {
-    serde_json::to_value(f)
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_default()
-}
-
-/// The database to read and how it was named.
-fn database_path(args: &Args, cfg: &Config) -> (PathBuf, Found) {
-    match (&args.db, &cfg.opencode.db) {
-        (Some(p), _) if !p.as_os_str().is_empty() => (p.clone(), Found::Argument),
-        (_, Some(p)) => (p.clone(), Found::Configured),
-        _ => (opencode::db::default_path(), Found::Default),
-    }
+    f.as_str().to_string()
 }
 
 /// What one server gave: its sessions (with live status and pending requests), or why not.

@@ -16,11 +16,6 @@ pub struct Db {
     pub path: PathBuf,
 }
 
-/// The default database path: `$XDG_DATA_HOME/opencode/opencode.db`.
-pub fn default_path() -> PathBuf {
-    crate::config::xdg_dir("XDG_DATA_HOME", ".local/share").join("opencode/opencode.db")
-}
-
 /// Columns this reader needs, by table. A database without one of them is of a schema this
 /// reader does not know (a newer opencode, most likely): blind, not empty.
 const NEEDED: &[(&str, &[&str])] = &[

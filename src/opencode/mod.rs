@@ -8,22 +8,12 @@ pub mod export;
 pub mod http;
 
 use crate::record::Session;
-use serde::Serialize;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 
 pub use http::{Client, Fault, Limits};
 
-/// How a source came to be read: named on the command line, set in the config, opencode's own
-/// default path, or found running.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Found {
-    Argument,
-    Configured,
-    Default,
-    Discovered,
-}
+pub use crate::paths::Found;
 
 /// A server to read, with how it was found (one server under two URLs is one entry).
 #[derive(Debug, Clone, PartialEq)]
