@@ -16,6 +16,7 @@ pub mod docs;
 pub mod jsonc;
 pub mod liveness;
 pub mod metrics;
+pub mod notify;
 pub mod opencode;
 pub mod paths;
 pub mod record;

@@ -4,8 +4,8 @@
 
 use super::opinion::Opinion;
 use super::{Activity, Episode, Figures, Kind, Mark, Reason, TickView, Verdict, BLIND_KEY};
-use crate::config::Severity;
 use crate::record::LivenessClass;
+use crate::severity::Severity;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Everything a decision depends on.

@@ -25,8 +25,8 @@ pub mod text;
 
 pub use decide::{decide, Plan, Step};
 
-use crate::config::Severity;
 use crate::record::{LivenessClass, Signal, Verdict};
+use crate::severity::Severity;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -211,6 +211,28 @@ pub struct Figures {
     pub cost: f64,
     pub duration_ms: i64,
     pub flagged_ticks: u32,
+}
+
+/// A duration in the words of the events: "40 s", "12 min", "2 h 05 min".
+pub fn duration(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    if s < 60 {
+        format!("{s} s")
+    } else if s < 3600 {
+        format!("{} min", s / 60)
+    } else {
+        format!("{} h {:02} min", s / 3600, s % 3600 / 60)
+    }
+}
+
+/// What a loop burned, in the words of every channel: "41 calls and $0.37 over 12 min".
+pub fn burned(f: &Figures) -> String {
+    format!(
+        "{} calls and ${:.2} over {}",
+        f.calls,
+        f.cost,
+        duration(f.duration_ms)
+    )
 }
 
 /// An alert event. Maps one to one onto PagerDuty Events v2 (`dedup_key`, `severity`,

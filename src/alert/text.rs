@@ -2,34 +2,18 @@
 //! figures and reasons come from the plan, the words from here, so every channel (desktop body,
 //! webhook, PagerDuty, Alertmanager) shows the same ones.
 
+pub use super::{burned, duration};
 use super::{Episode, Event, Figures, Kind, Reason, Transition, Verdict};
-use crate::config::{Config, Severity};
+use crate::config::Config;
+use crate::severity::Severity;
 use serde_json::{json, Map, Value};
 
-/// "40 s", "12 min", "2 h 05 min".
-pub fn duration(ms: i64) -> String {
-    let s = ms.max(0) / 1000;
-    if s < 60 {
-        format!("{s} s")
-    } else if s < 3600 {
-        format!("{} min", s / 60)
-    } else {
-        format!("{} h {:02} min", s / 3600, s % 3600 / 60)
-    }
-}
-
-/// "41 calls and $0.37 over 12 min".
-pub fn burned(f: &Figures) -> String {
-    format!(
-        "{} calls and ${:.2} over {}",
-        f.calls,
-        f.cost,
-        duration(f.duration_ms)
-    )
-}
-
 pub fn link(cfg: &Config, root: &str) -> Option<String> {
-    Some(crate::report::link(cfg, root))
+    Some(crate::paths::page_link(
+        &cfg.alert.link_base,
+        &cfg.report_file(),
+        root,
+    ))
 }
 
 fn base(cfg: &Config, kind: Kind, key: String, root: &str, now: i64) -> Event {

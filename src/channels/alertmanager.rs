@@ -91,7 +91,7 @@ pub fn am_alert(ev: &Event, ends: Option<i64>, severity: Option<Severity>, host:
         a["annotations"]["reason"] = json!(r.as_str());
     }
     if let Some(f) = &ev.figures {
-        a["annotations"]["burned"] = json!(crate::alert::text::burned(f));
+        a["annotations"]["burned"] = json!(crate::alert::burned(f));
     }
     if let Some(l) = &ev.link {
         a["generatorURL"] = json!(l);
@@ -100,12 +100,6 @@ pub fn am_alert(ev: &Event, ends: Option<i64>, severity: Option<Severity>, host:
         a["endsAt"] = json!(iso(e));
     }
     a
-}
-
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into())
 }
 
 impl Alertmanager {
@@ -117,7 +111,7 @@ impl Alertmanager {
         alerts: &[(Event, Option<i64>)],
         now: i64,
     ) -> Result<Sent, String> {
-        let host = hostname();
+        let host = crate::paths::hostname();
         let mut body = Vec::new();
         for (ev, ends) in alerts {
             match (ev.state, ends) {

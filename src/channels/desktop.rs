@@ -1,5 +1,5 @@
 //! The desktop channel: a freedesktop notification (notify-rust over D-Bus) on the operator's
-//! session bus; with a link, a click on it opens the page. The channel gets its `timeout_secs`
+//! session bus (shown by [`crate::notify`]); with a link, a click on it opens the page. The channel gets its `timeout_secs`
 //! once per run over all its notifications.
 
 use super::{Channel, ChannelConfig, ChannelTable, Sent};
@@ -37,47 +37,16 @@ pub fn body(ev: &Event) -> String {
 }
 
 fn show(ev: &Event, wait: Duration) -> Result<String, String> {
-    use notify_rust::{Notification, Urgency};
-    let urgency = match ev.severity {
-        Severity::Critical => Urgency::Critical,
-        Severity::Warning => Urgency::Normal,
-        Severity::Info => Urgency::Low,
+    let body = body(ev);
+    let notice = crate::notify::Notice {
+        summary: &ev.title,
+        body: &body,
+        urgency: match ev.severity {
+            Severity::Critical => "critical",
+            Severity::Warning => "normal",
+            Severity::Info => "low",
+        },
+        url: ev.link.as_deref(),
     };
-    let mut n = Notification::new();
-    n.appname("oc-watchdog")
-        .summary(&ev.title)
-        .body(&body(ev))
-        .urgency(urgency);
-    // with a link: shown by a child that stays to open the page when the alert is clicked
-    if let Some(url) = &ev.link {
-        let note = crate::report::open::Note {
-            summary: ev.title.clone(),
-            body: body(ev),
-            urgency: match urgency {
-                Urgency::Critical => "critical",
-                Urgency::Low => "low",
-                Urgency::Normal => "normal",
-            }
-            .into(),
-            url: url.clone(),
-        };
-        if let Some(r) = crate::report::open::show(&note, wait) {
-            return r
-                .map(|id| format!("notification {id}"))
-                .map_err(|e| format!("desktop notification: {e}"));
-        }
-    }
-    // a session bus that accepts but never answers must not hold the tick
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(n.show().map(|h| h.id()).map_err(|e| e.to_string()));
-    });
-    match rx.recv_timeout(wait) {
-        Ok(Ok(id)) => Ok(format!("notification {id}")),
-        Ok(Err(e)) => Err(format!("desktop notification: {e}")),
-        Err(_) => Err(format!(
-            "desktop notification: no answer within {:.1}s",
-            wait.as_secs_f64()
-        )),
-    }
+    crate::notify::show(&notice, wait)
 }

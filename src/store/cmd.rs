@@ -291,7 +291,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
                 .open_with
                 .clone()
                 .filter(|w| !w.trim().is_empty());
-            crate::report::open::notify_and_wait(
+            crate::notify::click::notify_and_wait(
                 stdin,
                 out,
                 with.as_deref().unwrap_or("xdg-open"),
