@@ -10,6 +10,7 @@ pub mod calls;
 pub mod channels;
 pub mod check;
 pub mod cli;
+pub mod cmd;
 pub mod config;
 pub mod detect;
 pub mod docs;

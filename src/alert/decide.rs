@@ -212,22 +212,7 @@ pub fn figures<'a>(
 /// The lifecycle rules.
 pub fn decide(i: &Input) -> Plan {
     let tick = i.tick;
-    let mut trees: BTreeMap<&str, Tree> = BTreeMap::new();
-    for v in &tick.verdicts {
-        let t = trees.entry(v.root()).or_insert_with(|| Tree {
-            all: Vec::new(),
-            flagged: Vec::new(),
-        });
-        t.all.push(v);
-        if v.flagged {
-            t.flagged.push(v);
-        }
-    }
-    for t in trees.values_mut() {
-        // the most telling verdict first
-        t.flagged
-            .sort_by_key(|v| std::cmp::Reverse(v.calls_since_landed));
-    }
+    let trees = trees_of(tick);
     let sessions: HashMap<&str, &Verdict> = tick
         .verdicts
         .iter()
@@ -252,8 +237,41 @@ pub fn decide(i: &Input) -> Plan {
             _ => {}
         }
     }
-    // new loop episodes: flagged trees without one, unless it is the last one, unmoved
-    for (root, t) in &trees {
+    new_loops(i, &trees, &open_loops, &mut steps);
+    new_live(i, &open_keys, &mut steps);
+    steps.extend(blind_step(i));
+    Plan { steps }
+}
+
+/// This tick's trees by root, the most telling flagged verdict first.
+fn trees_of(tick: &TickView) -> BTreeMap<&str, Tree<'_>> {
+    let mut trees: BTreeMap<&str, Tree> = BTreeMap::new();
+    for v in &tick.verdicts {
+        let t = trees.entry(v.root()).or_insert_with(|| Tree {
+            all: Vec::new(),
+            flagged: Vec::new(),
+        });
+        t.all.push(v);
+        if v.flagged {
+            t.flagged.push(v);
+        }
+    }
+    for t in trees.values_mut() {
+        // the most telling verdict first
+        t.flagged
+            .sort_by_key(|v| std::cmp::Reverse(v.calls_since_landed));
+    }
+    trees
+}
+
+/// New loop episodes: flagged trees without one, unless it is the last one, unmoved.
+fn new_loops(
+    i: &Input,
+    trees: &BTreeMap<&str, Tree>,
+    open_loops: &HashSet<&str>,
+    steps: &mut Vec<Step>,
+) {
+    for (root, t) in trees {
         if t.flagged.is_empty() || open_loops.contains(root) {
             continue;
         }
@@ -277,15 +295,18 @@ pub fn decide(i: &Input) -> Plan {
             subject: root.to_string(),
             session: Some(t.flagged[0].session.clone()),
             severity,
-            figures: Some(figures(flagged_of(&marks), tick.t, 1)),
+            figures: Some(figures(flagged_of(&marks), i.tick.t, 1)),
             ask: true,
             opinion,
             marks,
         });
     }
-    // new liveness episodes, one per key
+}
+
+/// New liveness episodes, one per key.
+fn new_live(i: &Input, open_keys: &HashSet<&str>, steps: &mut Vec<Step>) {
     let mut live_new: HashSet<String> = HashSet::new();
-    for v in &tick.verdicts {
+    for v in &i.tick.verdicts {
         if let Some((kind, severity)) = v.live_alert() {
             let key = kind.key(&v.session);
             if open_keys.contains(key.as_str()) || !live_new.insert(key.clone()) {
@@ -304,14 +325,18 @@ pub fn decide(i: &Input) -> Plan {
             });
         }
     }
-    // blind: one alert while any source is unreadable; resolved by the next tick that reads
+}
+
+/// Blind: one alert while any source is unreadable; resolved by the next tick that reads.
+fn blind_step(i: &Input) -> Option<Step> {
+    let tick = i.tick;
     let blind_open = i.open.iter().find(|a| a.key == BLIND_KEY);
     match (tick.blind.is_empty(), blind_open) {
-        (false, Some(a)) => steps.push(Step::StillBlind {
+        (false, Some(a)) => Some(Step::StillBlind {
             episode: a.id,
             reasons: tick.blind.clone(),
         }),
-        (false, None) => steps.push(Step::Open {
+        (false, None) => Some(Step::Open {
             kind: Kind::Blind,
             key: BLIND_KEY.into(),
             subject: tick.blind[0].0.clone(),
@@ -322,7 +347,7 @@ pub fn decide(i: &Input) -> Plan {
             opinion: None,
             marks: Vec::new(),
         }),
-        (true, Some(a)) => steps.push(Step::Resolve {
+        (true, Some(a)) => Some(Step::Resolve {
             episode: a.id,
             key: a.key.clone(),
             reason: Reason::Readable,
@@ -330,9 +355,8 @@ pub fn decide(i: &Input) -> Plan {
             figures: None,
             marks: Vec::new(),
         }),
-        (true, None) => {}
+        (true, None) => None,
     }
-    Plan { steps }
 }
 
 fn loop_step(i: &Input, a: &Episode, tree: Option<&Tree>) -> Option<Step> {
@@ -379,28 +403,7 @@ fn loop_step(i: &Input, a: &Episode, tree: Option<&Tree>) -> Option<Step> {
         landed |= l;
     }
     if new_calls > 0 && !landed {
-        let n = a.flagged_ticks + 1;
-        let critical = a.severity == Severity::Critical;
-        let opinion = i.answers.get(&a.subject).cloned();
-        let escalate = if critical {
-            None
-        } else if n >= i.escalate_after {
-            Some(Reason::StillLooping)
-        } else if opinion.as_ref().is_some_and(Opinion::yes) {
-            Some(Reason::SecondOpinion)
-        } else {
-            None
-        };
-        return Some(Step::Count {
-            episode: a.id,
-            root: a.subject.clone(),
-            flagged_ticks: n,
-            escalate,
-            figures: figures(flagged_of(&marks), a.opened, n),
-            ask: !critical && a.asked == 1 && escalate != Some(Reason::StillLooping),
-            opinion,
-            marks,
-        });
+        return Some(count_step(i, a, marks));
     }
     if landed {
         return Some(Step::Hold {
@@ -429,6 +432,33 @@ fn loop_step(i: &Input, a: &Episode, tree: Option<&Tree>) -> Option<Step> {
         },
         marks,
     })
+}
+
+/// The loop went on: count the tick, and escalate when it is the `escalate_after`th or the
+/// second opinion says yes.
+fn count_step(i: &Input, a: &Episode, marks: Marks) -> Step {
+    let n = a.flagged_ticks + 1;
+    let critical = a.severity == Severity::Critical;
+    let opinion = i.answers.get(&a.subject).cloned();
+    let escalate = if critical {
+        None
+    } else if n >= i.escalate_after {
+        Some(Reason::StillLooping)
+    } else if opinion.as_ref().is_some_and(Opinion::yes) {
+        Some(Reason::SecondOpinion)
+    } else {
+        None
+    };
+    Step::Count {
+        episode: a.id,
+        root: a.subject.clone(),
+        flagged_ticks: n,
+        escalate,
+        figures: figures(flagged_of(&marks), a.opened, n),
+        ask: !critical && a.asked == 1 && escalate != Some(Reason::StillLooping),
+        opinion,
+        marks,
+    }
 }
 
 fn live_step(i: &Input, a: &Episode, kind: Kind, v: Option<&Verdict>) -> Option<Step> {

@@ -2,8 +2,10 @@
 //!
 //! Decide, then apply: `decide` is a pure function from the open alert episodes, this tick's
 //! verdicts and what the previous tick saw of each session (its marks) to a [`Plan`]; `apply`
-//! writes the plan in one short transaction; `cmd` reads the input, asks the optional second
-//! opinion (`opinion`), and delivers the recorded events through the channels (`crate::channels`).
+//! writes the plan in one short transaction. In between, `stage` words each step's event
+//! (`text`), routes it to the channels and decides its nudge; `lifecycle` runs one tick in
+//! that order (reads in `load`, the optional second opinion in `opinion`), and `outbox`
+//! delivers the recorded events through the channels (`crate::channels`) after it.
 //!
 //! Per root session (dedup key `opencode-loop:<root>`), one episode at a time: the first flagged
 //! tick triggers (warning, critical on a "yes" second opinion). A later tick counts toward
@@ -18,9 +20,12 @@
 //! of resolving anything, and that resolves (`readable`) with the next tick that reads.
 
 pub mod apply;
-pub mod cmd;
 pub mod decide;
+pub mod lifecycle;
+pub mod load;
 pub mod opinion;
+pub mod outbox;
+pub mod stage;
 pub mod text;
 
 pub use decide::{decide, Plan, Step};

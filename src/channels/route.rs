@@ -80,6 +80,13 @@ pub fn route(
     }
 }
 
+/// The operator's local hour, in-process (TZ, else /etc/localtime).
+pub fn local_hour(now: i64) -> Option<u8> {
+    let ts = jiff::Timestamp::from_millisecond(now).ok()?;
+    let tz = jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC);
+    Some(ts.to_zoned(tz).hour() as u8)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
