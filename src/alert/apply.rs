@@ -5,7 +5,7 @@
 
 use super::decide::{Hold, Marks, Step};
 use super::stage::{Nudge, Staged, TickIndex};
-use super::{Episode, Event, Kind, Verdict};
+use super::{AlertEpisode, AlertKind, Event, Verdict};
 use crate::store::Store;
 use anyhow::Result;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -19,7 +19,7 @@ pub struct Prepared<'a> {
     /// This tick's verdicts by root and by session, for the episodes' columns and marks.
     pub index: &'a TickIndex<'a>,
     /// Open episodes by id (titles, opened).
-    pub open: &'a HashMap<i64, &'a Episode>,
+    pub open: &'a HashMap<i64, &'a AlertEpisode>,
     pub tick_key: &'a str,
     pub tick_id: Option<i64>,
     pub now: i64,
@@ -143,10 +143,10 @@ fn write_step(tx: &Connection, p: &Prepared, s: &Staged) -> Result<Option<i64>> 
 
 /// What an episode of `kind` keeps as evidence: a blind alert its reasons, a liveness alert
 /// its session's liveness evidence, a loop none.
-fn evidence(kind: Kind, ev: Option<&Event>, v: Option<&Verdict>) -> Option<String> {
+fn evidence(kind: AlertKind, ev: Option<&Event>, v: Option<&Verdict>) -> Option<String> {
     match kind {
-        Kind::Loop => None,
-        Kind::Blind => ev
+        AlertKind::Loop => None,
+        AlertKind::Blind => ev
             .and_then(|e| e.details.get("reasons"))
             .and_then(|r| r.as_array())
             .map(|r| {
@@ -203,16 +203,16 @@ fn open_episode(tx: &Connection, p: &Prepared, s: &Staged) -> Result<i64> {
             v.and_then(|v| v.agent.clone()),
             v.and_then(|v| v.model.clone()),
             ev.map(|e| e.title.clone()).unwrap_or_default(),
-            v.filter(|_| *kind == Kind::Loop).and_then(|v| v.top_target()),
+            v.filter(|_| *kind == AlertKind::Loop).and_then(|v| v.top_target()),
             evidence(*kind, ev, v),
             figures.map(|f| f.calls as i64),
             figures.map(|f| f.cost),
             figures.map(|f| f.duration_ms),
             opinion.as_ref().map(|o| json!(o).to_string()),
-            v.and_then(|v| v.source.clone()).or_else(|| (*kind == Kind::Blind).then(|| subject.clone())),
+            v.and_then(|v| v.source.clone()).or_else(|| (*kind == AlertKind::Blind).then(|| subject.clone())),
             match kind {
-                Kind::Loop => seen_in(Vec::new(), tree()),
-                Kind::Blind => None,
+                AlertKind::Loop => seen_in(Vec::new(), tree()),
+                AlertKind::Blind => None,
                 _ => seen_in(Vec::new(), v.into_iter()),
             },
         ],

@@ -7,7 +7,7 @@ use super::apply::{self, Prepared};
 use super::decide::{self, Input, Plan};
 use super::opinion::{self, Opinion};
 use super::stage::{self, Staged, TickIndex, Wording};
-use super::{load, outbox, Episode, Event, TickView, Verdict};
+use super::{load, outbox, AlertEpisode, Event, TickView, Verdict};
 use crate::channels::route::local_hour;
 use crate::channels::EffectiveChannel;
 use crate::config::Config;
@@ -34,7 +34,7 @@ pub fn run(
     let last = load::last_episodes(store, tick, &open)?;
     let index = TickIndex::of(tick);
     let plan = plan(cfg, tick, &open, &last, &index);
-    let by_id: HashMap<i64, &Episode> = open.iter().map(|e| (e.id, e)).collect();
+    let by_id: HashMap<i64, &AlertEpisode> = open.iter().map(|e| (e.id, e)).collect();
     let wording = Wording {
         cfg,
         tick,
@@ -72,8 +72,8 @@ pub fn run(
 fn plan(
     cfg: &Config,
     tick: &TickView,
-    open: &[Episode],
-    last: &HashMap<String, Episode>,
+    open: &[AlertEpisode],
+    last: &HashMap<String, AlertEpisode>,
     index: &TickIndex,
 ) -> Plan {
     let input = |answers| Input {

@@ -2,7 +2,7 @@
 //! tick was processed, the open episodes with their marks, the last episode of each flagged
 //! tree, and what each channel was sent of an alert before.
 
-use super::{Episode, Event, Kind, Mark, Reason, TickView};
+use super::{AlertEpisode, AlertKind, Event, Reason, SessionMark, TickView};
 use crate::channels::route::SentBefore;
 use crate::severity::Severity;
 use crate::store::Store;
@@ -25,11 +25,11 @@ pub fn processed(store: &Store, key: &str) -> Result<bool> {
 
 const EPISODE_COLS: &str = "id, dedup_key, kind, root, severity, flagged_ticks, asked, source, opened, title, agent, model, reason, sources";
 
-fn episode_row(r: &rusqlite::Row) -> rusqlite::Result<Episode> {
-    Ok(Episode {
+fn episode_row(r: &rusqlite::Row) -> rusqlite::Result<AlertEpisode> {
+    Ok(AlertEpisode {
         id: r.get(0)?,
         key: r.get(1)?,
-        kind: Kind::parse(&r.get::<_, String>(2)?),
+        kind: AlertKind::parse(&r.get::<_, String>(2)?),
         subject: r.get(3)?,
         severity: Severity::parse(&r.get::<_, String>(4)?).unwrap_or(Severity::Warning),
         flagged_ticks: r.get(5)?,
@@ -51,7 +51,7 @@ fn episode_row(r: &rusqlite::Row) -> rusqlite::Result<Episode> {
     })
 }
 
-fn load_marks(store: &Store, ep: &mut Episode) -> Result<()> {
+fn load_marks(store: &Store, ep: &mut AlertEpisode) -> Result<()> {
     let mut st = store.conn.prepare_cached(
         "SELECT session, calls, calls_since_landed, cost_since_landed, last_call, loop_start, flagged, base_calls,
              base_cost, start
@@ -60,7 +60,7 @@ fn load_marks(store: &Store, ep: &mut Episode) -> Result<()> {
     let rows = st.query_map([ep.id], |r| {
         Ok((
             r.get::<_, String>(0)?,
-            Mark {
+            SessionMark {
                 calls: r.get::<_, i64>(1)? as u64,
                 calls_since_landed: r.get::<_, i64>(2)? as u64,
                 cost_since_landed: r.get(3)?,
@@ -80,14 +80,14 @@ fn load_marks(store: &Store, ep: &mut Episode) -> Result<()> {
     Ok(())
 }
 
-pub fn open_episodes(store: &Store) -> Result<Vec<Episode>> {
+pub fn open_episodes(store: &Store) -> Result<Vec<AlertEpisode>> {
     let mut st = store.conn.prepare(&format!(
         "SELECT {EPISODE_COLS} FROM episodes WHERE state = 'open' ORDER BY id"
     ))?;
     let mut eps = st
         .query_map([], episode_row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    for e in eps.iter_mut().filter(|e| e.kind == Some(Kind::Loop)) {
+    for e in eps.iter_mut().filter(|e| e.kind == Some(AlertKind::Loop)) {
         load_marks(store, e)?;
     }
     Ok(eps)
@@ -97,8 +97,8 @@ pub fn open_episodes(store: &Store) -> Result<Vec<Episode>> {
 pub fn last_episodes(
     store: &Store,
     tick: &TickView,
-    open: &[Episode],
-) -> Result<HashMap<String, Episode>> {
+    open: &[AlertEpisode],
+) -> Result<HashMap<String, AlertEpisode>> {
     let mut out = HashMap::new();
     let mut st = store.conn.prepare_cached(&format!(
         "SELECT {EPISODE_COLS} FROM episodes WHERE dedup_key = ?1 ORDER BY id DESC LIMIT 1"

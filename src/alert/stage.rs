@@ -3,7 +3,7 @@
 //! nudge it decides. `apply` writes them as they are; nothing here holds the write lock.
 
 use super::decide::{Marks, Plan, Step};
-use super::{text, Delivery, Episode, Event, Kind, TickView, Transition, Verdict};
+use super::{text, AlertEpisode, AlertKind, Delivery, Event, TickView, Transition, Verdict};
 use crate::channels::route::{route, SentBefore};
 use crate::channels::EffectiveChannel;
 use crate::config::Config;
@@ -77,7 +77,7 @@ pub struct Wording<'a> {
     pub tick: &'a TickView,
     pub index: &'a TickIndex<'a>,
     /// Open episodes by id.
-    pub open: &'a HashMap<i64, &'a Episode>,
+    pub open: &'a HashMap<i64, &'a AlertEpisode>,
     pub now: i64,
 }
 
@@ -104,7 +104,7 @@ fn event_of(w: &Wording, step: &Step) -> Option<Event> {
     let (cfg, now) = (w.cfg, w.now);
     match step {
         Step::Open {
-            kind: Kind::Loop,
+            kind: AlertKind::Loop,
             subject,
             severity,
             figures,
@@ -127,7 +127,8 @@ fn event_of(w: &Wording, step: &Step) -> Option<Event> {
             Some(ev)
         }
         Step::Open {
-            kind: Kind::Blind, ..
+            kind: AlertKind::Blind,
+            ..
         } => Some(text::blind_event(cfg, &w.tick.blind, now)),
         Step::Open {
             kind,
@@ -182,7 +183,7 @@ fn nudge_of(w: &Wording, step: &Step) -> Option<Nudge> {
     let Step::Open { kind, subject, .. } = step else {
         return None;
     };
-    if !w.cfg.liveness.nudge || !matches!(kind, Kind::Stalled | Kind::Unfinished) {
+    if !w.cfg.liveness.nudge || !matches!(kind, AlertKind::Stalled | AlertKind::Unfinished) {
         return None;
     }
     let v = w.index.sessions[subject.as_str()];

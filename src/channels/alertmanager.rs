@@ -4,8 +4,8 @@
 //! alerts are re-posted on every tick.
 
 use super::http::post;
-use super::{Channel, ChannelConfig, ChannelTable, Sent};
-use crate::alert::{Event, Kind, Transition};
+use super::{ChannelUnit, ChannelConfig, ChannelTable, Sent};
+use crate::alert::{Event, AlertKind, Transition};
 use crate::check::Problems;
 use crate::cli::iso_ms as iso;
 use crate::severity::Severity;
@@ -19,7 +19,7 @@ pub struct Alertmanager {
     pub urls: Vec<String>,
 }
 
-impl Channel for Alertmanager {
+impl ChannelUnit for Alertmanager {
     fn take(t: &mut ChannelTable) -> Alertmanager {
         Alertmanager {
             urls: std::mem::take(&mut t.urls),
@@ -52,16 +52,16 @@ impl Channel for Alertmanager {
 }
 
 /// Alertmanager's `alertname` for an alert kind.
-pub fn alertname(kind: Kind) -> &'static str {
+pub fn alertname(kind: AlertKind) -> &'static str {
     match kind {
-        Kind::Blind => "WatchdogBlind",
-        Kind::Loop => "OpencodeLoop",
-        Kind::Stalled => "OpencodeStalled",
-        Kind::Retrying => "OpencodeRetrying",
-        Kind::Waiting => "OpencodeAwaitingUser",
-        Kind::Interrupted => "OpencodeInterrupted",
-        Kind::Unfinished => "OpencodeNeedsFinalization",
-        Kind::Test => "OpencodeWatchdog",
+        AlertKind::Blind => "WatchdogBlind",
+        AlertKind::Loop => "OpencodeLoop",
+        AlertKind::Stalled => "OpencodeStalled",
+        AlertKind::Retrying => "OpencodeRetrying",
+        AlertKind::Waiting => "OpencodeAwaitingUser",
+        AlertKind::Interrupted => "OpencodeInterrupted",
+        AlertKind::Unfinished => "OpencodeNeedsFinalization",
+        AlertKind::Test => "OpencodeWatchdog",
     }
 }
 

@@ -2,7 +2,7 @@
 //! session bus (shown by [`crate::notify`]); with a link, a click on it opens the page. The channel gets its `timeout_secs`
 //! once per run over all its notifications.
 
-use super::{Channel, ChannelConfig, ChannelTable, Sent};
+use super::{ChannelUnit, ChannelConfig, ChannelTable, Sent};
 use crate::alert::Event;
 use crate::check::Problems;
 use crate::severity::Severity;
@@ -12,7 +12,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Desktop {}
 
-impl Channel for Desktop {
+impl ChannelUnit for Desktop {
     fn take(_: &mut ChannelTable) -> Desktop {
         Desktop {}
     }

@@ -1,6 +1,6 @@
 //! The alert channels, one file per channel type: its settings (a variant of
 //! [`ChannelSettings`], tagged by the config's `type` key), its validation and its delivery,
-//! behind the [`Channel`] trait and registered in one list ([`registry!`] below). Events enter
+//! behind the [`ChannelUnit`] trait and registered in one list ([`registry!`] below). Events enter
 //! from `wd-alert`; what a delivery answered leaves as [`Sent`] or as the text of what went
 //! wrong, never as an error raised past the caller.
 //!
@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
 /// What one channel type is: its validation and its delivery.
-pub trait Channel {
+pub trait ChannelUnit {
     /// Takes this type's keys out of a channel table (what is left is refused by name).
     fn take(t: &mut ChannelTable) -> Self
     where
@@ -30,7 +30,7 @@ pub trait Channel {
     /// Adds the problems of this type's keys; `key("url")` is the key path of one of them.
     fn check(&self, name: &str, key: &dyn Fn(&str) -> String, p: &mut Problems);
     /// Delivers `ev`; `left` is what the channel has left of its time in this run, for a
-    /// channel with a [`Channel::run_budget`].
+    /// channel with a [`ChannelUnit::run_budget`].
     fn deliver(
         &self,
         ch: &ChannelConfig,
@@ -48,7 +48,7 @@ pub trait Channel {
     fn run_budget(&self) -> bool {
         false
     }
-    /// Does the receiver resolve an alert that is not re-sent (so [`Channel::repost`] gets the
+    /// Does the receiver resolve an alert that is not re-sent (so [`ChannelUnit::repost`] gets the
     /// open alerts on every tick)?
     fn reposts(&self) -> bool {
         false
@@ -93,7 +93,7 @@ macro_rules! registry {
                 }
             }
             /// What its type does.
-            pub fn unit(&self) -> &dyn Channel {
+            pub fn unit(&self) -> &dyn ChannelUnit {
                 match self {
                     $(ChannelSettings::$ty(c) => c,)*
                 }
@@ -215,7 +215,7 @@ impl ChannelConfig {
     pub fn kind(&self) -> ChannelType {
         self.settings.kind()
     }
-    pub fn unit(&self) -> &dyn Channel {
+    pub fn unit(&self) -> &dyn ChannelUnit {
         self.settings.unit()
     }
 }

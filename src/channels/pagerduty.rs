@@ -2,7 +2,7 @@
 //! with the routing key from the environment.
 
 use super::http::{env_secret, post};
-use super::{env_name, Channel, ChannelConfig, ChannelTable, Sent};
+use super::{env_name, ChannelUnit, ChannelConfig, ChannelTable, Sent};
 use crate::alert::{Event, Transition};
 use crate::check::Problems;
 use serde::Serialize;
@@ -17,7 +17,7 @@ pub struct Pagerduty {
     pub events_url: Option<String>,
 }
 
-impl Channel for Pagerduty {
+impl ChannelUnit for Pagerduty {
     fn take(t: &mut ChannelTable) -> Pagerduty {
         Pagerduty {
             routing_key_env: t.routing_key_env.take(),
@@ -79,7 +79,7 @@ pub fn body(ev: &Event, routing_key: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alert::{Kind, Reason};
+    use crate::alert::{AlertKind, Reason};
     use crate::severity::Severity;
 
     #[test]
@@ -93,7 +93,7 @@ mod tests {
             details: Default::default(),
             source: "oc-watchdog".into(),
             t: 0,
-            alert: Kind::Loop,
+            alert: AlertKind::Loop,
             root: "r".into(),
             reason: Some(Reason::Stopped),
             figures: None,

@@ -2,7 +2,7 @@
 //! from the environment.
 
 use super::http::{env_secret, post};
-use super::{env_name, Channel, ChannelConfig, ChannelTable, Sent};
+use super::{env_name, ChannelUnit, ChannelConfig, ChannelTable, Sent};
 use crate::alert::Event;
 use crate::check::Problems;
 use serde::Serialize;
@@ -15,7 +15,7 @@ pub struct Webhook {
     pub token_env: Option<String>,
 }
 
-impl Channel for Webhook {
+impl ChannelUnit for Webhook {
     fn take(t: &mut ChannelTable) -> Webhook {
         Webhook {
             url: t.url.take(),

@@ -10,7 +10,7 @@
 //! resolve. Out: each new event as JSONL; a log line per transition and per failed delivery on
 //! stderr.
 
-use crate::alert::{lifecycle, outbox, Event, Kind, TickView, Transition, TEST_KEY};
+use crate::alert::{lifecycle, outbox, AlertKind, Event, TickView, Transition, TEST_KEY};
 use crate::channels::{deliver, effective_channels, EffectiveChannel};
 use crate::cli::{for_each_line, now_ms, Exit, Out};
 use crate::config::Config;
@@ -208,7 +208,7 @@ fn test(store: &Store, cfg: &Config, args: &Args, now: i64, out: &mut Out) -> Re
             details,
             source: cfg.alert.source.clone(),
             t: now,
-            alert: Kind::Test,
+            alert: AlertKind::Test,
             root: "test".into(),
             reason: None,
             figures: None,

@@ -628,7 +628,8 @@ fn alerts(
     out: &mut Out,
 ) -> Result<Exit> {
     if let Some(k) = &kind {
-        if !matches!(crate::alert::Kind::parse(k), Some(k) if k != crate::alert::Kind::Test) {
+        if !matches!(crate::alert::AlertKind::parse(k), Some(k) if k != crate::alert::AlertKind::Test)
+        {
             bail!("unknown alert kind {k:?} (loop, blind, stalled, retrying, waiting, interrupted, unfinished)");
         }
     }
