@@ -387,8 +387,8 @@ impl Config {
     }
 
     /// The bounds of talking to one opencode server.
-    pub fn opencode_limits(&self) -> crate::opencode::http::Limits {
-        crate::opencode::http::Limits {
+    pub fn opencode_limits(&self) -> crate::sources::http::Limits {
+        crate::sources::http::Limits {
             deadline: std::time::Duration::from_secs(self.opencode.server_deadline_secs.get()),
             body_cap: self.opencode.body_cap_mib.get().saturating_mul(1 << 20),
         }
