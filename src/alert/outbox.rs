@@ -31,16 +31,8 @@ pub fn log(ev: &Event) {
 /// Sends a recorded nudge into its session (opencode's `POST /session/{id}/prompt_async`) and
 /// records the outcome. Never retried: at most once per action id.
 pub fn send_nudge(store: &mut Store, n: &Nudge) -> Result<()> {
-    let result = match n.source.as_deref() {
-        Some(url) if url.starts_with("http") => crate::sources::Client::new(url)
-            .post(
-                &format!("/session/{}/prompt_async", n.session),
-                &json!({"parts": [{"type": "text", "text": n.prompt}]}),
-            )
-            .map(|code| format!("HTTP {code}"))
-            .map_err(|e| format!("{e:#}")),
-        _ => Err("the session was read from a database: no server to send to".into()),
-    };
+    // a server's `prompt_async`; a database or an export is refused, saying which it was
+    let result = crate::sources::nudge(n.source.as_deref(), &n.session, &n.prompt);
     let (status, detail) = match &result {
         Ok(d) => ("sent", d.clone()),
         Err(e) => ("failed", e.clone()),
