@@ -55,7 +55,7 @@ pub fn commands() -> Vec<clap::Command> {
         oc_watchdog::cmd::oc_calls::Args::command(),
         oc_watchdog::detect::cmd::Args::command(),
         oc_watchdog::store::cmd::Args::command(),
-        oc_watchdog::alert::cmd::Args::command(),
+        oc_watchdog::cmd::wd_alert::Args::command(),
     ]
 }
 

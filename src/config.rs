@@ -3,6 +3,7 @@
 //! takes `--config PATH`; without it, `$XDG_CONFIG_HOME/oc-watchdog/watchdog.toml` is read when it
 //! exists, and built-in defaults apply otherwise.
 
+use crate::check::{Problems, YEAR};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -17,7 +18,7 @@ pub struct Config {
     pub second_opinion: SecondOpinionConfig,
     pub liveness: LivenessConfig,
     pub report: ReportConfig,
-    pub channels: Vec<ChannelConfig>,
+    pub channels: Vec<crate::channels::ChannelConfig>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -158,90 +159,7 @@ impl Default for LivenessConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    #[default]
-    Info,
-    Warning,
-    Critical,
-}
-
-impl Severity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Info => "info",
-            Severity::Warning => "warning",
-            Severity::Critical => "critical",
-        }
-    }
-    pub fn parse(s: &str) -> Result<Severity> {
-        Ok(match s {
-            "info" => Severity::Info,
-            "warning" => Severity::Warning,
-            "critical" => Severity::Critical,
-            _ => bail!("unknown severity {s:?} (use info, warning or critical)"),
-        })
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ChannelType {
-    Desktop,
-    Webhook,
-    Pagerduty,
-    Alertmanager,
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChannelConfig {
-    pub name: String,
-    #[serde(rename = "type")]
-    pub kind: ChannelType,
-    #[serde(default = "yes")]
-    pub enabled: bool,
-    #[serde(default = "warning")]
-    pub min_severity: Severity,
-    /// Seconds between two notifications of one alert on this channel (resolves always go).
-    #[serde(default = "rate")]
-    pub rate_limit_secs: u64,
-    /// Local hours `[start, end)` when nothing but resolves is sent, e.g. `[22, 7]`.
-    #[serde(default)]
-    pub quiet_hours: Option<[u8; 2]>,
-    /// webhook: the URL; alertmanager: see `urls`.
-    #[serde(default)]
-    pub url: Option<String>,
-    /// alertmanager: every URL is posted to.
-    #[serde(default)]
-    pub urls: Vec<String>,
-    /// pagerduty: the environment variable holding the routing key.
-    #[serde(default)]
-    pub routing_key_env: Option<String>,
-    /// pagerduty: the Events API endpoint.
-    #[serde(default)]
-    pub events_url: Option<String>,
-    /// webhook: an environment variable whose value is sent as a bearer token.
-    #[serde(default)]
-    pub token_env: Option<String>,
-    /// Seconds before a delivery attempt is given up.
-    #[serde(default = "delivery_timeout")]
-    pub timeout_secs: u64,
-}
-
-fn yes() -> bool {
-    true
-}
-fn warning() -> Severity {
-    Severity::Warning
-}
-fn rate() -> u64 {
-    300
-}
-fn delivery_timeout() -> u64 {
-    5
-}
+pub use crate::severity::Severity;
 
 /// Checks detector thresholds (from the config or from progress-detect's flags).
 pub fn check_detector(d: &DetectorConfig) -> Result<()> {
@@ -256,36 +174,6 @@ pub fn check_detector(d: &DetectorConfig) -> Result<()> {
 fn detector_problems(d: &DetectorConfig, p: &mut Problems) {
     // every threshold against its key's bounds, as the signals declare them
     p.0.extend(d.problems());
-}
-
-/// A year in seconds: the longest duration any knob takes.
-const YEAR: u64 = 365 * 86_400;
-
-/// Problems found checking a config, in order.
-#[derive(Default)]
-struct Problems(Vec<(String, String)>);
-
-impl Problems {
-    fn add(&mut self, key: &str, msg: String) {
-        self.0.push((key.to_string(), msg));
-    }
-    fn int(&mut self, key: &str, v: u64, min: u64, max: u64) {
-        if v < min {
-            self.add(key, format!("{v} is below {min}, the least it can be"));
-        } else if v > max {
-            self.add(key, format!("{v} is above {max}, the most it can be"));
-        }
-    }
-    fn url(&mut self, key: &str, v: &str) {
-        match url::Url::parse(v) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
-            Ok(u) => self.add(
-                key,
-                format!("{v:?} is not an http(s) URL (scheme {:?})", u.scheme()),
-            ),
-            Err(e) => self.add(key, format!("{v:?} is not a URL ({e})")),
-        }
-    }
 }
 
 /// Checks that need the text as written, not the typed values (`[1, 2, 3]` reads as a pair).
@@ -494,60 +382,7 @@ impl Config {
             1_000_000,
         );
         p.int("liveness.retry_secs_max", l.retry_secs_max, 1, YEAR);
-        let mut names = std::collections::HashSet::new();
-        for (i, c) in self.channels.iter().enumerate() {
-            let k = |f: &str| format!("channels[{i}].{f}");
-            if c.name.trim().is_empty() {
-                p.add(&k("name"), "a channel needs a name".into());
-            }
-            if !names.insert(&c.name) {
-                p.add(&k("name"), format!("channel {:?} is defined twice", c.name));
-            }
-            match c.kind {
-                ChannelType::Webhook if c.url.is_none() => p.add(
-                    &k("type"),
-                    format!("channel {:?}: a webhook needs url", c.name),
-                ),
-                ChannelType::Pagerduty if c.routing_key_env.is_none() => p.add(
-                    &k("type"),
-                    format!("channel {:?}: pagerduty needs routing_key_env", c.name),
-                ),
-                ChannelType::Alertmanager if c.urls.is_empty() => p.add(
-                    &k("type"),
-                    format!("channel {:?}: alertmanager needs urls", c.name),
-                ),
-                _ => {}
-            }
-            if let Some(u) = &c.url {
-                p.url(&k("url"), u);
-            }
-            for (j, u) in c.urls.iter().enumerate() {
-                p.url(&format!("channels[{i}].urls[{j}]"), u);
-            }
-            if let Some(u) = &c.events_url {
-                p.url(&k("events_url"), u);
-            }
-            for (f, v) in [
-                ("routing_key_env", &c.routing_key_env),
-                ("token_env", &c.token_env),
-            ] {
-                if let Some(v) = v {
-                    let ok = !v.is_empty()
-                        && !v.starts_with(|c: char| c.is_ascii_digit())
-                        && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-                    if !ok {
-                        p.add(&k(f), format!("{v:?} is not an environment variable name"));
-                    }
-                }
-            }
-            if let Some([a, b]) = c.quiet_hours {
-                if a > 23 || b > 23 {
-                    p.add(&k("quiet_hours"), format!("[{a}, {b}]: hours are 0-23"));
-                }
-            }
-            p.int(&k("rate_limit_secs"), c.rate_limit_secs, 0, YEAR);
-            p.int(&k("timeout_secs"), c.timeout_secs, 1, 600);
-        }
+        crate::channels::check(&self.channels, &mut p);
         p.0
     }
 

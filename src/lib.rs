@@ -6,6 +6,8 @@
 
 pub mod alert;
 pub mod block;
+pub mod channels;
+pub mod check;
 pub mod cli;
 pub mod cmd;
 pub mod config;
@@ -14,9 +16,11 @@ pub mod docs;
 pub mod jsonc;
 pub mod liveness;
 pub mod metrics;
+pub mod notify;
 pub mod paths;
 pub mod record;
 pub mod report;
 pub mod scrub;
+pub mod severity;
 pub mod sources;
 pub mod store;

@@ -4,8 +4,8 @@
 //! typed records below and pass every other line through byte for byte, so unknown kinds and
 //! fields survive a whole pipeline. All times are integer milliseconds since the Unix epoch.
 
-use crate::config::Severity;
 use crate::paths::Found;
+use crate::severity::Severity;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;

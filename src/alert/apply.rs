@@ -1,123 +1,25 @@
 //! Applying a plan: every episode change, event, outbox row and nudge of one tick in one short
-//! write transaction. Everything that can be worked out before it (events, routes, opinions)
-//! is worked out before it, so the write lock is held only for the inserts and updates.
+//! write transaction. Everything that can be worked out before it (events, routes, opinions,
+//! nudges: `stage`) is worked out before it, so the write lock is held only for the inserts
+//! and updates.
 
-use super::decide::{Hold, Plan, Step};
-use super::{Delivery, Episode, Event, Kind, Mark, Transition, Verdict};
-use crate::config::{ChannelConfig, ChannelType, Severity};
+use super::decide::{Hold, Marks, Step};
+use super::stage::{Nudge, Staged, TickIndex};
+use super::{AlertEpisode, AlertKind, Event, Verdict};
 use crate::store::Store;
 use anyhow::Result;
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::json;
 use std::collections::HashMap;
 
-/// A channel with its run-time settings applied.
-#[derive(Debug, Clone)]
-pub struct Chan {
-    pub cfg: ChannelConfig,
-    pub enabled: bool,
-    pub min: Severity,
-}
-
-/// What has been sent for an alert on one channel before this tick.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SentBefore {
-    /// The last time anything of this dedup key was sent here.
-    pub key_last: Option<i64>,
-    /// Something of this episode was sent (or tried: it may have shown) here.
-    pub episode: bool,
-}
-
-/// Is `hour` inside the channel's quiet hours `[start, end)`?
-pub fn quiet(c: &ChannelConfig, hour: Option<u8>) -> bool {
-    match (c.quiet_hours, hour) {
-        (Some([a, b]), Some(h)) if a != b => {
-            if a < b {
-                (a..b).contains(&h)
-            } else {
-                h >= a || h < b
-            }
-        }
-        _ => false,
-    }
-}
-
-/// Where an event goes on one channel: pending, deferred (quiet hours) or skipped (disabled,
-/// below the channel's severity, rate limited), with the reason. Resolves and escalations are
-/// never rate limited; a resolve goes only where something of its episode went.
-pub fn route(
-    c: &Chan,
-    ev: &Event,
-    sent: SentBefore,
-    hour: Option<u8>,
-    now: i64,
-) -> (Delivery, String) {
-    if !c.enabled {
-        (Delivery::Skipped, "channel disabled".into())
-    } else if ev.state == Transition::Resolve {
-        // a resolve goes wherever the episode went, whatever the limits, and nowhere else: an
-        // operator whose channel never showed the loop (rate limited, below its severity,
-        // superseded before it was sent) gets no "resolved" for it either
-        if sent.episode {
-            (Delivery::Pending, String::new())
-        } else {
-            (
-                Delivery::Skipped,
-                "nothing was sent here for this alert".into(),
-            )
-        }
-    } else if ev.severity < c.min {
-        (
-            Delivery::Skipped,
-            format!("below min_severity {}", c.min.as_str()),
-        )
-    } else if c.cfg.kind == ChannelType::Alertmanager {
-        // Alertmanager groups, dedups and silences by itself; every transition goes
-        (Delivery::Pending, String::new())
-    } else if ev.state != Transition::Escalate
-        && sent.key_last.is_some_and(|t| {
-            // user seconds: saturate, never wrap
-            now.saturating_sub(t)
-                < i64::try_from(c.cfg.rate_limit_secs)
-                    .unwrap_or(i64::MAX)
-                    .saturating_mul(1000)
-        })
-    {
-        // an escalation comes once per episode and is the news: never rate limited
-        (
-            Delivery::Skipped,
-            format!("rate limited ({}s)", c.cfg.rate_limit_secs),
-        )
-    } else if quiet(&c.cfg, hour) {
-        (Delivery::Deferred, "quiet hours".into())
-    } else {
-        (Delivery::Pending, String::new())
-    }
-}
-
-/// A continuation prompt decided this tick, recorded as `sending` in the transaction.
-#[derive(Debug, Clone)]
-pub struct Nudge {
-    pub action: String,
-    pub session: String,
-    pub source: Option<String>,
-    pub observation: String,
-    pub prompt: String,
-}
-
-/// Everything the transaction writes, worked out beforehand; `events[i]`, `routes[i]` and
-/// `nudges[i]` belong to `plan.steps[i]`.
+/// Everything the transaction writes, worked out beforehand.
 pub struct Prepared<'a> {
-    pub plan: &'a Plan,
-    pub events: Vec<Option<Event>>,
-    pub routes: Vec<Vec<(String, Delivery, String)>>,
-    pub nudges: Vec<Option<Nudge>>,
-    /// This tick's verdicts by root, for the marks of loop episodes.
-    pub trees: &'a HashMap<&'a str, Vec<&'a Verdict>>,
-    /// This tick's verdicts by session.
-    pub sessions: &'a HashMap<&'a str, &'a Verdict>,
+    /// The plan's steps, each with its event, routes and nudge.
+    pub steps: &'a [Staged],
+    /// This tick's verdicts by root and by session, for the episodes' columns and marks.
+    pub index: &'a TickIndex<'a>,
     /// Open episodes by id (titles, opened).
-    pub open: &'a HashMap<i64, &'a Episode>,
+    pub open: &'a HashMap<i64, &'a AlertEpisode>,
     pub tick_key: &'a str,
     pub tick_id: Option<i64>,
     pub now: i64,
@@ -136,7 +38,8 @@ fn seen_in<'a>(known: Vec<String>, vs: impl Iterator<Item = &'a Verdict>) -> Opt
     (!all.is_empty()).then(|| json!(all).to_string())
 }
 
-/// Writes the plan. `None` when another run recorded this tick first (nothing is written).
+/// Writes the plan: its events, and the nudges recorded fresh (a rerun finds the row and sends
+/// nothing). `None` when another run recorded this tick first (nothing is written).
 pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<Nudge>)>> {
     let now = p.now;
     let tx = store.write()?;
@@ -152,259 +55,14 @@ pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<N
     }
     let mut events = Vec::new();
     let mut nudges = Vec::new();
-    {
-        let mut mark = tx.prepare_cached(
-            "INSERT INTO episode_sessions (episode, session, calls, calls_since_landed, cost_since_landed, last_call,
-                 loop_start, flagged, base_calls, base_cost, start) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-             ON CONFLICT (episode, session) DO UPDATE SET calls = ?3, calls_since_landed = ?4, cost_since_landed = ?5,
-                 last_call = ?6, loop_start = ?7, flagged = ?8, base_calls = ?9, base_cost = ?10, start = ?11",
-        )?;
-        let mut put_marks = |episode: i64, marks: &[(String, Mark)]| -> Result<()> {
-            for (session, m) in marks {
-                mark.execute(params![
-                    episode,
-                    session,
-                    m.calls as i64,
-                    m.calls_since_landed as i64,
-                    m.cost_since_landed,
-                    m.last_call,
-                    m.loop_start,
-                    m.flagged,
-                    m.base_calls as i64,
-                    m.base_cost,
-                    m.start
-                ])?;
-            }
-            Ok(())
-        };
-        let mut sources = tx.prepare_cached("UPDATE episodes SET sources = ?2 WHERE id = ?1")?;
-        let mut put_sources = |episode: i64, root: &str| -> Result<()> {
-            let known = p
-                .open
-                .get(&episode)
-                .map(|e| e.seen_in())
-                .unwrap_or_default();
-            let tree = p.trees.get(root).into_iter().flatten().copied();
-            sources.execute(params![episode, seen_in(known, tree)])?;
-            Ok(())
-        };
-        let mut ins_event = tx.prepare_cached(
-            "INSERT INTO events (dedup_key, t, state, severity, body, episode, reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?;
-        let mut ins_delivery = tx.prepare_cached(
-            "INSERT INTO deliveries (event, channel, status, attempts, t, detail) VALUES (?1, ?2, ?3, 0, ?4, ?5)",
-        )?;
-        let mut opinion_of =
-            tx.prepare_cached("UPDATE verdicts SET opinion = ?3 WHERE tick = ?1 AND session = ?2")?;
-        for (i, step) in p.plan.steps.iter().enumerate() {
-            let mut episode: Option<i64> = None;
-            match step {
-                Step::Open {
-                    kind,
-                    key,
-                    subject,
-                    session,
-                    severity,
-                    figures,
-                    opinion,
-                    marks,
-                    ..
-                } => {
-                    let ev = p.events[i].as_ref();
-                    let v = session.as_deref().and_then(|s| p.sessions.get(s).copied());
-                    let evidence = match kind {
-                        Kind::Loop => None,
-                        Kind::Blind => ev
-                            .and_then(|e| e.details.get("reasons"))
-                            .and_then(|r| r.as_array())
-                            .map(|r| {
-                                r.iter()
-                                    .filter_map(|x| x.as_str())
-                                    .collect::<Vec<_>>()
-                                    .join("; ")
-                            }),
-                        _ => v.map(|v| v.liveness_evidence().to_string()),
-                    };
-                    tx.execute(
-                        "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired,
-                             flagged_ticks, asked, agent, model, title, top_target, evidence, calls, cost, duration_ms,
-                             opinion, source, last_decision, sources)
-                         VALUES (?1, ?2, ?3, 'open', ?4, ?4, ?5, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                             'triggered', ?17)",
-                        params![
-                            key,
-                            kind.as_str(),
-                            subject,
-                            severity.as_str(),
-                            now,
-                            opinion.is_some() as i64,
-                            v.and_then(|v| v.agent.clone()),
-                            v.and_then(|v| v.model.clone()),
-                            ev.map(|e| e.title.clone()).unwrap_or_default(),
-                            v.filter(|_| *kind == Kind::Loop).and_then(|v| v.top_target()),
-                            evidence,
-                            figures.map(|f| f.calls as i64),
-                            figures.map(|f| f.cost),
-                            figures.map(|f| f.duration_ms),
-                            opinion.as_ref().map(|o| json!(o).to_string()),
-                            v.and_then(|v| v.source.clone()).or_else(|| (*kind == Kind::Blind).then(|| subject.clone())),
-                            match kind {
-                                Kind::Loop => seen_in(Vec::new(), p.trees.get(subject.as_str()).into_iter().flatten().copied()),
-                                Kind::Blind => None,
-                                _ => seen_in(Vec::new(), v.into_iter()),
-                            },
-                        ],
-                    )?;
-                    let id = tx.last_insert_rowid();
-                    episode = Some(id);
-                    put_marks(id, marks)?;
-                    if let (Some(t), Some(o), Some(v)) = (p.tick_id, opinion, v) {
-                        opinion_of.execute(params![t, v.session, json!(o).to_string()])?;
-                    }
-                }
-                Step::Count {
-                    episode: id,
-                    root,
-                    flagged_ticks,
-                    escalate,
-                    figures,
-                    opinion,
-                    marks,
-                    ..
-                } => {
-                    let v = p.trees.get(root.as_str()).and_then(|t| {
-                        t.iter()
-                            .filter(|v| v.flagged)
-                            .max_by_key(|v| v.calls_since_landed)
-                    });
-                    tx.execute(
-                        "UPDATE episodes SET flagged_ticks = ?2, agent = coalesce(?3, agent), model = coalesce(?4, model),
-                             top_target = coalesce(?5, top_target), calls = ?6, cost = ?7, duration_ms = ?8,
-                             asked = asked + ?9, opinion = coalesce(?10, opinion),
-                             last_decision = ?11
-                         WHERE id = ?1",
-                        params![
-                            id,
-                            flagged_ticks,
-                            v.and_then(|v| v.agent.clone()),
-                            v.and_then(|v| v.model.clone()),
-                            v.and_then(|v| v.top_target()),
-                            figures.calls as i64,
-                            figures.cost,
-                            figures.duration_ms,
-                            opinion.is_some() as i64,
-                            opinion.as_ref().map(|o| json!(o).to_string()),
-                            if escalate.is_some() { "escalated" } else { "counted" },
-                        ],
-                    )?;
-                    if escalate.is_some() {
-                        tx.execute(
-                            "UPDATE episodes SET severity = 'critical', peak_severity = 'critical', last_fired = ?2,
-                                 title = coalesce(?3, title) WHERE id = ?1",
-                            params![id, now, p.events[i].as_ref().map(|e| e.title.clone())],
-                        )?;
-                    }
-                    put_marks(*id, marks)?;
-                    put_sources(*id, root)?;
-                    if let (Some(t), Some(o), Some(v)) = (p.tick_id, opinion, v) {
-                        opinion_of.execute(params![t, v.session, json!(o).to_string()])?;
-                    }
-                    episode = Some(*id);
-                }
-                Step::Hold {
-                    episode: id,
-                    root,
-                    why,
-                    marks,
-                } => {
-                    let d = match why {
-                        Hold::Quiet => "held_busy",
-                        Hold::Landed => "held_landed",
-                        Hold::Unknown => "held_no_evidence",
-                    };
-                    tx.execute(
-                        "UPDATE episodes SET last_decision = ?2 WHERE id = ?1",
-                        params![id, d],
-                    )?;
-                    put_marks(*id, marks)?;
-                    put_sources(*id, root)?;
-                }
-                Step::Resolve {
-                    episode: id,
-                    reason,
-                    figures,
-                    marks,
-                    ..
-                } => {
-                    let opened = p.open.get(id).map(|e| e.opened).unwrap_or(now);
-                    tx.execute(
-                        "UPDATE episodes SET state = 'resolved', severity = 'info', resolved = ?2, last_fired = ?2,
-                             reason = ?3, calls = coalesce(?4, calls), cost = coalesce(?5, cost), duration_ms = ?6,
-                             last_decision = 'resolved'
-                         WHERE id = ?1",
-                        params![
-                            id,
-                            now,
-                            reason.as_str(),
-                            figures.map(|f| f.calls as i64),
-                            figures.map(|f| f.cost),
-                            figures.map(|f| f.duration_ms).unwrap_or(now - opened),
-                        ],
-                    )?;
-                    put_marks(*id, marks)?;
-                    episode = Some(*id);
-                }
-                Step::StillBlind {
-                    episode: id,
-                    reasons,
-                } => {
-                    tx.execute(
-                        "UPDATE episodes SET flagged_ticks = flagged_ticks + 1, evidence = ?2 WHERE id = ?1",
-                        params![id, super::text::blind_evidence(reasons)],
-                    )?;
-                }
-            }
-            if let Some(mut ev) = p.events[i].clone() {
-                ev.episode = episode;
-                ins_event.execute(params![
-                    ev.dedup_key,
-                    now,
-                    ev.state.as_str(),
-                    ev.severity.as_str(),
-                    serde_json::to_string(&ev)?,
-                    episode,
-                    ev.reason.map(|r| r.as_str()),
-                ])?;
-                let event_id = tx.last_insert_rowid();
-                for (channel, status, detail) in &p.routes[i] {
-                    ins_delivery.execute(params![
-                        event_id,
-                        channel,
-                        status.as_str(),
-                        now,
-                        detail
-                    ])?;
-                }
-                events.push(ev);
-            }
-            if let Some(n) = &p.nudges[i] {
-                // one prompt per alert episode, recorded before anything is sent; a rerun finds
-                // the row and sends nothing
-                let fresh = tx.execute(
-                    "INSERT OR IGNORE INTO actions (action_id, session, observation, prompt_version, prompt, t, status)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'sending')",
-                    params![
-                        n.action,
-                        n.session,
-                        n.observation,
-                        crate::liveness::NUDGE_VERSION,
-                        n.prompt,
-                        now
-                    ],
-                )? == 1;
-                if fresh {
-                    nudges.push(n.clone());
-                }
+    for s in p.steps {
+        let episode = write_step(&tx, &p, s)?;
+        if let Some(ev) = &s.event {
+            events.push(write_event(&tx, s, ev, episode, now)?);
+        }
+        if let Some(n) = &s.nudge {
+            if write_nudge(&tx, n, now)? {
+                nudges.push(n.clone());
             }
         }
     }
@@ -420,86 +78,305 @@ pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<N
     Ok(Some((events, nudges)))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Writes a step's episode change; the episode its event belongs to.
+fn write_step(tx: &Connection, p: &Prepared, s: &Staged) -> Result<Option<i64>> {
+    Ok(match &s.step {
+        Step::Open { .. } => Some(open_episode(tx, p, s)?),
+        Step::Count { episode, .. } => {
+            count(tx, p, s)?;
+            Some(*episode)
+        }
+        Step::Hold {
+            episode,
+            root,
+            why,
+            marks,
+        } => {
+            let d = match why {
+                Hold::Quiet => "held_busy",
+                Hold::Landed => "held_landed",
+                Hold::Unknown => "held_no_evidence",
+            };
+            tx.execute(
+                "UPDATE episodes SET last_decision = ?2 WHERE id = ?1",
+                params![episode, d],
+            )?;
+            put_marks(tx, *episode, marks)?;
+            put_sources(tx, p, *episode, root)?;
+            None
+        }
+        Step::Resolve {
+            episode,
+            reason,
+            figures,
+            marks,
+            ..
+        } => {
+            let now = p.now;
+            let opened = p.open.get(episode).map(|e| e.opened).unwrap_or(now);
+            tx.execute(
+                "UPDATE episodes SET state = 'resolved', severity = 'info', resolved = ?2, last_fired = ?2,
+                     reason = ?3, calls = coalesce(?4, calls), cost = coalesce(?5, cost), duration_ms = ?6,
+                     last_decision = 'resolved'
+                 WHERE id = ?1",
+                params![
+                    episode,
+                    now,
+                    reason.as_str(),
+                    figures.map(|f| f.calls as i64),
+                    figures.map(|f| f.cost),
+                    figures.map(|f| f.duration_ms).unwrap_or(now - opened),
+                ],
+            )?;
+            put_marks(tx, *episode, marks)?;
+            Some(*episode)
+        }
+        Step::StillBlind { episode, reasons } => {
+            tx.execute(
+                "UPDATE episodes SET flagged_ticks = flagged_ticks + 1, evidence = ?2 WHERE id = ?1",
+                params![episode, super::text::blind_evidence(reasons)],
+            )?;
+            None
+        }
+    })
+}
 
-    #[test]
-    fn an_escalation_is_not_rate_limited_but_a_second_trigger_is() {
-        let cfg: ChannelConfig = toml::from_str("name = \"d\"\ntype = \"desktop\"\n").unwrap();
-        let c = Chan {
-            cfg,
-            enabled: true,
-            min: Severity::Warning,
-        };
-        let mut ev = super::super::text::blind_event(
-            &crate::config::Config::default(),
-            &[("s".into(), "r".into())],
-            1_000_000,
-        );
-        let sent = SentBefore {
-            key_last: Some(1_000_000 - 60_000),
-            episode: true,
-        };
-        assert_eq!(
-            route(&c, &ev, sent, None, 1_000_000),
-            (Delivery::Skipped, "rate limited (300s)".into())
-        );
-        ev.state = Transition::Escalate;
-        ev.severity = Severity::Critical;
-        assert_eq!(
-            route(&c, &ev, sent, None, 1_000_000),
-            (Delivery::Pending, String::new())
-        );
+/// What an episode of `kind` keeps as evidence: a blind alert its reasons, a liveness alert
+/// its session's liveness evidence, a loop none.
+fn evidence(kind: AlertKind, ev: Option<&Event>, v: Option<&Verdict>) -> Option<String> {
+    match kind {
+        AlertKind::Loop => None,
+        AlertKind::Blind => ev
+            .and_then(|e| e.details.get("reasons"))
+            .and_then(|r| r.as_array())
+            .map(|r| {
+                r.iter()
+                    .filter_map(|x| x.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }),
+        _ => v.map(|v| v.liveness_evidence().to_string()),
     }
+}
 
-    #[test]
-    fn a_resolve_goes_only_where_its_episode_went() {
-        let cfg: ChannelConfig = toml::from_str("name = \"d\"\ntype = \"desktop\"\n").unwrap();
-        let c = Chan {
-            cfg,
-            enabled: true,
-            min: Severity::Info,
-        };
-        let mut ev = super::super::text::blind_event(
-            &crate::config::Config::default(),
-            &[("s".into(), "r".into())],
-            1_000_000,
-        );
-        ev.state = Transition::Resolve;
-        ev.severity = Severity::Info;
-        let never = SentBefore {
-            key_last: Some(1_000_000 - 60_000),
-            episode: false,
-        };
-        assert_eq!(
-            route(&c, &ev, never, None, 1_000_000),
-            (
-                Delivery::Skipped,
-                "nothing was sent here for this alert".into()
-            )
-        );
-        let went = SentBefore {
-            episode: true,
-            ..never
-        };
-        assert_eq!(
-            route(&c, &ev, went, Some(3), 1_000_000),
-            (Delivery::Pending, String::new())
-        );
+/// Inserts the episode a step opens; its id.
+fn open_episode(tx: &Connection, p: &Prepared, s: &Staged) -> Result<i64> {
+    let Step::Open {
+        kind,
+        key,
+        subject,
+        session,
+        severity,
+        figures,
+        opinion,
+        marks,
+        ..
+    } = &s.step
+    else {
+        unreachable!("open_episode is given an Open step")
+    };
+    let ev = s.event.as_ref();
+    let v = session
+        .as_deref()
+        .and_then(|s| p.index.sessions.get(s).copied());
+    let tree = || {
+        p.index
+            .trees
+            .get(subject.as_str())
+            .into_iter()
+            .flatten()
+            .copied()
+    };
+    tx.execute(
+        "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired,
+             flagged_ticks, asked, agent, model, title, top_target, evidence, calls, cost, duration_ms,
+             opinion, source, last_decision, sources)
+         VALUES (?1, ?2, ?3, 'open', ?4, ?4, ?5, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+             'triggered', ?17)",
+        params![
+            key,
+            kind.as_str(),
+            subject,
+            severity.as_str(),
+            p.now,
+            opinion.is_some() as i64,
+            v.and_then(|v| v.agent.clone()),
+            v.and_then(|v| v.model.clone()),
+            ev.map(|e| e.title.clone()).unwrap_or_default(),
+            v.filter(|_| *kind == AlertKind::Loop).and_then(|v| v.top_target()),
+            evidence(*kind, ev, v),
+            figures.map(|f| f.calls as i64),
+            figures.map(|f| f.cost),
+            figures.map(|f| f.duration_ms),
+            opinion.as_ref().map(|o| json!(o).to_string()),
+            v.and_then(|v| v.source.clone()).or_else(|| (*kind == AlertKind::Blind).then(|| subject.clone())),
+            match kind {
+                AlertKind::Loop => seen_in(Vec::new(), tree()),
+                AlertKind::Blind => None,
+                _ => seen_in(Vec::new(), v.into_iter()),
+            },
+        ],
+    )?;
+    let id = tx.last_insert_rowid();
+    put_marks(tx, id, marks)?;
+    if let (Some(t), Some(o), Some(v)) = (p.tick_id, opinion, v) {
+        put_opinion(tx, t, &v.session, &json!(o).to_string())?;
     }
+    Ok(id)
+}
 
-    #[test]
-    fn quiet_hours_wrap_midnight() {
-        let mut c: ChannelConfig =
-            toml::from_str("name = \"d\"\ntype = \"desktop\"\nquiet_hours = [22, 7]\n").unwrap();
-        assert!(quiet(&c, Some(23)));
-        assert!(quiet(&c, Some(3)));
-        assert!(!quiet(&c, Some(7)));
-        assert!(!quiet(&c, Some(12)));
-        c.quiet_hours = Some([9, 17]);
-        assert!(quiet(&c, Some(9)));
-        assert!(!quiet(&c, Some(17)));
-        assert!(!quiet(&c, None));
+/// Counts a flagged tick of an open loop episode, escalating it when the step says so.
+fn count(tx: &Connection, p: &Prepared, s: &Staged) -> Result<()> {
+    let Step::Count {
+        episode: id,
+        root,
+        flagged_ticks,
+        escalate,
+        figures,
+        opinion,
+        marks,
+        ..
+    } = &s.step
+    else {
+        unreachable!("count is given a Count step")
+    };
+    let v = p.index.trees.get(root.as_str()).and_then(|t| {
+        t.iter()
+            .filter(|v| v.flagged)
+            .max_by_key(|v| v.calls_since_landed)
+    });
+    tx.execute(
+        "UPDATE episodes SET flagged_ticks = ?2, agent = coalesce(?3, agent), model = coalesce(?4, model),
+             top_target = coalesce(?5, top_target), calls = ?6, cost = ?7, duration_ms = ?8,
+             asked = asked + ?9, opinion = coalesce(?10, opinion),
+             last_decision = ?11
+         WHERE id = ?1",
+        params![
+            id,
+            flagged_ticks,
+            v.and_then(|v| v.agent.clone()),
+            v.and_then(|v| v.model.clone()),
+            v.and_then(|v| v.top_target()),
+            figures.calls as i64,
+            figures.cost,
+            figures.duration_ms,
+            opinion.is_some() as i64,
+            opinion.as_ref().map(|o| json!(o).to_string()),
+            if escalate.is_some() { "escalated" } else { "counted" },
+        ],
+    )?;
+    if escalate.is_some() {
+        tx.execute(
+            "UPDATE episodes SET severity = 'critical', peak_severity = 'critical', last_fired = ?2,
+                 title = coalesce(?3, title) WHERE id = ?1",
+            params![id, p.now, s.event.as_ref().map(|e| e.title.clone())],
+        )?;
     }
+    put_marks(tx, *id, marks)?;
+    put_sources(tx, p, *id, root)?;
+    if let (Some(t), Some(o), Some(v)) = (p.tick_id, opinion, v) {
+        put_opinion(tx, t, &v.session, &json!(o).to_string())?;
+    }
+    Ok(())
+}
+
+/// What this tick saw of each session of an episode's tree.
+fn put_marks(tx: &Connection, episode: i64, marks: &Marks) -> Result<()> {
+    let mut mark = tx.prepare_cached(
+        "INSERT INTO episode_sessions (episode, session, calls, calls_since_landed, cost_since_landed, last_call,
+             loop_start, flagged, base_calls, base_cost, start) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+         ON CONFLICT (episode, session) DO UPDATE SET calls = ?3, calls_since_landed = ?4, cost_since_landed = ?5,
+             last_call = ?6, loop_start = ?7, flagged = ?8, base_calls = ?9, base_cost = ?10, start = ?11",
+    )?;
+    for (session, m) in marks {
+        mark.execute(params![
+            episode,
+            session,
+            m.calls as i64,
+            m.calls_since_landed as i64,
+            m.cost_since_landed,
+            m.last_call,
+            m.loop_start,
+            m.flagged,
+            m.base_calls as i64,
+            m.base_cost,
+            m.start
+        ])?;
+    }
+    Ok(())
+}
+
+/// Every source an open episode's tree was listed by, with this tick's.
+fn put_sources(tx: &Connection, p: &Prepared, episode: i64, root: &str) -> Result<()> {
+    let known = p
+        .open
+        .get(&episode)
+        .map(|e| e.seen_in())
+        .unwrap_or_default();
+    let tree = p.index.trees.get(root).into_iter().flatten().copied();
+    tx.prepare_cached("UPDATE episodes SET sources = ?2 WHERE id = ?1")?
+        .execute(params![episode, seen_in(known, tree)])?;
+    Ok(())
+}
+
+/// The second opinion on the verdict it was asked about.
+fn put_opinion(tx: &Connection, tick: i64, session: &str, opinion: &str) -> Result<()> {
+    tx.prepare_cached("UPDATE verdicts SET opinion = ?3 WHERE tick = ?1 AND session = ?2")?
+        .execute(params![tick, session, opinion])?;
+    Ok(())
+}
+
+/// Records a step's event and one outbox row per channel; the event as recorded.
+fn write_event(
+    tx: &Connection,
+    s: &Staged,
+    ev: &Event,
+    episode: Option<i64>,
+    now: i64,
+) -> Result<Event> {
+    let mut ev = ev.clone();
+    ev.episode = episode;
+    tx.prepare_cached(
+        "INSERT INTO events (dedup_key, t, state, severity, body, episode, reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        ev.dedup_key,
+        now,
+        ev.state.as_str(),
+        ev.severity.as_str(),
+        serde_json::to_string(&ev)?,
+        episode,
+        ev.reason.map(|r| r.as_str()),
+    ])?;
+    let event_id = tx.last_insert_rowid();
+    let mut ins = tx.prepare_cached(
+        "INSERT INTO deliveries (event, channel, status, attempts, t, detail) VALUES (?1, ?2, ?3, 0, ?4, ?5)",
+    )?;
+    for r in &s.routes {
+        ins.execute(params![
+            event_id,
+            r.channel,
+            r.status.as_str(),
+            now,
+            r.detail
+        ])?;
+    }
+    Ok(ev)
+}
+
+/// Records a nudge as `sending` before anything is sent: one prompt per alert episode. Is it
+/// new (a rerun finds the row)?
+fn write_nudge(tx: &Connection, n: &Nudge, now: i64) -> Result<bool> {
+    Ok(tx.execute(
+        "INSERT OR IGNORE INTO actions (action_id, session, observation, prompt_version, prompt, t, status)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'sending')",
+        params![
+            n.action,
+            n.session,
+            n.observation,
+            crate::liveness::NUDGE_VERSION,
+            n.prompt,
+            now
+        ],
+    )? == 1)
 }

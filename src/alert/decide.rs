@@ -3,17 +3,19 @@
 //! The rules are listed in the module docs of `alert`; the table test below has one row each.
 
 use super::opinion::Opinion;
-use super::{Activity, Episode, Figures, Kind, Mark, Reason, TickView, Verdict, BLIND_KEY};
-use crate::config::Severity;
+use super::{
+    AlertEpisode, AlertKind, Figures, Occupancy, Reason, SessionMark, TickView, Verdict, BLIND_KEY,
+};
 use crate::record::LivenessClass;
+use crate::severity::Severity;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Everything a decision depends on.
 pub struct Input<'a> {
     /// The open episodes.
-    pub open: &'a [Episode],
+    pub open: &'a [AlertEpisode],
     /// The last closed episode of a key, for flagged trees without an open one.
-    pub last: &'a HashMap<String, Episode>,
+    pub last: &'a HashMap<String, AlertEpisode>,
     pub tick: &'a TickView,
     /// Second opinions by root, when asked this tick.
     pub answers: &'a HashMap<String, Opinion>,
@@ -36,7 +38,7 @@ pub enum Hold {
 pub enum Step {
     /// Open an episode. `session` is the verdict it is about (loops: the most telling one).
     Open {
-        kind: Kind,
+        kind: AlertKind,
         key: String,
         subject: String,
         session: Option<String>,
@@ -84,7 +86,7 @@ pub enum Step {
 }
 
 /// What a tick keeps of the sessions of a loop episode's tree, by session.
-pub type Marks = Vec<(String, Mark)>;
+pub type Marks = Vec<(String, SessionMark)>;
 
 /// The decided steps, in a stable order: open episodes first (as given), then new ones.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -99,7 +101,7 @@ impl Plan {
             .iter()
             .filter_map(|s| match s {
                 Step::Open {
-                    kind: Kind::Loop,
+                    kind: AlertKind::Loop,
                     ask: true,
                     subject,
                     ..
@@ -120,7 +122,7 @@ struct Tree<'a> {
 }
 
 /// Calls since the previous tick, and whether a change landed among them.
-fn moved(v: &Verdict, marks: &HashMap<String, Mark>) -> (u64, bool) {
+fn moved(v: &Verdict, marks: &HashMap<String, SessionMark>) -> (u64, bool) {
     let new = match marks.get(&v.session) {
         Some(m) => v.calls.saturating_sub(m.calls),
         None => v.calls,
@@ -133,10 +135,14 @@ fn moved(v: &Verdict, marks: &HashMap<String, Mark>) -> (u64, bool) {
 /// episode that opens now, what the tree's previous episode left of a session it flagged; when
 /// nothing landed since, that episode's count becomes this one's base, so a loop that starts
 /// again after a `stopped` resolve reports its own calls, cost and time, not the earlier ones.
-pub fn mark_of(v: &Verdict, prev: Option<&Mark>, before: Option<&Mark>) -> Mark {
+pub fn mark_of(
+    v: &Verdict,
+    prev: Option<&SessionMark>,
+    before: Option<&SessionMark>,
+) -> SessionMark {
     let mut m = v.mark();
     // nothing landed since `p`: every call since then is still "since the last landing"
-    let unlanded = |p: &Mark| {
+    let unlanded = |p: &SessionMark| {
         v.calls >= p.calls && v.calls_since_landed >= p.calls_since_landed + (v.calls - p.calls)
     };
     match (prev, before) {
@@ -158,8 +164,8 @@ pub fn mark_of(v: &Verdict, prev: Option<&Mark>, before: Option<&Mark>) -> Mark 
 
 fn marks_of<'a>(
     vs: &[&Verdict],
-    prev: impl Fn(&str) -> Option<&'a Mark>,
-    before: impl Fn(&str) -> Option<&'a Mark>,
+    prev: impl Fn(&str) -> Option<&'a SessionMark>,
+    before: impl Fn(&str) -> Option<&'a SessionMark>,
 ) -> Marks {
     vs.iter()
         .map(|v| {
@@ -169,13 +175,13 @@ fn marks_of<'a>(
         .collect()
 }
 
-fn flagged_of(marks: &Marks) -> impl Iterator<Item = &Mark> {
+fn flagged_of(marks: &Marks) -> impl Iterator<Item = &SessionMark> {
     marks.iter().map(|(_, m)| m).filter(|m| m.flagged)
 }
 
 /// What the loop burned: over the given flagged sessions' marks.
 pub fn figures<'a>(
-    flagged: impl Iterator<Item = &'a Mark>,
+    flagged: impl Iterator<Item = &'a SessionMark>,
     opened: i64,
     flagged_ticks: u32,
 ) -> Figures {
@@ -212,6 +218,39 @@ pub fn figures<'a>(
 /// The lifecycle rules.
 pub fn decide(i: &Input) -> Plan {
     let tick = i.tick;
+    let trees = trees_of(tick);
+    let sessions: HashMap<&str, &Verdict> = tick
+        .verdicts
+        .iter()
+        .map(|v| (v.session.as_str(), v))
+        .collect();
+    let mut steps = Vec::new();
+    let mut open_loops: HashSet<&str> = HashSet::new();
+    let mut open_keys: HashSet<&str> = HashSet::new();
+    for a in i.open {
+        open_keys.insert(a.key.as_str());
+        match a.kind {
+            Some(AlertKind::Loop) => {
+                open_loops.insert(a.subject.as_str());
+                steps.extend(loop_step(i, a, trees.get(a.subject.as_str())));
+            }
+            Some(k) if k.is_liveness() => steps.extend(live_step(
+                i,
+                a,
+                k,
+                sessions.get(a.subject.as_str()).copied(),
+            )),
+            _ => {}
+        }
+    }
+    new_loops(i, &trees, &open_loops, &mut steps);
+    new_live(i, &open_keys, &mut steps);
+    steps.extend(blind_step(i));
+    Plan { steps }
+}
+
+/// This tick's trees by root, the most telling flagged verdict first.
+fn trees_of(tick: &TickView) -> BTreeMap<&str, Tree<'_>> {
     let mut trees: BTreeMap<&str, Tree> = BTreeMap::new();
     for v in &tick.verdicts {
         let t = trees.entry(v.root()).or_insert_with(|| Tree {
@@ -228,32 +267,17 @@ pub fn decide(i: &Input) -> Plan {
         t.flagged
             .sort_by_key(|v| std::cmp::Reverse(v.calls_since_landed));
     }
-    let sessions: HashMap<&str, &Verdict> = tick
-        .verdicts
-        .iter()
-        .map(|v| (v.session.as_str(), v))
-        .collect();
-    let mut steps = Vec::new();
-    let mut open_loops: HashSet<&str> = HashSet::new();
-    let mut open_keys: HashSet<&str> = HashSet::new();
-    for a in i.open {
-        open_keys.insert(a.key.as_str());
-        match a.kind {
-            Some(Kind::Loop) => {
-                open_loops.insert(a.subject.as_str());
-                steps.extend(loop_step(i, a, trees.get(a.subject.as_str())));
-            }
-            Some(k) if k.is_liveness() => steps.extend(live_step(
-                i,
-                a,
-                k,
-                sessions.get(a.subject.as_str()).copied(),
-            )),
-            _ => {}
-        }
-    }
-    // new loop episodes: flagged trees without one, unless it is the last one, unmoved
-    for (root, t) in &trees {
+    trees
+}
+
+/// New loop episodes: flagged trees without one, unless it is the last one, unmoved.
+fn new_loops(
+    i: &Input,
+    trees: &BTreeMap<&str, Tree>,
+    open_loops: &HashSet<&str>,
+    steps: &mut Vec<Step>,
+) {
+    for (root, t) in trees {
         if t.flagged.is_empty() || open_loops.contains(root) {
             continue;
         }
@@ -272,20 +296,23 @@ pub fn decide(i: &Input) -> Plan {
         };
         let marks = marks_of(&t.all, |_| None, |s| last.and_then(|l| l.marks.get(s)));
         steps.push(Step::Open {
-            kind: Kind::Loop,
+            kind: AlertKind::Loop,
             key,
             subject: root.to_string(),
             session: Some(t.flagged[0].session.clone()),
             severity,
-            figures: Some(figures(flagged_of(&marks), tick.t, 1)),
+            figures: Some(figures(flagged_of(&marks), i.tick.t, 1)),
             ask: true,
             opinion,
             marks,
         });
     }
-    // new liveness episodes, one per key
+}
+
+/// New liveness episodes, one per key.
+fn new_live(i: &Input, open_keys: &HashSet<&str>, steps: &mut Vec<Step>) {
     let mut live_new: HashSet<String> = HashSet::new();
-    for v in &tick.verdicts {
+    for v in &i.tick.verdicts {
         if let Some((kind, severity)) = v.live_alert() {
             let key = kind.key(&v.session);
             if open_keys.contains(key.as_str()) || !live_new.insert(key.clone()) {
@@ -304,15 +331,19 @@ pub fn decide(i: &Input) -> Plan {
             });
         }
     }
-    // blind: one alert while any source is unreadable; resolved by the next tick that reads
+}
+
+/// Blind: one alert while any source is unreadable; resolved by the next tick that reads.
+fn blind_step(i: &Input) -> Option<Step> {
+    let tick = i.tick;
     let blind_open = i.open.iter().find(|a| a.key == BLIND_KEY);
     match (tick.blind.is_empty(), blind_open) {
-        (false, Some(a)) => steps.push(Step::StillBlind {
+        (false, Some(a)) => Some(Step::StillBlind {
             episode: a.id,
             reasons: tick.blind.clone(),
         }),
-        (false, None) => steps.push(Step::Open {
-            kind: Kind::Blind,
+        (false, None) => Some(Step::Open {
+            kind: AlertKind::Blind,
             key: BLIND_KEY.into(),
             subject: tick.blind[0].0.clone(),
             session: None,
@@ -322,7 +353,7 @@ pub fn decide(i: &Input) -> Plan {
             opinion: None,
             marks: Vec::new(),
         }),
-        (true, Some(a)) => steps.push(Step::Resolve {
+        (true, Some(a)) => Some(Step::Resolve {
             episode: a.id,
             key: a.key.clone(),
             reason: Reason::Readable,
@@ -330,12 +361,11 @@ pub fn decide(i: &Input) -> Plan {
             figures: None,
             marks: Vec::new(),
         }),
-        (true, None) => {}
+        (true, None) => None,
     }
-    Plan { steps }
 }
 
-fn loop_step(i: &Input, a: &Episode, tree: Option<&Tree>) -> Option<Step> {
+fn loop_step(i: &Input, a: &AlertEpisode, tree: Option<&Tree>) -> Option<Step> {
     let resolve = |reason: Reason, why: &str, f: Figures, marks: Marks| Step::Resolve {
         episode: a.id,
         key: a.key.clone(),
@@ -379,28 +409,7 @@ fn loop_step(i: &Input, a: &Episode, tree: Option<&Tree>) -> Option<Step> {
         landed |= l;
     }
     if new_calls > 0 && !landed {
-        let n = a.flagged_ticks + 1;
-        let critical = a.severity == Severity::Critical;
-        let opinion = i.answers.get(&a.subject).cloned();
-        let escalate = if critical {
-            None
-        } else if n >= i.escalate_after {
-            Some(Reason::StillLooping)
-        } else if opinion.as_ref().is_some_and(Opinion::yes) {
-            Some(Reason::SecondOpinion)
-        } else {
-            None
-        };
-        return Some(Step::Count {
-            episode: a.id,
-            root: a.subject.clone(),
-            flagged_ticks: n,
-            escalate,
-            figures: figures(flagged_of(&marks), a.opened, n),
-            ask: !critical && a.asked == 1 && escalate != Some(Reason::StillLooping),
-            opinion,
-            marks,
-        });
+        return Some(count_step(i, a, marks));
     }
     if landed {
         return Some(Step::Hold {
@@ -410,8 +419,8 @@ fn loop_step(i: &Input, a: &Episode, tree: Option<&Tree>) -> Option<Step> {
             marks,
         });
     }
-    let acts: Vec<Activity> = t.flagged.iter().map(|v| v.activity()).collect();
-    if acts.iter().all(|x| *x == Activity::Idle) {
+    let acts: Vec<Occupancy> = t.flagged.iter().map(|v| v.activity()).collect();
+    if acts.iter().all(|x| *x == Occupancy::Idle) {
         return Some(resolve(
             Reason::Stopped,
             "the loop stopped: every flagged session is idle and made no call since the last tick",
@@ -422,7 +431,7 @@ fn loop_step(i: &Input, a: &Episode, tree: Option<&Tree>) -> Option<Step> {
     Some(Step::Hold {
         episode: a.id,
         root: a.subject.clone(),
-        why: if acts.contains(&Activity::Busy) {
+        why: if acts.contains(&Occupancy::Busy) {
             Hold::Quiet
         } else {
             Hold::Unknown
@@ -431,7 +440,34 @@ fn loop_step(i: &Input, a: &Episode, tree: Option<&Tree>) -> Option<Step> {
     })
 }
 
-fn live_step(i: &Input, a: &Episode, kind: Kind, v: Option<&Verdict>) -> Option<Step> {
+/// The loop went on: count the tick, and escalate when it is the `escalate_after`th or the
+/// second opinion says yes.
+fn count_step(i: &Input, a: &AlertEpisode, marks: Marks) -> Step {
+    let n = a.flagged_ticks + 1;
+    let critical = a.severity == Severity::Critical;
+    let opinion = i.answers.get(&a.subject).cloned();
+    let escalate = if critical {
+        None
+    } else if n >= i.escalate_after {
+        Some(Reason::StillLooping)
+    } else if opinion.as_ref().is_some_and(Opinion::yes) {
+        Some(Reason::SecondOpinion)
+    } else {
+        None
+    };
+    Step::Count {
+        episode: a.id,
+        root: a.subject.clone(),
+        flagged_ticks: n,
+        escalate,
+        figures: figures(flagged_of(&marks), a.opened, n),
+        ask: !critical && a.asked == 1 && escalate != Some(Reason::StillLooping),
+        opinion,
+        marks,
+    }
+}
+
+fn live_step(i: &Input, a: &AlertEpisode, kind: AlertKind, v: Option<&Verdict>) -> Option<Step> {
     let resolve = |reason: Reason, why: String| Step::Resolve {
         episode: a.id,
         key: a.key.clone(),
@@ -491,11 +527,11 @@ mod tests {
     }
 
     /// An open loop episode on root `r` whose previous tick saw `marks` (session, calls).
-    fn open(ticks: u32, sev: Severity, marks: &[(&str, u64)]) -> Episode {
-        Episode {
+    fn open(ticks: u32, sev: Severity, marks: &[(&str, u64)]) -> AlertEpisode {
+        AlertEpisode {
             id: 7,
             key: "opencode-loop:r".into(),
-            kind: Some(Kind::Loop),
+            kind: Some(AlertKind::Loop),
             subject: "r".into(),
             severity: sev,
             flagged_ticks: ticks,
@@ -507,16 +543,16 @@ mod tests {
                 .map(|(s, c)| {
                     (
                         s.to_string(),
-                        Mark {
+                        SessionMark {
                             calls: *c,
                             calls_since_landed: *c,
                             flagged: true,
-                            ..Mark::default()
+                            ..SessionMark::default()
                         },
                     )
                 })
                 .collect(),
-            ..Episode::default()
+            ..AlertEpisode::default()
         }
     }
 
@@ -529,13 +565,13 @@ mod tests {
         }
     }
 
-    fn run(open: Vec<Episode>, t: TickView) -> Vec<Step> {
+    fn run(open: Vec<AlertEpisode>, t: TickView) -> Vec<Step> {
         run_with(open, HashMap::new(), t, HashMap::new())
     }
 
     fn run_with(
-        open: Vec<Episode>,
-        last: HashMap<String, Episode>,
+        open: Vec<AlertEpisode>,
+        last: HashMap<String, AlertEpisode>,
         t: TickView,
         answers: HashMap<String, Opinion>,
     ) -> Vec<Step> {
@@ -585,7 +621,7 @@ mod tests {
             t.blind.push((SRC.into(), "shape".into()));
             t
         };
-        let rows: Vec<(&str, Vec<Episode>, TickView, &str)> = vec![
+        let rows: Vec<(&str, Vec<AlertEpisode>, TickView, &str)> = vec![
             (
                 "the first flagged tick triggers, once per tree",
                 vec![],
@@ -850,7 +886,7 @@ mod tests {
         }
     }
 
-    fn marks(s: &Step) -> HashMap<String, Mark> {
+    fn marks(s: &Step) -> HashMap<String, SessionMark> {
         match s {
             Step::Open { marks, .. }
             | Step::Count { marks, .. }
@@ -936,7 +972,7 @@ mod tests {
 
     #[test]
     fn a_landing_inside_an_episode_ends_its_base() {
-        let base = Mark {
+        let base = SessionMark {
             calls: 60,
             calls_since_landed: 60,
             cost_since_landed: 0.6,
@@ -944,7 +980,7 @@ mod tests {
             base_calls: 52,
             base_cost: 0.52,
             start: Some(T),
-            ..Mark::default()
+            ..SessionMark::default()
         };
         // 10 more calls, nothing landed: the base carries on
         let m = mark_of(&again(70, 10, 70, "active"), Some(&base), None);
@@ -980,12 +1016,12 @@ mod tests {
 
     #[test]
     fn blind_stays_one_alert_and_resolves_readable() {
-        let b = Episode {
+        let b = AlertEpisode {
             id: 3,
             key: BLIND_KEY.into(),
-            kind: Some(Kind::Blind),
+            kind: Some(AlertKind::Blind),
             subject: SRC.into(),
-            ..Episode::default()
+            ..AlertEpisode::default()
         };
         let mut t = tick(vec![]);
         t.blind.push((SRC.into(), "shape".into()));

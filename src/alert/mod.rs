@@ -2,8 +2,10 @@
 //!
 //! Decide, then apply: `decide` is a pure function from the open alert episodes, this tick's
 //! verdicts and what the previous tick saw of each session (its marks) to a [`Plan`]; `apply`
-//! writes the plan in one short transaction; `cmd` reads the input, asks the optional second
-//! opinion (`opinion`), and delivers the recorded events through the `channels`.
+//! writes the plan in one short transaction. In between, `stage` words each step's event
+//! (`text`), routes it to the channels and decides its nudge; `lifecycle` runs one tick in
+//! that order (reads in `load`, the optional second opinion in `opinion`), and `outbox`
+//! delivers the recorded events through the channels (`crate::channels`) after it.
 //!
 //! Per root session (dedup key `opencode-loop:<root>`), one episode at a time: the first flagged
 //! tick triggers (warning, critical on a "yes" second opinion). A later tick counts toward
@@ -18,16 +20,18 @@
 //! of resolving anything, and that resolves (`readable`) with the next tick that reads.
 
 pub mod apply;
-pub mod channels;
-pub mod cmd;
 pub mod decide;
+pub mod lifecycle;
+pub mod load;
 pub mod opinion;
+pub mod outbox;
+pub mod stage;
 pub mod text;
 
 pub use decide::{decide, Plan, Step};
 
-use crate::config::Severity;
 use crate::record::{LivenessClass, Signal, Verdict};
+use crate::severity::Severity;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -35,7 +39,7 @@ use std::collections::HashMap;
 /// What an alert is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Kind {
+pub enum AlertKind {
     Loop,
     Blind,
     Stalled,
@@ -47,51 +51,51 @@ pub enum Kind {
     Test,
 }
 
-impl Kind {
-    pub const ALL: [Kind; 8] = [
-        Kind::Loop,
-        Kind::Blind,
-        Kind::Stalled,
-        Kind::Retrying,
-        Kind::Waiting,
-        Kind::Interrupted,
-        Kind::Unfinished,
-        Kind::Test,
+impl AlertKind {
+    pub const ALL: [AlertKind; 8] = [
+        AlertKind::Loop,
+        AlertKind::Blind,
+        AlertKind::Stalled,
+        AlertKind::Retrying,
+        AlertKind::Waiting,
+        AlertKind::Interrupted,
+        AlertKind::Unfinished,
+        AlertKind::Test,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
-            Kind::Loop => "loop",
-            Kind::Blind => "blind",
-            Kind::Stalled => "stalled",
-            Kind::Retrying => "retrying",
-            Kind::Waiting => "waiting",
-            Kind::Interrupted => "interrupted",
-            Kind::Unfinished => "unfinished",
-            Kind::Test => "test",
+            AlertKind::Loop => "loop",
+            AlertKind::Blind => "blind",
+            AlertKind::Stalled => "stalled",
+            AlertKind::Retrying => "retrying",
+            AlertKind::Waiting => "waiting",
+            AlertKind::Interrupted => "interrupted",
+            AlertKind::Unfinished => "unfinished",
+            AlertKind::Test => "test",
         }
     }
-    pub fn parse(s: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    pub fn parse(s: &str) -> Option<AlertKind> {
+        AlertKind::ALL.into_iter().find(|k| k.as_str() == s)
     }
     /// The alert kind a liveness class asks for.
-    pub fn of_liveness(class: LivenessClass) -> Option<Kind> {
+    pub fn of_liveness(class: LivenessClass) -> Option<AlertKind> {
         Some(match class {
-            LivenessClass::Stalled => Kind::Stalled,
-            LivenessClass::Retrying => Kind::Retrying,
-            LivenessClass::AwaitingUser => Kind::Waiting,
-            LivenessClass::Interrupted => Kind::Interrupted,
-            LivenessClass::NeedsFinalization => Kind::Unfinished,
+            LivenessClass::Stalled => AlertKind::Stalled,
+            LivenessClass::Retrying => AlertKind::Retrying,
+            LivenessClass::AwaitingUser => AlertKind::Waiting,
+            LivenessClass::Interrupted => AlertKind::Interrupted,
+            LivenessClass::NeedsFinalization => AlertKind::Unfinished,
             _ => return None,
         })
     }
     pub fn is_liveness(self) -> bool {
-        !matches!(self, Kind::Loop | Kind::Blind | Kind::Test)
+        !matches!(self, AlertKind::Loop | AlertKind::Blind | AlertKind::Test)
     }
     /// The dedup key of this kind's alert about `subject` (root, session or nothing).
     pub fn key(self, subject: &str) -> String {
         match self {
-            Kind::Blind => BLIND_KEY.into(),
-            Kind::Test => TEST_KEY.into(),
+            AlertKind::Blind => BLIND_KEY.into(),
+            AlertKind::Test => TEST_KEY.into(),
             k => format!("opencode-{}:{subject}", k.as_str()),
         }
     }
@@ -101,7 +105,7 @@ pub const BLIND_KEY: &str = "watchdog-blind";
 pub const TEST_KEY: &str = "oc-watchdog-test";
 
 pub fn loop_key(root: &str) -> String {
-    Kind::Loop.key(root)
+    AlertKind::Loop.key(root)
 }
 
 /// The transition an event announces (PagerDuty's `event_action` is trigger for the first two).
@@ -214,6 +218,28 @@ pub struct Figures {
     pub flagged_ticks: u32,
 }
 
+/// A duration in the words of the events: "40 s", "12 min", "2 h 05 min".
+pub fn duration(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    if s < 60 {
+        format!("{s} s")
+    } else if s < 3600 {
+        format!("{} min", s / 60)
+    } else {
+        format!("{} h {:02} min", s / 3600, s % 3600 / 60)
+    }
+}
+
+/// What a loop burned, in the words of every channel: "41 calls and $0.37 over 12 min".
+pub fn burned(f: &Figures) -> String {
+    format!(
+        "{} calls and ${:.2} over {}",
+        f.calls,
+        f.cost,
+        duration(f.duration_ms)
+    )
+}
+
 /// An alert event. Maps one to one onto PagerDuty Events v2 (`dedup_key`, `severity`,
 /// `event_action` from `state`, `summary`, `source`, `custom_details` from `details`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -228,7 +254,7 @@ pub struct Event {
     /// When the event was decided, epoch ms.
     pub t: i64,
     /// What kind of alert this is.
-    pub alert: Kind,
+    pub alert: AlertKind,
     pub root: String,
     /// Why it escalated or resolved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -249,7 +275,7 @@ pub struct Event {
 
 /// Is a session doing something, by its liveness class?
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activity {
+pub enum Occupancy {
     /// Busy, retrying, or waiting on a person: not stopped, even when it makes no call.
     Busy,
     /// Idle (also after an error, or with its todo list unfinished): nothing in flight.
@@ -288,20 +314,20 @@ impl Verdict {
     pub fn liveness_evidence(&self) -> &str {
         self.liveness.as_ref().map_or("", |l| l.evidence.as_str())
     }
-    pub fn activity(&self) -> Activity {
+    pub fn activity(&self) -> Occupancy {
         use LivenessClass as L;
         match self.liveness_class() {
-            Some(L::Idle | L::Interrupted | L::NeedsFinalization) => Activity::Idle,
+            Some(L::Idle | L::Interrupted | L::NeedsFinalization) => Occupancy::Idle,
             Some(
                 L::Active | L::Suspect | L::Stalled | L::LongTool | L::Retrying | L::AwaitingUser,
-            ) => Activity::Busy,
-            Some(L::Unknown) | None => Activity::Unknown,
+            ) => Occupancy::Busy,
+            Some(L::Unknown) | None => Occupancy::Unknown,
         }
     }
     /// (alert kind, severity) this verdict's liveness asks for.
-    pub fn live_alert(&self) -> Option<(Kind, Severity)> {
+    pub fn live_alert(&self) -> Option<(AlertKind, Severity)> {
         let l = self.liveness.as_ref()?;
-        Some((Kind::of_liveness(l.class)?, l.alert?))
+        Some((AlertKind::of_liveness(l.class)?, l.alert?))
     }
     /// When the loop began: the detector's loop start, else its first flag.
     pub fn loop_start(&self) -> Option<i64> {
@@ -320,15 +346,15 @@ impl Verdict {
         self.source.iter().chain(&self.sources)
     }
     /// What the previous tick keeps of this verdict.
-    pub fn mark(&self) -> Mark {
-        Mark {
+    pub fn mark(&self) -> SessionMark {
+        SessionMark {
             calls: self.calls,
             calls_since_landed: self.calls_since_landed,
             cost_since_landed: self.cost_since_landed,
             last_call: self.t,
             loop_start: self.loop_start(),
             flagged: self.flagged,
-            ..Mark::default()
+            ..SessionMark::default()
         }
     }
     /// Its first call after call number `after` (the detector numbers calls from 1), as far as
@@ -348,7 +374,7 @@ impl Verdict {
 
 /// What a tick saw of one session of an alert's tree, kept for the next tick.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Mark {
+pub struct SessionMark {
     pub calls: u64,
     pub calls_since_landed: u64,
     pub cost_since_landed: f64,
@@ -364,7 +390,7 @@ pub struct Mark {
     pub start: Option<i64>,
 }
 
-impl Mark {
+impl SessionMark {
     /// This episode's calls of the session.
     pub fn episode_calls(&self) -> u64 {
         self.calls_since_landed.saturating_sub(self.base_calls)
@@ -374,10 +400,10 @@ impl Mark {
 /// An episode as stored: open, or the last one of a key (to tell a loop that starts again
 /// from one that merely has not moved since it resolved).
 #[derive(Debug, Clone, Default)]
-pub struct Episode {
+pub struct AlertEpisode {
     pub id: i64,
     pub key: String,
-    pub kind: Option<Kind>,
+    pub kind: Option<AlertKind>,
     /// Root session (loops), session (liveness) or source (blind).
     pub subject: String,
     pub severity: Severity,
@@ -393,10 +419,10 @@ pub struct Episode {
     /// Closed episodes: why.
     pub reason: Option<Reason>,
     /// What the last tick saw of each session of the tree, by session id.
-    pub marks: HashMap<String, Mark>,
+    pub marks: HashMap<String, SessionMark>,
 }
 
-impl Episode {
+impl AlertEpisode {
     /// Every source its tree was listed by (its first source first).
     pub fn seen_in(&self) -> Vec<String> {
         let mut v: Vec<String> = self.source.iter().cloned().collect();

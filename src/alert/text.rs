@@ -2,37 +2,21 @@
 //! figures and reasons come from the plan, the words from here, so every channel (desktop body,
 //! webhook, PagerDuty, Alertmanager) shows the same ones.
 
-use super::{Episode, Event, Figures, Kind, Reason, Transition, Verdict};
-use crate::config::{Config, Severity};
+pub use super::{burned, duration};
+use super::{AlertEpisode, AlertKind, Event, Figures, Reason, Transition, Verdict};
+use crate::config::Config;
+use crate::severity::Severity;
 use serde_json::{json, Map, Value};
 
-/// "40 s", "12 min", "2 h 05 min".
-pub fn duration(ms: i64) -> String {
-    let s = ms.max(0) / 1000;
-    if s < 60 {
-        format!("{s} s")
-    } else if s < 3600 {
-        format!("{} min", s / 60)
-    } else {
-        format!("{} h {:02} min", s / 3600, s % 3600 / 60)
-    }
-}
-
-/// "41 calls and $0.37 over 12 min".
-pub fn burned(f: &Figures) -> String {
-    format!(
-        "{} calls and ${:.2} over {}",
-        f.calls,
-        f.cost,
-        duration(f.duration_ms)
-    )
-}
-
 pub fn link(cfg: &Config, root: &str) -> Option<String> {
-    Some(crate::report::link(cfg, root))
+    Some(crate::paths::page_link(
+        &cfg.alert.link_base,
+        &cfg.report_file(),
+        root,
+    ))
 }
 
-fn base(cfg: &Config, kind: Kind, key: String, root: &str, now: i64) -> Event {
+fn base(cfg: &Config, kind: AlertKind, key: String, root: &str, now: i64) -> Event {
     Event {
         dedup_key: key,
         severity: Severity::Warning,
@@ -110,7 +94,13 @@ pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> 
         burned(&figures),
         v.reason_names().join(", ")
     );
-    let mut ev = base(cfg, Kind::Loop, super::loop_key(v.root()), v.root(), now);
+    let mut ev = base(
+        cfg,
+        AlertKind::Loop,
+        super::loop_key(v.root()),
+        v.root(),
+        now,
+    );
     ev.severity = sev;
     ev.state = state;
     ev.title = format!("opencode loop: {agent} {repeats}");
@@ -145,19 +135,19 @@ pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> 
 /// The resolve of an episode.
 pub fn resolve_event(
     cfg: &Config,
-    ep: &Episode,
+    ep: &AlertEpisode,
     reason: Reason,
     why: &str,
     figures: Option<Figures>,
     now: i64,
 ) -> Event {
-    let kind = ep.kind.unwrap_or(Kind::Loop);
+    let kind = ep.kind.unwrap_or(AlertKind::Loop);
     let mut ev = base(cfg, kind, ep.key.clone(), &ep.subject, now);
     ev.severity = Severity::Info;
     ev.state = Transition::Resolve;
     ev.title = format!("resolved ({}): {}", reason.as_str(), ep.title);
     ev.summary = match (kind, figures) {
-        (Kind::Loop, Some(f)) => format!(
+        (AlertKind::Loop, Some(f)) => format!(
             "{}: {why}; the loop burned {}, {} flagged tick(s)",
             ep.subject,
             burned(&f),
@@ -178,20 +168,20 @@ pub fn resolve_event(
     if let Some(f) = &figures {
         put_figures(d, f);
     }
-    if kind == Kind::Blind {
+    if kind == AlertKind::Blind {
         ev.link = None;
     }
     ev
 }
 
 /// A liveness alert's trigger.
-pub fn live_event(cfg: &Config, kind: Kind, sev: Severity, v: &Verdict, now: i64) -> Event {
+pub fn live_event(cfg: &Config, kind: AlertKind, sev: Severity, v: &Verdict, now: i64) -> Event {
     let agent = v.agent.clone().unwrap_or_else(|| "agent".into());
     let what = match kind {
-        Kind::Stalled => "stalled",
-        Kind::Retrying => "keeps retrying its provider",
-        Kind::Waiting => "needs a person",
-        Kind::Interrupted => "was interrupted",
+        AlertKind::Stalled => "stalled",
+        AlertKind::Retrying => "keeps retrying its provider",
+        AlertKind::Waiting => "needs a person",
+        AlertKind::Interrupted => "was interrupted",
         _ => "stopped with its own list unfinished",
     };
     let evidence = v.liveness_evidence();
@@ -216,7 +206,7 @@ pub fn blind_event(cfg: &Config, reasons: &[(String, String)], now: i64) -> Even
     let text: Vec<String> = reasons.iter().map(|(s, r)| format!("{s}: {r}")).collect();
     let mut ev = base(
         cfg,
-        Kind::Blind,
+        AlertKind::Blind,
         super::BLIND_KEY.into(),
         &reasons[0].0,
         now,

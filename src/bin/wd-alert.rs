@@ -1,3 +1,3 @@
 fn main() {
-    std::process::exit(oc_watchdog::alert::cmd::main())
+    std::process::exit(oc_watchdog::cmd::wd_alert::main())
 }

@@ -3,3 +3,4 @@
 
 pub mod oc_calls;
 pub mod oc_sessions;
+pub mod wd_alert;

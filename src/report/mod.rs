@@ -11,7 +11,6 @@
 pub mod clock;
 pub mod html;
 pub mod marks;
-pub mod open;
 pub mod svg;
 
 use crate::config::Config;

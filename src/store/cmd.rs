@@ -291,7 +291,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
                 .open_with
                 .clone()
                 .filter(|w| !w.trim().is_empty());
-            crate::report::open::notify_and_wait(
+            crate::notify::click::notify_and_wait(
                 stdin,
                 out,
                 with.as_deref().unwrap_or("xdg-open"),
@@ -628,7 +628,8 @@ fn alerts(
     out: &mut Out,
 ) -> Result<Exit> {
     if let Some(k) = &kind {
-        if !matches!(crate::alert::Kind::parse(k), Some(k) if k != crate::alert::Kind::Test) {
+        if !matches!(crate::alert::AlertKind::parse(k), Some(k) if k != crate::alert::AlertKind::Test)
+        {
             bail!("unknown alert kind {k:?} (loop, blind, stalled, retrying, waiting, interrupted, unfinished)");
         }
     }
@@ -722,7 +723,7 @@ pub fn channel_rows(store: &Store, cfg: &Config) -> Result<Vec<Value>> {
         let overridden = en.is_some() || sev.is_some();
         out.push(json!({
             "name": c.name,
-            "type": c.kind,
+            "type": c.kind(),
             "enabled": en.unwrap_or(c.enabled),
             "min_severity": sev.unwrap_or_else(|| c.min_severity.as_str().to_string()),
             "rate_limit_secs": c.rate_limit_secs,

@@ -1040,3 +1040,45 @@ fn a_deleted_root_is_gone_whether_a_server_the_database_or_both_listed_it() {
     assert_eq!(r.records()[0]["root"], "ses_srv");
     assert_eq!(r.records()[0]["reason"], "gone");
 }
+
+/// A stalled session `wd-alert` may nudge, read from `source`.
+fn stalled_from(session: &str, source: &str) -> String {
+    let mut v: Value =
+        serde_json::from_str(&looping(session, session, false, 20, "stalled")).unwrap();
+    v["liveness"]["alert"] = json!("warning");
+    v["source"] = json!(source);
+    v.to_string()
+}
+
+/// The refusal named a database for every source that is not a server; an export (or a
+/// session with no source) is said to be one now.
+#[test]
+fn a_failed_nudge_names_the_kind_of_source_it_was_read_from() {
+    let rig = Rig::new("[liveness]\nnudge = true\n");
+    let db = rig.home.join("opencode.db").display().to_string();
+    let lines = [
+        stalled_from("ses_db", &db),
+        stalled_from("ses_ex", "export:run.json"),
+    ];
+    let (_, r) = rig.tick_from(T0, &[&db, "export:run.json"], &lines, &[]);
+    r.ok();
+    let said: Vec<String> =
+        rig.query("SELECT session || ': ' || detail FROM actions ORDER BY session");
+    assert_eq!(
+        said,
+        [
+            "ses_db: the session was read from a database: no server to send to",
+            "ses_ex: the session was read from an export: no server to send to",
+        ],
+        "{}",
+        r.story()
+    );
+    assert!(
+        r.stderr().contains("nudge session=ses_ex action=sha1:")
+            && r.stderr().contains(
+                "status=failed the session was read from an export: no server to send to"
+            ),
+        "{}",
+        r.story()
+    );
+}

@@ -1,4 +1,4 @@
-//! The desktop notification's default action: a click on an alert opens the page at the loop's
+//! The notification click helper: a click on a desktop alert opens the page at the loop's
 //! anchor. A notification server sends the click (`ActionInvoked`) to the bus connection that
 //! showed the notification, and the tick exits right after sending; so for an alert with a link
 //! the desktop channel shows it from a small child process, `wd-store notify-on-action`
@@ -88,7 +88,7 @@ pub fn notify_and_wait(
     open_with: &str,
     wait: Duration,
 ) -> Result<()> {
-    use notify_rust::{Notification, Urgency};
+    use notify_rust::Notification;
     let mut line = String::new();
     input.read_line(&mut line)?;
     let note: Note = serde_json::from_str(&line).context("stdin")?;
@@ -97,11 +97,7 @@ pub fn notify_and_wait(
     n.appname("oc-watchdog")
         .summary(&note.summary)
         .body(&note.body)
-        .urgency(match note.urgency.as_str() {
-            "critical" => Urgency::Critical,
-            "low" => Urgency::Low,
-            _ => Urgency::Normal,
-        });
+        .urgency(super::urgency(&note.urgency));
     if actions {
         n.action("default", LABEL);
     }

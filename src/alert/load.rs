@@ -1,0 +1,142 @@
+//! The lifecycle's reads, before anything is decided and without the write lock: whether a
+//! tick was processed, the open episodes with their marks, the last episode of each flagged
+//! tree, and what each channel was sent of an alert before.
+
+use super::{AlertEpisode, AlertKind, Event, Reason, SessionMark, TickView};
+use crate::channels::route::SentBefore;
+use crate::severity::Severity;
+use crate::store::Store;
+use anyhow::Result;
+use rusqlite::{params, OptionalExtension};
+use std::collections::HashMap;
+
+/// Was the tick with this key recorded already?
+pub fn processed(store: &Store, key: &str) -> Result<bool> {
+    Ok(store
+        .conn
+        .query_row(
+            "SELECT 1 FROM alert_ticks WHERE tick_key = ?1",
+            [key],
+            |_| Ok(()),
+        )
+        .optional()?
+        .is_some())
+}
+
+const EPISODE_COLS: &str = "id, dedup_key, kind, root, severity, flagged_ticks, asked, source, opened, title, agent, model, reason, sources";
+
+fn episode_row(r: &rusqlite::Row) -> rusqlite::Result<AlertEpisode> {
+    Ok(AlertEpisode {
+        id: r.get(0)?,
+        key: r.get(1)?,
+        kind: AlertKind::parse(&r.get::<_, String>(2)?),
+        subject: r.get(3)?,
+        severity: Severity::parse(&r.get::<_, String>(4)?).unwrap_or(Severity::Warning),
+        flagged_ticks: r.get(5)?,
+        asked: r.get(6)?,
+        source: r.get(7)?,
+        opened: r.get(8)?,
+        title: r.get(9)?,
+        agent: r.get(10)?,
+        model: r.get(11)?,
+        reason: r
+            .get::<_, Option<String>>(12)?
+            .as_deref()
+            .and_then(Reason::parse),
+        sources: r
+            .get::<_, Option<String>>(13)?
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default(),
+        marks: HashMap::new(),
+    })
+}
+
+fn load_marks(store: &Store, ep: &mut AlertEpisode) -> Result<()> {
+    let mut st = store.conn.prepare_cached(
+        "SELECT session, calls, calls_since_landed, cost_since_landed, last_call, loop_start, flagged, base_calls,
+             base_cost, start
+         FROM episode_sessions WHERE episode = ?1",
+    )?;
+    let rows = st.query_map([ep.id], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            SessionMark {
+                calls: r.get::<_, i64>(1)? as u64,
+                calls_since_landed: r.get::<_, i64>(2)? as u64,
+                cost_since_landed: r.get(3)?,
+                last_call: r.get(4)?,
+                loop_start: r.get(5)?,
+                flagged: r.get(6)?,
+                base_calls: r.get::<_, i64>(7)? as u64,
+                base_cost: r.get(8)?,
+                start: r.get(9)?,
+            },
+        ))
+    })?;
+    for row in rows {
+        let (s, m) = row?;
+        ep.marks.insert(s, m);
+    }
+    Ok(())
+}
+
+pub fn open_episodes(store: &Store) -> Result<Vec<AlertEpisode>> {
+    let mut st = store.conn.prepare(&format!(
+        "SELECT {EPISODE_COLS} FROM episodes WHERE state = 'open' ORDER BY id"
+    ))?;
+    let mut eps = st
+        .query_map([], episode_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    for e in eps.iter_mut().filter(|e| e.kind == Some(AlertKind::Loop)) {
+        load_marks(store, e)?;
+    }
+    Ok(eps)
+}
+
+/// The last episode of each flagged tree that has no open one.
+pub fn last_episodes(
+    store: &Store,
+    tick: &TickView,
+    open: &[AlertEpisode],
+) -> Result<HashMap<String, AlertEpisode>> {
+    let mut out = HashMap::new();
+    let mut st = store.conn.prepare_cached(&format!(
+        "SELECT {EPISODE_COLS} FROM episodes WHERE dedup_key = ?1 ORDER BY id DESC LIMIT 1"
+    ))?;
+    for v in tick.verdicts.iter().filter(|v| v.flagged) {
+        let key = super::loop_key(v.root());
+        if out.contains_key(&key) || open.iter().any(|e| e.key == key) {
+            continue;
+        }
+        if let Some(mut e) = st.query_row([&key], episode_row).optional()? {
+            load_marks(store, &mut e)?;
+            out.insert(key, e);
+        }
+    }
+    Ok(out)
+}
+
+/// What was sent before of `ev`'s alert on channel `channel` (of its episode `episode`, for an
+/// event of an open episode).
+pub fn sent_before(
+    store: &Store,
+    ev: &Event,
+    episode: Option<i64>,
+    channel: &str,
+) -> Result<SentBefore> {
+    let mut key_last = store.conn.prepare_cached(
+        "SELECT max(d.t) FROM deliveries d JOIN events e ON e.id = d.event
+         WHERE e.dedup_key = ?1 AND d.channel = ?2 AND d.status = 'sent'",
+    )?;
+    let mut episode_sent = store.conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM deliveries d JOIN events e ON e.id = d.event
+         WHERE e.episode = ?1 AND d.channel = ?2 AND d.status IN ('sent', 'failed'))",
+    )?;
+    Ok(SentBefore {
+        key_last: key_last.query_row(params![ev.dedup_key, channel], |r| r.get(0))?,
+        episode: match episode {
+            Some(e) => episode_sent.query_row(params![e, channel], |r| r.get(0))?,
+            None => false,
+        },
+    })
+}

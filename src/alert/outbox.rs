@@ -1,0 +1,252 @@
+//! Delivery after the transaction: what the outbox owes (pending deliveries, deferred ones
+//! whose quiet hours ended, failed resolves), the re-post of open alerts to receivers that
+//! want it, and the nudges recorded this tick. Each outcome is recorded as soon as it is known.
+
+use super::stage::Nudge;
+use super::{Delivery, Event, Transition};
+use crate::channels::route::{local_hour, quiet};
+use crate::channels::{deliver, Deadline, EffectiveChannel, Sent};
+use crate::store::Store;
+use anyhow::{Context, Result};
+use rusqlite::params;
+use serde_json::json;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// The log line of a recorded event.
+pub fn log(ev: &Event) {
+    let why = ev
+        .reason
+        .map(|r| format!(" reason={}", r.as_str()))
+        .unwrap_or_default();
+    eprintln!(
+        "oc-watchdog: dedup={} state={} severity={}{why} title={:?}",
+        ev.dedup_key,
+        ev.state.as_str(),
+        ev.severity.as_str(),
+        ev.title
+    );
+}
+
+/// Sends a recorded nudge into its session (opencode's `POST /session/{id}/prompt_async`) and
+/// records the outcome. Never retried: at most once per action id.
+pub fn send_nudge(store: &mut Store, n: &Nudge) -> Result<()> {
+    // a server's `prompt_async`; a database or an export is refused, saying which it was
+    let result = crate::sources::nudge(n.source.as_deref(), &n.session, &n.prompt);
+    let (status, detail) = match &result {
+        Ok(d) => ("sent", d.clone()),
+        Err(e) => ("failed", e.clone()),
+    };
+    eprintln!(
+        "oc-watchdog: nudge session={} action={} status={status} {detail}",
+        n.session, n.action
+    );
+    let tx = store.write()?;
+    tx.execute(
+        "UPDATE actions SET status = ?2, detail = ?3 WHERE action_id = ?1",
+        params![n.action, status, detail],
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// One row of the outbox.
+struct Owed {
+    event: i64,
+    channel: String,
+    status: Delivery,
+    body: String,
+    attempts: i64,
+    key: String,
+    state: String,
+}
+
+impl Owed {
+    /// Records what became of this delivery.
+    fn set(
+        &self,
+        store: &mut Store,
+        st: Delivery,
+        detail: &str,
+        peers: Option<String>,
+        now: i64,
+    ) -> Result<()> {
+        let tx = store.write()?;
+        let tried = matches!(st, Delivery::Sent | Delivery::Failed) as i64;
+        tx.execute(
+            "UPDATE deliveries SET status = ?3, attempts = ?4, t = ?5, detail = ?6, peer_failures = ?7
+             WHERE event = ?1 AND channel = ?2",
+            params![self.event, self.channel, st.as_str(), self.attempts + tried, now, detail, peers],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+/// What the outbox owes, oldest event first.
+fn owed(store: &Store) -> Result<Vec<Owed>> {
+    let mut st = store.conn.prepare(
+        "SELECT d.event, d.channel, d.status, e.body, d.attempts, e.dedup_key, e.state FROM deliveries d JOIN events e ON e.id = d.event
+         WHERE d.status IN ('pending', 'deferred') OR (d.status = 'failed' AND e.state = 'resolve' AND d.attempts < 5)
+         ORDER BY d.event",
+    )?;
+    let rows = st.query_map([], |r| {
+        Ok(Owed {
+            event: r.get(0)?,
+            channel: r.get(1)?,
+            status: Delivery::parse(&r.get::<_, String>(2)?).unwrap_or(Delivery::Pending),
+            body: r.get(3)?,
+            attempts: r.get(4)?,
+            key: r.get(5)?,
+            state: r.get(6)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Delivers what is pending (and deferred deliveries whose quiet hours ended, and failed
+/// resolves, up to 5 attempts). Each outcome is recorded as soon as it is known. A pending or
+/// deferred trigger or escalation that a newer event of its alert superseded is not sent. A
+/// channel with a run budget (desktop) gets its `timeout_secs` per run in all; what it could
+/// not try stays pending.
+pub fn deliver_pending(store: &mut Store, chans: &[EffectiveChannel], now: i64) -> Result<()> {
+    let hour = local_hour(now);
+    let mut budgets: HashMap<String, Deadline> = HashMap::new();
+    for o in owed(store)? {
+        let Some(c) = chans.iter().find(|c| c.cfg.name == o.channel) else {
+            o.set(
+                store,
+                Delivery::Skipped,
+                "channel no longer configured",
+                None,
+                now,
+            )?;
+            continue;
+        };
+        if o.status != Delivery::Failed && o.state != "resolve" {
+            let newer: bool = store.conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM events WHERE dedup_key = ?1 AND id > ?2)",
+                params![o.key, o.event],
+                |r| r.get(0),
+            )?;
+            if newer {
+                o.set(
+                    store,
+                    Delivery::Skipped,
+                    "superseded before it was sent",
+                    None,
+                    now,
+                )?;
+                continue;
+            }
+        }
+        if o.status == Delivery::Deferred && quiet(&c.cfg, hour) {
+            continue;
+        }
+        let left = if c.cfg.unit().run_budget() {
+            let d = budgets
+                .entry(c.cfg.name.clone())
+                .or_insert_with(|| Deadline::after(Duration::from_secs(c.cfg.timeout_secs.max(1))));
+            let left = d.left();
+            if left < Duration::from_millis(50) {
+                // not tried this run: stays owed for the next one
+                continue;
+            }
+            left
+        } else {
+            Duration::ZERO
+        };
+        let ev: Event = serde_json::from_str(&o.body).context("stored event")?;
+        let sent = deliver(&c.cfg, &ev, now, left);
+        record(store, &o, &ev, sent, now)?;
+    }
+    Ok(())
+}
+
+/// Logs and records the outcome of one delivery.
+fn record(
+    store: &mut Store,
+    o: &Owed,
+    ev: &Event,
+    sent: Result<Sent, String>,
+    now: i64,
+) -> Result<()> {
+    match sent {
+        Ok(Sent {
+            detail,
+            peer_failures,
+        }) => {
+            // some peers of an HA pair may be down: logged and recorded, not raised
+            let peers = (!peer_failures.is_empty()).then(|| {
+                eprintln!(
+                    "oc-watchdog: channel={} dedup={} state={} partly failed: {}",
+                    o.channel,
+                    ev.dedup_key,
+                    ev.state.as_str(),
+                    peer_failures.join("; ")
+                );
+                json!(peer_failures).to_string()
+            });
+            o.set(store, Delivery::Sent, &detail, peers, now)
+        }
+        Err(e) => {
+            eprintln!(
+                "oc-watchdog: channel={} dedup={} state={} delivery failed: {e}",
+                o.channel,
+                ev.dedup_key,
+                ev.state.as_str()
+            );
+            o.set(store, Delivery::Failed, &e, None, now)
+        }
+    }
+}
+
+/// A receiver that resolves what is not re-sent (Alertmanager) gets every open alert again on
+/// every tick, on each enabled channel of its type. Not a new notification (it dedups by labels).
+pub fn repost_open(store: &Store, chans: &[EffectiveChannel], now: i64) -> Result<()> {
+    let mut open: Option<Vec<Event>> = None;
+    for c in chans.iter().filter(|c| c.enabled && c.cfg.unit().reposts()) {
+        let open = match &open {
+            Some(o) => o,
+            None => open.insert(open_events(store)?),
+        };
+        let mine: Vec<Event> = open
+            .iter()
+            .filter(|e| e.severity >= c.min)
+            .cloned()
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
+        match c.cfg.unit().repost(&c.cfg, &mine, now) {
+            Err(e) => eprintln!(
+                "oc-watchdog: channel={} re-post of open alerts failed: {e}",
+                c.cfg.name
+            ),
+            Ok(s) if !s.peer_failures.is_empty() => eprintln!(
+                "oc-watchdog: channel={} re-post of open alerts partly failed: {}",
+                c.cfg.name,
+                s.peer_failures.join("; ")
+            ),
+            Ok(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The latest event of every open episode, as a trigger.
+fn open_events(store: &Store) -> Result<Vec<Event>> {
+    let mut st = store.conn.prepare(
+        "SELECT e.body FROM episodes p JOIN events e ON e.id = (SELECT max(id) FROM events WHERE episode = p.id)
+         WHERE p.state = 'open'",
+    )?;
+    let open = st
+        .query_map([], |r| r.get::<_, String>(0))?
+        .filter_map(|b| b.ok().and_then(|b| serde_json::from_str::<Event>(&b).ok()))
+        .map(|mut e| {
+            e.state = Transition::Trigger;
+            e
+        })
+        .collect();
+    Ok(open)
+}

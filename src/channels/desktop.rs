@@ -1,0 +1,52 @@
+//! The desktop channel: a freedesktop notification (notify-rust over D-Bus) on the operator's
+//! session bus (shown by [`crate::notify`]); with a link, a click on it opens the page. The channel gets its `timeout_secs`
+//! once per run over all its notifications.
+
+use super::{ChannelUnit, ChannelConfig, ChannelTable, Sent};
+use crate::alert::Event;
+use crate::check::Problems;
+use crate::severity::Severity;
+use serde::Serialize;
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Desktop {}
+
+impl ChannelUnit for Desktop {
+    fn take(_: &mut ChannelTable) -> Desktop {
+        Desktop {}
+    }
+    fn check(&self, _: &str, _: &dyn Fn(&str) -> String, _: &mut Problems) {}
+    fn deliver(&self, _: &ChannelConfig, ev: &Event, _: i64, left: Duration) -> Result<Sent, String> {
+        show(ev, left).map(Sent::from)
+    }
+    fn run_budget(&self) -> bool {
+        true
+    }
+}
+
+/// The notification body: which session, agent and target, what the loop burned and why it
+/// ended, and how to look closer.
+pub fn body(ev: &Event) -> String {
+    let mut b = ev.summary.clone();
+    if let Some(l) = &ev.link {
+        b += &format!("\n{l}");
+    }
+    b += "\nLook closer: wd-store loops";
+    b
+}
+
+fn show(ev: &Event, wait: Duration) -> Result<String, String> {
+    let body = body(ev);
+    let notice = crate::notify::Notice {
+        summary: &ev.title,
+        body: &body,
+        urgency: match ev.severity {
+            Severity::Critical => "critical",
+            Severity::Warning => "normal",
+            Severity::Info => "low",
+        },
+        url: ev.link.as_deref(),
+    };
+    crate::notify::show(&notice, wait)
+}

@@ -1,0 +1,60 @@
+//! Desktop notifications (notify-rust over the session's D-Bus): shown within a bound, and,
+//! for a notification with a link, shown by the click helper ([`click`]) that stays to open it.
+//! The desktop channel words the alert; this module only shows it.
+
+pub mod click;
+
+use std::time::Duration;
+
+/// What to show. `urgency` is `low`, `normal` or `critical`.
+pub struct Notice<'a> {
+    pub summary: &'a str,
+    pub body: &'a str,
+    pub urgency: &'a str,
+    /// Opened by a click on the notification.
+    pub url: Option<&'a str>,
+}
+
+fn urgency(u: &str) -> notify_rust::Urgency {
+    match u {
+        "critical" => notify_rust::Urgency::Critical,
+        "low" => notify_rust::Urgency::Low,
+        _ => notify_rust::Urgency::Normal,
+    }
+}
+
+/// Shows `n` within `wait`: "notification ID", or what went wrong.
+pub fn show(n: &Notice, wait: Duration) -> Result<String, String> {
+    // with a link: shown by a child that stays to open the page when the alert is clicked
+    if let Some(url) = n.url {
+        let note = click::Note {
+            summary: n.summary.to_string(),
+            body: n.body.to_string(),
+            urgency: n.urgency.to_string(),
+            url: url.to_string(),
+        };
+        if let Some(r) = click::show(&note, wait) {
+            return r
+                .map(|id| format!("notification {id}"))
+                .map_err(|e| format!("desktop notification: {e}"));
+        }
+    }
+    let mut note = notify_rust::Notification::new();
+    note.appname("oc-watchdog")
+        .summary(n.summary)
+        .body(n.body)
+        .urgency(urgency(n.urgency));
+    // a session bus that accepts but never answers must not hold the tick
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(note.show().map(|h| h.id()).map_err(|e| e.to_string()));
+    });
+    match rx.recv_timeout(wait) {
+        Ok(Ok(id)) => Ok(format!("notification {id}")),
+        Ok(Err(e)) => Err(format!("desktop notification: {e}")),
+        Err(_) => Err(format!(
+            "desktop notification: no answer within {:.1}s",
+            wait.as_secs_f64()
+        )),
+    }
+}
