@@ -40,13 +40,13 @@ impl Store {
         // gives its -wal and -shm files the database's mode
         {
             use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
+            // one that exists is left as it is; one that cannot be made is SQLite's to report
+            // (it says why in the words the rest of the store's errors use)
+            let _ = std::fs::OpenOptions::new()
                 .write(true)
-                .create(true)
-                .truncate(false)
+                .create_new(true)
                 .mode(0o600)
-                .open(path)
-                .with_context(|| format!("watchdog database {shown}: cannot create"))?;
+                .open(path);
         }
         let conn = Connection::open_with_flags(
             path,
