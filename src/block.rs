@@ -3,6 +3,13 @@
 //! comments and formatting stay, written atomically with a backup beside it, and recorded in
 //! the watchdog database so `unblock-model` undoes exactly what `block-model` did.
 //!
+//! Two edits never interleave: a block or unblock holds a lock on `.<config>.oc-watchdog.lock`
+//! beside the config from its read to its record, and the rename happens only if the file
+//! still holds what was read (an edit made meanwhile, by the user's editor say, is read again
+//! and the block applied to it; after three such changes nothing is written). Every file
+//! written beside the config (the new content, the backup) keeps the config's mode, so a 0600
+//! config holding an `apiKey` never gets a 0644 copy.
+//!
 //! opencode drops a blacklisted model while it builds its provider list, once per process
 //! (per project instance): `opencode models` and the model pickers stop listing it, and asking
 //! for it (`opencode run -m`, a prompt naming it, an agent configured with it) fails with
@@ -224,9 +231,93 @@ pub fn take(text: &str, provider: &str, model: &str, created: Created) -> Result
     Ok(Some(out))
 }
 
+/// Why [`replace`] wrote nothing.
+#[derive(Debug)]
+enum Replace {
+    /// The file no longer holds what was read: someone edited it meanwhile.
+    Changed,
+    Failed(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Replace {
+    fn from(e: anyhow::Error) -> Replace {
+        Replace::Failed(e)
+    }
+}
+
+/// The mode for files written beside `path`: its own, or 0600 when it does not exist yet (a
+/// new config may soon hold keys).
+fn mode_of(path: &Path) -> std::fs::Permissions {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .map(|m| m.permissions())
+        .unwrap_or_else(|_| std::fs::Permissions::from_mode(0o600))
+}
+
+/// Writes `old` to `<path>.oc-watchdog.bak` with `path`'s mode (created with it, so the copy is
+/// never readable by more users than the original, not even for a moment).
+fn write_backup(path: &Path, old: &str) -> Result<PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let backup = PathBuf::from(format!("{}.oc-watchdog.bak", path.display()));
+    let mode = mode_of(path);
+    let why = || {
+        format!(
+            "{}: cannot write the backup {}",
+            path.display(),
+            backup.display()
+        )
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode.mode() & 0o7777)
+        .open(&backup)
+        .with_context(why)?;
+    // an older backup keeps its own mode on open: set it
+    f.set_permissions(mode).with_context(why)?;
+    f.write_all(old.as_bytes()).with_context(why)?;
+    f.sync_all().with_context(why)?;
+    Ok(backup)
+}
+
+/// Holds the lock that serialises edits of one config: an exclusive transaction on a small
+/// SQLite file beside it (`.<name>.oc-watchdog.lock`, 0600, left in place: removing a lock
+/// file races with the next taker). SQLite's file locks are released when the process ends,
+/// however it ends, so a killed block never leaves the config locked. A second block waits
+/// for the first (up to two minutes: `opencode models` may take one).
+fn lock(path: &Path) -> Result<rusqlite::Connection> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let lock = path.with_file_name(format!(".{name}.oc-watchdog.lock"));
+    let why = || format!("{}: cannot lock {}", path.display(), lock.display());
+    if let Some(dir) = lock.parent() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("{}: cannot create {}", path.display(), dir.display()))?;
+    }
+    // created 0600 before SQLite opens it (SQLite would create it with the umask's mode)
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock)
+        .with_context(why)?;
+    let conn = rusqlite::Connection::open(&lock).with_context(why)?;
+    conn.busy_timeout(Duration::from_secs(120))
+        .with_context(why)?;
+    conn.execute_batch("BEGIN EXCLUSIVE").with_context(why)?;
+    Ok(conn)
+}
+
 /// Writes `text` over `path` atomically (a temp file beside it, renamed), keeping its mode,
-/// after copying the old content to `<path>.oc-watchdog.bak`.
-fn replace(path: &Path, old: Option<&str>, text: &str) -> Result<PathBuf> {
+/// after copying the old content to `<path>.oc-watchdog.bak`; only if the file still holds
+/// `old` (`None`: it still does not exist).
+fn replace(path: &Path, old: Option<&str>, text: &str) -> std::result::Result<PathBuf, Replace> {
     let shown = path.display();
     let dir = path
         .parent()
@@ -242,18 +333,22 @@ fn replace(path: &Path, old: Option<&str>, text: &str) -> Result<PathBuf> {
     tmp.as_file()
         .sync_all()
         .with_context(|| format!("{shown}: cannot sync the new content"))?;
-    if let Ok(m) = std::fs::metadata(path) {
-        std::fs::set_permissions(tmp.path(), m.permissions())
-            .with_context(|| format!("{shown}: cannot keep its mode"))?;
+    std::fs::set_permissions(tmp.path(), mode_of(path))
+        .with_context(|| format!("{shown}: cannot keep its mode"))?;
+    // the last look before the rename: an edit since the read would be lost
+    if read(path)?.as_deref() != old {
+        return Err(Replace::Changed);
     }
     if let Some(old) = old {
-        std::fs::write(&backup, old)
-            .with_context(|| format!("{shown}: cannot write the backup {}", backup.display()))?;
+        write_backup(path, old)?;
     }
     tmp.persist(path)
         .map_err(|e| anyhow!("{shown}: cannot replace it: {}", e.error))?;
     Ok(backup)
 }
+
+/// How many times a block is applied again to a config edited meanwhile before giving up.
+const ATTEMPTS: usize = 3;
 
 /// Reads the config to edit, refusing what cannot be edited safely. `None`: no file yet.
 fn read(path: &Path) -> Result<Option<String>> {
@@ -360,10 +455,11 @@ pub fn block(
     // edit the file a symlink points to, not the link
     let path = std::fs::canonicalize(&path).unwrap_or(path);
     let shown = path.display().to_string();
+    let _lock = lock(&path)?;
     let old = read(&path)?;
     let base = old.clone().unwrap_or_else(|| NEW_FILE.to_string());
     let edit = add(&base, provider, id).map_err(|e| anyhow!("{shown}: {e:#}; nothing written"))?;
-    let Some((text, mut created)) = edit else {
+    let Some(_) = edit else {
         return Ok(Outcome {
             model: model.into(),
             file: path,
@@ -403,14 +499,28 @@ pub fn block(
             }
         }
     }
-    if old.is_none() {
-        created = Created::File;
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("{shown}: cannot create {}", dir.display()))?;
+    // `opencode models` took a while: apply the block to what the file holds now, and write
+    // it only if nobody changed the file since that read
+    let mut old = old;
+    let mut attempt = 0;
+    let (backup, created) = loop {
+        attempt += 1;
+        let base = old.clone().unwrap_or_else(|| NEW_FILE.to_string());
+        let Some((text, c)) =
+            add(&base, provider, id).map_err(|e| anyhow!("{shown}: {e:#}; nothing written"))?
+        else {
+            bail!("{shown}: {model} was added to provider.{provider}.blacklist meanwhile, by another hand; nothing written");
+        };
+        let created = if old.is_none() { Created::File } else { c };
+        match replace(&path, old.as_deref(), &text) {
+            Ok(b) => break (b, created),
+            Err(Replace::Failed(e)) => return Err(e),
+            Err(Replace::Changed) if attempt < ATTEMPTS => old = read(&path)?,
+            Err(Replace::Changed) => bail!(
+                "{shown}: the file changed {ATTEMPTS} times while block-model edited it; nothing written (try again when it is not being edited)"
+            ),
         }
-    }
-    let backup = replace(&path, old.as_deref(), &text)?;
+    };
     let tx = store.write()?;
     tx.execute(
         "INSERT INTO blocks (model, file, created, reason, who, t) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -444,6 +554,7 @@ pub fn unblock(store: &mut Store, model: &str, now: i64) -> Result<Outcome> {
     };
     let path = PathBuf::from(&file);
     let created = Created::parse(&created);
+    let _lock = lock(&path)?;
     let old = read(&path)?;
     let message = match old {
         None => format!("{file} is gone; nothing to undo"),
@@ -452,13 +563,18 @@ pub fn unblock(store: &mut Store, model: &str, now: i64) -> Result<Outcome> {
         {
             None => format!("{model} is no longer in {file} (removed by hand); nothing written"),
             Some(text) if created == Created::File && text == NEW_FILE => {
-                std::fs::write(format!("{file}.oc-watchdog.bak"), &old)
-                    .with_context(|| format!("{file}: cannot write the backup"))?;
+                write_backup(&path, &old)?;
                 std::fs::remove_file(&path).with_context(|| format!("{file}: cannot remove"))?;
                 format!("{model} unblocked: removed {file}, which block-model had created")
             }
             Some(text) => {
-                replace(&path, Some(&old), &text)?;
+                match replace(&path, Some(&old), &text) {
+                    Ok(_) => {}
+                    Err(Replace::Failed(e)) => return Err(e),
+                    Err(Replace::Changed) => bail!(
+                        "{file}: the file changed while unblock-model edited it; nothing written (run it again)"
+                    ),
+                }
                 format!("{model} unblocked in {file}: new opencode processes offer it again")
             }
         },
@@ -533,6 +649,32 @@ mod tests {
         );
         assert!(add("[]", "sim", "m").is_err());
         assert!(add("{\"provider\": []}", "sim", "m").is_err());
+    }
+
+    /// The last look before the rename: a file that no longer holds what was read is left
+    /// as it is, with no backup written (block-model then reads it again, or gives up).
+    #[test]
+    fn a_file_changed_since_the_read_is_not_replaced() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("opencode.json");
+        std::fs::write(&f, "{\"edited\": true}").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let r = replace(&f, Some("{}"), "{\"provider\": {}}");
+        assert!(matches!(r, Err(Replace::Changed)), "{r:?}");
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "{\"edited\": true}");
+        assert!(!dir.path().join("opencode.json.oc-watchdog.bak").exists());
+        // a file that appeared since a read that found none is not replaced either
+        let r = replace(&f, None, "{}");
+        assert!(matches!(r, Err(Replace::Changed)), "{r:?}");
+        // unchanged: replaced, the backup and the new file both 0600
+        let b = replace(&f, Some("{\"edited\": true}"), "{}").unwrap();
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "{}");
+        assert_eq!(std::fs::read_to_string(&b).unwrap(), "{\"edited\": true}");
+        for p in [&f, &b] {
+            let m = std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(m, 0o600, "{}", p.display());
+        }
     }
 
     #[test]

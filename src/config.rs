@@ -362,6 +362,14 @@ impl Config {
         for (i, s) in self.opencode.servers.iter().enumerate() {
             p.url(&format!("opencode.servers[{i}]"), s);
         }
+        // added to an `Instant`, a deadline of centuries overflows; ten minutes is already far
+        // beyond a tick
+        p.int(
+            "opencode.server_deadline_secs",
+            self.opencode.server_deadline_secs.get(),
+            1,
+            600,
+        );
         let l = &self.liveness;
         p.int("liveness.hard_secs", l.hard_secs, 900, YEAR);
         p.int("liveness.soft_secs", l.soft_secs, 1, YEAR);
@@ -457,6 +465,7 @@ mod tests {
             ("[[channels]]\nname = \"d\"\ntype = \"desktop\"\n\n[[channels]]\nname = \"w\"\ntype = \"webhook\"\nurl = \"not a url\"\n", "config:8: channels[1].url: \"not a url\" is not a URL (relative URL without a base)"),
             ("[[channels]]\nname = \"w\"\ntype = \"webhook\"\nurl = \"file:///etc/passwd\"\n", "config:4: channels[0].url: \"file:///etc/passwd\" is not an http(s) URL (scheme \"file\")"),
             ("[liveness]\ntool_grace_secs = 9223372036854775\n", "config:2: liveness.tool_grace_secs: 9223372036854775 is above 31536000, the most it can be"),
+            ("[opencode]\nserver_deadline_secs = 9223372036854775807\n", "config:2: opencode.server_deadline_secs: 9223372036854775807 is above 600, the most it can be"),
             ("[liveness]\nsoft_secs = 1000\n", "config:2: liveness.soft_secs: 1000 must be below liveness.hard_secs (900)"),
             ("[second_opinion]\nurl = \"localhost:11434\"\n", "config:2: second_opinion.url: \"localhost:11434\" is not an http(s) URL (scheme \"localhost\")"),
             ("[[channels]]\nname = \"p\"\ntype = \"pagerduty\"\nrouting_key_env = \"PD KEY\"\n", "config:4: channels[0].routing_key_env: \"PD KEY\" is not an environment variable name"),

@@ -277,10 +277,8 @@ fn read_export(c: &mut Calls, file: &str, stdin: &mut dyn BufRead) -> Result<()>
         export::read(f)
     };
     let source = SourceId::Export(file.to_string()).to_string();
-    let docs = match docs {
-        Ok(d) => d,
-        Err(why) => return c.blind(&source, &why),
-    };
+    // the good documents before a bad one are kept; the bad one (or an empty input) is blind
+    let export::Read { docs, bad } = docs;
     for d in docs {
         let s = match convert::session_of(&d.info, None, &source) {
             Ok(s) => s,
@@ -295,7 +293,10 @@ fn read_export(c: &mut Calls, file: &str, stdin: &mut dyn BufRead) -> Result<()>
         c.out.line(&to_line("session", &s)?)?;
         c.emit_messages(&source, &s.id, &d.messages)?;
     }
-    Ok(())
+    match bad {
+        Some(why) => c.blind(&source, &why),
+        None => Ok(()),
+    }
 }
 
 /// `oc-calls SESSION...`: each from the database when it holds it, else from a server

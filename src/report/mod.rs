@@ -514,8 +514,9 @@ pub fn write_atomic(path: &Path, text: &[u8]) -> Result<()> {
     std::io::Write::write_all(&mut tmp, text)
         .with_context(|| format!("cannot write {}", tmp.path().display()))?;
     tmp.as_file().sync_all().ok();
+    // the page names sessions, directories and commands: the user's alone, like the database
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644)).ok();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o600)).ok();
     tmp.persist(path)
         .with_context(|| format!("cannot rename into {}", path.display()))?;
     Ok(())
@@ -525,6 +526,18 @@ pub fn write_atomic(path: &Path, text: &[u8]) -> Result<()> {
 mod tests {
     use super::*;
     use crate::alert::Reason;
+
+    /// Issue 30, point 5: the page names sessions and commands; it is the user's alone.
+    #[test]
+    fn the_page_is_written_0600() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("report.html");
+        write_atomic(&p, b"<p>x</p>").unwrap();
+        let m = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(m, 0o600);
+        assert_eq!(std::fs::read(&p).unwrap(), b"<p>x</p>");
+    }
 
     #[test]
     fn episodes_come_from_the_episodes_table_closed_ones_and_repeats_of_a_key_included() {

@@ -31,6 +31,110 @@ pub fn mask_text(s: &str) -> String {
     apply(s, ranges, &vec![UNQUOTED; s.len() + 1])
 }
 
+/// Masks the secrets in a path (a tool's `filePath`, `path`, `workdir`), one `/`-separated
+/// part at a time as [`mask_text`] does, so a token in one directory name masks that name
+/// only: `/home/u/tokens/ghp_....txt` becomes `/home/u/tokens/***.txt`.
+pub fn mask_path(s: &str) -> String {
+    s.split('/').map(mask_text).collect::<Vec<_>>().join("/")
+}
+
+/// Masks the secrets in a search pattern (the grep tool's): a pattern that is shaped like a
+/// password is the secret itself; otherwise as [`mask_text`], which also reads pairs spelled as
+/// regexes (`password\s*=\s*"pw"`).
+pub fn mask_pattern(s: &str) -> String {
+    if password_shaped(s) {
+        MASK.to_string()
+    } else {
+        mask_text(s)
+    }
+}
+
+/// Masks the secrets in a session title, which opencode writes from the first prompt: prose
+/// such as "Rotate DB password to Spring2024!". As [`mask_text`], and also: a word shaped like a
+/// password anywhere, and the value-like words after a secret noun (`password`, `passphrase`,
+/// `token`, `secret`, `key`, `pin`, `credentials`), across the small words prose puts between
+/// (`to`, `is`, `from`, `as`, `:`). A value-like word has letters and digits or symbols and is
+/// not a version (`Spring2024!`, `Hunter22`; not `refresh`, `OAuth2` before a noun, `3.12`).
+pub fn mask_title(s: &str) -> String {
+    let mut ranges = Vec::new();
+    let w = Word::verbatim(s, 0);
+    word_rules(&w, true, &mut ranges);
+    shapes(s, &mut ranges);
+    static TOKEN: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\S+").unwrap());
+    let toks: Vec<_> = TOKEN.find_iter(s).collect();
+    let bare = |t: &str| {
+        t.trim_end_matches(['.', ',', ';', ')', '"', '\''])
+            .to_string()
+    };
+    for (i, t) in toks.iter().enumerate() {
+        let v = bare(t.as_str());
+        if password_shaped(&v) {
+            ranges.push((t.start(), t.start() + v.len()));
+        }
+        let noun = v.trim_end_matches(':').to_ascii_lowercase();
+        let secret_noun = matches!(
+            noun.as_str(),
+            "password"
+                | "passwords"
+                | "passwd"
+                | "passphrase"
+                | "pw"
+                | "pwd"
+                | "passcode"
+                | "token"
+                | "secret"
+                | "key"
+                | "apikey"
+                | "api_key"
+                | "pin"
+                | "credentials"
+                | "creds"
+        );
+        if !secret_noun {
+            continue;
+        }
+        for t in &toks[i + 1..toks.len().min(i + 6)] {
+            let v = bare(t.as_str());
+            let lower = v.to_ascii_lowercase();
+            if matches!(
+                lower.as_str(),
+                "to" | "is"
+                    | "as"
+                    | "was"
+                    | "now"
+                    | "of"
+                    | "from"
+                    | "into"
+                    | "="
+                    | ":"
+                    | "->"
+                    | "and"
+                    | "with"
+                    | "value"
+            ) {
+                continue;
+            }
+            if !value_like(&v) {
+                break;
+            }
+            ranges.push((t.start(), t.start() + v.len()));
+        }
+    }
+    apply(s, ranges, &vec![UNQUOTED; s.len() + 1])
+}
+
+/// A prose word that reads as a value: 6 or more characters, a letter, and a digit or a symbol,
+/// not a version number.
+fn value_like(v: &str) -> bool {
+    static VERSION: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"^[vV]?[0-9]+(?:\.[0-9A-Za-z]+)*$").unwrap());
+    v.chars().count() >= 6
+        && v.chars().any(|c| c.is_alphabetic())
+        && v.chars()
+            .any(|c| c.is_ascii_digit() || "!@#$%^&*~+=?".contains(c))
+        && !VERSION.is_match(v)
+}
+
 /// Maps ranges found in a word's value (read as a command of its own) to the original, taking
 /// in the value's own quotes around each range so the value still parses after masking.
 fn inner(out: &mut Vec<(usize, usize)>, w: &Word, sub: Vec<(usize, usize)>) {
@@ -120,16 +224,29 @@ const DEPTH: usize = 4;
 /// a quoted word, which may be a query or connection string), only secret-named ones.
 fn command(s: &str, depth: usize, assign_all: bool, out: &mut Vec<(usize, usize)>) {
     let toks = lex(s);
+    // a command that writes a `.netrc` (or `.authinfo`): its text holds netrc lines
+    let netrc = s.contains("netrc") || s.contains("authinfo");
     // simple commands: their words, with what each word is to the shell
     let mut cmds: Vec<(Vec<(&Word, Role)>, bool)> = vec![(Vec::new(), false)];
     let mut role = Role::Arg;
+    let mut prev: Option<&str> = None;
     for t in &toks {
+        if !matches!(t, Tok::Word(_)) {
+            prev = None;
+        }
         match t {
             Tok::Word(w) => {
                 cmds.last_mut().unwrap().0.push((w, role));
                 role = Role::Arg;
                 word_rules(w, false, out);
-                if depth < DEPTH && w.text.contains([' ', '\t', '\n', ';', '|', '&', '`', '$']) {
+                netrc_lines(w, netrc, out);
+                // a message (`git commit -m 'Fix password reset'`) is prose, not a command
+                let message = prev.is_some_and(|p| MESSAGE_FLAGS.contains(&p));
+                prev = Some(&w.text);
+                if depth < DEPTH
+                    && !message
+                    && w.text.contains([' ', '\t', '\n', ';', '|', '&', '`', '$'])
+                {
                     let mut sub = Vec::new();
                     command(&w.text, depth + 1, false, &mut sub);
                     inner(out, w, sub);
@@ -147,6 +264,7 @@ fn command(s: &str, depth: usize, assign_all: bool, out: &mut Vec<(usize, usize)
                 let body = &s[*a..*b];
                 let w = Word::verbatim(body, *a);
                 word_rules(&w, true, out);
+                netrc_lines(&w, netrc, out);
                 if depth < DEPTH {
                     let mut sub = Vec::new();
                     command(body, depth + 1, false, &mut sub);
@@ -167,6 +285,9 @@ fn command(s: &str, depth: usize, assign_all: bool, out: &mut Vec<(usize, usize)
         simple(&cmds[i].0, feeds_secret_reader, assign_all, depth, out);
     }
 }
+
+/// Flags whose value is a message for people (read for shapes and pairs, not as a command).
+const MESSAGE_FLAGS: &[&str] = &["-m", "--message", "--title", "--subject", "--description"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
@@ -201,6 +322,97 @@ fn reads_secret(words: &[(&Word, Role)]) -> bool {
         || (has("-passin") && has("stdin"))
         || t.iter()
             .any(|w| w.starts_with("--password-stdin") || w.starts_with("--passphrase-fd"))
+        || sets_secret(&t)
+}
+
+/// A command that stores a secret (`gh secret set`, `vault kv put`, `aws ssm put-parameter`,
+/// `heroku config:set`, `kubectl create secret`, `wrangler secret put`): a word naming a secret
+/// store and a word setting something in it. Whatever it is given is the secret: its stdin,
+/// its value flags ([`SECRET_VALUE_FLAGS`]) and its `KEY=value` words.
+fn sets_secret(t: &[&str]) -> bool {
+    const STORES: &[&str] = &[
+        "secret",
+        "secrets",
+        "secretsmanager",
+        "ssm",
+        "keyvault",
+        "kv",
+        "vault",
+        "bao",
+        "env",
+        "config:set",
+        "credential",
+        "credentials",
+    ];
+    const SETS: &[&str] = &[
+        "set",
+        "put",
+        "create",
+        "add",
+        "write",
+        "patch",
+        "import",
+        "put-parameter",
+        "create-secret",
+        "put-secret-value",
+        "update-secret",
+        "config:set",
+    ];
+    t.iter().any(|w| STORES.contains(w)) && t.iter().any(|w| SETS.contains(w))
+}
+
+/// The value flags of a secret-setting command ([`sets_secret`]).
+const SECRET_VALUE_FLAGS: &[&str] = &[
+    "--value",
+    "--body",
+    "-b",
+    "--data",
+    "--secret-string",
+    "--secret-binary",
+    "--string-value",
+    "--payload",
+];
+
+/// Short flags that take no value, per tool, so that a cluster (`curl -su user:pw`,
+/// `zip -rP pw`, `ldapsearch -xw pw`) is read the way getopt reads it: letter by letter up to
+/// the first that takes a value, whose value is the rest of the word or the next word.
+fn boolean_shorts(tool: &str) -> &'static str {
+    match tool {
+        "curl" => "sSkfLvViIgGNnqjZlR0123456",
+        "mysql" | "mariadb" | "mysqldump" | "mysqladmin" | "mysqlimport" | "mysqlshow"
+        | "mysqlcheck" | "mysqlpump" | "mysqlslap" | "mariadb-dump" | "mariadb-admin" => {
+            "BCENXfnqrstv"
+        }
+        "zip" | "zipcloak" => "rqvjmTyDXo0123456789",
+        "unzip" | "funzip" => "oqnjvlCLaX",
+        "ldapsearch" | "ldapadd" | "ldapmodify" | "ldapdelete" | "ldapwhoami" | "ldappasswd"
+        | "ldapcompare" | "ldapmodrdn" | "ldapexop" => "xZnvLMWcC",
+        "sshpass" => "v",
+        "smbclient" | "rpcclient" | "smbget" => "Nk",
+        "redis-cli" | "keydb-cli" | "valkey-cli" => "cx",
+        _ => "",
+    }
+}
+
+/// A value-taking flag inside a cluster of short flags (`-ksSu`): where its value starts in
+/// the word, and how the tool takes it.
+fn cluster_flag(tool: &str, t: &str, flags: &[(&'static str, Takes)]) -> Option<(usize, Takes)> {
+    let body = t.strip_prefix('-').filter(|b| !b.starts_with('-'))?;
+    let booleans = boolean_shorts(tool);
+    for (i, c) in body.char_indices() {
+        if i > 0 {
+            if let Some(&(f, takes)) = flags
+                .iter()
+                .find(|(f, _)| f.len() == 2 && f[1..].starts_with(c))
+            {
+                return Some((1 + i + f.len() - 1, takes));
+            }
+        }
+        if !booleans.contains(c) {
+            return None;
+        }
+    }
+    None
 }
 
 fn basename(s: &str) -> &str {
@@ -542,6 +754,49 @@ fn simple(
         }
         return;
     }
+    // `printf 'password %s\n' PW`: the format puts an argument where a secret goes, so the
+    // arguments are the secrets
+    if tool == "printf" {
+        if let Some(k) = rest.iter().position(|w| !w.text.starts_with('-')) {
+            if PRINTF_SECRET.is_match(&rest[k].text) {
+                for w in &rest[k + 1..] {
+                    mask_all(out, w);
+                }
+            }
+        }
+    }
+    if matches!(tool, "sed" | "gsed" | "perl" | "ssed") {
+        for w in rest {
+            substitutions(w, out);
+        }
+    }
+    let texts: Vec<&str> = args.iter().map(|w| w.text.as_str()).collect();
+    if sets_secret(&texts) {
+        for (k, w) in rest.iter().enumerate() {
+            let t = w.text.as_str();
+            if let Some((f, _)) = t.split_once('=').filter(|(f, _)| f.starts_with('-')) {
+                if SECRET_VALUE_FLAGS.contains(&f) {
+                    mask(out, w, f.len() + 1, t.len());
+                }
+            } else if SECRET_VALUE_FLAGS.contains(&t) {
+                if let Some(n) = rest.get(k + 1) {
+                    mask_all(out, n);
+                }
+            } else if !t.starts_with('-') {
+                assign(out, w, true);
+            }
+        }
+    }
+    if SEARCHERS[..6].contains(&tool)
+        || tool == "git" && rest.first().is_some_and(|w| w.text == "grep")
+    {
+        // a search for the secret itself: the pattern is a password by its shape
+        for w in rest {
+            if password_shaped(&w.text) {
+                mask_all(out, w);
+            }
+        }
+    }
     let sub = rest
         .iter()
         .map(|w| w.text.as_str())
@@ -568,10 +823,15 @@ fn simple(
                 assign_from(out, w, f.len() + 1);
             }
         }
-        if let Some(&(flag, takes)) = flags.iter().find(|(f, _)| t.starts_with(f)) {
-            let glued = t.len() > flag.len();
+        let found = flags
+            .iter()
+            .find(|(f, _)| t.starts_with(f))
+            .map(|&(f, takes)| (f.len(), takes))
+            .or_else(|| cluster_flag(tool, t, flags));
+        if let Some((flag_len, takes)) = found {
+            let glued = t.len() > flag_len;
             let value: Option<(&Word, usize)> = if glued {
-                Some((w, flag.len()))
+                Some((w, flag_len))
             } else if takes != Takes::Glued {
                 next.map(|n| (*n, 0))
             } else {
@@ -708,6 +968,115 @@ fn simple(
         }
         _ => {}
     }
+}
+
+/// `s/PATTERN/REPLACEMENT/` commands in a sed or perl script (any delimiter). The replacement is
+/// what gets written into the file, so it is masked when the substitution writes a secret:
+/// when the pattern matches a secret's setting (`s/^\(password = \).*/\1X/`, `s/DB_PASSWORD=.*/.../`), when the
+/// pattern is a placeholder (`changeme`, `CHANGE_ME`, `your_api_key_here`, `xxxx`), or when the
+/// replacement is shaped like a password ([`password_shaped`]). Leading back-references (`\1`,
+/// `&`, `$1`) stay, and in a `key = value` replacement only the value goes.
+fn substitutions(w: &Word, out: &mut Vec<(usize, usize)>) {
+    let t = w.text.as_bytes();
+    let close = |from: usize, d: u8| -> Option<usize> {
+        let mut j = from;
+        while j < t.len() {
+            if t[j] == b'\\' {
+                j += 2;
+                continue;
+            }
+            if t[j] == d {
+                return Some(j);
+            }
+            j += 1;
+        }
+        None
+    };
+    let mut i = 0;
+    while i + 1 < t.len() {
+        let starts = t[i] == b's' && (i == 0 || b" \t\n;{}!/$0123456789".contains(&t[i - 1]));
+        let d = t[i + 1];
+        if !starts || d.is_ascii_alphanumeric() || d.is_ascii_whitespace() || d == b'\\' {
+            i += 1;
+            continue;
+        }
+        let Some(p_end) = close(i + 2, d) else { break };
+        let Some(r_end) = close(p_end + 1, d) else {
+            break;
+        };
+        let pat = &w.text[i + 2..p_end];
+        let repl = &w.text[p_end + 1..r_end];
+        let lead = BACKREF.find(repl).map_or(0, |m| m.end());
+        let value = &repl[lead..];
+        let names_secret = IDENT.find_iter(pat).any(|m| {
+            placeholder(m.as_str())
+                || secret_name(m.as_str()) && KEY_THEN_SEP.is_match(&pat[m.end()..])
+        });
+        if !value.is_empty() && (names_secret || password_shaped(value)) {
+            let at = p_end + 1 + lead;
+            match REPL_PAIR.captures(value) {
+                Some(c) if secret_name(&c[1]) => {
+                    let v = c.get(2).unwrap();
+                    mask(out, w, at + v.start(), at + v.end());
+                }
+                _ => mask(out, w, at, r_end),
+            }
+        }
+        i = r_end;
+    }
+}
+
+static PRINTF_SECRET: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"(?i)(?:pass|passwd|password|secret|token|key)[A-Za-z_]*["']?[ \t]*[=: \t][ \t]*["']?%[-0-9.]*[sb]"#)
+        .unwrap()
+});
+static BACKREF: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^(?:\\[0-9]|&|\$[0-9]|\$\{[0-9]+\})+").unwrap());
+/// What follows a key in a pattern that matches its setting: `password = `, `\(DB_PASSWORD=\)`,
+/// `api_key\s*:`.
+static KEY_THEN_SEP: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r#"^(?:[ \t"'()]|\\[()]|\\s[*+?]?)*[:=]"#).unwrap());
+static IDENT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"[A-Za-z_][A-Za-z0-9_]*").unwrap());
+static REPL_PAIR: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"^\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*[:=]\s*["']?([^"']+)["']?\s*$"#).unwrap()
+});
+
+/// A word that stands for a secret to be filled in: `changeme`, `CHANGE_ME`, `REPLACE_ME`,
+/// `placeholder`, `xxxx`, `redacted`, `your_..._here`.
+fn placeholder(word: &str) -> bool {
+    let flat: String = word
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    [
+        "changeme",
+        "replaceme",
+        "placeholder",
+        "xxxx",
+        "redacted",
+        "fillme",
+        "fillin",
+    ]
+    .iter()
+    .any(|p| flat.contains(p))
+        || flat.starts_with("your") && flat.ends_with("here")
+}
+
+/// Whether a word is shaped like a password a person chose: 8 to 64 characters with no space,
+/// upper and lower case letters, a digit and one of `!@#%&~`, and none of the characters that
+/// make it a regex, a path or a URL. `Spring2024!`, `P@ssw0rd#7`; not `navItem1\b`,
+/// `Header2Footer3`, `ERROR|WARN`.
+pub fn password_shaped(s: &str) -> bool {
+    let n = s.chars().count();
+    (8..=64).contains(&n)
+        && s.bytes().any(|b| b.is_ascii_uppercase())
+        && s.bytes().any(|b| b.is_ascii_lowercase())
+        && s.bytes().any(|b| b.is_ascii_digit())
+        && s.bytes().any(|b| b"!@#%&~".contains(&b))
+        && !s
+            .bytes()
+            .any(|b| b.is_ascii_whitespace() || b"\\()[]{}|^$*+?/:'\"<>`".contains(&b))
 }
 
 /// Masks the secret part of `w` from byte `at`, as `takes` says.
@@ -999,6 +1368,35 @@ static PAIR: LazyLock<Regex> = LazyLock::new(|| {
 static QUOTED_KEY: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r#"(["'])([A-Za-z0-9_.\-]{1,64})["']\]?\s*[:=]\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'|([^,}\]\s"']+))"#).unwrap()
 });
+static CALLEE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^(?:[A-Za-z_][A-Za-z0-9_.]*|\*\*\*)?\s*\(").unwrap());
+static CALL: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"([A-Za-z_][A-Za-z0-9_.]*)\s*(?:[=:]\s*([A-Za-z_][A-Za-z0-9_.]*)?\s*)?\(([^()]*)\)")
+        .unwrap()
+});
+static LITERAL: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r#""((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'"#).unwrap());
+static REGEX_PAIR: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"([A-Za-z][A-Za-z0-9_.-]*)((?:\\s[*+?]?|[ \t])*)[:=]((?:\\s[*+?]?|[ \t])*)(["']?)([^"'\s\\]+)"#)
+        .unwrap()
+});
+static NETRC_CONTEXT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?:^|\s)(?:machine\s+\S+[\s\S]*\s(?:login|password)|default\s+login)\s").unwrap()
+});
+static NETRC_PASSWORD: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r#"(?:^|\s)(?:password|passwd)[ \t]+([^\s'"%][^\s'"]*)"#).unwrap());
+
+/// `.netrc` lines (`machine h login u password PW`, or `password PW` on a line of its own):
+/// the token after `password` is masked in text that reads as netrc (it has `machine ...
+/// login`) or that a command writing a netrc file holds (`ctx`).
+fn netrc_lines(w: &Word, ctx: bool, out: &mut Vec<(usize, usize)>) {
+    if ctx || NETRC_CONTEXT.is_match(&w.text) {
+        for c in NETRC_PASSWORD.captures_iter(&w.text) {
+            let v = c.get(1).unwrap();
+            mask(out, w, v.start(), v.end());
+        }
+    }
+}
 static HEADER: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?m)(?:^|[=\s({,]|\b)([A-Za-z][A-Za-z0-9_-]*)[ \t]*:[ \t]*([^\n]*)").unwrap()
 });
@@ -1045,6 +1443,14 @@ fn word_rules(w: &Word, free: bool, out: &mut Vec<(usize, usize)>) {
         }
         let quoted = t[..whole.end()].ends_with(['"', '\'']);
         let start = whole.end();
+        // `auth=("svc", "pw")`, `auth=HTTPBasicAuth(...)`: a call's arguments, see CALL
+        if !quoted && CALLEE.is_match(&t[start..]) {
+            continue;
+        }
+        // masked already (where it ends was decided then): masking again keeps it as it is
+        if t[start..].starts_with(MASK) {
+            continue;
+        }
         // a word that is `KEY=value` (or `--flag=KEY=value`): the value is the rest of the word
         // (unless what follows the first space reads as a command: `PGPASSWORD=x psql -c ...`)
         let whole_word = matches!(before, None | Some('='))
@@ -1066,6 +1472,48 @@ fn word_rules(w: &Word, free: bool, out: &mut Vec<(usize, usize)>) {
             value_end(t, start)
         };
         mask(out, w, start, end);
+    }
+    // credentials as a call's arguments: `auth=("svc", "pw")`, `HTTPBasicAuth("svc", "pw")`,
+    // `s.login("bob", "pw")`, `set_password("pw")`. The last word of the call's or the keyword's
+    // name says credentials (auth, login, password, secret, token, ...); its string literals
+    // after the first (the user) are masked, or the only one there is.
+    for c in CALL.captures_iter(t) {
+        let names = |g: usize| {
+            c.get(g).is_some_and(|m| {
+                let last = name_words(m.as_str()).pop().unwrap_or_default();
+                matches!(
+                    last.as_str(),
+                    "auth"
+                        | "login"
+                        | "authenticate"
+                        | "credentials"
+                        | "creds"
+                        | "password"
+                        | "passwd"
+                        | "secret"
+                        | "token"
+                )
+            })
+        };
+        if !(names(1) || names(2)) {
+            continue;
+        }
+        let a = c.get(3).unwrap();
+        let lits: Vec<_> = LITERAL
+            .captures_iter(a.as_str())
+            .filter_map(|l| l.get(1).or(l.get(2)))
+            .collect();
+        for l in lits.iter().skip(usize::from(lits.len() >= 2)) {
+            mask(out, w, a.start() + l.start(), a.start() + l.end());
+        }
+    }
+    // a pair spelled as a regex: `password\s*=\s*"pw"`, `api_key\s*:\s*pw`
+    for c in REGEX_PAIR.captures_iter(t) {
+        let spelled = c[2].contains("\\s") || c[3].contains("\\s");
+        if spelled && secret_name(&c[1]) {
+            let v = c.get(5).unwrap();
+            mask(out, w, v.start(), v.end());
+        }
     }
     for c in QUOTED_KEY.captures_iter(t) {
         if !secret_name(&c[2]) {

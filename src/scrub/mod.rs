@@ -7,11 +7,14 @@
 mod lex;
 mod mask;
 
-pub use mask::{mask_command, mask_text, randomish, secret_name};
+pub use mask::{
+    mask_command, mask_path, mask_pattern, mask_text, mask_title, password_shaped, randomish,
+    secret_name,
+};
 use serde_json::{Map, Value};
 use sha1::{Digest, Sha1};
 
-/// Argument keys kept (in their own type; commands and patterns masked).
+/// Argument keys kept (in their own type; commands, patterns and paths masked).
 pub const VERBATIM: &[&str] = &[
     "filePath",
     "path",
@@ -47,10 +50,10 @@ pub fn scrub_args(input: &Map<String, Value>) -> Map<String, Value> {
         .map(|(k, v)| {
             let v = match (k.as_str(), v) {
                 ("command", Value::String(s)) => Value::String(mask_command(s)),
-                ("pattern" | "include", Value::String(s)) => Value::String(mask_text(s)),
-                ("filePath" | "path" | "workdir" | "subagent_type", Value::String(s)) => {
-                    Value::String(s.clone())
-                }
+                ("pattern" | "include", Value::String(s)) => Value::String(mask_pattern(s)),
+                // a path may hold a token (`/tmp/ghp_.../out`): masked by shape
+                ("filePath" | "path" | "workdir", Value::String(s)) => Value::String(mask_path(s)),
+                ("subagent_type", Value::String(s)) => Value::String(s.clone()),
                 ("offset" | "limit" | "timeout", Value::Number(n)) => Value::Number(n.clone()),
                 (_, v) => hash_value(v),
             };

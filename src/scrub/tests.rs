@@ -284,3 +284,186 @@ proptest! {
         prop_assert!(again == masked, "unstable: {:?}\n -> {:?}\n -> {:?}", c.command, masked, again);
     }
 }
+
+/// The second held-out round (issue 30, point 2): families the first table did not design for,
+/// each in another tool or spelling than the rules were written from.
+const HELD_OUT_2: &[(&str, &str)] = &[
+    // a password flag inside a cluster of short flags
+    ("curl -su svc:Clust3rPw! https://api.example.com/x", "Clust3rPw!"),
+    ("curl -ksSu admin:K5sPw77 https://h/x", "K5sPw77"),
+    ("zip -rP Z1pClust9 out.zip dir", "Z1pClust9"),
+    ("ldapsearch -xw Ld4pClu5 -D cn=admin -b dc=x", "Ld4pClu5"),
+    ("mysql -Nsp'My5qlClu' app -e 'select 1'", "My5qlClu"),
+    // a value written by a sed substitution
+    ("sed -i 's/changeme/Spring2024!/' config/app.ini", "Spring2024!"),
+    ("sed -i \"s|CHANGE_ME|S3dPipe99|g\" .env", "S3dPipe99"),
+    ("sed -i 's/^\\(password = \\).*/\\1S3dCapt42/' /etc/app.conf", "S3dCapt42"),
+    ("sed -E -i 's/(DB_PASSWORD=).*/\\1SedEnv77x/' .env", "SedEnv77x"),
+    ("perl -pi -e 's/your_api_key_here/PerlKey9q/' settings.py", "PerlKey9q"),
+    ("sed -e 's#placeholder#Ph0lder77#' -i conf.yml", "Ph0lder77"),
+    // a .netrc line, in a here-document or an echo
+    ("cat > ~/.netrc <<EOF\nmachine api.example.com login bob password N3trcPw1\nEOF", "N3trcPw1"),
+    ("cat >> ~/.netrc <<'EOF'\nmachine git.example.com\nlogin ci\npassword N3trcPw2\nEOF", "N3trcPw2"),
+    ("cat > .netrc <<EOF\npassword N3trcPw3\nEOF", "N3trcPw3"),
+    ("echo 'machine h login u password N3trcPw4' >> ~/.netrc && chmod 600 ~/.netrc", "N3trcPw4"),
+    ("printf 'default login anon password N3trcPw5\\n' > ~/.netrc", "N3trcPw5"),
+    // credentials as a call's argument
+    ("python -c 'import requests; requests.get(u, auth=(\"svc\", \"PyAuth77\"))'", "PyAuth77"),
+    ("python3 -c \"from requests.auth import HTTPBasicAuth; r = get(u, auth=HTTPBasicAuth('svc', 'BasicPy9'))\"", "BasicPy9"),
+    ("node -e \"axios.get(u, {auth: {username: 'svc', password: 'AxiosPw8'}})\"", "AxiosPw8"),
+    ("python -c \"import smtplib; s = smtplib.SMTP('h'); s.login('bob@x.com', 'SmtpPw42')\"", "SmtpPw42"),
+    ("python -c \"psycopg2.connect(host='db', user='app', password='PsyPw123')\"", "PsyPw123"),
+    // secrets given to a secret-setting CLI: on stdin, by --value/--body, as KEY=value
+    ("echo -n 'GhSecret42x' | gh secret set DEPLOY_TOKEN --repo org/app", "GhSecret42x"),
+    ("printf '%s' 'WrSecret42' | npx wrangler secret put API_KEY", "WrSecret42"),
+    ("gh secret set NPM_TOKEN -b 'GhBody99x'", "GhBody99x"),
+    ("gh secret set NPM_TOKEN --body=GhBody98y", "GhBody98y"),
+    ("aws ssm put-parameter --name /app/db --value 'SsmVal42x' --type SecureString", "SsmVal42x"),
+    ("aws secretsmanager create-secret --name app/db --secret-string 'SmStr42x'", "SmStr42x"),
+    ("az keyvault secret set --vault-name kv --name db --value AzKvVal9", "AzKvVal9"),
+    ("vault kv put secret/app db=VaultKv42", "VaultKv42"),
+    ("heroku config:set STRIPE=HerokuVal9 -a app", "HerokuVal9"),
+    ("fly secrets set DATABASE_URL=FlyVal42x", "FlyVal42x"),
+    ("echo 'GcpSec42x' | gcloud secrets versions add db --data-file=-", "GcpSec42x"),
+    ("kubectl create secret generic db --from-literal=db=KubeLit42", "KubeLit42"),
+    ("gh secret set TOKEN <<< 'HereStr42x'", "HereStr42x"),
+    // a grep pattern that is the secret itself, or the regex of a secret's line
+    ("grep -rn 'Spring2024!' config/", "Spring2024!"),
+    ("rg -F 'P@ssw0rd#7' .", "P@ssw0rd#7"),
+    ("grep -P 'password\\s*=\\s*\"RegexPw42\"' settings.py", "RegexPw42"),
+    ("grep -E 'api_key\\s*:\\s*RegexKey9' app.yml", "RegexKey9"),
+];
+
+#[test]
+fn held_out_round_two_is_masked() {
+    let mut wrong = Vec::new();
+    for (cmd, secret) in HELD_OUT_2 {
+        let got = mask_command(cmd);
+        if got.contains(secret) {
+            wrong.push(format!("  {cmd:?}\n  got {got:?}"));
+        } else if mask_command(&got) != got {
+            wrong.push(format!("  unstable: {cmd:?}\n  got {got:?}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} leaked:\n{}",
+        wrong.len(),
+        HELD_OUT_2.len(),
+        wrong.join("\n")
+    );
+}
+
+/// The new rules mask the secret and keep the command around it.
+#[test]
+fn round_two_keeps_the_command_around_the_secret() {
+    for (cmd, want) in [
+        (
+            "curl -su svc:Clust3rPw https://h/x",
+            "curl -su svc:*** https://h/x",
+        ),
+        ("zip -rP Z1pClust9 out.zip dir", "zip -rP *** out.zip dir"),
+        (
+            "sed -i 's/changeme/Spring2024!/' app.ini",
+            "sed -i 's/changeme/***/' app.ini",
+        ),
+        (
+            "sed -i 's/^\\(password = \\).*/\\1S3dCapt42/' a.conf",
+            "sed -i 's/^\\(password = \\).*/\\1***/' a.conf",
+        ),
+        (
+            "cat > ~/.netrc <<EOF\nmachine h login bob password N3trcPw1\nEOF",
+            "cat > ~/.netrc <<EOF\nmachine h login bob password ***\nEOF",
+        ),
+        (
+            "python -c 'get(u, auth=(\"svc\", \"PyAuth77\"))'",
+            "python -c 'get(u, auth=(\"svc\", \"***\"))'",
+        ),
+        (
+            "echo -n GhSecret42x | gh secret set T",
+            "echo -n *** | gh secret set T",
+        ),
+        (
+            "aws ssm put-parameter --name /app/db --value SsmVal42x",
+            "aws ssm put-parameter --name /app/db --value ***",
+        ),
+        ("grep -rn 'Spring2024!' config/", "grep -rn *** config/"),
+        (
+            "grep -P 'password\\s*=\\s*\"RegexPw42\"' s.py",
+            "grep -P 'password\\s*=\\s*\"***\"' s.py",
+        ),
+    ] {
+        assert_eq!(mask_command(cmd), want, "{cmd:?}");
+    }
+}
+
+/// Ordinary commands near the new families stay as they are.
+#[test]
+fn round_two_leaves_ordinary_neighbours_alone() {
+    for cmd in [
+        "curl -sSL https://sh.rustup.rs -o rustup.sh",
+        "curl -sX POST https://h/x -d @body.json",
+        "mysql -uroot -hproddb -e 'select 1'",
+        "zip -r out.zip dir",
+        "sed -i 's/foo/bar2/g' src/main.rs",
+        "sed -i 's/version = \"0.1.0\"/version = \"0.2.0\"/' Cargo.toml",
+        "sed -n 's/^password_reset_url = //p' app.conf",
+        "perl -pi -e 's/navItem1/navItem2/' src/navbar.js",
+        "git commit -m 'Fix password reset flow for users'",
+        "python -c 'from django.contrib.auth import models; print(models)'",
+        "gh secret list --repo org/app",
+        "kubectl get secrets -n prod",
+        "aws ssm get-parameter --name /app/db",
+        "grep -rn 'TODO' src/",
+        "grep -rn 'def test_' tests/",
+        "rg 'fn\\s+main' --type rust",
+        "grep -E 'ERROR|WARN' app.log",
+        "grep -rn 'password' src/",
+        "git add env && git commit -m env",
+    ] {
+        assert_eq!(mask_command(cmd), cmd);
+    }
+}
+
+/// Paths, patterns and titles are fields that leave oc-calls too: each is masked by shape,
+/// the title as prose.
+#[test]
+fn paths_patterns_and_titles_are_masked() {
+    let input = json!({
+        "filePath": "/home/u/tokens/ghp_R2x8Kq0vTz7LmN4bW9cY1dF5hJ3sA6eU0iO2.txt",
+        "pattern": "password\\s*=\\s*\"RegexPw42\"",
+        "path": "/srv/app",
+    });
+    let out = scrub_args(input.as_object().unwrap());
+    assert_eq!(out["filePath"], "/home/u/tokens/***.txt");
+    assert_eq!(out["pattern"], "password\\s*=\\s*\"***\"");
+    assert_eq!(out["path"], "/srv/app");
+    let out = scrub_args(json!({"pattern": "Spring2024!"}).as_object().unwrap());
+    assert_eq!(out["pattern"], "***");
+    for (title, want) in [
+        (
+            "Rotate DB password to Spring2024!",
+            "Rotate DB password to ***",
+        ),
+        ("Set the API token: Tok3nValue9", "Set the API token: ***"),
+        (
+            "Change admin passwd from Hunter22 to Hunter23",
+            "Change admin passwd from *** to ***",
+        ),
+        ("Fix password reset flow", "Fix password reset flow"),
+        (
+            "Add OAuth2 login and token refresh",
+            "Add OAuth2 login and token refresh",
+        ),
+        (
+            "Upgrade to Python 3.12 and Node 20",
+            "Upgrade to Python 3.12 and Node 20",
+        ),
+        (
+            "New session - 2026-12-03T06:10:00.000Z",
+            "New session - 2026-12-03T06:10:00.000Z",
+        ),
+    ] {
+        assert_eq!(mask_title(title), want, "{title:?}");
+    }
+}

@@ -44,11 +44,11 @@ pub fn session_of(v: &Value, status: Option<&str>, source: &str) -> Shape<Sessio
         id: id.to_string(),
         parent: o.get("parentID").and_then(Value::as_str).map(String::from),
         agent: o.get("agent").and_then(Value::as_str).map(String::from),
-        // opencode writes titles from the first prompt: mask what looks like a secret in it
+        // opencode writes titles from the first prompt: mask its secrets, read as prose
         title: o
             .get("title")
             .and_then(Value::as_str)
-            .map(crate::scrub::mask_text),
+            .map(crate::scrub::mask_title),
         directory: o.get("directory").and_then(Value::as_str).map(String::from),
         created: time.get("created").and_then(Value::as_i64),
         updated: time.get("updated").and_then(Value::as_i64),

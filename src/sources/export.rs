@@ -5,7 +5,6 @@
 use super::{convert, Entry, Fault, Source, SourceId};
 use crate::record::Session;
 use serde_json::Value;
-use std::io::Read;
 
 /// One exported session: its `Session` object and its messages.
 pub struct Export {
@@ -13,9 +12,26 @@ pub struct Export {
     pub messages: Value,
 }
 
-/// Every export document in `input`, in order. Errors name the document (1-based) and why.
-pub fn read(input: impl Read) -> Result<Vec<Export>, String> {
-    let mut out = Vec::new();
+/// What an input of export documents held: the good documents before the first bad one, and
+/// why that one is bad (its number, 1-based), or that there was no document at all. Reading
+/// stops at a bad document (after broken JSON the stream has no next document to find), but
+/// what came before it is kept.
+pub struct Read {
+    pub docs: Vec<Export>,
+    pub bad: Option<String>,
+}
+
+/// Every export document in `input`, in order, up to the first bad one.
+pub fn read(input: impl std::io::Read) -> Read {
+    let mut docs = Vec::new();
+    let bad = read_into(input, &mut docs).err().or_else(|| {
+        docs.is_empty()
+            .then(|| "no export document (the input is empty)".to_string())
+    });
+    Read { docs, bad }
+}
+
+fn read_into(input: impl std::io::Read, out: &mut Vec<Export>) -> Result<(), String> {
     let docs =
         serde_json::Deserializer::from_reader(std::io::BufReader::new(input)).into_iter::<Value>();
     for (i, doc) in docs.enumerate() {
@@ -33,7 +49,7 @@ pub fn read(input: impl Read) -> Result<Vec<Export>, String> {
             .ok_or_else(|| format!("document {n}: no \"messages\" list"))?;
         out.push(Export { info, messages });
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The documents of one export file, as a [`Source`].
@@ -92,16 +108,34 @@ mod tests {
     fn documents_follow_each_other_and_a_wrong_one_is_named() {
         let two = r#"{"info":{"id":"ses_a"},"messages":[]}
         {"info":{"id":"ses_b"},"messages":[{"info":{},"parts":[]}]}"#;
-        let got = read(two.as_bytes()).unwrap();
-        assert_eq!(got.len(), 2);
-        assert_eq!(got[1].info["id"], "ses_b");
-        assert_eq!(got[1].messages.as_array().unwrap().len(), 1);
-        let e = read(r#"{"info":{"id":"ses_a"},"messages":[]} {"id":"x"}"#.as_bytes())
-            .err()
-            .unwrap();
+        let got = read(two.as_bytes());
+        assert!(got.bad.is_none());
+        assert_eq!(got.docs.len(), 2);
+        assert_eq!(got.docs[1].info["id"], "ses_b");
+        assert_eq!(got.docs[1].messages.as_array().unwrap().len(), 1);
+        let got = read(r#"{"info":{"id":"ses_a"},"messages":[]} {"id":"x"}"#.as_bytes());
+        assert_eq!(got.docs.len(), 1);
         assert_eq!(
-            e,
+            got.bad.unwrap(),
             "document 2: no \"info\" object (not an `opencode export` document)"
         );
+    }
+
+    /// Issue 30, point 7: a good document followed by a corrupt one keeps the good one and
+    /// names the bad one; an empty input says so.
+    #[test]
+    fn a_corrupt_document_after_good_ones_keeps_them_and_an_empty_input_says_so() {
+        let got = read(r#"{"info":{"id":"ses_a"},"messages":[]} {"info": {"id": "#.as_bytes());
+        assert_eq!(got.docs.len(), 1);
+        assert_eq!(got.docs[0].info["id"], "ses_a");
+        assert_eq!(
+            got.bad.unwrap(),
+            "document 2: not JSON: EOF while parsing a value at line 1 column 54"
+        );
+        for empty in ["", "\n  \n"] {
+            let got = read(empty.as_bytes());
+            assert!(got.docs.is_empty());
+            assert_eq!(got.bad.unwrap(), "no export document (the input is empty)");
+        }
     }
 }

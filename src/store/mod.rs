@@ -36,6 +36,18 @@ impl Store {
                 })?;
             }
         }
+        // created 0600 before SQLite opens it: SQLite would use the umask's mode (0644), and
+        // gives its -wal and -shm files the database's mode
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            // one that exists is left as it is; one that cannot be made is SQLite's to report
+            // (it says why in the words the rest of the store's errors use)
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path);
+        }
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -241,6 +253,22 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 30, point 5: the database (and its WAL files) are the user's alone.
+    #[test]
+    fn a_new_database_is_0600_whatever_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w.db");
+        let s = Store::open(&p).unwrap();
+        s.conn
+            .execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+            .unwrap();
+        for f in ["w.db", "w.db-wal", "w.db-shm"] {
+            let m = std::fs::metadata(dir.path().join(f)).unwrap();
+            assert_eq!(m.permissions().mode() & 0o777, 0o600, "{f}");
+        }
+    }
 
     #[test]
     fn a_newer_schema_is_refused_with_both_versions() {

@@ -232,3 +232,103 @@ fn bad_configs_read_only_files_and_unknown_models_are_refused_and_nothing_is_wri
         r.story()
     );
 }
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+/// Issue 30, point 5: a 0600 config holding an `apiKey` never gets a wider copy beside it.
+#[test]
+fn every_file_beside_a_0600_config_is_0600() {
+    let (home, cfg) = setup(CONFIG);
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let bak = std::path::PathBuf::from(format!("{}.oc-watchdog.bak", cfg.display()));
+    // an older backup left 0644 by an earlier version
+    std::fs::write(&bak, "old").unwrap();
+    std::fs::set_permissions(&bak, std::fs::Permissions::from_mode(0o644)).unwrap();
+    wd(&home, &["block-model", "sim/gpt-5-sim"]).ok();
+    assert_eq!(std::fs::read_to_string(&bak).unwrap(), CONFIG);
+    assert_eq!(mode(&bak), 0o600);
+    assert_eq!(mode(&cfg), 0o600);
+    assert_eq!(
+        mode(&cfg.with_file_name(".opencode.jsonc.oc-watchdog.lock")),
+        0o600
+    );
+    std::fs::remove_file(&bak).unwrap();
+    wd(&home, &["unblock-model", "sim/gpt-5-sim"]).ok();
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), CONFIG);
+    assert_eq!(mode(&bak), 0o600);
+    assert_eq!(mode(&cfg), 0o600);
+}
+
+/// A stand-in for `opencode` that edits the config the way a user's editor would (while the
+/// real `opencode models` it then runs takes its seconds), `times` times over.
+fn editing_opencode(home: &Home, cfg: &Path, times: usize) -> std::path::PathBuf {
+    let real = std::env::var("OPENCODE_BIN").unwrap_or("opencode".into());
+    let bin = home.join("editing-opencode");
+    let counter = home.join("edits");
+    std::fs::write(
+        &bin,
+        format!(
+            "#!/bin/sh\n\
+             n=$(cat {c} 2>/dev/null || echo 0)\n\
+             if [ \"$n\" -lt {times} ]; then\n\
+               echo $((n + 1)) > {c}\n\
+               sed -i \"s|\\\"share\\\": \\\"disabled\\\",|\\\"share\\\": \\\"disabled\\\", // edit $n|\" {f}\n\
+             fi\n\
+             exec {real} \"$@\"\n",
+            c = counter.display(),
+            f = cfg.display(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+/// An edit made while `opencode models` runs is kept, and the block applied to it.
+#[test]
+fn an_edit_during_block_model_is_kept_and_the_block_applied_to_it() {
+    let (home, cfg) = setup(CONFIG);
+    let bin = editing_opencode(&home, &cfg, 1);
+    let r = opencode_env(home.cmd("wd-store"))
+        .args(["block-model", "sim/gpt-5-sim"])
+        .env("OPENCODE_BIN", &bin)
+        .run();
+    r.ok();
+    let after = std::fs::read_to_string(&cfg).unwrap();
+    assert!(
+        after.contains("\"share\": \"disabled\", // edit 0"),
+        "{after}"
+    );
+    assert!(after.contains("\"blacklist\": [\"gpt-5-sim\"]"), "{after}");
+    assert_eq!(models(&home), ["sim/sim-model"]);
+}
+
+/// Two blocks at once: both models end up in the file, as `wd-store blocks` records them.
+#[test]
+fn two_blocks_at_once_keep_both_models() {
+    let (home, cfg) = setup(CONFIG);
+    let a = opencode_env(home.cmd("wd-store"))
+        .args(["block-model", "sim/gpt-5-sim"])
+        .spawn();
+    let b = opencode_env(home.cmd("wd-store"))
+        .args(["block-model", "sim/sim-model"])
+        .spawn();
+    for c in [a, b] {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let after = std::fs::read_to_string(&cfg).unwrap();
+    assert!(after.contains("\"gpt-5-sim\""), "{after}");
+    assert!(
+        after.contains("\"sim-model\"]") || after.contains("\"sim-model\","),
+        "{after}"
+    );
+    assert_eq!(blocks(&home), 2);
+    assert_eq!(models(&home), Vec::<String>::new());
+}

@@ -184,3 +184,120 @@ fn generated_secrets_never_reach_calls_verdicts_database_journal_or_channels() {
         })
         .unwrap();
 }
+
+/// Issue 30, point 2: the second round's families in every field that leaves the readers, over
+/// HTTP and from the database alike: a session title, a write's filePath, the grep tool's
+/// patterns, and bash commands, in a real opencode session.
+#[test]
+fn round_two_secrets_never_leave_in_titles_paths_patterns_or_commands() {
+    let sim = Sim::shared();
+    let commands = [
+        (
+            "curl -su svc:Clust3rPw! https://api.example.com/x",
+            "Clust3rPw!",
+        ),
+        (
+            "sed -i 's/changeme/Wint3r2024!/' config/app.ini",
+            "Wint3r2024!",
+        ),
+        (
+            "cat > ~/.netrc <<EOF\nmachine api.example.com login bob password N3trcPw1\nEOF",
+            "N3trcPw1",
+        ),
+        (
+            "python -c 'import requests; requests.get(u, auth=(\"svc\", \"PyAuth77\"))'",
+            "PyAuth77",
+        ),
+        (
+            "echo -n GhSecret42x | gh secret set DEPLOY_TOKEN",
+            "GhSecret42x",
+        ),
+        (
+            "aws ssm put-parameter --name /app/db --value SsmVal42x",
+            "SsmVal42x",
+        ),
+        ("grep -rn 'P@ssw0rd#7' config/", "P@ssw0rd#7"),
+    ];
+    let token = "ghp_R2x8Kq0vTz7LmN4bW9cY1dF5hJ3sA6eU0iO2";
+    let mut steps = vec![
+        json!({"tool": "write", "args": {"filePath": format!("{{ROOT}}/{token}/notes.txt"),
+                                         "content": "x\n"}}),
+        json!({"tool": "grep", "args": {"pattern": "Spring2024!", "include": "*.ini"}}),
+        json!({"tool": "grep", "args": {"pattern": "password\\s*=\\s*\"RegexPw42\""}}),
+    ];
+    for (c, _) in &commands {
+        steps.push(
+            json!({"tool": "bash", "args": {"command": format!("if false; then\n{c}\nfi"),
+                                                   "description": "round two", "timeout": 5000}}),
+        );
+    }
+    steps.push(json!({"text": "Done."}));
+    let name = format!("privacy_round_two_{}", std::process::id());
+    sim.add_script(&name, &Value::Array(steps));
+    let ran = sim.run_with(
+        &name,
+        crate::support::ocsim::Opts {
+            title: Some("Rotate DB password to Spring2024!".into()),
+            ..Default::default()
+        },
+    );
+    let home = Home::new();
+    let db = sim.db_path();
+    let db_s = db.to_str().unwrap();
+    let routes = [
+        (
+            "oc-sessions over HTTP",
+            home.cmd("oc-sessions")
+                .args(["--server", &sim.url, "--no-db", "--no-discover"])
+                .run(),
+        ),
+        (
+            "oc-sessions from the database",
+            home.cmd("oc-sessions")
+                .args(["--db", db_s, "--no-discover"])
+                .run(),
+        ),
+        (
+            "oc-calls over HTTP",
+            home.cmd("oc-calls")
+                .args(["--server", &sim.url, &ran.id])
+                .run(),
+        ),
+        (
+            "oc-calls from the database",
+            home.cmd("oc-calls").args(["--db", db_s, &ran.id]).run(),
+        ),
+    ];
+    let mut secrets: Vec<&str> = commands.iter().map(|(_, s)| *s).collect();
+    secrets.extend(["Spring2024!", "RegexPw42", token]);
+    for (route, r) in &routes {
+        r.ok();
+        let text = r.stdout() + &r.stderr();
+        for s in &secrets {
+            assert!(!text.contains(s), "{s} reached {route}:\n{}", r.story());
+        }
+        let session = r
+            .kind("session")
+            .into_iter()
+            .find(|s| s["id"] == ran.id.as_str())
+            .unwrap_or_else(|| panic!("{route}: no session {}\n{}", ran.id, r.story()));
+        assert_eq!(session["title"], "Rotate DB password to ***", "{route}");
+        if route.starts_with("oc-calls") {
+            let calls = r.kind("call");
+            assert_eq!(calls.len(), 3 + commands.len(), "{route}\n{}", r.story());
+            let path = calls[0]["args"]["filePath"].as_str().unwrap();
+            assert!(path.ends_with("/***/notes.txt"), "{route}: {path}");
+            assert_eq!(calls[1]["args"]["pattern"], "***");
+            assert_eq!(calls[1]["args"]["include"], "*.ini");
+            assert_eq!(calls[2]["args"]["pattern"], "password\\s*=\\s*\"***\"");
+            assert_eq!(
+                calls[3]["args"]["command"],
+                "if false; then\ncurl -su svc:*** https://api.example.com/x\nfi"
+            );
+            assert_eq!(
+                calls[7]["args"]["command"],
+                "if false; then\necho -n *** | gh secret set DEPLOY_TOKEN\nfi"
+            );
+        }
+    }
+}

@@ -400,6 +400,41 @@ fn an_exported_session_gives_the_records_http_and_the_database_give() {
         r.kind("blind")[0]["reason"],
         "document 1: no \"info\" object (not an `opencode export` document)"
     );
+    // a good export and then a cut-off one: the good one's calls stay, the bad one is named
+    let cut = (0..=text.len() / 2)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap();
+    let r = home
+        .cmd("oc-calls")
+        .args(["--export", "-"])
+        .stdin(format!("{text}\n{}", &text[..cut]))
+        .run();
+    r.expect_code(2);
+    assert_eq!(r.kind("call"), calls, "{}", r.story());
+    let blind = r.kind("blind");
+    assert_eq!(blind.len(), 1, "{}", r.story());
+    assert_eq!(blind[0]["source"], "export:-");
+    assert!(
+        blind[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("document 2: not JSON: EOF while parsing"),
+        "{}",
+        r.story()
+    );
+    // an empty export is a blind record, not a quiet success
+    std::fs::write(&file, "").unwrap();
+    let r = home
+        .cmd("oc-calls")
+        .args(["--export", file.to_str().unwrap()])
+        .run();
+    r.expect_code(2);
+    assert_eq!(r.kind("call").len(), 0);
+    assert_eq!(
+        r.kind("blind")[0]["reason"],
+        "no export document (the input is empty)"
+    );
 }
 
 #[test]

@@ -314,6 +314,72 @@ fn assignment() -> impl Strategy<Value = Case> {
     ]
 }
 
+/// The second round's families (issue 30): a password flag inside a cluster of short flags, a
+/// value written by a `sed` substitution, a `.netrc` line, credentials as a call's argument, a
+/// secret given to a secret-setting CLI, and a search for the secret itself.
+fn round_two() -> impl Strategy<Value = Case> {
+    let cluster = select(vec![
+        "curl -su svc:{} https://api.example.com/x",
+        "curl -fsSLu admin:{} https://h.example.com/x",
+        "zip -rP {} out.zip dir",
+        "unzip -oP {} site.zip",
+        "ldapsearch -xw {} -D cn=admin -b dc=x",
+    ]);
+    let sed = select(vec![
+        "sed -i 's/changeme/{}/' config/app.ini",
+        "sed -i 's|CHANGE_ME|{}|g' .env",
+        "sed -i 's/^\\(password = \\).*/\\1{}/' /etc/app.conf",
+        "sed -E -i 's/(DB_PASSWORD=).*/\\1{}/' .env",
+        "perl -pi -e 's/your_api_key_here/{}/' settings.py",
+    ]);
+    let netrc = select(vec![
+        "cat > ~/.netrc <<EOF\nmachine api.example.com login bob password {}\nEOF",
+        "cat >> ~/.netrc <<'EOF'\nmachine git.example.com\nlogin ci\npassword {}\nEOF",
+        "printf 'machine h login u password %s\\n' {} > ~/.netrc",
+    ]);
+    let call = select(vec![
+        "python -c 'import requests; requests.get(u, auth=(\"svc\", \"{}\"))'",
+        "python3 -c \"from requests.auth import HTTPBasicAuth as B; get(u, auth=B('svc', '{}'))\"",
+        "python -c \"import smtplib; smtplib.SMTP('h').login('bob@x.com', '{}')\"",
+    ]);
+    let store = select(vec![
+        "echo -n {} | gh secret set DEPLOY_TOKEN",
+        "printf '%s' {} | npx wrangler secret put API_KEY",
+        "gh secret set NPM_TOKEN --body {}",
+        "aws ssm put-parameter --name /app/db --value {} --type SecureString",
+        "az keyvault secret set --vault-name kv --name db --value {}",
+        "vault kv put secret/app db={}",
+        "fly secrets set DB={}",
+        "gh secret set TOKEN <<< {}",
+    ]);
+    let search = select(vec![
+        "grep -P 'password\\s*=\\s*\"{}\"' settings.py",
+        "grep -E 'api_key\\s*:\\s*{}' app.yml",
+    ]);
+    // a password a person chose, for a search of the secret itself: Capitalised, digits, a mark
+    let chosen = (
+        select(vec!["Spring", "Winter", "Dragon", "Monkey", "Sunset"]),
+        1000u32..9999,
+        select(vec!["!", "@", "#", "%", "&"]),
+    )
+        .prop_map(|(w, n, m)| format!("{w}{n}{m}"));
+    let grep_self = select(vec!["grep -rn {} config/", "rg -F {} .", "git grep -n {}"]);
+    prop_oneof![
+        (cluster, password("!%^*+.=@_#~")).prop_map(|(t, s)| case(
+            "short-flag cluster",
+            t,
+            s,
+            true
+        )),
+        (sed, password("!%^*+.=@_#~-")).prop_map(|(t, s)| case("sed substitution", t, s, false)),
+        (netrc, password("!%^*+.=@_#~-")).prop_map(|(t, s)| case("netrc line", t, s, false)),
+        (call, password("!%^*+.=@_#~-")).prop_map(|(t, s)| case("call argument", t, s, false)),
+        (store, password("!%^*+.=@_#~-")).prop_map(|(t, s)| case("secret store", t, s, true)),
+        (search, password("!%^*+.=@_#~-")).prop_map(|(t, s)| case("regex pair", t, s, false)),
+        (grep_self, chosen).prop_map(|(t, s)| case("search for the secret", t, s, true)),
+    ]
+}
+
 /// A secret-bearing command of any family.
 pub fn family() -> impl Strategy<Value = Case> {
     prop_oneof![
@@ -324,6 +390,7 @@ pub fn family() -> impl Strategy<Value = Case> {
         query(),
         known_shape(),
         assignment(),
+        round_two(),
     ]
 }
 
