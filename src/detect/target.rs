@@ -47,8 +47,11 @@ impl Hasher for Fx {
         if !rest.is_empty() {
             let mut b = [0u8; 8];
             b[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(b) ^ (rest.len() as u64) << 59);
+            self.add(u64::from_le_bytes(b));
         }
+        // the length on its own: folded into the last word's top bits, it read as a byte, and
+        // `ses_a_1` (7 bytes and a length of 7, 0x38 = '8') hashed as `ses_a_18`
+        self.add(bytes.len() as u64);
     }
     fn write_u8(&mut self, i: u8) {
         self.add(i as u64);

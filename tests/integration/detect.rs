@@ -154,7 +154,7 @@ fn verdicts_name_signals_targets_and_the_first_flag_point() {
 }
 
 #[test]
-fn a_stream_fed_twice_gives_the_same_verdicts() {
+fn each_call_sent_twice_gives_the_same_verdicts() {
     let home = Home::new();
     let now = "1796200000000";
     let once = home
@@ -162,16 +162,78 @@ fn a_stream_fed_twice_gives_the_same_verdicts() {
         .args(["--now", now, &fixture()])
         .run();
     once.ok();
+    let text = std::fs::read_to_string(fixture()).unwrap();
+    let calls = text
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"call\""))
+        .count();
+    let doubled: String = text
+        .lines()
+        .flat_map(|l| {
+            let n = if l.contains("\"kind\":\"call\"") {
+                2
+            } else {
+                1
+            };
+            std::iter::repeat(format!("{l}\n")).take(n)
+        })
+        .collect();
     let twice = home
         .cmd("progress-detect")
-        .args(["--now", now, &fixture(), &fixture()])
+        .args(["--now", now])
+        .stdin(doubled)
         .run();
     twice.ok();
     assert!(once.kind("verdict") == twice.kind("verdict"));
     assert!(
-        twice.stderr().contains("call(s) seen before"),
+        twice.stderr().contains(&format!(
+            "progress-detect: {calls} call(s) seen before (same session and id) were skipped"
+        )),
         "{}",
         twice.stderr()
+    );
+}
+
+#[test]
+fn ids_ses_a_1_and_ses_a_18_are_two_calls() {
+    let home = Home::new();
+    let input = r#"{"kind":"session","id":"ses_a","parent":null,"agent":"build","title":"x","created":1,"updated":2}
+{"kind":"call","session":"ses_a","id":"ses_a_1","t":1000,"tool":"read","args":{"filePath":"/a"},"status":"completed","exit":null,"landed":false,"file_lines":10,"out":null}
+{"kind":"call","session":"ses_a","id":"ses_a_18","t":2000,"tool":"read","args":{"filePath":"/b"},"status":"completed","exit":null,"landed":false,"file_lines":10,"out":null}
+"#;
+    let r = home.cmd("progress-detect").stdin(input).run();
+    r.ok();
+    let v = r.kind("verdict");
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0]["calls"], 2);
+    assert_eq!(r.stderr(), "");
+}
+
+#[test]
+fn check_says_a_session_flagged_then_cleared() {
+    let home = Home::new();
+    // the 5th identical read in a row flags (the run), then a landed write clears it
+    let mut input = String::from(
+        r#"{"kind":"session","id":"s","parent":null,"agent":"build","title":"cleared","created":1,"updated":2,"expect":"no_flag"}"#,
+    );
+    input.push('\n');
+    for i in 1..=6 {
+        input += &format!(
+            r#"{{"kind":"call","session":"s","id":"p{i}","t":{i}000,"tool":"read","args":{{"filePath":"/a"}},"status":"completed","landed":false,"file_lines":10}}"#
+        );
+        input.push('\n');
+    }
+    input += r#"{"kind":"call","session":"s","id":"p7","t":7000,"tool":"write","args":{"filePath":"/b","content":"sha1:1"},"status":"completed","landed":true}"#;
+    input.push('\n');
+    let r = home
+        .cmd("progress-detect")
+        .args(["--check"])
+        .stdin(input)
+        .run();
+    r.expect_code(1);
+    assert_eq!(
+        r.stdout(),
+        "FAIL s \"cleared\": expect no_flag got flag, then cleared: loop from call 1, first flag at call 5 (call 5 of the loop)\nbacktest: 0/1 labels hold\n"
     );
 }
 

@@ -90,9 +90,6 @@ impl Rule for Cycle {
         st.same = 0;
         st.last = 0;
     }
-    fn warm(st: &State) -> u64 {
-        st.recent.back().map_or(0, |r| r.0) ^ st.last
-    }
     fn fires(st: &State, cx: &Cx) -> bool {
         cycling(st, cx).is_some()
     }

@@ -76,12 +76,6 @@ pub trait Rule {
     fn fires(st: &Self::State, cx: &Cx) -> bool;
     fn reading(st: &Self::State, cx: &Cx) -> Reading;
     fn case(st: &Self::State, cx: &Cx) -> Case;
-    /// A value read from each part of its state that [`Rule::call`] reads first (its inline
-    /// fields, the end of a ring), so that the detector can read a batch's states ahead of
-    /// judging it (`Detector::warm`). Optional: nothing reads the value.
-    fn warm(_st: &Self::State) -> u64 {
-        0
-    }
 }
 
 /// A signal as documentation sees it.
@@ -132,10 +126,6 @@ macro_rules! registry {
             }
             pub fn left(&mut self, exact: u64, target: u64, e: &Entry, cx: &Cx) {
                 $(<$rule>::left(&mut self.$name, exact, target, e, cx);)*
-            }
-            /// Every signal's [`Rule::warm`].
-            pub fn warm(&self) -> u64 {
-                0 $(^ <$rule>::warm(&self.$name))*
             }
             pub fn landed(&mut self) {
                 $(<$rule>::landed(&mut self.$name);)*

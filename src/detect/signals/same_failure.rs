@@ -83,9 +83,6 @@ impl Rule for SameFailure {
     }
     /// A landed change does not end a streak: only a different outcome does.
     fn landed(_st: &mut State) {}
-    fn warm(st: &State) -> u64 {
-        st.checks.len() as u64
-    }
     fn fires(st: &State, cx: &Cx) -> bool {
         longest(st).is_some_and(|s| s.len >= cx.cfg.count(SAME_FAILURE_MIN) as u32)
     }
