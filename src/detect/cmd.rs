@@ -447,7 +447,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         return check(&labelled, args.format, out);
     }
     if let Some(max) = args.flag_rate_max {
-        return flag_rate(&flagged, judged, max, out);
+        return flag_rate(&flagged, judged, max, args.format, out);
     }
     if args.format == Format::Table {
         crate::cli::write_table(out, &HEAD, &rows)?;
@@ -469,42 +469,70 @@ fn loop_points(v: &Verdict) -> Option<(u64, u64, u64)> {
     Some((start, f.index, f.index - start + 1))
 }
 
+/// What `--check` says of one labelled session: whether its label held and what it got.
+fn got(v: &Verdict) -> &'static str {
+    // a session that flagged and then cleared did flag: say so
+    match (v.flagged, &v.first_flag) {
+        (true, _) => "flag",
+        (false, Some(_)) => "flag, then cleared",
+        (false, None) => "no_flag",
+    }
+}
+
+/// The backtest: one line per labelled session (a row with `--format csv`, the table with
+/// `--format table`), then the first flags' median position in their loops and the labels
+/// held (on stderr with csv, so that stdout stays one table).
 fn check(verdicts: &[Verdict], format: Format, out: &mut Out) -> Result<Exit> {
     let labelled: Vec<&Verdict> = verdicts.iter().filter(|v| v.expect.is_some()).collect();
     if format == Format::Table {
         let owned: Vec<Verdict> = labelled.iter().map(|v| (*v).clone()).collect();
         table(&owned, out)?;
     }
+    if format == Format::Csv {
+        csv_row(&CHECK_HEAD, out)?;
+    }
     let held = labelled.iter().filter(|v| v.ok == Some(true)).count();
     let mut positions = Vec::new();
     for v in &labelled {
         let good = v.ok == Some(true);
-        // a session that flagged and then cleared did flag: say so
-        let got = match (v.flagged, &v.first_flag) {
-            (true, _) => "flag",
-            (false, Some(_)) => "flag, then cleared",
-            (false, None) => "no_flag",
-        };
-        let when = match loop_points(v) {
-            Some((start, first, pos)) => {
-                if v.expect == Some(Expect::Flag) {
-                    positions.push(pos);
-                }
-                format!(
-                    ": loop from call {start}, first flag at call {first} (call {pos} of the loop)"
-                )
-            }
+        let points = loop_points(v);
+        if let (Some((_, _, pos)), Some(Expect::Flag)) = (points, v.expect) {
+            positions.push(pos);
+        }
+        let expect = v.expect.map_or("", |e| e.as_str());
+        if format == Format::Csv {
+            let n = |i: Option<u64>| i.map(|i| i.to_string()).unwrap_or_default();
+            csv_row(
+                &[
+                    v.session.clone(),
+                    v.title.clone().unwrap_or_default(),
+                    expect.to_string(),
+                    got(v).to_string(),
+                    if good { "ok" } else { "FAIL" }.to_string(),
+                    n(points.map(|p| p.0)),
+                    n(points.map(|p| p.1)),
+                    n(points.map(|p| p.2)),
+                ],
+                out,
+            )?;
+            continue;
+        }
+        let when = match points {
+            Some((start, first, pos)) => format!(
+                ": loop from call {start}, first flag at call {first} (call {pos} of the loop)"
+            ),
             None => String::new(),
         };
         writeln!(
             out,
-            "{} {} {:?}: expect {} got {got}{when}",
+            "{} {} {:?}: expect {expect} got {}{when}",
             if good { "ok  " } else { "FAIL" },
             v.session,
             v.title.as_deref().unwrap_or(""),
-            v.expect.map_or("", |e| e.as_str()),
+            got(v),
         )?;
     }
+    let mut summary = String::new();
     positions.sort_unstable();
     if !positions.is_empty() {
         let n = positions.len();
@@ -513,14 +541,18 @@ fn check(verdicts: &[Verdict], format: Format, out: &mut Out) -> Result<Exit> {
         } else {
             (positions[n / 2 - 1] + positions[n / 2]) as f64 / 2.0
         };
-        writeln!(
-            out,
-            "first flag over {n} loops: median call {median} of the loop (from {} to {})",
+        summary += &format!(
+            "first flag over {n} loops: median call {median} of the loop (from {} to {})\n",
             positions[0],
             positions[n - 1]
-        )?;
+        );
     }
-    writeln!(out, "backtest: {held}/{} labels hold", labelled.len())?;
+    summary += &format!("backtest: {held}/{} labels hold\n", labelled.len());
+    if format == Format::Csv {
+        eprint!("{summary}");
+    } else {
+        write!(out, "{summary}")?;
+    }
     Ok(if held == labelled.len() {
         Exit::Ok
     } else {
@@ -528,32 +560,66 @@ fn check(verdicts: &[Verdict], format: Format, out: &mut Out) -> Result<Exit> {
     })
 }
 
-/// `flagged`: the verdicts of the `judged` sessions that were ever flagged.
-fn flag_rate(flagged: &[Verdict], judged: usize, max: f64, out: &mut Out) -> Result<Exit> {
+const CHECK_HEAD: [&str; 8] = [
+    "session", "title", "expect", "got", "held", "loop", "first", "of_loop",
+];
+
+/// `flagged`: the verdicts of the `judged` sessions that were ever flagged. One line each (a
+/// row with `--format csv`), then the share flagged (on stderr with csv).
+fn flag_rate(
+    flagged: &[Verdict],
+    judged: usize,
+    max: f64,
+    format: Format,
+    out: &mut Out,
+) -> Result<Exit> {
+    if format == Format::Csv {
+        csv_row(&RATE_HEAD, out)?;
+    }
     for v in flagged {
         let reasons: Vec<&str> = v.reasons.iter().map(|r| r.name()).collect();
+        let reasons = if reasons.is_empty() {
+            "no longer flagged".to_string()
+        } else {
+            reasons.join(",")
+        };
         let (start, first, _) = loop_points(v).unwrap_or_default();
+        if format == Format::Csv {
+            csv_row(
+                &[
+                    v.session.clone(),
+                    v.title.clone().unwrap_or_default(),
+                    reasons,
+                    start.to_string(),
+                    first.to_string(),
+                    v.calls.to_string(),
+                ],
+                out,
+            )?;
+            continue;
+        }
         writeln!(
             out,
-            "flagged {} {:?}: {} (loop from call {start}, first flag at call {first} of {})",
+            "flagged {} {:?}: {reasons} (loop from call {start}, first flag at call {first} of {})",
             v.session,
             v.title.as_deref().unwrap_or(""),
-            if reasons.is_empty() {
-                "no longer flagged".to_string()
-            } else {
-                reasons.join(",")
-            },
             v.calls
         )?;
     }
     let rate = 100.0 * flagged.len() as f64 / judged.max(1) as f64;
-    writeln!(
-        out,
-        "productive runs: {}/{judged} flagged ({rate:.1}%), at most {max}% allowed",
+    let summary = format!(
+        "productive runs: {}/{judged} flagged ({rate:.1}%), at most {max}% allowed\n",
         flagged.len(),
-    )?;
+    );
+    if format == Format::Csv {
+        eprint!("{summary}");
+    } else {
+        write!(out, "{summary}")?;
+    }
     Ok(if rate > max { Exit::Check } else { Exit::Ok })
 }
+
+const RATE_HEAD: [&str; 6] = ["session", "title", "reasons", "loop", "first", "calls"];
 
 fn row(v: &Verdict) -> Vec<String> {
     vec![

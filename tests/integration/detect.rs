@@ -494,3 +494,59 @@ fn table_format_is_for_people() {
     assert!(out.contains(" FLAG "), "{out}");
     assert!(out.contains("no_flag ok"), "{out}");
 }
+
+#[test]
+fn check_and_flag_rate_max_honour_format_csv() {
+    let home = Home::new();
+    let r = home
+        .cmd("progress-detect")
+        .args(["--check", "--format", "csv", &fixture()])
+        .run();
+    r.ok();
+    let out = r.stdout();
+    let mut rows = csv::Reader::from_reader(out.as_bytes());
+    assert_eq!(
+        rows.headers().unwrap(),
+        vec!["session", "title", "expect", "got", "held", "loop", "first", "of_loop"]
+    );
+    let rows: Vec<csv::StringRecord> = rows.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 23);
+    assert_eq!(
+        &rows[1],
+        vec![
+            "ses_dcf3493daffeR7MnIh19wwG7mo",
+            "item 2 worker, 1st attempt",
+            "flag",
+            "flag",
+            "ok",
+            "1",
+            "6",
+            "6"
+        ]
+    );
+    assert!(
+        r.stderr().ends_with("backtest: 23/23 labels hold\n"),
+        "{}",
+        r.stderr()
+    );
+    // the flagged run of a fixture as a "productive" corpus: one row per flagged session
+    let r = home
+        .cmd("progress-detect")
+        .args(["--flag-rate-max", "100", "--format", "csv", &fixture()])
+        .run();
+    r.ok();
+    let out = r.stdout();
+    assert!(
+        out.starts_with("session,title,reasons,loop,first,calls\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("\nses_dcf3493daffeR7MnIh19wwG7mo,\"item 2 worker, 1st attempt\","),
+        "{out}"
+    );
+    assert!(
+        r.stderr().starts_with("productive runs: "),
+        "{}",
+        r.stderr()
+    );
+}
