@@ -182,6 +182,19 @@ impl clap::FromArgMatches for KeyFlags {
     }
 }
 
+/// A session's liveness evidence, from its record (parsed once: the evidence's fields other than
+/// `status` are among its pass-through ones).
+fn evidence_of(s: &Session) -> Option<Evidence> {
+    let field = |k: &str| s.extra.get(k).cloned().unwrap_or(serde_json::Value::Null);
+    serde_json::from_value(serde_json::json!({
+        "status": s.status,
+        "retry": field("retry"),
+        "pending": field("pending"),
+        "todos_open": field("todos_open"),
+    }))
+    .ok()
+}
+
 /// The config's thresholds, then the named flags, then `--set`.
 fn detector_config(a: &Args, base: DetectorConfig) -> Result<DetectorConfig> {
     let mut c = base;
@@ -242,7 +255,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         match parsed.kind.as_deref() {
             Some("session") => match serde_json::from_str::<Session>(line) {
                 Ok(s) => {
-                    let ev = serde_json::from_str::<Evidence>(line).ok();
+                    let ev = evidence_of(&s);
                     let i = d.session(s);
                     if evidence.len() <= i {
                         evidence.resize_with(i + 1, || None);

@@ -21,7 +21,7 @@ pub mod target;
 pub mod thresholds;
 
 use crate::record::{CallRef, Evidence, Expect, Session, Verdict, DIGEST_CALLS};
-use progress::{EditSig, Progress};
+use progress::{EditSig, Landings};
 use region::{Obs, Read, Region};
 use signals::{Cx, States};
 use std::collections::HashMap;
@@ -137,7 +137,7 @@ struct SessionState {
     /// Made at the first landing: most sessions of a busy day never land a change (the
     /// 200,000-session bench: a session state of 1,064 bytes fell in mimalloc's next size
     /// class, 1,280; without it, 960 fit the 1,024 class).
-    progress: Option<Box<Progress>>,
+    progress: Option<Box<Landings>>,
     region: Region,
     signals: States,
     /// The last calls, one line each, for the digest.
@@ -343,7 +343,7 @@ impl Detector {
                 st.model_h = h;
             }
         }
-        let mut args = target::Args::of_list(c.tool, c.args);
+        let mut args = target::CallArgs::of_list(c.tool, c.args);
         let norm = self.commands.normalize(c.tool, &mut args);
         args.command = &norm;
         let landed = c.landed
@@ -549,7 +549,7 @@ impl Digest {
     }
 }
 
-fn edit_sig(tool: &str, a: &target::Args) -> Option<EditSig> {
+fn edit_sig(tool: &str, a: &target::CallArgs) -> Option<EditSig> {
     if tool != "edit" {
         return None;
     }
@@ -834,7 +834,7 @@ mod tests {
                 t: 0,
                 id: "prt_x",
                 tool: "bash",
-                args: target::Args::of_list("bash", &a),
+                args: target::CallArgs::of_list("bash", &a),
                 exact: 0,
                 target: 0,
                 read: None,

@@ -1,4 +1,4 @@
-//! Progress: which calls land a change, net of edits that undo each other. An edit that reverts
+//! Landings: which calls land a change, net of edits that undo each other. An edit that reverts
 //! an earlier landed edit cancels it (neither is progress), and redoing an undone edit lands
 //! nothing. A descendant session's landing counts for its ancestors.
 
@@ -37,7 +37,7 @@ struct Landing {
 }
 
 #[derive(Default)]
-pub struct Progress {
+pub struct Landings {
     /// Effective landings, latest last (bounded). Rings: dropping the oldest of a full vector
     /// moved the other fifteen, 14 cache lines on every landing (cachegrind).
     landings: VecDeque<Landing>,
@@ -48,7 +48,7 @@ pub struct Progress {
     pub descendant: Option<(i64, u64)>,
 }
 
-impl Progress {
+impl Landings {
     /// Whether a call that says it landed really is progress; records it if so.
     /// `at` is the call's (index, time, id); `cost` the session's cost total with it.
     pub fn land(

@@ -15,7 +15,7 @@ pub struct Obs<'a> {
     pub t: i64,
     pub id: &'a str,
     pub tool: &'a str,
-    pub args: super::target::Args<'a>,
+    pub args: super::target::CallArgs<'a>,
     /// Tool and canonical arguments.
     pub exact: u64,
     /// What the call works on.

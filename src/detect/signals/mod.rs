@@ -301,7 +301,7 @@ pub mod testing {
                 t: self.calls as i64 * 1000,
                 id: &id,
                 tool: x.tool,
-                args: target::Args::of(x.tool, &args),
+                args: target::CallArgs::of(x.tool, &args),
                 exact: keys.exact,
                 target: keys.target,
                 read,
