@@ -22,7 +22,7 @@ pub mod thresholds;
 
 use crate::record::{CallRef, Evidence, Expect, Session, Verdict, DIGEST_CALLS};
 use progress::{EditSig, Landings};
-use region::{Obs, Read, Region};
+use region::{Obs, Region};
 use signals::{Cx, States};
 use std::collections::HashMap;
 use thresholds::DetectorConfig;
@@ -154,12 +154,69 @@ struct SessionState {
 
 impl SessionState {
     fn cx<'a>(&'a self, cfg: &'a DetectorConfig) -> Cx<'a> {
-        Cx {
-            region: &self.region,
-            calls: self.calls,
-            read_only: self.read_only,
-            cfg,
+        Cx::new(&self.region, self.calls, self.read_only, cfg)
+    }
+
+    /// The session's running totals: calls, cost, the latest time and model.
+    fn count(&mut self, c: &CallIn) {
+        self.calls += 1;
+        // a cost that is not a finite amount is no cost; a sum past f64::MAX stays at f64::MAX
+        // (never inf, which JSON cannot carry)
+        let cost = c.cost.filter(|x| x.is_finite() && *x > 0.0).unwrap_or(0.0);
+        self.cost = (self.cost + cost).min(f64::MAX);
+        self.last_t = c.t;
+        if let Some(m) = c.model {
+            let h = target::hash_str(m);
+            if self.model.is_none() || self.model_h != h {
+                self.model = Some(m.into());
+                self.model_h = h;
+            }
         }
+    }
+
+    /// Whether a call that says it landed is progress: not when it undoes an earlier edit.
+    fn land(&mut self, c: &Obs) -> bool {
+        let sig = edit_sig(c.tool, &c.args);
+        let cost = self.cost;
+        self.progress
+            .get_or_insert_with(Box::default)
+            .land(true, sig, (c.index, c.t, c.id), cost)
+    }
+
+    /// A call that did not land: into the window (the oldest call leaving a full one), then to
+    /// every signal; returns whether any fires.
+    fn judge(&mut self, c: &Obs, cfg: &DetectorConfig) -> bool {
+        let (calls, read_only) = (self.calls, self.read_only);
+        if self.region.len() >= cfg.window() {
+            if let Some((exact, target, e)) = self.region.pop() {
+                let cx = Cx::new(&self.region, calls, read_only, cfg);
+                self.signals.left(exact, target, &e, &cx);
+            }
+        }
+        self.region.push(c);
+        let cx = Cx::new(&self.region, calls, read_only, cfg);
+        self.signals.call(c, &cx)
+    }
+
+    /// Records whether the session flags after call `c`: a loop's start once it flags, the
+    /// first flag once ever; returns whether the flag changed.
+    fn flag_now(&mut self, flagged: bool, c: &Obs, cfg: &DetectorConfig) -> bool {
+        let changed = flagged != self.flagged;
+        self.flagged = flagged;
+        if !flagged {
+            return changed;
+        }
+        if self.flag.as_ref().map_or(true, |f| f.loop_start.is_none()) {
+            let start = self.evidence(cfg).loop_start;
+            self.flag.get_or_insert_with(Box::default).loop_start = start;
+        }
+        if self.flag.as_ref().map_or(true, |f| f.first.is_none()) {
+            let case = self.evidence(cfg);
+            let f = self.flag.get_or_insert_with(Box::default);
+            f.first = Some(c.at());
+            f.first_case = Some(case);
+        }
+        changed
     }
 
     /// The loop ended: a change landed.
@@ -325,99 +382,32 @@ impl Detector {
         let si = self.index(c.session);
         let cfg = &self.cfg;
         let st = &mut self.sessions[si];
+        // dedup
         if st.recent.seen(c.id) {
             self.repeated += 1;
             return false;
         }
-        st.calls += 1;
-        // a cost that is not a finite amount is no cost; a sum past f64::MAX stays at f64::MAX
-        // (never inf, which JSON cannot carry)
-        let cost = c.cost.filter(|x| x.is_finite() && *x > 0.0).unwrap_or(0.0);
-        st.cost = (st.cost + cost).min(f64::MAX);
-        st.last_t = c.t;
-        if let Some(m) = c.model {
-            // by its hash: the name itself sits elsewhere on the heap, one more cache line a call
-            let h = target::hash_str(m);
-            if st.model.is_none() || st.model_h != h {
-                st.model = Some(m.into());
-                st.model_h = h;
-            }
-        }
+        st.count(c);
+        // features: what the call works on, computed once for every signal
         let mut args = target::CallArgs::of_list(c.tool, c.args);
         let norm = self.commands.normalize(c.tool, &mut args);
         args.command = &norm;
-        let landed = c.landed
-            && st.progress.get_or_insert_with(Box::default).land(
-                true,
-                edit_sig(c.tool, &args),
-                (st.calls, c.t, c.id),
-                st.cost,
-            );
-        let keys = target::keys_of(c.tool, &args);
-        let dir = st.dir.as_deref();
-        let obs = Obs {
-            index: st.calls,
-            t: c.t,
-            id: c.id,
-            tool: c.tool,
-            args,
-            exact: keys.exact,
-            target: keys.target,
-            read: match (c.tool, c.file_lines) {
-                ("read", Some(n)) if n > 0 => Some(Read {
-                    file: args.file_h,
-                    lines: target::lines_of(&args, n).min(u32::MAX as i64) as u32,
-                    total: n.min(u32::MAX as i64) as u32,
-                }),
-                _ => None,
-            },
-            out: c.out.map(target::hash_str),
-            failed: c.status == "error" || c.exit.is_some_and(|e| e != 0),
-            dir,
-        };
+        // lent to the call's features while the state changes, put back at the end
+        let dir = st.dir.take();
+        let obs = Obs::of(c, args, st.calls, dir.as_deref());
         st.digest.push(&mut self.line, &obs, c.exit);
+        // progress
+        let landed = c.landed && st.land(&obs);
+        // window and signals
         let flagged = if landed {
             st.landed();
             st.signals.firing(&st.cx(cfg))
         } else {
-            if st.region.len() >= cfg.window() {
-                if let Some((exact, target, e)) = st.region.pop() {
-                    let cx = Cx {
-                        region: &st.region,
-                        calls: st.calls,
-                        read_only: st.read_only,
-                        cfg,
-                    };
-                    st.signals.left(exact, target, &e, &cx);
-                }
-            }
-            st.region.push(&obs);
-            let cx = Cx {
-                region: &st.region,
-                calls: st.calls,
-                read_only: st.read_only,
-                cfg,
-            };
-            st.signals.call(&obs, &cx)
+            st.judge(&obs, cfg)
         };
-        let changed = flagged != st.flagged;
-        st.flagged = flagged;
-        if flagged {
-            if st.flag.as_ref().map_or(true, |f| f.loop_start.is_none()) {
-                let start = st.evidence(cfg).loop_start;
-                st.flag.get_or_insert_with(Box::default).loop_start = start;
-            }
-            if st.flag.as_ref().map_or(true, |f| f.first.is_none()) {
-                let case = st.evidence(cfg);
-                let f = st.flag.get_or_insert_with(Box::default);
-                f.first = Some(CallRef {
-                    index: st.calls,
-                    t: c.t,
-                    id: c.id.to_string(),
-                });
-                f.first_case = Some(case);
-            }
-        }
+        // flags
+        let changed = st.flag_now(flagged, &obs, cfg);
+        st.dir = dir;
         if landed {
             self.credit_ancestors(c.session, c.t);
         }

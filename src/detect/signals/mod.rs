@@ -34,6 +34,17 @@ pub struct Cx<'a> {
     pub cfg: &'a DetectorConfig,
 }
 
+impl<'a> Cx<'a> {
+    pub fn new(region: &'a Region, calls: u64, read_only: bool, cfg: &'a DetectorConfig) -> Cx<'a> {
+        Cx {
+            region,
+            calls,
+            read_only,
+            cfg,
+        }
+    }
+}
+
 /// The calls that make a signal's case: where its loop started, and the repeats.
 #[derive(Default, Debug, Clone, PartialEq)]
 pub struct Case {
@@ -279,12 +290,7 @@ pub mod testing {
 
     impl<R: Rule> Bench<R> {
         pub fn cx(&self) -> Cx<'_> {
-            Cx {
-                region: &self.region,
-                calls: self.calls,
-                read_only: self.read_only,
-                cfg: &self.cfg,
-            }
+            Cx::new(&self.region, self.calls, self.read_only, &self.cfg)
         }
         pub fn feed(&mut self, x: C) -> &mut Self {
             self.calls += 1;
@@ -311,21 +317,11 @@ pub mod testing {
             };
             if self.region.len() == self.cfg.window() {
                 let (ex, tg, e) = self.region.pop().unwrap();
-                let cx = Cx {
-                    region: &self.region,
-                    calls: self.calls,
-                    read_only: self.read_only,
-                    cfg: &self.cfg,
-                };
+                let cx = Cx::new(&self.region, self.calls, self.read_only, &self.cfg);
                 R::left(&mut self.st, ex, tg, &e, &cx);
             }
             self.region.push(&o);
-            let cx = Cx {
-                region: &self.region,
-                calls: self.calls,
-                read_only: self.read_only,
-                cfg: &self.cfg,
-            };
+            let cx = Cx::new(&self.region, self.calls, self.read_only, &self.cfg);
             R::call(&mut self.st, &o, &cx);
             self
         }
