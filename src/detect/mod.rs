@@ -178,9 +178,12 @@ impl SessionState {
     fn land(&mut self, c: &Obs) -> bool {
         let sig = edit_sig(c.tool, &c.args);
         let cost = self.cost;
-        self.progress
-            .get_or_insert_with(Box::default)
-            .land(true, sig, (c.index, c.t, c.id), cost)
+        self.progress.get_or_insert_with(Box::default).land(
+            c.exact,
+            sig,
+            (c.index, c.t, c.id),
+            cost,
+        )
     }
 
     /// A call that did not land: into the window (the oldest call leaving a full one), then to
@@ -437,13 +440,12 @@ impl Detector {
         let expect = meta.and_then(|m| m.expect);
         let first = st.flag.as_ref().and_then(|f| f.first.as_ref());
         let ok = expect.map(|e| match e {
-            Expect::Flag => {
-                flagged
-                    && first.is_some_and(|f| {
-                        meta.and_then(|m| m.flag_after).map_or(true, |a| a <= f.t)
-                            && meta.and_then(|m| m.flag_by).map_or(true, |by| f.t <= by)
-                    })
-            }
+            // caught when it flags after the loop began: an alert goes out at the first flag,
+            // whether or not the loop ends later
+            Expect::Flag => first.is_some_and(|f| {
+                meta.and_then(|m| m.flag_after).map_or(true, |a| a <= f.t)
+                    && meta.and_then(|m| m.flag_by).map_or(true, |by| f.t <= by)
+            }),
             Expect::NoFlag => first.is_none(),
         });
         let evidence = if flagged {
@@ -905,6 +907,22 @@ mod tests {
         let order: Vec<String> = f.d.verdicts().map(|(_, v)| v.session).collect();
         assert_eq!(order, ["c"]);
         assert!(f.d.verdict("gone").is_none());
+    }
+
+    #[test]
+    fn shape_1_the_same_landing_edit_re_sent_is_not_progress() {
+        // each re-sent edit "lands" another copy of its block: only the first is progress
+        let mut f = Feed::new();
+        f.session("s", None, "build");
+        let e = json!({"filePath": "/w.java", "oldString": "sha1:aaa", "newString": "sha1:bbb"});
+        for _ in 0..6 {
+            f.call("s", "edit", e.clone(), true, None);
+        }
+        let v = f.v("s");
+        assert_eq!(v.reasons, [Signal::Run]);
+        // landed at call 1; the 5th identical call in a row after it is call 6
+        assert_eq!(v.first_flag.unwrap().index, 6);
+        assert_eq!(v.evidence.unwrap().last_landed.unwrap().index, 1);
     }
 
     proptest::proptest! {

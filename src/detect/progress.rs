@@ -1,6 +1,8 @@
 //! Landings: which calls land a change, net of edits that undo each other. An edit that reverts
 //! an earlier landed edit cancels it (neither is progress), and redoing an undone edit lands
-//! nothing. A descendant session's landing counts for its ancestors.
+//! nothing. A landing identical to an earlier one (the same tool and arguments: an `edit` re-sent
+//! that appends its block once more, a `sed -i` run again) changes nothing new: no progress
+//! either. A descendant session's landing counts for its ancestors.
 
 use super::region::{room, room_ring, Id};
 use crate::record::CallRef;
@@ -44,22 +46,24 @@ pub struct Landings {
     /// Effective landed edits: (signature, call index).
     edits: VecDeque<(EditSig, u64)>,
     undone: Vec<EditSig>,
+    /// The identities (`exact` keys) of the latest effective landings.
+    exacts: VecDeque<u64>,
     /// A descendant's latest landing: (its time, this session's call count then).
     pub descendant: Option<(i64, u64)>,
 }
 
 impl Landings {
-    /// Whether a call that says it landed really is progress; records it if so.
-    /// `at` is the call's (index, time, id); `cost` the session's cost total with it.
+    /// Whether a call that says it landed really is progress; records it if so. `exact` is the
+    /// call's identity, `at` its (index, time, id); `cost` the session's cost total with it.
     pub fn land(
         &mut self,
-        landed: bool,
+        exact: u64,
         edit: Option<EditSig>,
         at: (u64, i64, &str),
         cost: f64,
     ) -> bool {
         let (index, t, id) = at;
-        if !landed {
+        if self.exacts.contains(&exact) {
             return false;
         }
         if let Some(sig) = edit {
@@ -84,6 +88,11 @@ impl Landings {
             room_ring(&mut self.edits);
             self.edits.push_back((sig, index));
         }
+        if self.exacts.len() == LANDINGS {
+            self.exacts.pop_front();
+        }
+        room_ring(&mut self.exacts);
+        self.exacts.push_back(exact);
         if self.landings.len() == LANDINGS {
             self.landings.pop_front();
         }
