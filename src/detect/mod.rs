@@ -398,7 +398,7 @@ impl Detector {
         // lent to the call's features while the state changes, put back at the end
         let dir = st.dir.take();
         let obs = Obs::of(c, args, st.calls, dir.as_deref());
-        st.digest.push(&mut self.line, &obs, c.exit);
+        st.digest.push(&mut self.line, &obs);
         // progress
         let landed = c.landed && st.land(&obs);
         // window and signals
@@ -513,10 +513,10 @@ type DigestLine = region::Small<62>;
 
 impl Digest {
     /// `line` is the caller's buffer for the line, kept from call to call.
-    fn push(&mut self, line: &mut String, c: &Obs, exit: Option<i64>) {
+    fn push(&mut self, line: &mut String, c: &Obs) {
         line.clear();
         target::describe_into(line, c.tool, &c.args, c.dir);
-        if let Some(e) = exit {
+        if let Some(e) = c.exit {
             line.push_str(" [exit ");
             target::push_int(line, e);
             line.push(']');
@@ -832,9 +832,10 @@ mod tests {
                 read: None,
                 out: None,
                 failed: i == 3,
+                exit,
                 dir: None,
             };
-            d.push(&mut buf, &obs, exit);
+            d.push(&mut buf, &obs);
             let mut line = if i == 14 {
                 format!("bash {}...", &long[..112])
             } else {

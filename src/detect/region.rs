@@ -26,6 +26,8 @@ pub struct Obs<'a> {
     pub out: Option<u64>,
     /// The call failed (an error, or a non-zero exit).
     pub failed: bool,
+    /// A command's exit code, if known.
+    pub exit: Option<i64>,
     /// The session's directory, for describing targets relative to it.
     pub dir: Option<&'a str>,
 }
@@ -58,6 +60,7 @@ impl<'a> Obs<'a> {
             read,
             out: c.out.map(super::target::hash_str),
             failed: c.status == "error" || c.exit.is_some_and(|e| e != 0),
+            exit: c.exit,
             dir,
         }
     }

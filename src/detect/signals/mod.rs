@@ -313,6 +313,7 @@ pub mod testing {
                 read,
                 out: x.out,
                 failed: x.failed,
+                exit: None,
                 dir: None,
             };
             if self.region.len() == self.cfg.window() {

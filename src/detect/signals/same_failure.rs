@@ -1,6 +1,10 @@
-//! `same_failure`: one check fails with the same output `same_failure_min` times in a row,
-//! whatever landed between. Edits that land but do not move the outcome are not progress. Only
-//! known outputs count: a null output (unknown) never matches, and a pass ends the streak.
+//! `same_failure`: one check answers with the same output `same_failure_min` times in a row,
+//! whatever landed between. Edits that land but do not move the outcome are not progress. A
+//! check is a call that failed, or a command whose exit is unknown (runs recorded without exit
+//! codes: a compile failing the same way after every edit reads as one). A known pass is no
+//! check: a quiet test passing the same way after each real edit is how work goes. Only known
+//! outputs count: a null output (unknown) never matches, and a different outcome ends the
+//! streak.
 
 use super::{Case, Cx, Rule};
 use crate::detect::region::{room, Obs};
@@ -48,7 +52,8 @@ impl Rule for SameFailure {
 
     fn call(st: &mut State, c: &Obs, _cx: &Cx) {
         let at = st.checks.iter().position(|s| s.exact == c.exact);
-        let (true, Some(out)) = (c.failed, c.out) else {
+        let check = c.failed || (c.tool == "bash" && c.exit.is_none());
+        let (true, Some(out)) = (check, c.out) else {
             if let Some(i) = at {
                 st.checks.remove(i);
             }
