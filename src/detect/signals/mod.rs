@@ -265,6 +265,7 @@ pub mod testing {
         pub args: Value,
         pub out: Option<u64>,
         pub failed: bool,
+        pub exit: Option<i64>,
         pub lines: Option<u32>,
     }
 
@@ -274,6 +275,7 @@ pub mod testing {
             args,
             out: None,
             failed: false,
+            exit: None,
             lines: None,
         }
     }
@@ -313,7 +315,7 @@ pub mod testing {
                 read,
                 out: x.out,
                 failed: x.failed,
-                exit: None,
+                exit: x.exit,
                 dir: None,
             };
             if self.region.len() == self.cfg.window() {

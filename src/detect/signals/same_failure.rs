@@ -115,8 +115,29 @@ mod tests {
         C {
             out,
             failed,
+            exit: Some(failed as i64),
             ..c("bash", json!({"command": "python3 tools/check.py"}))
         }
+    }
+
+    #[test]
+    fn shape_3_a_compile_without_exit_codes_failing_alike_after_each_edit_fires() {
+        // a run recorded without exit codes: the same output after each landed edit
+        let mut b = Bench::<SameFailure>::default();
+        let compile = || C {
+            out: Some(7),
+            ..c("bash", json!({"command": "javac Repro.java"}))
+        };
+        for round in 1..=5 {
+            b.land().feed(compile());
+            assert_eq!(b.fires(), round == 5, "round {round}");
+        }
+        // a known pass, the same each time, is no check
+        let mut b = Bench::<SameFailure>::default();
+        for _ in 0..8 {
+            b.land().feed(check(Some(7), false));
+        }
+        assert!(!b.fires());
     }
 
     #[test]
