@@ -441,7 +441,8 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         }
         if args.check {
             if v.expect.is_some() {
-                labelled.push(v);
+                let from = d.labelled_start(&v.session);
+                labelled.push((v, from));
             }
         } else if args.flag_rate_max.is_some() {
             judged += 1;
@@ -495,8 +496,11 @@ fn got(v: &Verdict) -> &'static str {
 /// The backtest: one line per labelled session (a row with `--format csv`, the table with
 /// `--format table`), then the first flags' median position in their loops and the labels
 /// held (on stderr with csv, so that stdout stays one table).
-fn check(verdicts: &[Verdict], format: Format, out: &mut Out) -> Result<Exit> {
-    let labelled: Vec<&Verdict> = verdicts.iter().filter(|v| v.expect.is_some()).collect();
+/// `verdicts`: each labelled session's, with the call its labelled loop starts at, if the label
+/// says (`flag_after`); a first flag's position is counted from there, else from the loop's
+/// start as the evidence has it.
+fn check(verdicts: &[(Verdict, Option<u64>)], format: Format, out: &mut Out) -> Result<Exit> {
+    let labelled: Vec<&Verdict> = verdicts.iter().map(|(v, _)| v).collect();
     if format == Format::Table {
         let owned: Vec<Verdict> = labelled.iter().map(|v| (*v).clone()).collect();
         table(&owned, out)?;
@@ -506,9 +510,12 @@ fn check(verdicts: &[Verdict], format: Format, out: &mut Out) -> Result<Exit> {
     }
     let held = labelled.iter().filter(|v| v.ok == Some(true)).count();
     let mut positions = Vec::new();
-    for v in &labelled {
+    for (v, from) in verdicts {
         let good = v.ok == Some(true);
-        let points = loop_points(v);
+        let points = loop_points(v).map(|(start, first, pos)| match from {
+            Some(f) if *f <= first => (*f, first, first - f + 1),
+            _ => (start, first, pos),
+        });
         if let (Some((_, _, pos)), Some(Expect::Flag)) = (points, v.expect) {
             positions.push(pos);
         }

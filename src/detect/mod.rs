@@ -61,6 +61,8 @@ struct Meta {
     expect: Option<Expect>,
     flag_after: Option<i64>,
     flag_by: Option<i64>,
+    /// The first call at or after `flag_after`: where a labelled loop starts, in calls.
+    loop_from: Option<u64>,
 }
 
 fn boxed(s: Option<String>) -> Option<Box<str>> {
@@ -83,6 +85,7 @@ impl From<Session> for Meta {
             expect: s.expect,
             flag_after: s.flag_after,
             flag_by: s.flag_by,
+            loop_from: None,
         }
     }
 }
@@ -170,6 +173,15 @@ impl SessionState {
             if self.model.is_none() || self.model_h != h {
                 self.model = Some(m.into());
                 self.model_h = h;
+            }
+        }
+    }
+
+    /// Notes the call where a labelled loop starts (for the backtest's first-flag positions).
+    fn label(&mut self, t: i64) {
+        if let Some(m) = self.meta.as_mut() {
+            if m.loop_from.is_none() && m.flag_after.is_some_and(|a| a <= t) {
+                m.loop_from = Some(self.calls);
             }
         }
     }
@@ -368,6 +380,11 @@ impl Detector {
         }
     }
 
+    /// Where a session's labelled loop starts (its first call at or after `flag_after`).
+    pub fn labelled_start(&self, id: &str) -> Option<u64> {
+        self.get(id)?.meta.as_ref()?.loop_from
+    }
+
     /// The top of a session's parent chain, as far as it is known.
     pub fn root_of(&self, id: &str) -> String {
         let mut cur = id.to_string();
@@ -391,16 +408,22 @@ impl Detector {
             return false;
         }
         st.count(c);
+        st.label(c.t);
         // features: what the call works on, computed once for every signal
         let mut args = target::CallArgs::of_list(c.tool, c.args);
         let norm = self.commands.normalize(c.tool, &mut args);
         args.command = &norm;
         // lent to the call's features while the state changes, put back at the end
         let dir = st.dir.take();
-        let obs = Obs::of(c, args, st.calls, dir.as_deref());
+        let mut obs = Obs::of(c, args, st.calls, dir.as_deref());
         st.digest.push(&mut self.line, &obs);
         // progress
         let landed = c.landed && st.land(&obs);
+        if c.landed && !landed {
+            // a change that changed nothing new: what it answers (a file grown by one more copy
+            // of its block) moves with its own repeats, not with the work, so it is no outcome
+            obs.out = None;
+        }
         // window and signals
         let flagged = if landed {
             st.landed();

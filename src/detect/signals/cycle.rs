@@ -1,4 +1,4 @@
-//! `cycle`: a block of 2 to 8 different calls repeated back to back since the last landed change
+//! `cycle`: a block of 2 to 12 different calls repeated back to back since the last landed change
 //! (read, failing edit, test; read, grep, grep, read; ...), for `cycle_calls_min` calls and at
 //! least two full rounds. Nothing landed, so a round repeats the last one exactly: its calls can
 //! only give the same answers. Known outputs that differ from the round before are polling and
@@ -15,7 +15,7 @@ const CYCLE_CALLS_MIN: usize = key("cycle_calls_min");
 pub struct Cycle;
 
 /// The longest block looked for.
-pub const PERIOD_MAX: usize = 8;
+pub const PERIOD_MAX: usize = 12;
 
 #[derive(Default)]
 pub struct State {
@@ -53,10 +53,10 @@ impl Rule for Cycle {
     const KEYS: &'static [Key] = &[Key::count(
         "cycle_calls_min",
         6,
-        "Calls in a block of 2-8 calls repeated back to back that flag",
+        "Calls in a block of 2-12 calls repeated back to back that flag",
     )];
     const ABOUT: &'static str =
-        "a block of 2-8 calls repeated back to back, nothing landed, outputs unchanged";
+        "a block of 2-12 calls repeated back to back, nothing landed, outputs unchanged";
     type State = State;
 
     fn call(st: &mut State, c: &Obs, _cx: &Cx) {
