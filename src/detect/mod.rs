@@ -800,8 +800,8 @@ mod tests {
         let e = v.evidence.unwrap();
         assert_eq!(e.loop_start.unwrap().index, 46);
         assert_eq!(e.last_landed.unwrap().index, 44);
-        // two rounds of four: the 8th call of the loop
-        assert_eq!(v.first_flag.unwrap().index, 53);
+        // two rounds of four and one call more: the 9th call of the loop
+        assert_eq!(v.first_flag.unwrap().index, 54);
         assert_eq!(v.calls_since_landed, 13);
     }
 

@@ -26,7 +26,7 @@ fn backtest_every_label_holds() {
     let out = r.stdout();
     // per session: where its loop started and where it was first flagged
     assert!(
-        out.contains("ok   ses_dcf2addb3ffeWOz81LrTeUCnRB \"navbar worker: exports\": expect flag got flag: loop from call 42, first flag at call 49 (call 8 of the loop)\n"),
+        out.contains("ok   ses_dcf2addb3ffeWOz81LrTeUCnRB \"navbar worker: exports\": expect flag got flag: loop from call 42, first flag at call 50 (call 9 of the loop)\n"),
         "{out}"
     );
     assert!(
@@ -35,7 +35,7 @@ fn backtest_every_label_holds() {
     );
     assert!(
         out.ends_with(
-            "first flag over 14 loops: median call 6 of the loop (from 5 to 21)\nbacktest: 23/23 labels hold\n"
+            "first flag over 14 loops: median call 7 of the loop (from 5 to 21)\nbacktest: 23/23 labels hold\n"
         ),
         "{out}"
     );
@@ -85,7 +85,7 @@ fn verdicts_name_signals_targets_and_the_first_flag_point() {
     assert_eq!(nav["signals"]["slow_call"], "read src/navbar.js");
     assert_eq!(nav["landed_in_window"], false);
     assert_eq!(nav["calls_since_landed"], 70);
-    assert_eq!(nav["first_flag"]["index"], 6);
+    assert_eq!(nav["first_flag"]["index"], 7);
     assert_eq!(nav["evidence"]["loop_start"]["index"], 1);
     assert_eq!(nav["evidence"]["last_landed"], Value::Null);
     assert_eq!(nav["evidence"]["calls"].as_array().unwrap().len(), 12);
@@ -130,7 +130,7 @@ fn verdicts_name_signals_targets_and_the_first_flag_point() {
     assert_eq!(work["signals"]["cycle"], 4);
     assert_eq!(work["evidence"]["last_landed"]["index"], 41);
     assert_eq!(work["evidence"]["loop_start"]["index"], 42);
-    assert_eq!(work["first_flag"]["index"], 49);
+    assert_eq!(work["first_flag"]["index"], 50);
     // edits land, the check fails the same way: the 5th failure flags
     let same = verdict_titled(&vs, "check.py comment fixer");
     assert_eq!(same["reasons"], serde_json::json!(["same_failure"]));
@@ -520,8 +520,8 @@ fn check_and_flag_rate_max_honour_format_csv() {
             "flag",
             "ok",
             "1",
-            "6",
-            "6"
+            "7",
+            "7"
         ]
     );
     assert!(

@@ -4,7 +4,8 @@
 //! codes: a compile failing the same way after every edit reads as one). A known pass is no
 //! check: a quiet test passing the same way after each real edit is how work goes. Only known
 //! outputs count: a null output (unknown) never matches, and a different outcome ends the
-//! streak.
+//! streak. Different checks answered with one same failure count alike (58 malformed commands
+//! failing with one of two shell errors: only the outputs repeat), since the last landed change.
 
 use super::{Case, Cx, Rule};
 use crate::detect::region::{room, Obs};
@@ -31,11 +32,38 @@ pub struct Streak {
 
 #[derive(Default)]
 pub struct State {
+    /// By check (`exact`): its streak of one same output.
     checks: Vec<Streak>,
+    /// By output: the checks answered with it since the last landing (`exact` unused).
+    answers: Vec<Streak>,
 }
 
 fn longest(st: &State) -> Option<&Streak> {
-    st.checks.iter().max_by_key(|s| s.len)
+    st.checks.iter().chain(&st.answers).max_by_key(|s| s.len)
+}
+
+/// One more call of a streak.
+fn extend(s: &mut Streak, c: &Obs) {
+    s.len += 1;
+    if s.calls.len() == KEPT {
+        s.calls.remove(0);
+    }
+    s.calls.push(c.at());
+}
+
+/// A new streak of call `c` in `list`, the oldest forgotten when it holds [`CHECKS`].
+fn start(list: &mut Vec<Streak>, c: &Obs, out: u64) {
+    if list.len() == CHECKS {
+        list.remove(0);
+    }
+    room(list);
+    list.push(Streak {
+        exact: c.exact,
+        out,
+        calls: vec![c.at()],
+        len: 1,
+        described: c.describe(),
+    });
 }
 
 impl Rule for SameFailure {
@@ -57,37 +85,29 @@ impl Rule for SameFailure {
             if let Some(i) = at {
                 st.checks.remove(i);
             }
+            // an output that a pass gives is no failure's
+            st.answers.retain(|s| Some(s.out) != c.out);
             return;
         };
         match at {
-            Some(i) if st.checks[i].out == out => {
-                let s = &mut st.checks[i];
-                s.len += 1;
-                if s.calls.len() == KEPT {
-                    s.calls.remove(0);
-                }
-                s.calls.push(c.at());
-            }
+            Some(i) if st.checks[i].out == out => extend(&mut st.checks[i], c),
             _ => {
                 if let Some(i) = at {
                     st.checks.remove(i);
                 }
-                if st.checks.len() == CHECKS {
-                    st.checks.remove(0);
-                }
-                room(&mut st.checks);
-                st.checks.push(Streak {
-                    exact: c.exact,
-                    out,
-                    calls: vec![c.at()],
-                    len: 1,
-                    described: c.describe(),
-                });
+                start(&mut st.checks, c, out);
             }
         }
+        match st.answers.iter().position(|s| s.out == out) {
+            Some(i) => extend(&mut st.answers[i], c),
+            None => start(&mut st.answers, c, out),
+        }
     }
-    /// A landed change does not end a streak: only a different outcome does.
-    fn landed(_st: &mut State) {}
+    /// A landed change does not end a check's streak: only a different outcome does. Answers
+    /// from different checks are counted since the last landing.
+    fn landed(st: &mut State) {
+        st.answers.clear();
+    }
     fn fires(st: &State, cx: &Cx) -> bool {
         longest(st).is_some_and(|s| s.len >= cx.cfg.count(SAME_FAILURE_MIN) as u32)
     }
@@ -169,7 +189,25 @@ mod tests {
         assert!(!b.fires());
         let mut b = Bench::<SameFailure>::default();
         b.times(4, || check(Some(1), true)).feed(check(None, true));
-        b.feed(check(Some(1), true));
+        b.land().feed(check(Some(1), true));
+        assert!(!b.fires());
+    }
+
+    #[test]
+    fn shape_4_different_commands_failing_with_the_same_error_fire() {
+        let mut b = Bench::<SameFailure>::default();
+        for i in 0..5 {
+            b.feed(C {
+                out: Some(42),
+                failed: true,
+                exit: Some(2),
+                ..c("bash", json!({ "command": format!("DISCUSSION {i}") }))
+            });
+            assert_eq!(b.fires(), i == 4, "call {}", i + 1);
+        }
+        assert_eq!(b.reading().value, 5.0);
+        // a landing starts the count again
+        b.land();
         assert!(!b.fires());
     }
 }
