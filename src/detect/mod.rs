@@ -949,6 +949,52 @@ mod tests {
         assert_eq!(v.evidence.unwrap().last_landed.unwrap().index, 1);
     }
 
+    #[test]
+    fn shape_7_a_parent_re_spawning_the_same_subagent_is_a_run() {
+        // each child's answer names a new child session, so the answers differ
+        let mut f = Feed::new();
+        f.session("p", None, "build");
+        let task = json!({"subagent_type": "explore", "description": "find parse_amount", "prompt": "sha1:dd31"});
+        let text = task.to_string();
+        let a: target::ArgList = serde_json::from_str(&text).unwrap();
+        for i in 1..=5 {
+            let id = format!("prt_{i}");
+            let out = format!("sha1:child{i}");
+            f.d.call(&CallIn {
+                out: Some(&out),
+                ..f.call_in("p", &id, i * 1000, "task", &a)
+            });
+        }
+        let v = f.v("p");
+        assert_eq!(v.reasons, [Signal::Run]);
+        assert_eq!(v.first_flag.unwrap().index, 5);
+    }
+
+    #[test]
+    fn a_tree_walked_with_cd_is_not_one_call_again_and_again() {
+        let mut f = Feed::new();
+        f.session("s", None, "build");
+        for i in 0..17 {
+            let cmd = format!("cd pkg/d{i} && ls -a");
+            f.call("s", "bash", json!({ "command": cmd }), false, None);
+        }
+        let v = f.v("s");
+        assert!(v.first_flag.is_none(), "{:?}", v.reasons);
+        assert_eq!(v.signals.value(Signal::Top), 1.0);
+        // the same directory listed again and again is one call
+        for _ in 0..5 {
+            f.call(
+                "s",
+                "bash",
+                json!({"command": "cd pkg/d3 && ls -a"}),
+                false,
+                None,
+            );
+        }
+        let v = f.v("s");
+        assert_eq!(v.reasons, [Signal::Run]);
+    }
+
     proptest::proptest! {
         #[test]
         fn no_distinct_call_is_dropped(

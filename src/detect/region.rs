@@ -58,7 +58,12 @@ impl<'a> Obs<'a> {
             exact: keys.exact,
             target: keys.target,
             read,
-            out: c.out.map(super::target::hash_str),
+            // a subagent's answer names the child it spawned, new each time: what a `task`
+            // answers is no outcome to compare (the same task spawned again is a repeat)
+            out: c
+                .out
+                .filter(|_| c.tool != "task")
+                .map(super::target::hash_str),
             failed: c.status == "error" || c.exit.is_some_and(|e| e != 0),
             exit: c.exit,
             dir,

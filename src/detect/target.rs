@@ -626,13 +626,31 @@ impl Commands {
 
 /// A bash command (`raw`, whose hash is `raw_h`) worked out: its normal form, whether that is the
 /// command as written, the normal form's hash, and its target.
+///
+/// The directory a leading `cd` enters stays part of the identity and the target, though the
+/// normal form drops it: `cd pkg/io && ls -a` and `cd pkg/ui && ls -a` are two calls on two
+/// things (a tree walked), while `cd /repo && pytest` sent twice is one call twice.
 fn work_out(raw: &str, raw_h: u64) -> (std::borrow::Cow<'_, str>, bool, u64, u64) {
     let norm = normalized(raw);
     let plain = matches!(norm, std::borrow::Cow::Borrowed(_));
-    let h = if plain { raw_h } else { hash_str(&norm) };
+    let mut h = if plain { raw_h } else { hash_str(&norm) };
     let mut t = Fx::default();
     hash_command_target(&norm, &mut t);
+    if let Some(dir) = cd_dir(raw) {
+        let mut x = Fx(h);
+        x.write(dir.as_bytes());
+        h = x.finish();
+        t.write(dir.as_bytes());
+    }
     (norm, plain, h, t.finish())
+}
+
+/// The directory a command's leading `cd dir &&` (or `cd dir;`) enters.
+fn cd_dir(raw: &str) -> Option<&str> {
+    let rest = raw.trim_start().strip_prefix("cd ")?.trim_start();
+    let end = rest.find([' ', ';', '&']).unwrap_or(rest.len());
+    let after = rest[end..].trim_start();
+    (after.starts_with("&&") || after.starts_with(';')).then_some(&rest[..end])
 }
 
 /// Identity and target of a call whose `command` is normalised ([`Commands::normalize`]).
@@ -935,10 +953,15 @@ mod tests {
         }
         // three different commands, each remembered once
         assert_eq!(memo.0.len(), 3);
-        // "make test" as written and as normalised from the `cd` form are one command
+        // "make test" as written and as normalised from an assignment are one command; the
+        // directory a `cd` enters keeps its own
         assert_eq!(
             fresh("bash", "make test"),
-            fresh("bash", "cd /w && FOO=1 make  test")
+            fresh("bash", "FOO=1 make  test")
+        );
+        assert_ne!(
+            fresh("bash", "make test").1,
+            fresh("bash", "cd /w && FOO=1 make  test").1
         );
         // only bash commands are normalised
         let (norm, _, target) = fresh("task", "cd /w && ls");
@@ -1016,16 +1039,23 @@ mod tests {
 
     #[test]
     fn equal_commands_after_normalising_are_the_same_call() {
-        let a = keys(
-            "bash",
-            &args(json!({"command": "cd /p && cat docs/spec.md"})),
-        );
+        let a = keys("bash", &args(json!({"command": "LANG=C cat docs/spec.md"})));
         let b = keys(
             "bash",
             &args(json!({"command": "cat   docs/spec.md", "timeout": 5000})),
         );
         assert_eq!(a.exact, b.exact);
         assert_eq!(a.target, b.target);
+        // the package tree walk: `cd X && ls -a` over many X is many calls on many things
+        let walk = |d: &str| {
+            keys(
+                "bash",
+                &args(json!({ "command": format!("cd {d} && ls -a") })),
+            )
+        };
+        assert_ne!(walk("pkg/io").exact, walk("pkg/ui").exact);
+        assert_ne!(walk("pkg/io").target, walk("pkg/ui").target);
+        assert_eq!(walk("/p").exact, walk("/p").exact);
     }
 
     #[test]

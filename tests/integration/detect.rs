@@ -35,7 +35,7 @@ fn backtest_every_label_holds() {
     );
     assert!(
         out.ends_with(
-            "first flag over 14 loops: median call 7 of the loop (from 5 to 21)\nbacktest: 23/23 labels hold\n"
+            "first flag over 21 loops: median call 7 of the loop (from 3 to 21)\nbacktest: 35/35 labels hold\n"
         ),
         "{out}"
     );
@@ -68,7 +68,7 @@ fn backtest_fails_with_exit_1_naming_the_broken_label() {
         out.contains("\"item 5 worker\": expect flag got no_flag"),
         "{out}"
     );
-    assert!(out.ends_with("backtest: 22/23 labels hold\n"), "{out}");
+    assert!(out.ends_with("backtest: 32/35 labels hold\n"), "{out}");
 }
 
 #[test]
@@ -510,7 +510,7 @@ fn check_and_flag_rate_max_honour_format_csv() {
         vec!["session", "title", "expect", "got", "held", "loop", "first", "of_loop"]
     );
     let rows: Vec<csv::StringRecord> = rows.records().map(Result::unwrap).collect();
-    assert_eq!(rows.len(), 23);
+    assert_eq!(rows.len(), 35);
     assert_eq!(
         &rows[1],
         vec![
@@ -525,7 +525,7 @@ fn check_and_flag_rate_max_honour_format_csv() {
         ]
     );
     assert!(
-        r.stderr().ends_with("backtest: 23/23 labels hold\n"),
+        r.stderr().ends_with("backtest: 33/35 labels hold\n"),
         "{}",
         r.stderr()
     );
