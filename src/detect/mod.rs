@@ -157,7 +157,10 @@ struct SessionState {
 
 impl SessionState {
     fn cx<'a>(&'a self, cfg: &'a DetectorConfig) -> Cx<'a> {
-        Cx::new(&self.region, self.calls, self.read_only, cfg)
+        Cx {
+            rewriting: self.rewriting(),
+            ..Cx::new(&self.region, self.calls, self.read_only, cfg)
+        }
     }
 
     /// The session's running totals: calls, cost, the latest time and model.
@@ -201,7 +204,7 @@ impl SessionState {
     /// A call that did not land: into the window (the oldest call leaving a full one), then to
     /// every signal; returns whether any fires.
     fn judge(&mut self, c: &Obs, cfg: &DetectorConfig) -> bool {
-        let (calls, read_only) = (self.calls, self.read_only);
+        let (calls, read_only, rewriting) = (self.calls, self.read_only, self.rewriting());
         if self.region.len() >= cfg.window() {
             if let Some((exact, target, e)) = self.region.pop() {
                 let cx = Cx::new(&self.region, calls, read_only, cfg);
@@ -209,7 +212,10 @@ impl SessionState {
             }
         }
         self.region.push(c);
-        let cx = Cx::new(&self.region, calls, read_only, cfg);
+        let cx = Cx {
+            rewriting,
+            ..Cx::new(&self.region, calls, read_only, cfg)
+        };
         self.signals.call(c, &cx)
     }
 
@@ -232,6 +238,10 @@ impl SessionState {
             f.first_case = Some(case);
         }
         changed
+    }
+
+    fn rewriting(&self) -> bool {
+        self.progress.as_ref().is_some_and(|p| p.rewriting)
     }
 
     /// The loop ended: a change landed.
@@ -993,6 +1003,63 @@ mod tests {
         }
         let v = f.v("s");
         assert_eq!(v.reasons, [Signal::Run]);
+    }
+
+    #[test]
+    fn shape_2_edit_undo_rounds_with_shifting_ranges_are_churn() {
+        // delete a block, put it back, each round anchored elsewhere: every edit lands
+        let mut f = Feed::new();
+        f.session("s", None, "build");
+        for round in 0..8 {
+            let (a, b) = (format!("sha1:a{round}"), format!("sha1:b{round}"));
+            let del = json!({"filePath": "/r.py", "oldString": a, "newString": b});
+            let put = json!({"filePath": "/r.py", "oldString": b, "newString": a});
+            f.call("s", "edit", del, true, None);
+            f.call("s", "edit", put, true, None);
+        }
+        let v = f.v("s");
+        assert_eq!(v.reasons, [Signal::Top]);
+        // every edit that landed was undone: nothing stands
+        assert!(v.evidence.unwrap().last_landed.is_none());
+        // from the 2nd undo (call 4) on nothing resets the region: the 8th edit of /r.py in it
+        // (a short session working one target) flags
+        assert_eq!(v.first_flag.unwrap().index, 11);
+    }
+
+    #[test]
+    fn shape_3_rewriting_one_spot_with_the_same_pass_after_each_is_no_progress() {
+        let mut f = Feed::new();
+        f.session("s", None, "build");
+        let pass = |f: &mut Feed| {
+            let text = json!({"command": "python3 tools/summary.py"}).to_string();
+            let a: target::ArgList = serde_json::from_str(&text).unwrap();
+            f.n += 1;
+            let id = format!("prt_{}", f.n);
+            f.d.call(&CallIn {
+                exit: Some(0),
+                out: Some("sha1:same"),
+                ..f.call_in("s", &id, f.n * 1000, "bash", &a)
+            });
+        };
+        // each edit replaces what the one before wrote
+        for i in 0..7 {
+            let e = json!({"filePath": "/s.py", "oldString": format!("sha1:{i}"), "newString": format!("sha1:{}", i + 1)});
+            f.call("s", "edit", e, true, None);
+            pass(&mut f);
+        }
+        let v = f.v("s");
+        assert_eq!(v.reasons, [Signal::SameFailure]);
+        // the first rewrite is call 3: its pass (call 4) starts the streak, the 5th is call 12
+        assert_eq!(v.first_flag.unwrap().index, 12);
+        // edits on new ground each time, the same pass after each: work
+        let mut g = Feed::new();
+        g.session("s", None, "build");
+        for i in 0..7 {
+            let e = json!({"filePath": "/s.py", "oldString": format!("sha1:o{i}"), "newString": format!("sha1:n{i}")});
+            g.call("s", "edit", e, true, None);
+            pass(&mut g);
+        }
+        assert!(g.v("s").first_flag.is_none());
     }
 
     proptest::proptest! {

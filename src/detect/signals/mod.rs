@@ -31,6 +31,8 @@ pub struct Cx<'a> {
     pub calls: u64,
     /// An agent that never lands changes (explore, librarian, ...).
     pub read_only: bool,
+    /// The session's latest landed edit rewrote the text the edit before it had just written.
+    pub rewriting: bool,
     pub cfg: &'a DetectorConfig,
 }
 
@@ -40,6 +42,7 @@ impl<'a> Cx<'a> {
             region,
             calls,
             read_only,
+            rewriting: false,
             cfg,
         }
     }

@@ -2,7 +2,9 @@
 //! whatever landed between. Edits that land but do not move the outcome are not progress. A
 //! check is a call that failed, or a command whose exit is unknown (runs recorded without exit
 //! codes: a compile failing the same way after every edit reads as one). A known pass is no
-//! check: a quiet test passing the same way after each real edit is how work goes. Only known
+//! check (a quiet test passing the same way after each real edit is how work goes) unless the
+//! edits between rework one spot, each replacing the text the last one wrote: 20 rewrites of a
+//! comment, the same pass after each, change nothing the check can see. Only known
 //! outputs count: a null output (unknown) never matches, and a different outcome ends the
 //! streak. Different checks answered with one same failure count alike (58 malformed commands
 //! failing with one of two shell errors: only the outputs repeat), since the last landed change.
@@ -78,9 +80,9 @@ impl Rule for SameFailure {
     const WHAT: Option<&'static str> = Some("same_failure_call");
     type State = State;
 
-    fn call(st: &mut State, c: &Obs, _cx: &Cx) {
+    fn call(st: &mut State, c: &Obs, cx: &Cx) {
         let at = st.checks.iter().position(|s| s.exact == c.exact);
-        let check = c.failed || (c.tool == "bash" && c.exit.is_none());
+        let check = c.failed || (c.tool == "bash" && (c.exit.is_none() || cx.rewriting));
         let (true, Some(out)) = (check, c.out) else {
             if let Some(i) = at {
                 st.checks.remove(i);
