@@ -1049,8 +1049,8 @@ mod tests {
         }
         let v = f.v("s");
         assert_eq!(v.reasons, [Signal::SameFailure]);
-        // the first rewrite is call 3: its pass (call 4) starts the streak, the 5th is call 12
-        assert_eq!(v.first_flag.unwrap().index, 12);
+        // the first rewrite is call 3: its pass (call 4) starts the streak, the 4th is call 10
+        assert_eq!(v.first_flag.unwrap().index, 10);
         // edits on new ground each time, the same pass after each: work
         let mut g = Feed::new();
         g.session("s", None, "build");

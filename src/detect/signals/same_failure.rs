@@ -72,7 +72,7 @@ impl Rule for SameFailure {
     const NAME: Signal = Signal::SameFailure;
     const KEYS: &'static [Key] = &[Key::count(
         "same_failure_min",
-        5,
+        4,
         "Times in a row one check fails with the same output that flag",
     )];
     const ABOUT: &'static str =
@@ -150,9 +150,9 @@ mod tests {
             out: Some(7),
             ..c("bash", json!({"command": "javac Repro.java"}))
         };
-        for round in 1..=5 {
+        for round in 1..=4 {
             b.land().feed(compile());
-            assert_eq!(b.fires(), round == 5, "round {round}");
+            assert_eq!(b.fires(), round == 4, "round {round}");
         }
         // a known pass, the same each time, is no check
         let mut b = Bench::<SameFailure>::default();
@@ -163,18 +163,18 @@ mod tests {
     }
 
     #[test]
-    fn five_identical_failures_with_landed_edits_between_fire() {
+    fn four_identical_failures_with_landed_edits_between_fire() {
         let mut b = Bench::<SameFailure>::default();
-        for round in 1..=5 {
+        for round in 1..=4 {
             b.land();
             b.feed(check(Some(9), true));
-            assert_eq!(b.fires(), round == 5, "round {round}");
+            assert_eq!(b.fires(), round == 4, "round {round}");
         }
         assert_eq!(
             b.reading().what.as_deref(),
             Some("bash python3 tools/check.py")
         );
-        assert_eq!(b.case().calls.len(), 5);
+        assert_eq!(b.case().calls.len(), 4);
     }
 
     #[test]
@@ -185,12 +185,12 @@ mod tests {
         }
         assert!(!b.fires());
         let mut b = Bench::<SameFailure>::default();
-        b.times(4, || check(Some(1), true))
+        b.times(3, || check(Some(1), true))
             .feed(check(Some(1), false));
-        b.times(4, || check(Some(1), true));
+        b.times(3, || check(Some(1), true));
         assert!(!b.fires());
         let mut b = Bench::<SameFailure>::default();
-        b.times(4, || check(Some(1), true)).feed(check(None, true));
+        b.times(3, || check(Some(1), true)).feed(check(None, true));
         b.land().feed(check(Some(1), true));
         assert!(!b.fires());
     }
@@ -198,16 +198,16 @@ mod tests {
     #[test]
     fn shape_4_different_commands_failing_with_the_same_error_fire() {
         let mut b = Bench::<SameFailure>::default();
-        for i in 0..5 {
+        for i in 0..4 {
             b.feed(C {
                 out: Some(42),
                 failed: true,
                 exit: Some(2),
                 ..c("bash", json!({ "command": format!("DISCUSSION {i}") }))
             });
-            assert_eq!(b.fires(), i == 4, "call {}", i + 1);
+            assert_eq!(b.fires(), i == 3, "call {}", i + 1);
         }
-        assert_eq!(b.reading().value, 5.0);
+        assert_eq!(b.reading().value, 4.0);
         // a landing starts the count again
         b.land();
         assert!(!b.fires());
