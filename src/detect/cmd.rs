@@ -98,15 +98,12 @@ pub struct Line<'a> {
     out: Option<Cow<'a, str>>,
 }
 
-/// Lines parsed at once and handed to the judge together. Measured before the read-ahead
-/// ([`WARM`]), progress-detect on the bench's 1,000,000-call corpus, best wall time of 5: 1.80 s
-/// with 256, 1.90 s with 32, 2.06 s with 1,024 (and a queue of 2).
+/// Lines parsed at once and handed to the judge together: the parser's code and the judge's each
+/// stay in the instruction cache for a batch (of 32, 256 and 1,024, 256 ran fastest).
 const BATCH: usize = 256;
 /// Parsed batches waiting for the judge, at most (memory stays a few batches whatever the
 /// input's length).
 const DEPTH: usize = 4;
-/// Calls whose sessions' states are read ahead at once ([`Detector::warm`]).
-const WARM: usize = 32;
 
 /// Lines read and not yet judged: the input's name, their text one after another, and (line
 /// number, span, and for a line that is not UTF-8 the column of its first invalid byte, else
@@ -185,6 +182,19 @@ impl clap::FromArgMatches for KeyFlags {
     }
 }
 
+/// A session's liveness evidence, from its record (parsed once: the evidence's fields other than
+/// `status` are among its pass-through ones).
+fn evidence_of(s: &Session) -> Option<Evidence> {
+    let field = |k: &str| s.extra.get(k).cloned().unwrap_or(serde_json::Value::Null);
+    serde_json::from_value(serde_json::json!({
+        "status": s.status,
+        "retry": field("retry"),
+        "pending": field("pending"),
+        "todos_open": field("todos_open"),
+    }))
+    .ok()
+}
+
 /// The config's thresholds, then the named flags, then `--set`.
 fn detector_config(a: &Args, base: DetectorConfig) -> Result<DetectorConfig> {
     let mut c = base;
@@ -245,7 +255,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         match parsed.kind.as_deref() {
             Some("session") => match serde_json::from_str::<Session>(line) {
                 Ok(s) => {
-                    let ev = serde_json::from_str::<Evidence>(line).ok();
+                    let ev = evidence_of(&s);
                     let i = d.session(s);
                     if evidence.len() <= i {
                         evidence.resize_with(i + 1, || None);
@@ -334,15 +344,8 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         let judge = s.spawn(move || -> Result<()> {
             for p in batches {
                 p.with_dependent(|b, parsed| -> Result<()> {
-                    for (lines, parsed) in b.lines.chunks(WARM).zip(parsed.chunks(WARM)) {
-                        d.warm(
-                            parsed
-                                .iter()
-                                .filter_map(|l| l.as_ref().ok()?.session.as_deref()),
-                        );
-                        for ((n, r, _), l) in lines.iter().zip(parsed) {
-                            handle(d, &b.name, *n, &b.text[r.clone()], l)?;
-                        }
+                    for ((n, r, _), l) in b.lines.iter().zip(parsed) {
+                        handle(d, &b.name, *n, &b.text[r.clone()], l)?;
                     }
                     Ok(())
                 })?;
@@ -438,7 +441,8 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         }
         if args.check {
             if v.expect.is_some() {
-                labelled.push(v);
+                let from = d.labelled_start(&v.session);
+                labelled.push((v, from));
             }
         } else if args.flag_rate_max.is_some() {
             judged += 1;
@@ -457,7 +461,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         return check(&labelled, args.format, out);
     }
     if let Some(max) = args.flag_rate_max {
-        return flag_rate(&flagged, judged, max, out);
+        return flag_rate(&flagged, judged, max, args.format, out);
     }
     if args.format == Format::Table {
         crate::cli::write_table(out, &HEAD, &rows)?;
@@ -479,37 +483,76 @@ fn loop_points(v: &Verdict) -> Option<(u64, u64, u64)> {
     Some((start, f.index, f.index - start + 1))
 }
 
-fn check(verdicts: &[Verdict], format: Format, out: &mut Out) -> Result<Exit> {
-    let labelled: Vec<&Verdict> = verdicts.iter().filter(|v| v.expect.is_some()).collect();
+/// What `--check` says of one labelled session: whether its label held and what it got.
+fn got(v: &Verdict) -> &'static str {
+    // a session that flagged and then cleared did flag: say so
+    match (v.flagged, &v.first_flag) {
+        (true, _) => "flag",
+        (false, Some(_)) => "flag, then cleared",
+        (false, None) => "no_flag",
+    }
+}
+
+/// The backtest: one line per labelled session (a row with `--format csv`, the table with
+/// `--format table`), then the first flags' median position in their loops and the labels
+/// held (on stderr with csv, so that stdout stays one table).
+/// `verdicts`: each labelled session's, with the call its labelled loop starts at, if the label
+/// says (`flag_after`); a first flag's position is counted from there, else from the loop's
+/// start as the evidence has it.
+fn check(verdicts: &[(Verdict, Option<u64>)], format: Format, out: &mut Out) -> Result<Exit> {
+    let labelled: Vec<&Verdict> = verdicts.iter().map(|(v, _)| v).collect();
     if format == Format::Table {
         let owned: Vec<Verdict> = labelled.iter().map(|v| (*v).clone()).collect();
         table(&owned, out)?;
     }
+    if format == Format::Csv {
+        csv_row(&CHECK_HEAD, out)?;
+    }
     let held = labelled.iter().filter(|v| v.ok == Some(true)).count();
     let mut positions = Vec::new();
-    for v in &labelled {
+    for (v, from) in verdicts {
         let good = v.ok == Some(true);
-        let got = if v.flagged { "flag" } else { "no_flag" };
-        let when = match loop_points(v) {
-            Some((start, first, pos)) => {
-                if v.expect == Some(Expect::Flag) {
-                    positions.push(pos);
-                }
-                format!(
-                    ": loop from call {start}, first flag at call {first} (call {pos} of the loop)"
-                )
-            }
+        let points = loop_points(v).map(|(start, first, pos)| match from {
+            Some(f) if *f <= first => (*f, first, first - f + 1),
+            _ => (start, first, pos),
+        });
+        if let (Some((_, _, pos)), Some(Expect::Flag)) = (points, v.expect) {
+            positions.push(pos);
+        }
+        let expect = v.expect.map_or("", |e| e.as_str());
+        if format == Format::Csv {
+            let n = |i: Option<u64>| i.map(|i| i.to_string()).unwrap_or_default();
+            csv_row(
+                &[
+                    v.session.clone(),
+                    v.title.clone().unwrap_or_default(),
+                    expect.to_string(),
+                    got(v).to_string(),
+                    if good { "ok" } else { "FAIL" }.to_string(),
+                    n(points.map(|p| p.0)),
+                    n(points.map(|p| p.1)),
+                    n(points.map(|p| p.2)),
+                ],
+                out,
+            )?;
+            continue;
+        }
+        let when = match points {
+            Some((start, first, pos)) => format!(
+                ": loop from call {start}, first flag at call {first} (call {pos} of the loop)"
+            ),
             None => String::new(),
         };
         writeln!(
             out,
-            "{} {} {:?}: expect {} got {got}{when}",
+            "{} {} {:?}: expect {expect} got {}{when}",
             if good { "ok  " } else { "FAIL" },
             v.session,
             v.title.as_deref().unwrap_or(""),
-            v.expect.map_or("", |e| e.as_str()),
+            got(v),
         )?;
     }
+    let mut summary = String::new();
     positions.sort_unstable();
     if !positions.is_empty() {
         let n = positions.len();
@@ -518,14 +561,18 @@ fn check(verdicts: &[Verdict], format: Format, out: &mut Out) -> Result<Exit> {
         } else {
             (positions[n / 2 - 1] + positions[n / 2]) as f64 / 2.0
         };
-        writeln!(
-            out,
-            "first flag over {n} loops: median call {median} of the loop (from {} to {})",
+        summary += &format!(
+            "first flag over {n} loops: median call {median} of the loop (from {} to {})\n",
             positions[0],
             positions[n - 1]
-        )?;
+        );
     }
-    writeln!(out, "backtest: {held}/{} labels hold", labelled.len())?;
+    summary += &format!("backtest: {held}/{} labels hold\n", labelled.len());
+    if format == Format::Csv {
+        eprint!("{summary}");
+    } else {
+        write!(out, "{summary}")?;
+    }
     Ok(if held == labelled.len() {
         Exit::Ok
     } else {
@@ -533,32 +580,66 @@ fn check(verdicts: &[Verdict], format: Format, out: &mut Out) -> Result<Exit> {
     })
 }
 
-/// `flagged`: the verdicts of the `judged` sessions that were ever flagged.
-fn flag_rate(flagged: &[Verdict], judged: usize, max: f64, out: &mut Out) -> Result<Exit> {
+const CHECK_HEAD: [&str; 8] = [
+    "session", "title", "expect", "got", "held", "loop", "first", "of_loop",
+];
+
+/// `flagged`: the verdicts of the `judged` sessions that were ever flagged. One line each (a
+/// row with `--format csv`), then the share flagged (on stderr with csv).
+fn flag_rate(
+    flagged: &[Verdict],
+    judged: usize,
+    max: f64,
+    format: Format,
+    out: &mut Out,
+) -> Result<Exit> {
+    if format == Format::Csv {
+        csv_row(&RATE_HEAD, out)?;
+    }
     for v in flagged {
         let reasons: Vec<&str> = v.reasons.iter().map(|r| r.name()).collect();
+        let reasons = if reasons.is_empty() {
+            "no longer flagged".to_string()
+        } else {
+            reasons.join(",")
+        };
         let (start, first, _) = loop_points(v).unwrap_or_default();
+        if format == Format::Csv {
+            csv_row(
+                &[
+                    v.session.clone(),
+                    v.title.clone().unwrap_or_default(),
+                    reasons,
+                    start.to_string(),
+                    first.to_string(),
+                    v.calls.to_string(),
+                ],
+                out,
+            )?;
+            continue;
+        }
         writeln!(
             out,
-            "flagged {} {:?}: {} (loop from call {start}, first flag at call {first} of {})",
+            "flagged {} {:?}: {reasons} (loop from call {start}, first flag at call {first} of {})",
             v.session,
             v.title.as_deref().unwrap_or(""),
-            if reasons.is_empty() {
-                "no longer flagged".to_string()
-            } else {
-                reasons.join(",")
-            },
             v.calls
         )?;
     }
     let rate = 100.0 * flagged.len() as f64 / judged.max(1) as f64;
-    writeln!(
-        out,
-        "productive runs: {}/{judged} flagged ({rate:.1}%), at most {max}% allowed",
+    let summary = format!(
+        "productive runs: {}/{judged} flagged ({rate:.1}%), at most {max}% allowed\n",
         flagged.len(),
-    )?;
+    );
+    if format == Format::Csv {
+        eprint!("{summary}");
+    } else {
+        write!(out, "{summary}")?;
+    }
     Ok(if rate > max { Exit::Check } else { Exit::Ok })
 }
+
+const RATE_HEAD: [&str; 6] = ["session", "title", "reasons", "loop", "first", "calls"];
 
 fn row(v: &Verdict) -> Vec<String> {
     vec![

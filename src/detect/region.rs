@@ -15,7 +15,7 @@ pub struct Obs<'a> {
     pub t: i64,
     pub id: &'a str,
     pub tool: &'a str,
-    pub args: super::target::Args<'a>,
+    pub args: super::target::CallArgs<'a>,
     /// Tool and canonical arguments.
     pub exact: u64,
     /// What the call works on.
@@ -26,11 +26,50 @@ pub struct Obs<'a> {
     pub out: Option<u64>,
     /// The call failed (an error, or a non-zero exit).
     pub failed: bool,
+    /// A command's exit code, if known.
+    pub exit: Option<i64>,
     /// The session's directory, for describing targets relative to it.
     pub dir: Option<&'a str>,
 }
 
-impl Obs<'_> {
+impl<'a> Obs<'a> {
+    /// Call number `index` of its session (whose directory is `dir`), with its features.
+    pub fn of(
+        c: &super::CallIn<'a>,
+        args: super::target::CallArgs<'a>,
+        index: u64,
+        dir: Option<&'a str>,
+    ) -> Obs<'a> {
+        let keys = super::target::keys_of(c.tool, &args);
+        let read = match (c.tool, c.file_lines) {
+            ("read", Some(n)) if n > 0 => Some(Read {
+                file: args.file_h,
+                lines: super::target::lines_of(&args, n).min(u32::MAX as i64) as u32,
+                total: n.min(u32::MAX as i64) as u32,
+            }),
+            _ => None,
+        };
+        Obs {
+            index,
+            t: c.t,
+            id: c.id,
+            tool: c.tool,
+            args,
+            exact: keys.exact,
+            target: keys.target,
+            read,
+            // a subagent's answer names the child it spawned, new each time: what a `task`
+            // answers is no outcome to compare (the same task spawned again is a repeat)
+            out: c
+                .out
+                .filter(|_| c.tool != "task")
+                .map(super::target::hash_str),
+            failed: c.status == "error" || c.exit.is_some_and(|e| e != 0),
+            exit: c.exit,
+            dir,
+        }
+    }
+
     pub fn describe(&self) -> Box<str> {
         let mut s = String::new();
         super::target::describe_into(&mut s, self.tool, &self.args, self.dir);
@@ -131,6 +170,9 @@ pub struct Entry {
     pub t: i64,
     pub id: Id,
     pub read: Option<Read>,
+    /// The call's output hash: signals compare outcomes across the region.
+    pub out: Option<u64>,
+    pub failed: bool,
 }
 
 impl Entry {
@@ -176,6 +218,8 @@ impl Region {
             t: c.t,
             id: Id::new(c.id),
             read: c.read,
+            out: c.out,
+            failed: c.failed,
         });
         if self.last_target == Some(c.target) {
             self.target_n += 1;

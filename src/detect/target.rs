@@ -47,8 +47,11 @@ impl Hasher for Fx {
         if !rest.is_empty() {
             let mut b = [0u8; 8];
             b[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(b) ^ (rest.len() as u64) << 59);
+            self.add(u64::from_le_bytes(b));
         }
+        // the length on its own: folded into the last word's top bits, it read as a byte, and
+        // `ses_a_1` (7 bytes and a length of 7, 0x38 = '8') hashed as `ses_a_18`
+        self.add(bytes.len() as u64);
     }
     fn write_u8(&mut self, i: u8) {
         self.add(i as u64);
@@ -300,7 +303,7 @@ fn command_target(cmd: &str, ascii: bool, h: &mut Fx) {
 /// the line unless they hold escapes, and no map built. serde_json's `Map` cost every call a
 /// tree node, a copy of each name and string, and their frees: about a tenth of reading a line
 /// (callgrind, the bench corpus). In name order, a repeated name's last value kept, as the map
-/// has them, so [`Args::of_list`] reads exactly what [`Args::of`] reads.
+/// has them, so [`CallArgs::of_list`] reads exactly what [`CallArgs::of`] reads.
 #[derive(Default)]
 pub struct ArgList<'a>(Vec<(Cow<'a, str>, Arg<'a>)>);
 
@@ -426,7 +429,7 @@ pub struct Keys {
 /// for each use was a measured share of the detector's time), each string hashed once there
 /// for every use after. A string argument that is absent or not a string reads as "".
 #[derive(Clone, Copy)]
-pub struct Args<'a> {
+pub struct CallArgs<'a> {
     pub file_path: Option<&'a str>,
     pub offset: Option<&'a Value>,
     pub limit: Option<&'a Value>,
@@ -451,7 +454,7 @@ pub struct Args<'a> {
     pub command_target: u64,
 }
 
-/// The arguments [`Args`] picks, by the code that stands for their name in [`Args::hash`].
+/// The arguments [`CallArgs`] picks, by the code that stands for their name in [`CallArgs::hash`].
 const FILE_PATH: u64 = 1;
 const OFFSET: u64 = 2;
 const LIMIT: u64 = 3;
@@ -463,17 +466,17 @@ const OLD_STRING: u64 = 8;
 const NEW_STRING: u64 = 9;
 const TIMEOUT: u64 = 10;
 
-impl<'a> Args<'a> {
+impl<'a> CallArgs<'a> {
     /// The arguments of a call's map (as tests and reports hold them).
-    pub fn of(tool: &str, map: &'a Map<String, Value>) -> Args<'a> {
-        Args::pick(
+    pub fn of(tool: &str, map: &'a Map<String, Value>) -> CallArgs<'a> {
+        CallArgs::pick(
             tool,
             map.iter().map(|(k, v)| (k.as_str(), v.as_str(), Some(v))),
         )
     }
     /// The arguments as progress-detect reads them ([`ArgList`]).
-    pub fn of_list(tool: &str, list: &'a ArgList<'a>) -> Args<'a> {
-        Args::pick(
+    pub fn of_list(tool: &str, list: &'a ArgList<'a>) -> CallArgs<'a> {
+        CallArgs::pick(
             tool,
             list.0.iter().map(|(k, v)| match v {
                 Arg::Str(t) => (k.as_ref(), Some(t.as_ref()), None),
@@ -486,10 +489,10 @@ impl<'a> Args<'a> {
     fn pick(
         tool: &str,
         args: impl Iterator<Item = (&'a str, Option<&'a str>, Option<&'a Value>)>,
-    ) -> Args<'a> {
+    ) -> CallArgs<'a> {
         let bash = tool == "bash";
         let mut h = Fx::default();
-        let mut a = Args {
+        let mut a = CallArgs {
             file_path: None,
             offset: None,
             limit: None,
@@ -571,7 +574,7 @@ impl<'a> Args<'a> {
 
 /// [`keys_of`] for a map.
 pub fn keys(tool: &str, args: &Map<String, Value>) -> Keys {
-    let mut a = Args::of(tool, args);
+    let mut a = CallArgs::of(tool, args);
     let norm = match tool {
         "bash" => {
             let (norm, _, h, t) = work_out(a.command, a.command_h);
@@ -598,7 +601,7 @@ impl Commands {
 
     /// A bash call's command, normalised ([`normalized`]), with `command_h` and
     /// `command_target` set for it; any other call's command as it is.
-    pub fn normalize<'a>(&mut self, tool: &str, a: &mut Args<'a>) -> std::borrow::Cow<'a, str> {
+    pub fn normalize<'a>(&mut self, tool: &str, a: &mut CallArgs<'a>) -> std::borrow::Cow<'a, str> {
         use std::borrow::Cow;
         let raw = a.command;
         if tool != "bash" {
@@ -623,17 +626,35 @@ impl Commands {
 
 /// A bash command (`raw`, whose hash is `raw_h`) worked out: its normal form, whether that is the
 /// command as written, the normal form's hash, and its target.
+///
+/// The directory a leading `cd` enters stays part of the identity and the target, though the
+/// normal form drops it: `cd pkg/io && ls -a` and `cd pkg/ui && ls -a` are two calls on two
+/// things (a tree walked), while `cd /repo && pytest` sent twice is one call twice.
 fn work_out(raw: &str, raw_h: u64) -> (std::borrow::Cow<'_, str>, bool, u64, u64) {
     let norm = normalized(raw);
     let plain = matches!(norm, std::borrow::Cow::Borrowed(_));
-    let h = if plain { raw_h } else { hash_str(&norm) };
+    let mut h = if plain { raw_h } else { hash_str(&norm) };
     let mut t = Fx::default();
     hash_command_target(&norm, &mut t);
+    if let Some(dir) = cd_dir(raw) {
+        let mut x = Fx(h);
+        x.write(dir.as_bytes());
+        h = x.finish();
+        t.write(dir.as_bytes());
+    }
     (norm, plain, h, t.finish())
 }
 
+/// The directory a command's leading `cd dir &&` (or `cd dir;`) enters.
+fn cd_dir(raw: &str) -> Option<&str> {
+    let rest = raw.trim_start().strip_prefix("cd ")?.trim_start();
+    let end = rest.find([' ', ';', '&']).unwrap_or(rest.len());
+    let after = rest[end..].trim_start();
+    (after.starts_with("&&") || after.starts_with(';')).then_some(&rest[..end])
+}
+
 /// Identity and target of a call whose `command` is normalised ([`Commands::normalize`]).
-pub fn keys_of(tool: &str, a: &Args) -> Keys {
+pub fn keys_of(tool: &str, a: &CallArgs) -> Keys {
     let mut exact = Fx::default();
     tool.hash(&mut exact);
     let mut target = Fx::default();
@@ -671,7 +692,7 @@ pub fn keys_of(tool: &str, a: &Args) -> Keys {
 /// relative to the session's directory when under it.
 pub fn describe(tool: &str, args: &Map<String, Value>, dir: Option<&str>) -> String {
     let mut s = String::new();
-    let mut a = Args::of(tool, args);
+    let mut a = CallArgs::of(tool, args);
     let norm = normalized(a.command);
     a.command = &norm;
     describe_into(&mut s, tool, &a, dir);
@@ -712,7 +733,7 @@ pub fn push_int(out: &mut String, i: i64) {
 
 /// [`describe`], appended to `out` (the detector describes every call for its digest, into a
 /// buffer it reuses), of a call whose `command` is normalised ([`normalized`]).
-pub fn describe_into(out: &mut String, tool: &str, args: &Args, dir: Option<&str>) {
+pub fn describe_into(out: &mut String, tool: &str, args: &CallArgs, dir: Option<&str>) {
     let start = out.len();
     let rel = RelTo(dir);
     match tool {
@@ -781,11 +802,11 @@ impl RelTo<'_> {
 /// Lines a read requests from its file: from `offset` (1-based) for `limit` lines (opencode's
 /// default is 2000), not counting lines past the end of the file.
 pub fn lines_requested(args: &Map<String, Value>, file_lines: i64) -> i64 {
-    lines_of(&Args::of("read", args), file_lines)
+    lines_of(&CallArgs::of("read", args), file_lines)
 }
 
 /// [`lines_requested`] of picked-out arguments.
-pub fn lines_of(a: &Args, file_lines: i64) -> i64 {
+pub fn lines_of(a: &CallArgs, file_lines: i64) -> i64 {
     let offset = a.offset.and_then(Value::as_i64).unwrap_or(1).max(1);
     let limit = a.limit.and_then(Value::as_i64).unwrap_or(2000).max(0);
     let last = (offset + limit - 1).min(file_lines);
@@ -808,8 +829,8 @@ mod tests {
         v.as_object().unwrap().clone()
     }
 
-    /// Everything [`Args`] holds, as text, to compare two readings of one call.
-    fn fields(a: &Args) -> String {
+    /// Everything [`CallArgs`] holds, as text, to compare two readings of one call.
+    fn fields(a: &CallArgs) -> String {
         format!(
             "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {} {} {} {} {} {} {} {}",
             a.file_path,
@@ -850,10 +871,10 @@ mod tests {
             let list: ArgList = serde_json::from_str(line).unwrap();
             let map: Map<String, Value> = serde_json::from_str(line).unwrap();
             for tool in ["read", "bash", "grep", "edit", "task"] {
-                let (a, b) = (Args::of_list(tool, &list), Args::of(tool, &map));
+                let (a, b) = (CallArgs::of_list(tool, &list), CallArgs::of(tool, &map));
                 assert_eq!(fields(&a), fields(&b), "{tool} {line}");
             }
-            hashes.push(Args::of_list("read", &list).hash);
+            hashes.push(CallArgs::of_list("read", &list).hash);
         }
         // the same arguments in another order are the same call; others are not
         assert_eq!(hashes[0], hashes[1]);
@@ -911,7 +932,7 @@ mod tests {
     fn a_remembered_command_reads_as_one_worked_out_afresh() {
         let fresh = |tool: &str, cmd: &str| {
             let map = args(json!({ "command": cmd, "timeout": 5 }));
-            let mut a = Args::of(tool, &map);
+            let mut a = CallArgs::of(tool, &map);
             let norm = Commands::default().normalize(tool, &mut a).into_owned();
             (norm, a.command_h, a.command_target)
         };
@@ -925,17 +946,22 @@ mod tests {
         ];
         for cmd in cmds {
             let map = args(json!({ "command": cmd, "timeout": 5 }));
-            let mut a = Args::of("bash", &map);
+            let mut a = CallArgs::of("bash", &map);
             let norm = memo.normalize("bash", &mut a).into_owned();
             assert_eq!(norm, normalize_command(cmd), "{cmd:?}");
             assert_eq!((norm, a.command_h, a.command_target), fresh("bash", cmd));
         }
         // three different commands, each remembered once
         assert_eq!(memo.0.len(), 3);
-        // "make test" as written and as normalised from the `cd` form are one command
+        // "make test" as written and as normalised from an assignment are one command; the
+        // directory a `cd` enters keeps its own
         assert_eq!(
             fresh("bash", "make test"),
-            fresh("bash", "cd /w && FOO=1 make  test")
+            fresh("bash", "FOO=1 make  test")
+        );
+        assert_ne!(
+            fresh("bash", "make test").1,
+            fresh("bash", "cd /w && FOO=1 make  test").1
         );
         // only bash commands are normalised
         let (norm, _, target) = fresh("task", "cd /w && ls");
@@ -943,12 +969,12 @@ mod tests {
         // a full memo starts again and still answers
         for i in 0..=Commands::MAX {
             let map = args(json!({ "command": format!("head -{i} a.txt") }));
-            memo.normalize("bash", &mut Args::of("bash", &map));
+            memo.normalize("bash", &mut CallArgs::of("bash", &map));
         }
         // 3 + 4,097 commands: full at 4,096, started again, 4 since
         assert_eq!(memo.0.len(), 4);
         let map = args(json!({ "command": "sed -n 1,40p src/a.rs" }));
-        let mut a = Args::of("bash", &map);
+        let mut a = CallArgs::of("bash", &map);
         memo.normalize("bash", &mut a);
         assert_eq!(a.command_target, fresh("bash", "sed -n 1,40p src/a.rs").2);
     }
@@ -1013,16 +1039,23 @@ mod tests {
 
     #[test]
     fn equal_commands_after_normalising_are_the_same_call() {
-        let a = keys(
-            "bash",
-            &args(json!({"command": "cd /p && cat docs/spec.md"})),
-        );
+        let a = keys("bash", &args(json!({"command": "LANG=C cat docs/spec.md"})));
         let b = keys(
             "bash",
             &args(json!({"command": "cat   docs/spec.md", "timeout": 5000})),
         );
         assert_eq!(a.exact, b.exact);
         assert_eq!(a.target, b.target);
+        // the package tree walk: `cd X && ls -a` over many X is many calls on many things
+        let walk = |d: &str| {
+            keys(
+                "bash",
+                &args(json!({ "command": format!("cd {d} && ls -a") })),
+            )
+        };
+        assert_ne!(walk("pkg/io").exact, walk("pkg/ui").exact);
+        assert_ne!(walk("pkg/io").target, walk("pkg/ui").target);
+        assert_eq!(walk("/p").exact, walk("/p").exact);
     }
 
     #[test]
@@ -1083,7 +1116,7 @@ mod tests {
         describe_into(
             &mut buf,
             "grep",
-            &Args::of("grep", &args(json!({"pattern": "a", "path": "/w/s"}))),
+            &CallArgs::of("grep", &args(json!({"pattern": "a", "path": "/w/s"}))),
             Some("/w"),
         );
         assert_eq!(buf, "kept|grep a in s");

@@ -16,7 +16,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// What a threshold's value may be.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Kind {
+pub enum ValueKind {
     /// A whole number in `[min, max]`.
     Count,
     /// A share in `[0, 1]`.
@@ -32,7 +32,7 @@ pub struct Key {
     pub default: f64,
     pub min: f64,
     pub max: f64,
-    pub kind: Kind,
+    pub kind: ValueKind,
     /// One line for `--help`, the man page and the docs.
     pub about: &'static str,
 }
@@ -45,7 +45,7 @@ impl Key {
             default: default as f64,
             min: 1.0,
             max: 1_000_000.0,
-            kind: Kind::Count,
+            kind: ValueKind::Count,
             about,
         }
     }
@@ -56,7 +56,7 @@ impl Key {
             default,
             min: 0.0,
             max: 1.0,
-            kind: Kind::Share,
+            kind: ValueKind::Share,
             about,
         }
     }
@@ -72,7 +72,7 @@ impl Key {
             default,
             min: 0.0,
             max: 1e6,
-            kind: Kind::Above(unit),
+            kind: ValueKind::Above(unit),
             about,
         }
     }
@@ -81,26 +81,26 @@ impl Key {
         Key { max, ..self }
     }
     pub fn is_count(&self) -> bool {
-        self.kind == Kind::Count
+        self.kind == ValueKind::Count
     }
     /// What is wrong with `v` for this key, if anything.
     pub fn problem(&self, v: f64) -> Option<String> {
         match self.kind {
-            Kind::Count if v < self.min => {
+            ValueKind::Count if v < self.min => {
                 Some(format!("{v} is below {}, the least it can be", self.min))
             }
-            Kind::Count if v > self.max => {
+            ValueKind::Count if v > self.max => {
                 Some(format!("{v} is above {}, the most it can be", self.max))
             }
-            Kind::Count => None,
-            Kind::Share if !(v.is_finite() && (0.0..=1.0).contains(&v)) => {
+            ValueKind::Count => None,
+            ValueKind::Share if !(v.is_finite() && (0.0..=1.0).contains(&v)) => {
                 Some(format!("{v} is not a share between 0 and 1"))
             }
-            Kind::Share => None,
-            Kind::Above(unit) if !(v.is_finite() && v > self.min && v <= self.max) => {
+            ValueKind::Share => None,
+            ValueKind::Above(unit) if !(v.is_finite() && v > self.min && v <= self.max) => {
                 Some(format!("{v} is not a number above {} ({unit})", self.min))
             }
-            Kind::Above(_) => None,
+            ValueKind::Above(_) => None,
         }
     }
     /// Reads a value as written on the command line (`--set run_min=3`).

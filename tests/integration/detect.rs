@@ -26,7 +26,7 @@ fn backtest_every_label_holds() {
     let out = r.stdout();
     // per session: where its loop started and where it was first flagged
     assert!(
-        out.contains("ok   ses_dcf2addb3ffeWOz81LrTeUCnRB \"navbar worker: exports\": expect flag got flag: loop from call 42, first flag at call 49 (call 8 of the loop)\n"),
+        out.contains("ok   ses_dcf2addb3ffeWOz81LrTeUCnRB \"navbar worker: exports\": expect flag got flag: loop from call 42, first flag at call 50 (call 9 of the loop)\n"),
         "{out}"
     );
     assert!(
@@ -35,7 +35,7 @@ fn backtest_every_label_holds() {
     );
     assert!(
         out.ends_with(
-            "first flag over 14 loops: median call 6 of the loop (from 5 to 21)\nbacktest: 23/23 labels hold\n"
+            "first flag over 23 loops: median call 7 of the loop (from 1 to 21)\nbacktest: 35/35 labels hold\n"
         ),
         "{out}"
     );
@@ -68,7 +68,7 @@ fn backtest_fails_with_exit_1_naming_the_broken_label() {
         out.contains("\"item 5 worker\": expect flag got no_flag"),
         "{out}"
     );
-    assert!(out.ends_with("backtest: 22/23 labels hold\n"), "{out}");
+    assert!(out.ends_with("backtest: 34/35 labels hold\n"), "{out}");
 }
 
 #[test]
@@ -85,7 +85,7 @@ fn verdicts_name_signals_targets_and_the_first_flag_point() {
     assert_eq!(nav["signals"]["slow_call"], "read src/navbar.js");
     assert_eq!(nav["landed_in_window"], false);
     assert_eq!(nav["calls_since_landed"], 70);
-    assert_eq!(nav["first_flag"]["index"], 6);
+    assert_eq!(nav["first_flag"]["index"], 7);
     assert_eq!(nav["evidence"]["loop_start"]["index"], 1);
     assert_eq!(nav["evidence"]["last_landed"], Value::Null);
     assert_eq!(nav["evidence"]["calls"].as_array().unwrap().len(), 12);
@@ -130,15 +130,15 @@ fn verdicts_name_signals_targets_and_the_first_flag_point() {
     assert_eq!(work["signals"]["cycle"], 4);
     assert_eq!(work["evidence"]["last_landed"]["index"], 41);
     assert_eq!(work["evidence"]["loop_start"]["index"], 42);
-    assert_eq!(work["first_flag"]["index"], 49);
-    // edits land, the check fails the same way: the 5th failure flags
+    assert_eq!(work["first_flag"]["index"], 50);
+    // edits land, the check fails the same way: the 4th failure flags
     let same = verdict_titled(&vs, "check.py comment fixer");
     assert_eq!(same["reasons"], serde_json::json!(["same_failure"]));
     assert_eq!(
         same["signals"]["same_failure_call"],
         "bash python3 tools/check.py"
     );
-    assert_eq!(same["first_flag"]["index"], 11);
+    assert_eq!(same["first_flag"]["index"], 9);
     assert_eq!(same["landed_in_window"], true);
     // its counter-case: the check's output changes every round and ends passing
     let tdd = verdict_titled(&vs, "calc, test first");
@@ -154,7 +154,7 @@ fn verdicts_name_signals_targets_and_the_first_flag_point() {
 }
 
 #[test]
-fn a_stream_fed_twice_gives_the_same_verdicts() {
+fn each_call_sent_twice_gives_the_same_verdicts() {
     let home = Home::new();
     let now = "1796200000000";
     let once = home
@@ -162,16 +162,78 @@ fn a_stream_fed_twice_gives_the_same_verdicts() {
         .args(["--now", now, &fixture()])
         .run();
     once.ok();
+    let text = std::fs::read_to_string(fixture()).unwrap();
+    let calls = text
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"call\""))
+        .count();
+    let doubled: String = text
+        .lines()
+        .flat_map(|l| {
+            let n = if l.contains("\"kind\":\"call\"") {
+                2
+            } else {
+                1
+            };
+            std::iter::repeat(format!("{l}\n")).take(n)
+        })
+        .collect();
     let twice = home
         .cmd("progress-detect")
-        .args(["--now", now, &fixture(), &fixture()])
+        .args(["--now", now])
+        .stdin(doubled)
         .run();
     twice.ok();
     assert!(once.kind("verdict") == twice.kind("verdict"));
     assert!(
-        twice.stderr().contains("call(s) seen before"),
+        twice.stderr().contains(&format!(
+            "progress-detect: {calls} call(s) seen before (same session and id) were skipped"
+        )),
         "{}",
         twice.stderr()
+    );
+}
+
+#[test]
+fn ids_ses_a_1_and_ses_a_18_are_two_calls() {
+    let home = Home::new();
+    let input = r#"{"kind":"session","id":"ses_a","parent":null,"agent":"build","title":"x","created":1,"updated":2}
+{"kind":"call","session":"ses_a","id":"ses_a_1","t":1000,"tool":"read","args":{"filePath":"/a"},"status":"completed","exit":null,"landed":false,"file_lines":10,"out":null}
+{"kind":"call","session":"ses_a","id":"ses_a_18","t":2000,"tool":"read","args":{"filePath":"/b"},"status":"completed","exit":null,"landed":false,"file_lines":10,"out":null}
+"#;
+    let r = home.cmd("progress-detect").stdin(input).run();
+    r.ok();
+    let v = r.kind("verdict");
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0]["calls"], 2);
+    assert_eq!(r.stderr(), "");
+}
+
+#[test]
+fn check_says_a_session_flagged_then_cleared() {
+    let home = Home::new();
+    // the 5th identical read in a row flags (the run), then a landed write clears it
+    let mut input = String::from(
+        r#"{"kind":"session","id":"s","parent":null,"agent":"build","title":"cleared","created":1,"updated":2,"expect":"no_flag"}"#,
+    );
+    input.push('\n');
+    for i in 1..=6 {
+        input += &format!(
+            r#"{{"kind":"call","session":"s","id":"p{i}","t":{i}000,"tool":"read","args":{{"filePath":"/a"}},"status":"completed","landed":false,"file_lines":10}}"#
+        );
+        input.push('\n');
+    }
+    input += r#"{"kind":"call","session":"s","id":"p7","t":7000,"tool":"write","args":{"filePath":"/b","content":"sha1:1"},"status":"completed","landed":true}"#;
+    input.push('\n');
+    let r = home
+        .cmd("progress-detect")
+        .args(["--check"])
+        .stdin(input)
+        .run();
+    r.expect_code(1);
+    assert_eq!(
+        r.stdout(),
+        "FAIL s \"cleared\": expect no_flag got flag, then cleared: loop from call 1, first flag at call 5 (call 5 of the loop)\nbacktest: 0/1 labels hold\n"
     );
 }
 
@@ -431,4 +493,60 @@ fn table_format_is_for_people() {
     assert!(out.starts_with("session "), "{out}");
     assert!(out.contains(" FLAG "), "{out}");
     assert!(out.contains("no_flag ok"), "{out}");
+}
+
+#[test]
+fn check_and_flag_rate_max_honour_format_csv() {
+    let home = Home::new();
+    let r = home
+        .cmd("progress-detect")
+        .args(["--check", "--format", "csv", &fixture()])
+        .run();
+    r.ok();
+    let out = r.stdout();
+    let mut rows = csv::Reader::from_reader(out.as_bytes());
+    assert_eq!(
+        rows.headers().unwrap(),
+        vec!["session", "title", "expect", "got", "held", "loop", "first", "of_loop"]
+    );
+    let rows: Vec<csv::StringRecord> = rows.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 35);
+    assert_eq!(
+        &rows[1],
+        vec![
+            "ses_dcf3493daffeR7MnIh19wwG7mo",
+            "item 2 worker, 1st attempt",
+            "flag",
+            "flag",
+            "ok",
+            "1",
+            "7",
+            "7"
+        ]
+    );
+    assert!(
+        r.stderr().ends_with("backtest: 35/35 labels hold\n"),
+        "{}",
+        r.stderr()
+    );
+    // the flagged run of a fixture as a "productive" corpus: one row per flagged session
+    let r = home
+        .cmd("progress-detect")
+        .args(["--flag-rate-max", "100", "--format", "csv", &fixture()])
+        .run();
+    r.ok();
+    let out = r.stdout();
+    assert!(
+        out.starts_with("session,title,reasons,loop,first,calls\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("\nses_dcf3493daffeR7MnIh19wwG7mo,\"item 2 worker, 1st attempt\","),
+        "{out}"
+    );
+    assert!(
+        r.stderr().starts_with("productive runs: "),
+        "{}",
+        r.stderr()
+    );
 }

@@ -13,6 +13,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import shapes  # noqa: E402
+
 NAV = "{ROOT}/src/navbar.js"
 STATS = "{ROOT}/tools/stats.py"
 SPEC = "{ROOT}/docs/spec.md"
@@ -356,6 +359,9 @@ SCRIPTS["fx_circling"] = (
     + [t("read", filePath=GUIDE, offset=1 + 40 * i, limit=40) for i in range(8)]
     + [{"text": "Read the guide three times over."}])
 
+# issue 26: the loop shapes of other agents' real runs, and two hard negatives (shapes.py)
+SCRIPTS.update(shapes.SCRIPTS)
+
 
 # ---- the project ------------------------------------------------------------------------------
 
@@ -391,6 +397,7 @@ def make_project(proj):
         disp += [f"def route_{i}(req):", f"    \"\"\"Handle route {i}.\"\"\"", f"    return handle(req, {i})",
                  "", "", "", "", "", "", ""]
     open(f"{proj}/src/dispatcher.py", "w").write("\n".join(disp[:2000]) + "\n")
+    shapes.make_files(proj)
     g = ["git", "-C", proj]
     subprocess.run(["git", "init", "-q", proj], check=True)
     subprocess.run(g + ["config", "user.email", "sim@example.com"], check=True)

@@ -90,9 +90,6 @@ impl Rule for Circling {
         st.leader = None;
         st.firing = false;
     }
-    fn warm(st: &State) -> u64 {
-        st.files.first().map_or(0, |_| 1) ^ st.firing as u64
-    }
     fn fires(st: &State, _cx: &Cx) -> bool {
         st.firing
     }

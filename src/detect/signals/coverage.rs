@@ -105,9 +105,6 @@ impl Rule for Coverage {
         st.files.clear();
         st.leader = None;
     }
-    fn warm(st: &State) -> u64 {
-        st.files.first().map_or(0, |_| 1) ^ st.leader.is_some() as u64
-    }
     fn fires(st: &State, cx: &Cx) -> bool {
         cx.region.len() >= cx.cfg.count(MIN_CALLS)
             && leader(st).is_some_and(|l| l.0 > cx.cfg.get(COVER_MIN))

@@ -49,9 +49,6 @@ impl Rule for Dup {
             st.distinct -= 1;
         }
     }
-    fn warm(st: &State) -> u64 {
-        st.distinct as u64
-    }
     fn fires(st: &State, cx: &Cx) -> bool {
         !cx.read_only
             && cx.region.len() >= cx.cfg.count(MIN_CALLS)

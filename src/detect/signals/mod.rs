@@ -31,7 +31,21 @@ pub struct Cx<'a> {
     pub calls: u64,
     /// An agent that never lands changes (explore, librarian, ...).
     pub read_only: bool,
+    /// The session's latest landed edit rewrote the text the edit before it had just written.
+    pub rewriting: bool,
     pub cfg: &'a DetectorConfig,
+}
+
+impl<'a> Cx<'a> {
+    pub fn new(region: &'a Region, calls: u64, read_only: bool, cfg: &'a DetectorConfig) -> Cx<'a> {
+        Cx {
+            region,
+            calls,
+            read_only,
+            rewriting: false,
+            cfg,
+        }
+    }
 }
 
 /// The calls that make a signal's case: where its loop started, and the repeats.
@@ -76,12 +90,6 @@ pub trait Rule {
     fn fires(st: &Self::State, cx: &Cx) -> bool;
     fn reading(st: &Self::State, cx: &Cx) -> Reading;
     fn case(st: &Self::State, cx: &Cx) -> Case;
-    /// A value read from each part of its state that [`Rule::call`] reads first (its inline
-    /// fields, the end of a ring), so that the detector can read a batch's states ahead of
-    /// judging it (`Detector::warm`). Optional: nothing reads the value.
-    fn warm(_st: &Self::State) -> u64 {
-        0
-    }
 }
 
 /// A signal as documentation sees it.
@@ -132,10 +140,6 @@ macro_rules! registry {
             }
             pub fn left(&mut self, exact: u64, target: u64, e: &Entry, cx: &Cx) {
                 $(<$rule>::left(&mut self.$name, exact, target, e, cx);)*
-            }
-            /// Every signal's [`Rule::warm`].
-            pub fn warm(&self) -> u64 {
-                0 $(^ <$rule>::warm(&self.$name))*
             }
             pub fn landed(&mut self) {
                 $(<$rule>::landed(&mut self.$name);)*
@@ -264,6 +268,7 @@ pub mod testing {
         pub args: Value,
         pub out: Option<u64>,
         pub failed: bool,
+        pub exit: Option<i64>,
         pub lines: Option<u32>,
     }
 
@@ -273,6 +278,7 @@ pub mod testing {
             args,
             out: None,
             failed: false,
+            exit: None,
             lines: None,
         }
     }
@@ -289,12 +295,7 @@ pub mod testing {
 
     impl<R: Rule> Bench<R> {
         pub fn cx(&self) -> Cx<'_> {
-            Cx {
-                region: &self.region,
-                calls: self.calls,
-                read_only: self.read_only,
-                cfg: &self.cfg,
-            }
+            Cx::new(&self.region, self.calls, self.read_only, &self.cfg)
         }
         pub fn feed(&mut self, x: C) -> &mut Self {
             self.calls += 1;
@@ -311,31 +312,22 @@ pub mod testing {
                 t: self.calls as i64 * 1000,
                 id: &id,
                 tool: x.tool,
-                args: target::Args::of(x.tool, &args),
+                args: target::CallArgs::of(x.tool, &args),
                 exact: keys.exact,
                 target: keys.target,
                 read,
                 out: x.out,
                 failed: x.failed,
+                exit: x.exit,
                 dir: None,
             };
             if self.region.len() == self.cfg.window() {
                 let (ex, tg, e) = self.region.pop().unwrap();
-                let cx = Cx {
-                    region: &self.region,
-                    calls: self.calls,
-                    read_only: self.read_only,
-                    cfg: &self.cfg,
-                };
+                let cx = Cx::new(&self.region, self.calls, self.read_only, &self.cfg);
                 R::left(&mut self.st, ex, tg, &e, &cx);
             }
             self.region.push(&o);
-            let cx = Cx {
-                region: &self.region,
-                calls: self.calls,
-                read_only: self.read_only,
-                cfg: &self.cfg,
-            };
+            let cx = Cx::new(&self.region, self.calls, self.read_only, &self.cfg);
             R::call(&mut self.st, &o, &cx);
             self
         }

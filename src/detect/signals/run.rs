@@ -49,9 +49,6 @@ impl Rule for Run {
             st.out = c.out;
         }
     }
-    fn warm(st: &State) -> u64 {
-        st.exact ^ st.len as u64
-    }
     fn fires(st: &State, cx: &Cx) -> bool {
         st.len >= cx.cfg.count(RUN_MIN) as u32
     }

@@ -1,6 +1,13 @@
-//! `same_failure`: one check fails with the same output `same_failure_min` times in a row,
-//! whatever landed between. Edits that land but do not move the outcome are not progress. Only
-//! known outputs count: a null output (unknown) never matches, and a pass ends the streak.
+//! `same_failure`: one check answers with the same output `same_failure_min` times in a row,
+//! whatever landed between. Edits that land but do not move the outcome are not progress. A
+//! check is a call that failed, or a command whose exit is unknown (runs recorded without exit
+//! codes: a compile failing the same way after every edit reads as one). A known pass is no
+//! check (a quiet test passing the same way after each real edit is how work goes) unless the
+//! edits between rework one spot, each replacing the text the last one wrote: 20 rewrites of a
+//! comment, the same pass after each, change nothing the check can see. Only known
+//! outputs count: a null output (unknown) never matches, and a different outcome ends the
+//! streak. Different checks answered with one same failure count alike (58 malformed commands
+//! failing with one of two shell errors: only the outputs repeat), since the last landed change.
 
 use super::{Case, Cx, Rule};
 use crate::detect::region::{room, Obs};
@@ -27,18 +34,45 @@ pub struct Streak {
 
 #[derive(Default)]
 pub struct State {
+    /// By check (`exact`): its streak of one same output.
     checks: Vec<Streak>,
+    /// By output: the checks answered with it since the last landing (`exact` unused).
+    answers: Vec<Streak>,
 }
 
 fn longest(st: &State) -> Option<&Streak> {
-    st.checks.iter().max_by_key(|s| s.len)
+    st.checks.iter().chain(&st.answers).max_by_key(|s| s.len)
+}
+
+/// One more call of a streak.
+fn extend(s: &mut Streak, c: &Obs) {
+    s.len += 1;
+    if s.calls.len() == KEPT {
+        s.calls.remove(0);
+    }
+    s.calls.push(c.at());
+}
+
+/// A new streak of call `c` in `list`, the oldest forgotten when it holds [`CHECKS`].
+fn start(list: &mut Vec<Streak>, c: &Obs, out: u64) {
+    if list.len() == CHECKS {
+        list.remove(0);
+    }
+    room(list);
+    list.push(Streak {
+        exact: c.exact,
+        out,
+        calls: vec![c.at()],
+        len: 1,
+        described: c.describe(),
+    });
 }
 
 impl Rule for SameFailure {
     const NAME: Signal = Signal::SameFailure;
     const KEYS: &'static [Key] = &[Key::count(
         "same_failure_min",
-        5,
+        4,
         "Times in a row one check fails with the same output that flag",
     )];
     const ABOUT: &'static str =
@@ -46,45 +80,35 @@ impl Rule for SameFailure {
     const WHAT: Option<&'static str> = Some("same_failure_call");
     type State = State;
 
-    fn call(st: &mut State, c: &Obs, _cx: &Cx) {
+    fn call(st: &mut State, c: &Obs, cx: &Cx) {
         let at = st.checks.iter().position(|s| s.exact == c.exact);
-        let (true, Some(out)) = (c.failed, c.out) else {
+        let check = c.failed || (c.tool == "bash" && (c.exit.is_none() || cx.rewriting));
+        let (true, Some(out)) = (check, c.out) else {
             if let Some(i) = at {
                 st.checks.remove(i);
             }
+            // an output that a pass gives is no failure's
+            st.answers.retain(|s| Some(s.out) != c.out);
             return;
         };
         match at {
-            Some(i) if st.checks[i].out == out => {
-                let s = &mut st.checks[i];
-                s.len += 1;
-                if s.calls.len() == KEPT {
-                    s.calls.remove(0);
-                }
-                s.calls.push(c.at());
-            }
+            Some(i) if st.checks[i].out == out => extend(&mut st.checks[i], c),
             _ => {
                 if let Some(i) = at {
                     st.checks.remove(i);
                 }
-                if st.checks.len() == CHECKS {
-                    st.checks.remove(0);
-                }
-                room(&mut st.checks);
-                st.checks.push(Streak {
-                    exact: c.exact,
-                    out,
-                    calls: vec![c.at()],
-                    len: 1,
-                    described: c.describe(),
-                });
+                start(&mut st.checks, c, out);
             }
         }
+        match st.answers.iter().position(|s| s.out == out) {
+            Some(i) => extend(&mut st.answers[i], c),
+            None => start(&mut st.answers, c, out),
+        }
     }
-    /// A landed change does not end a streak: only a different outcome does.
-    fn landed(_st: &mut State) {}
-    fn warm(st: &State) -> u64 {
-        st.checks.len() as u64
+    /// A landed change does not end a check's streak: only a different outcome does. Answers
+    /// from different checks are counted since the last landing.
+    fn landed(st: &mut State) {
+        st.answers.clear();
     }
     fn fires(st: &State, cx: &Cx) -> bool {
         longest(st).is_some_and(|s| s.len >= cx.cfg.count(SAME_FAILURE_MIN) as u32)
@@ -113,23 +137,44 @@ mod tests {
         C {
             out,
             failed,
+            exit: Some(failed as i64),
             ..c("bash", json!({"command": "python3 tools/check.py"}))
         }
     }
 
     #[test]
-    fn five_identical_failures_with_landed_edits_between_fire() {
+    fn shape_3_a_compile_without_exit_codes_failing_alike_after_each_edit_fires() {
+        // a run recorded without exit codes: the same output after each landed edit
         let mut b = Bench::<SameFailure>::default();
-        for round in 1..=5 {
+        let compile = || C {
+            out: Some(7),
+            ..c("bash", json!({"command": "javac Repro.java"}))
+        };
+        for round in 1..=4 {
+            b.land().feed(compile());
+            assert_eq!(b.fires(), round == 4, "round {round}");
+        }
+        // a known pass, the same each time, is no check
+        let mut b = Bench::<SameFailure>::default();
+        for _ in 0..8 {
+            b.land().feed(check(Some(7), false));
+        }
+        assert!(!b.fires());
+    }
+
+    #[test]
+    fn four_identical_failures_with_landed_edits_between_fire() {
+        let mut b = Bench::<SameFailure>::default();
+        for round in 1..=4 {
             b.land();
             b.feed(check(Some(9), true));
-            assert_eq!(b.fires(), round == 5, "round {round}");
+            assert_eq!(b.fires(), round == 4, "round {round}");
         }
         assert_eq!(
             b.reading().what.as_deref(),
             Some("bash python3 tools/check.py")
         );
-        assert_eq!(b.case().calls.len(), 5);
+        assert_eq!(b.case().calls.len(), 4);
     }
 
     #[test]
@@ -140,13 +185,31 @@ mod tests {
         }
         assert!(!b.fires());
         let mut b = Bench::<SameFailure>::default();
-        b.times(4, || check(Some(1), true))
+        b.times(3, || check(Some(1), true))
             .feed(check(Some(1), false));
-        b.times(4, || check(Some(1), true));
+        b.times(3, || check(Some(1), true));
         assert!(!b.fires());
         let mut b = Bench::<SameFailure>::default();
-        b.times(4, || check(Some(1), true)).feed(check(None, true));
-        b.feed(check(Some(1), true));
+        b.times(3, || check(Some(1), true)).feed(check(None, true));
+        b.land().feed(check(Some(1), true));
+        assert!(!b.fires());
+    }
+
+    #[test]
+    fn shape_4_different_commands_failing_with_the_same_error_fire() {
+        let mut b = Bench::<SameFailure>::default();
+        for i in 0..4 {
+            b.feed(C {
+                out: Some(42),
+                failed: true,
+                exit: Some(2),
+                ..c("bash", json!({ "command": format!("DISCUSSION {i}") }))
+            });
+            assert_eq!(b.fires(), i == 3, "call {}", i + 1);
+        }
+        assert_eq!(b.reading().value, 4.0);
+        // a landing starts the count again
+        b.land();
         assert!(!b.fires());
     }
 }

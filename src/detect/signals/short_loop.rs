@@ -67,9 +67,6 @@ impl Rule for ShortLoop {
             st.top = leader(cx).0;
         }
     }
-    fn warm(st: &State) -> u64 {
-        st.top as u64
-    }
     fn fires(st: &State, cx: &Cx) -> bool {
         if !applies(cx) || cx.region.len() < cx.cfg.count(SHORT_TOP_MIN) {
             return false;

@@ -58,9 +58,6 @@ impl Rule for Slow {
         st.described.clear();
         st.best = (0, 0);
     }
-    fn warm(st: &State) -> u64 {
-        st.counts.len() as u64 ^ st.described.len() as u64 ^ st.best.0 as u64
-    }
     fn fires(st: &State, cx: &Cx) -> bool {
         st.best.0 >= cx.cfg.count(CUM_MIN) as u32
     }

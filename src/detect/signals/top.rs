@@ -100,9 +100,6 @@ impl Rule for Top {
             st.described.remove(&target);
         }
     }
-    fn warm(st: &State) -> u64 {
-        st.count_hist.last().copied().unwrap_or(0) as u64 ^ st.described.len() as u64
-    }
     fn fires(st: &State, cx: &Cx) -> bool {
         st.top >= limit(cx)
     }
