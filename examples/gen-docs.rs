@@ -1,4 +1,5 @@
-//! Writes man/<command>.1 and man/completions/ from the clap definitions and src/docs.rs.
+//! Writes man/<command>.1 and man/completions/ from the clap definitions and src/docs.rs, and
+//! man/oc-watchdog-tick.1 (the tick script, which has no clap definition) from src/docs.rs alone.
 //!
 //!     cargo run --example gen-docs
 //!
@@ -27,6 +28,52 @@ fn section(out: &mut Vec<u8>, title: &str, body: &str) {
     writeln!(out, ".fi").unwrap();
 }
 
+/// SEE ALSO of `name`: every other page of the toolkit.
+fn see_also(name: &str) -> String {
+    let pages: Vec<String> = oc_watchdog::docs::PAGES
+        .iter()
+        .map(|p| p.name)
+        .chain([oc_watchdog::docs::TICK.name])
+        .filter(|n| *n != name)
+        .map(|n| format!("{n}(1)"))
+        .collect();
+    format!("{}; the README's walk-through", pages.join(", "))
+}
+
+/// The subcommands, each under its full name (`wd-store tick`) with its own options; clap_mangen's
+/// section would name a page per subcommand (`wd-store-tick(1)`), and none exists.
+fn subcommands(out: &mut Vec<u8>, cmd: &clap::Command) {
+    writeln!(out, ".SH COMMANDS").unwrap();
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let full = format!("{} {}", cmd.get_name(), sub.get_name());
+        writeln!(out, ".TP\n\\fB{}\\fR", roff_escape(&full)).unwrap();
+        if let Some(about) = sub.get_long_about().or(sub.get_about()) {
+            writeln!(out, "{}", roff_escape(&about.to_string())).unwrap();
+        }
+        let has_args = sub
+            .get_arguments()
+            .any(|a| !a.is_hide_set() && !matches!(a.get_id().as_str(), "help" | "version"));
+        if has_args {
+            let mut opts = Vec::new();
+            let sub = sub
+                .clone()
+                .disable_help_flag(true)
+                .disable_version_flag(true);
+            clap_mangen::Man::new(sub)
+                .render_options_section(&mut opts)
+                .unwrap();
+            // the options without their section header, indented under the command
+            writeln!(out, ".RS").unwrap();
+            for line in String::from_utf8(opts).unwrap().lines() {
+                if !line.starts_with(".SH") {
+                    writeln!(out, "{line}").unwrap();
+                }
+            }
+            writeln!(out, ".RE").unwrap();
+        }
+    }
+}
+
 pub fn page(cmd: clap::Command, page: &oc_watchdog::docs::Page) -> Vec<u8> {
     let man = clap_mangen::Man::new(cmd.clone());
     let mut out = Vec::new();
@@ -36,16 +83,33 @@ pub fn page(cmd: clap::Command, page: &oc_watchdog::docs::Page) -> Vec<u8> {
     man.render_description_section(&mut out).unwrap();
     man.render_options_section(&mut out).unwrap();
     if cmd.has_subcommands() {
-        man.render_subcommands_section(&mut out).unwrap();
+        subcommands(&mut out, &cmd);
     }
     section(&mut out, "JSONL FIELDS", page.fields);
     section(&mut out, "EXIT STATUS", page.exit);
     section(&mut out, "EXAMPLES", page.examples);
-    section(
-        &mut out,
-        "SEE ALSO",
-        "oc-sessions(1), oc-calls(1), progress-detect(1), wd-store(1), wd-alert(1); the README's walk-through",
-    );
+    section(&mut out, "SEE ALSO", &see_also(page.name));
+    out
+}
+
+/// The tick script's page: the same sections, written out in src/docs.rs.
+fn script_page(p: &oc_watchdog::docs::Script) -> Vec<u8> {
+    let mut out = Vec::new();
+    let version = env!("CARGO_PKG_VERSION");
+    writeln!(out, ".TH {} 1 \"{} {version}\"", p.name, p.name).unwrap();
+    writeln!(
+        out,
+        ".SH NAME\n{} \\- {}",
+        roff_escape(p.name),
+        roff_escape(p.about)
+    )
+    .unwrap();
+    section(&mut out, "SYNOPSIS", p.synopsis);
+    section(&mut out, "DESCRIPTION", p.description);
+    section(&mut out, "FILES", p.files);
+    section(&mut out, "EXIT STATUS", p.exit);
+    section(&mut out, "EXAMPLES", p.examples);
+    section(&mut out, "SEE ALSO", &see_also(p.name));
     out
 }
 
@@ -80,4 +144,6 @@ fn main() {
             std::fs::write(dir.join("completions").join(file), buf).unwrap();
         }
     }
+    let tick = &oc_watchdog::docs::TICK;
+    std::fs::write(dir.join(format!("{}.1", tick.name)), script_page(tick)).unwrap();
 }

@@ -1,6 +1,7 @@
 //! The parts of each man page that clap does not know: exit status, the JSONL fields a command
 //! reads and writes, and examples with real output. `examples/gen-docs.rs` renders them with the
-//! clap definitions into `man/`, so help, man pages and completions share one source.
+//! clap definitions into `man/`, so help, man pages and completions share one source. The tick
+//! script (`deploy/oc-watchdog-tick`) has no clap definition: its page is [`TICK`], whole.
 
 /// (command, exit status, fields, examples)
 pub struct Page {
@@ -9,6 +10,58 @@ pub struct Page {
     pub fields: &'static str,
     pub examples: &'static str,
 }
+
+/// A man page written out whole, for a command that is a script rather than a clap definition.
+pub struct Script {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub synopsis: &'static str,
+    pub description: &'static str,
+    pub files: &'static str,
+    pub exit: &'static str,
+    pub examples: &'static str,
+}
+
+/// `oc-watchdog-tick(1)`. Its `--help` (in the script) is the synopsis and first paragraph.
+pub const TICK: Script = Script {
+    name: "oc-watchdog-tick",
+    about: "one oc-watchdog tick: find opencode, judge its recent sessions, record, alert",
+    synopsis: "\
+oc-watchdog-tick
+oc-watchdog-tick --help",
+    description: "\
+One watchdog tick. Finds opencode (its database and every server running), fingerprints the
+sessions active since the last tick (and the trees of open alerts), judges them, records the
+tick, alerts on changes and rewrites the operator's page. oc-watchdog.timer runs it every
+5 minutes; it is safe to run by hand at any time. It takes no options: the config file says
+everything (see FILES).
+
+It is this pipeline, each stage a plain command reading and writing JSON Lines:
+  oc-sessions --since LAST_TICK --also OPEN_ROOTS | oc-calls | progress-detect |
+  wd-store tick | wd-alert;  wd-store report
+A stage that fails without saying why in the stream blinds the tick (a blind record): the
+tick never reads as an all-clear then. One tick runs at a time; an overlapping one leaves at
+once. Log lines (one per alert transition) go to stderr, the journal under systemd.
+
+To look closer, rerun the stages by hand:
+  oc-sessions --since 1h > /tmp/s.jsonl            # which sessions, from where
+  oc-calls < /tmp/s.jsonl > /tmp/c.jsonl           # their tool calls, scrubbed
+  progress-detect --format table < /tmp/c.jsonl    # the verdicts
+  wd-store loops --format table                    # what is alerting now",
+    files: "\
+$XDG_CONFIG_HOME/oc-watchdog/watchdog.toml      the config (every knob commented)
+$XDG_STATE_HOME/oc-watchdog/watchdog.db         the record of ticks, verdicts and alerts
+$XDG_STATE_HOME/oc-watchdog/tick.lock           held while a tick runs
+$XDG_STATE_HOME/oc-watchdog/tick-calls.jsonl    the tick's call stream, removed when it ends
+~/.config/systemd/user/oc-watchdog.{service,timer}   the units that run it",
+    exit: "\
+0  the tick ran, however many alerts it fired (also when another tick held the lock)
+2  it could not run: the state directory or the database could not be used",
+    examples: "\
+$ systemctl --user enable --now oc-watchdog.timer
+$ journalctl --user -u oc-watchdog.service
+$ oc-watchdog-tick && wd-store status",
+};
 
 const STREAM: &str = "\
 session  {kind, id, parent, agent, title, directory, created, updated, status, source, sources, model}
@@ -98,8 +151,8 @@ queries      status, loop, episode, verdict_row, rollup, channel, block records 
              --format table|csv",
         examples: "\
 $ wd-store loops --format table
-severity  dedup_key                                     opened               flagged_ticks  agent    model          top_target                   calls_since_landed  cost_since_landed  opinion  last_sent  title
-warning   opencode-loop:ses_dd1a863eeffeaX5bvn47BhPUH2  2026-11-30 21:24:12  1              build    sim/sim-model  bash python3 tools/check.py  16                  0.051007                               opencode loop: build repeats bash python3 tools/check.py
+severity  dedup_key                                     state  episode  opened               flagged_ticks  last_decision  reason  agent  model          top_target                   calls  cost     duration_ms  burned                 evidence  opinion  last_sent  title
+warning   opencode-loop:ses_dcf2b97b7ffeI31AERUGiKZ1bf  open   1        2026-12-01 09:00:00  1              triggered              build  sim/sim-model  bash python3 tools/check.py  16     0.05094  28411        16 calls, $0.05, 28 s                                opencode loop: build repeats bash python3 tools/check.py
 $ wd-store rollup --by model --since 1h --format table
 model          sessions  share_of_sessions  flagged_sessions  share_of_flagged
 sim/sim-model  5         1.0                2                 1.0",

@@ -11,6 +11,7 @@ mod fixtures;
 mod fleet;
 mod hardening;
 mod liveness;
+mod man;
 mod privacy;
 mod proof;
 mod readers;

@@ -1,0 +1,365 @@
+//! What `deploy/install` leaves for an operator to read and run: man pages that real `man`
+//! renders, with every page they name installed beside them; `oc-watchdog-tick --help` as help,
+//! not a tick; stripped binaries; and an uninstall that leaves no click helper running and no
+//! block-model backup behind (and refuses while a model is still blocked).
+
+use crate::support::desktop::Desktop;
+use crate::support::{repo, Home};
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A command with a clean environment pointing at `home` (XDG dirs left to their defaults).
+fn cmd(home: &Path, prog: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new(prog);
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap())
+        .env("HOME", home)
+        .env("LC_ALL", "C")
+        .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+        .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+        .env("OPENCODE_DISABLE_LSP_DOWNLOAD", "1")
+        .current_dir(home);
+    c
+}
+
+fn story(what: &str, o: &Output) -> String {
+    format!(
+        "{what}: {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn install(home: &Path, args: &[&str]) -> Output {
+    cmd(home, repo().join("deploy/install"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn bins() -> PathBuf {
+    assert_cmd::cargo::cargo_bin("wd-store")
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// `name(N)` references in rendered man text, e.g. `oc-calls(1)`.
+fn references(text: &str) -> Vec<(String, String)> {
+    let b = text.as_bytes();
+    let mut refs = Vec::new();
+    for (i, _) in text.match_indices('(') {
+        let Some(close) = text[i..].find(')').map(|c| i + c) else {
+            continue;
+        };
+        let section = &text[i + 1..close];
+        if section.len() != 1 || !section.as_bytes()[0].is_ascii_digit() {
+            continue;
+        }
+        let mut start = i;
+        while start > 0 && (b[start - 1].is_ascii_alphanumeric() || b"-_.".contains(&b[start - 1]))
+        {
+            start -= 1;
+        }
+        if start < i {
+            refs.push((text[start..i].to_string(), section.to_string()));
+        }
+    }
+    refs
+}
+
+/// Whether the ELF file has a `.debug_info` section (read from its section headers: the string
+/// alone is also in std's backtrace code).
+fn has_debug_info(bin: &Path) -> bool {
+    let b = std::fs::read(bin).unwrap();
+    assert_eq!(
+        &b[..5],
+        b"\x7fELF\x02",
+        "{}: not a 64-bit ELF file",
+        bin.display()
+    );
+    let u16_at = |o: usize| u16::from_le_bytes(b[o..o + 2].try_into().unwrap()) as usize;
+    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap()) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap()) as usize;
+    let (shoff, shentsize, shnum, shstrndx) =
+        (u64_at(0x28), u16_at(0x3a), u16_at(0x3c), u16_at(0x3e));
+    let names = u64_at(shoff + shstrndx * shentsize + 0x18);
+    (0..shnum).any(|i| {
+        let name = names + u32_at(shoff + i * shentsize);
+        b[name..].starts_with(b".debug_info\0")
+    })
+}
+
+#[test]
+fn installed_man_pages_render_and_every_page_they_name_is_installed() {
+    let home = Home::new();
+    let h = home.path();
+    let o = install(h, &["--from", bins().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", story("deploy/install", &o));
+    let man1 = home.join(".local/share/man/man1");
+    let mut pages: Vec<String> = std::fs::read_dir(&man1)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    pages.sort();
+    assert_eq!(
+        pages,
+        [
+            "oc-calls.1",
+            "oc-sessions.1",
+            "oc-watchdog-tick.1",
+            "progress-detect.1",
+            "wd-alert.1",
+            "wd-store.1"
+        ]
+    );
+    let resolves = |name: &str, section: &str| {
+        home.join(&format!(".local/share/man/man{section}/{name}.{section}"))
+            .exists()
+    };
+    for page in &pages {
+        let o = cmd(h, "man")
+            .env("MANWIDTH", "400") // no line breaks inside a reference
+            .arg("-l")
+            .arg(man1.join(page))
+            .output()
+            .unwrap();
+        let what = format!("man -l {page}");
+        assert!(o.status.success(), "{}", story(&what, &o));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stderr),
+            "",
+            "{}",
+            story(&what, &o)
+        );
+        let text = String::from_utf8_lossy(&o.stdout);
+        let name = page.trim_end_matches(".1");
+        assert!(text.contains("EXIT STATUS"), "{}", story(&what, &o));
+        // one line, at this width
+        let see_also = text[text.find("SEE ALSO").expect("a SEE ALSO section")..]
+            .lines()
+            .nth(1)
+            .unwrap_or_default();
+        assert!(
+            !see_also.contains(&format!("{name}(1)")),
+            "{page} lists itself in SEE ALSO:\n{see_also}"
+        );
+        for (n, s) in references(&text) {
+            assert!(
+                n == name || resolves(&n, &s),
+                "{page} names {n}({s}), which is not installed:\n{text}"
+            );
+        }
+        // the other five pages, and only they, in SEE ALSO
+        let mut named: Vec<String> = references(see_also)
+            .into_iter()
+            .map(|(n, s)| format!("{n}.{s}"))
+            .collect();
+        named.sort();
+        let others: Vec<&String> = pages.iter().filter(|p| *p != page).collect();
+        assert_eq!(named.iter().collect::<Vec<_>>(), others, "{page}: SEE ALSO");
+    }
+    // wd-store's commands under their own names, not as pages of their own
+    let o = cmd(h, "man")
+        .env("MANWIDTH", "400")
+        .arg("-l")
+        .arg(man1.join("wd-store.1"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("\n       wd-store loops\n"), "{text}");
+    assert!(!text.contains("wd-store-loops"), "{text}");
+    // the units' Documentation= pages are installed too
+    for unit in ["oc-watchdog.service", "oc-watchdog.timer"] {
+        let text =
+            std::fs::read_to_string(home.join(&format!(".config/systemd/user/{unit}"))).unwrap();
+        let doc = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Documentation="))
+            .unwrap();
+        for r in doc.split_whitespace() {
+            let (n, s) = references(r).pop().unwrap();
+            assert!(resolves(&n, &s), "{unit}: {r} is not installed");
+        }
+    }
+}
+
+#[test]
+fn the_tick_prints_help_and_runs_no_tick() {
+    let home = Home::new();
+    let h = home.path();
+    let o = install(h, &["--from", bins().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", story("deploy/install", &o));
+    let bin = home.join(".local/bin");
+    let last = || {
+        let o = cmd(h, bin.join("wd-store"))
+            .arg("last-tick")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", story("wd-store last-tick", &o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let before = last();
+    assert_ne!(before, "", "the install runs one tick");
+    for flag in ["--help", "-h"] {
+        let o = cmd(h, bin.join("oc-watchdog-tick"))
+            .arg(flag)
+            .output()
+            .unwrap();
+        let what = format!("oc-watchdog-tick {flag}");
+        assert!(o.status.success(), "{}", story(&what, &o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains("\nUsage: oc-watchdog-tick\n"),
+            "{}",
+            story(&what, &o)
+        );
+        assert!(out.contains("oc-watchdog-tick(1)"), "{}", story(&what, &o));
+        assert_eq!(o.stderr, b"", "{}", story(&what, &o));
+    }
+    let o = cmd(h, bin.join("oc-watchdog-tick"))
+        .arg("--now")
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        story("oc-watchdog-tick --now", &o)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "oc-watchdog-tick: unexpected argument '--now': it takes none (see oc-watchdog-tick --help)\n"
+    );
+    assert_eq!(last(), before, "--help ran a tick");
+    // the installed binaries carry no debug info (the built ones here do)
+    for b in [
+        "oc-sessions",
+        "oc-calls",
+        "progress-detect",
+        "wd-alert",
+        "wd-store",
+    ] {
+        assert!(
+            has_debug_info(&bins().join(b)),
+            "{b}: built without debug info"
+        );
+        assert!(
+            !has_debug_info(&bin.join(b)),
+            "{b}: installed with debug info"
+        );
+        let o = cmd(h, bin.join(b)).arg("--version").output().unwrap();
+        assert!(o.status.success(), "{}", story(b, &o));
+    }
+}
+
+const OPENCODE_CONFIG: &str = r#"{
+  "$schema": "https://opencode.ai/config.json",
+  "model": "sim/sim-model",
+  "enabled_providers": ["sim"],
+  "autoupdate": false,
+  "share": "disabled",
+  "provider": {
+    "sim": {
+      "npm": "@ai-sdk/openai-compatible",
+      "name": "Sim",
+      "options": { "baseURL": "http://127.0.0.1:9/v1", "apiKey": "k" },
+      "models": {
+        "sim-model": { "name": "Sim Model", "tool_call": true },
+        "gpt-5-sim": { "name": "Other Sim", "tool_call": true }
+      }
+    }
+  }
+}
+"#;
+
+#[test]
+fn uninstall_stops_the_click_helper_and_removes_block_backups_but_not_while_a_model_is_blocked() {
+    let desk = Desktop::shared();
+    let home = Home::new();
+    let h = home.path();
+    let o = install(h, &["--from", bins().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", story("deploy/install", &o));
+    let wd = home.join(".local/bin/wd-store");
+    let oc_config = home.join(".config/opencode/opencode.jsonc");
+    std::fs::create_dir_all(oc_config.parent().unwrap()).unwrap();
+    std::fs::write(&oc_config, OPENCODE_CONFIG).unwrap();
+    let backup = home.join(".config/opencode/opencode.jsonc.oc-watchdog.bak");
+
+    let o = cmd(h, &wd)
+        .args(["block-model", "sim/gpt-5-sim"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", story("wd-store block-model", &o));
+    assert!(backup.exists());
+    // a model still blocked: the uninstall refuses, naming the undo, and removes nothing
+    let o = install(h, &["--uninstall"]);
+    assert_eq!(o.status.code(), Some(2), "{}", story("--uninstall", &o));
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        said.contains("models are still blocked by wd-store block-model"),
+        "{said}"
+    );
+    assert!(said.contains("sim/gpt-5-sim"), "{said}");
+    assert!(said.contains("wd-store unblock-model MODEL"), "{said}");
+    assert!(wd.exists() && backup.exists());
+
+    let o = cmd(h, &wd)
+        .args(["unblock-model", "sim/gpt-5-sim"])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}",
+        story("wd-store unblock-model", &o)
+    );
+    assert!(backup.exists(), "unblock-model keeps a backup");
+
+    // a click helper waiting on a real notification daemon, as the desktop channel leaves one
+    let mut helper = cmd(h, &wd)
+        .arg("notify-on-action")
+        .env("DBUS_SESSION_BUS_ADDRESS", &desk.bus)
+        .env("DISPLAY", &desk.display)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    writeln!(
+        helper.stdin.take().unwrap(),
+        r#"{{"summary":"uninstall test","body":"b","urgency":"normal","url":"file:///nowhere"}}"#
+    )
+    .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(helper.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("notification "), "{first}");
+    assert!(
+        helper.try_wait().unwrap().is_none(),
+        "the helper waits for a click"
+    );
+
+    let o = install(h, &["--uninstall"]);
+    assert!(o.status.success(), "{}", story("--uninstall", &o));
+    let t0 = Instant::now();
+    while helper.try_wait().unwrap().is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the click helper still runs after --uninstall"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!backup.exists(), "--uninstall left {}", backup.display());
+    for f in [
+        ".local/bin/wd-store",
+        ".local/bin/oc-watchdog-tick",
+        ".local/share/man/man1/oc-watchdog-tick.1",
+        ".local/share/man/man1/wd-store.1",
+    ] {
+        assert!(!home.join(f).exists(), "--uninstall left {f}");
+    }
+}
