@@ -21,7 +21,7 @@ use oc_watchdog::cli::Out;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use oc_watchdog::detect::cmd;
+use oc_watchdog::cmd::progress_detect as cmd;
 use oc_watchdog::record::Call;
 use std::io::{BufWriter, Write};
 use std::path::Path;

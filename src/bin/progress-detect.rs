@@ -4,5 +4,5 @@
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    std::process::exit(oc_watchdog::detect::cmd::main())
+    std::process::exit(oc_watchdog::cmd::progress_detect::main())
 }

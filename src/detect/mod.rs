@@ -13,7 +13,6 @@
 //! every loop but one (`same_failure`: edits that land but leave a check failing the same way).
 //! A call seen before (same id, fed twice) is skipped.
 
-pub mod cmd;
 pub mod progress;
 pub mod region;
 pub mod signals;
