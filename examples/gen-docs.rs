@@ -54,7 +54,7 @@ pub fn commands() -> Vec<clap::Command> {
         oc_watchdog::sessions::Args::command(),
         oc_watchdog::calls::Args::command(),
         oc_watchdog::detect::cmd::Args::command(),
-        oc_watchdog::store::cmd::Args::command(),
+        oc_watchdog::cmd::wd_store::Args::command(),
         oc_watchdog::alert::cmd::Args::command(),
     ]
 }

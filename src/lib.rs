@@ -8,6 +8,7 @@ pub mod alert;
 pub mod block;
 pub mod calls;
 pub mod cli;
+pub mod cmd;
 pub mod config;
 pub mod detect;
 pub mod docs;

@@ -256,21 +256,20 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<Page> {
         )
         .optional()?;
     let mut channels = Vec::new();
-    for ch in crate::store::cmd::channel_rows(store, cfg)? {
-        let name = ch["name"].as_str().unwrap_or_default().to_string();
+    for ch in crate::store::channels::effective(store, cfg)? {
         let last = c
             .query_row(
                 "SELECT t, status, detail FROM deliveries WHERE channel = ?1 AND t IS NOT NULL ORDER BY t DESC LIMIT 1",
-                params![name],
+                params![ch.name],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .optional()?;
         channels.push(Channel {
-            kind: ch["type"].as_str().unwrap_or_default().to_string(),
-            enabled: ch["enabled"] == true,
-            min_severity: ch["min_severity"].as_str().unwrap_or_default().to_string(),
-            overridden: ch["overridden"] == true,
-            name,
+            kind: ch.type_name(),
+            enabled: ch.enabled,
+            min_severity: ch.min_severity,
+            overridden: ch.overridden,
+            name: ch.name,
             last,
         });
     }
