@@ -8,7 +8,7 @@
 //! for it (`opencode run -m`, a prompt naming it, an agent configured with it) fails with
 //! "model not found". A process already running keeps its list until restarted.
 
-use crate::config::{xdg_dir, Config};
+use crate::config::Config;
 use crate::jsonc::{self, Kind, Node};
 use crate::store::Store;
 use anyhow::{anyhow, bail, Context, Result};
@@ -66,7 +66,7 @@ pub fn split(model: &str) -> Result<(&str, &str)> {
 /// The global opencode config files, highest precedence first (opencode merges `config.json`,
 /// `opencode.json`, `opencode.jsonc` in that order, later ones winning).
 fn candidates() -> Vec<PathBuf> {
-    let dir = xdg_dir("XDG_CONFIG_HOME", ".config").join("opencode");
+    let dir = crate::paths::opencode_config_dir();
     ["opencode.jsonc", "opencode.json", "config.json"]
         .iter()
         .map(|f| dir.join(f))
@@ -333,7 +333,7 @@ fn who() -> String {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| "unknown".into());
-    format!("{user}@{}", crate::alert::channels::hostname())
+    format!("{user}@{}", crate::paths::hostname())
 }
 
 /// What `block` did.

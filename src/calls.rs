@@ -9,14 +9,16 @@
 //! id is written once, whatever the input repeats. Never message text, tool output or file
 //! content.
 
-use crate::cli::{for_each_line, Exit, Out};
+use crate::cli::{Exit, Out};
 use crate::config::Config;
-use crate::opencode::{self, convert, db::Db, export, Client, Fault, Found};
-use crate::record::{kind_of, to_line, Session};
+use crate::record::{each_record, to_line, Record, Session};
 use crate::sessions::blind;
+use crate::sources::server::Server;
+use crate::sources::{self, convert, db::Db, export, Fault, Found, Source, SourceId};
 use anyhow::{anyhow, Context, Result};
 use clap::Parser;
 use serde_json::Value;
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
@@ -60,39 +62,6 @@ pub fn main() -> i32 {
     crate::cli::main("oc-calls", run)
 }
 
-/// Where a session's messages come from.
-enum Reader {
-    Http(Client),
-    Db(Db),
-}
-
-impl Reader {
-    fn name(&self) -> String {
-        match self {
-            Reader::Http(c) => c.base.clone(),
-            Reader::Db(d) => d.path.display().to_string(),
-        }
-    }
-
-    fn messages(&self, id: &str) -> Result<Value, Fault> {
-        match self {
-            Reader::Http(c) => c.get(&format!("/session/{id}/message")),
-            Reader::Db(d) => d.messages(id).map_err(|e| Fault::Broken(format!("{e:#}"))),
-        }
-    }
-
-    fn session(&self, id: &str) -> Result<Option<Value>, Fault> {
-        match self {
-            Reader::Http(c) => match c.get(&format!("/session/{id}")) {
-                Ok(v) => Ok(Some(v)),
-                Err(Fault::NotFound(_)) => Ok(None),
-                Err(f) => Err(f),
-            },
-            Reader::Db(d) => d.session(id).map_err(|e| Fault::Broken(format!("{e:#}"))),
-        }
-    }
-}
-
 struct Calls<'a> {
     out: &'a mut Out,
     lines: convert::LineCache,
@@ -106,14 +75,15 @@ struct Calls<'a> {
 
 impl Calls<'_> {
     /// Emits the calls of one session. Shape problems become a `blind` record.
-    fn emit(&mut self, reader: &Reader, id: &str) -> Result<()> {
-        let msgs = match reader.messages(id) {
+    fn emit(&mut self, source: &dyn Source, id: &str) -> Result<()> {
+        let name = source.id().to_string();
+        let msgs = match source.messages(id) {
             Ok(m) => m,
             // Deleted between listing and reading: nothing to judge, nothing wrong.
             Err(Fault::NotFound(_)) => return Ok(()),
-            Err(f) => return self.blind(&reader.name(), &format!("session {id}: {f}")),
+            Err(f) => return self.blind(&name, &format!("session {id}: {f}")),
         };
-        self.emit_messages(&reader.name(), id, &msgs)
+        self.emit_messages(&name, id, &msgs)
     }
 
     /// Emits the calls and the activity of one session from its messages.
@@ -142,7 +112,7 @@ impl Calls<'_> {
 }
 
 pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
-    out.line_buffered(args.line_buffered);
+    out.line_buffered_if(args.line_buffered);
     let cfg = Config::load(args.config.as_deref())?;
     let mut c = Calls {
         out,
@@ -163,92 +133,71 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         return Ok(c.code);
     }
 
-    let mut http: HashMap<String, Reader> = HashMap::new();
-    let mut dbs: HashMap<String, Reader> = HashMap::new();
+    let mut opened: HashMap<SourceId, Box<dyn Source>> = HashMap::new();
     let mut bad = false;
     let limits = cfg.opencode_limits();
     let progress = Progress::new(usize::MAX);
     let mut read = 0usize;
-    let skipped = for_each_line(&[], stdin, |name, n, line| {
-        let kind = match kind_of(line) {
-            Ok(k) => k,
-            Err(e) => {
-                c.out.line(line)?;
-                eprintln!("oc-calls: {name}:{n}: {e}");
-                bad = true;
-                return Ok(());
-            }
-        };
-        match kind.as_deref() {
-            Some("session") => {}
-            Some("call") => {
+    let skipped = each_record(&[], stdin, |line| {
+        let s = match line.record {
+            Ok(Record::Session(s)) => s,
+            Ok(Record::Call(k)) => {
                 // a stream fed twice, or calls already read upstream: each call once
-                #[derive(serde::Deserialize)]
-                struct Key {
-                    session: String,
-                    id: String,
+                if !c.written.insert((k.session, k.id)) {
+                    return Ok(());
                 }
-                if let Ok(k) = serde_json::from_str::<Key>(line) {
-                    if !c.written.insert((k.session, k.id)) {
-                        return Ok(());
-                    }
-                }
-                return c.out.line(line).map_err(Into::into);
+                return c.out.line(line.raw).map_err(Into::into);
             }
-            Some("activity") => {
-                #[derive(serde::Deserialize)]
-                struct Key {
-                    session: String,
+            Ok(Record::Activity(a)) => {
+                if !c.active.insert(a.session) {
+                    return Ok(());
                 }
-                if let Ok(k) = serde_json::from_str::<Key>(line) {
-                    if !c.active.insert(k.session) {
-                        return Ok(());
-                    }
-                }
-                return c.out.line(line).map_err(Into::into);
+                return c.out.line(line.raw).map_err(Into::into);
             }
-            _ => return c.out.line(line).map_err(Into::into),
-        }
-        let s: Session = match serde_json::from_str(line) {
-            Ok(s) => s,
-            Err(e) => {
-                c.out.line(line)?;
-                eprintln!("oc-calls: {name}:{n}: {e}");
+            Ok(_) => return c.out.line(line.raw).map_err(Into::into),
+            Err(e) if e.kind.as_deref() == Some("session") || e.kind.is_none() => {
+                c.out.line(line.raw)?;
+                eprintln!("oc-calls: {}:{}: {e}", line.file, line.n);
                 bad = true;
                 return Ok(());
+            }
+            // a call or activity this version cannot read whole still passes, once per key
+            Err(e) => {
+                if let Some(key) = dedup_key(e.kind.as_deref(), line.raw) {
+                    let fresh = match key {
+                        (s, Some(id)) => c.written.insert((s, id)),
+                        (s, None) => c.active.insert(s),
+                    };
+                    if !fresh {
+                        return Ok(());
+                    }
+                }
+                return c.out.line(line.raw).map_err(Into::into);
             }
         };
         if !c.read.insert(s.id.clone()) {
             // listed twice (two sources, two URLs of one server, a stream fed twice)
             return Ok(());
         }
-        c.out.line(line)?;
+        c.out.line(line.raw)?;
+        let (name, n) = (line.file, line.n);
         let Some(src) = source_to_read(&s) else {
             eprintln!("oc-calls: {name}:{n}: session {} has no \"source\"", s.id);
             bad = true;
             return Ok(());
         };
-        if src.starts_with("export:") {
-            // read from an export upstream: its calls are in the stream already
-            return Ok(());
-        }
-        let reader = if src.starts_with("http://") || src.starts_with("https://") {
-            http.entry(src.clone())
-                .or_insert_with(|| Reader::Http(Client::with_limits(&src, limits)))
-        } else {
-            if !dbs.contains_key(&src) {
-                match Db::open(std::path::Path::new(&src)) {
-                    Ok(d) => {
-                        dbs.insert(src.clone(), Reader::Db(d));
-                    }
-                    Err(e) => return c.blind(&src, &format!("{e:#}")),
-                }
-            }
-            &dbs[&src]
+        let reader = match opened.entry(src) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => match sources::open(e.key(), limits) {
+                Ok(Some(source)) => e.insert(source),
+                // read from an export upstream: its calls are in the stream already
+                Ok(None) => return Ok(()),
+                Err(why) => return c.blind(&e.key().to_string(), &why),
+            },
         };
         progress.show(read);
         read += 1;
-        c.emit(reader, &s.id)
+        c.emit(reader.as_ref(), &s.id)
     })?;
     bad |= skipped > 0;
     progress.done();
@@ -258,13 +207,29 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     Ok(c.code)
 }
 
+/// What identifies a call (`(session, Some(id))`) or an activity (`(session, None)`) that did not
+/// read whole, so that even such a line is written once.
+fn dedup_key(kind: Option<&str>, raw: &str) -> Option<(String, Option<String>)> {
+    #[derive(serde::Deserialize)]
+    struct Key {
+        session: String,
+        id: Option<Value>,
+    }
+    let k: Key = serde_json::from_str(raw).ok()?;
+    match (kind, k.id) {
+        (Some("call"), Some(Value::String(id))) => Some((k.session, Some(id))),
+        (Some("activity"), _) => Some((k.session, None)),
+        _ => None,
+    }
+}
+
 /// Where to read a listed session's messages: its database when one lists it (local, no
 /// deadline to meet, the same rows a server would serve), else its `source`.
-fn source_to_read(s: &Session) -> Option<String> {
-    let is_db = |x: &&String| {
-        !x.starts_with("http://") && !x.starts_with("https://") && !x.starts_with("export:")
-    };
-    s.sources.iter().find(is_db).or(s.source.as_ref()).cloned()
+fn source_to_read(s: &Session) -> Option<SourceId> {
+    let ids = s.sources.iter().map(|x| SourceId::parse(x));
+    ids.clone()
+        .find(SourceId::is_database)
+        .or_else(|| s.source.as_deref().map(SourceId::parse))
 }
 
 /// `oc-calls --export FILE...`: the session, calls and activity of each exported session.
@@ -275,7 +240,7 @@ fn read_export(c: &mut Calls, file: &str, stdin: &mut dyn BufRead) -> Result<()>
         let f = std::fs::File::open(file).with_context(|| format!("{file}: cannot open"))?;
         export::read(f)
     };
-    let source = export::source_name(file);
+    let source = SourceId::Export(file.to_string()).to_string();
     let docs = match docs {
         Ok(d) => d,
         Err(why) => return c.blind(&source, &why),
@@ -300,12 +265,8 @@ fn read_export(c: &mut Calls, file: &str, stdin: &mut dyn BufRead) -> Result<()>
 /// `oc-calls SESSION...`: each from the database when it holds it, else from a server
 /// (given, configured, or found running); with `--server` and no `--db`, from servers only.
 fn by_id(c: &mut Calls, args: &Args, cfg: &Config) -> Result<()> {
-    let (path, how) = match (&args.db, &cfg.opencode.db) {
-        (Some(p), _) if !p.as_os_str().is_empty() => (p.clone(), Found::Argument),
-        (_, Some(p)) => (p.clone(), Found::Configured),
-        _ => (opencode::db::default_path(), Found::Default),
-    };
-    let mut readers: Vec<Reader> = Vec::new();
+    let (path, how) = crate::paths::opencode_db(args.db.as_deref(), cfg.opencode.db.as_deref());
+    let mut readers: Vec<Box<dyn Source>> = Vec::new();
     // `--server URL` without `--db` asks for that server: the database is not consulted
     let db = if !args.servers.is_empty() && args.db.is_none() {
         Ok(None)
@@ -313,7 +274,7 @@ fn by_id(c: &mut Calls, args: &Args, cfg: &Config) -> Result<()> {
         Db::open_if_there(&path)
     };
     match db {
-        Ok(Some(d)) => readers.push(Reader::Db(d)),
+        Ok(Some(d)) => readers.push(Box::new(d)),
         Ok(None) if how == Found::Argument => {
             return Err(anyhow!(
                 "opencode database {}: no such file",
@@ -338,38 +299,38 @@ fn by_id(c: &mut Calls, args: &Args, cfg: &Config) -> Result<()> {
                     break;
                 }
                 servers_probed = true;
-                let plan = opencode::plan_servers(
+                let plan = sources::plan_servers(
                     &args.servers,
                     &cfg.opencode.servers,
-                    &opencode::discover::listeners(&opencode::discovered(
+                    &sources::discover::listeners(&sources::discovered(
                         cfg.opencode.discover,
                         &path,
                     )),
                 );
                 for p in &plan {
-                    match opencode::probe(p, cfg.opencode_limits()) {
-                        Ok(Some(l)) => readers.push(Reader::Http(l.client)),
+                    match sources::probe(p, cfg.opencode_limits()) {
+                        Ok(Some(l)) => readers.push(Box::new(Server { client: l.client })),
                         Ok(None) => {}
                         Err(why) => c.blind(&p.url, &why)?,
                     }
                 }
                 continue;
             }
-            let r = &readers[k];
+            let r = readers[k].as_ref();
             k += 1;
+            let name = r.id().to_string();
             match r.session(id) {
                 Ok(Some(v)) => {
-                    let st = matches!(r, Reader::Http(_)).then_some("idle");
-                    match convert::session_of(&v, st, &r.name()) {
+                    match convert::session_of(&v, r.status_alone(), &name) {
                         Ok(s) => c.out.line(&to_line("session", &s)?)?,
-                        Err(why) => c.blind(&r.name(), &format!("session {id}: {why}"))?,
+                        Err(why) => c.blind(&name, &format!("session {id}: {why}"))?,
                     }
                     c.emit(r, id)?;
                     found = true;
                     break;
                 }
                 Ok(None) => {}
-                Err(f) => c.blind(&r.name(), &format!("session {id}: {f}"))?,
+                Err(f) => c.blind(&name, &format!("session {id}: {f}"))?,
             }
         }
         if !found {

@@ -95,8 +95,17 @@ impl Out {
         (Out::new(Box::new(buf.clone()), false), buf)
     }
 
+    /// Flushes after every line (`true`) or per 64 KiB block (`false`), whatever stdout is.
     pub fn line_buffered(&mut self, on: bool) {
-        self.per_line = self.per_line || on;
+        self.per_line = on;
+    }
+
+    /// `--line-buffered`: flush after every line when `asked`; otherwise keep the default (per
+    /// line on a terminal, in blocks into a pipe).
+    pub fn line_buffered_if(&mut self, asked: bool) {
+        if asked {
+            self.per_line = true;
+        }
     }
 
     /// Writes one line (a newline is added).
@@ -428,6 +437,48 @@ mod tests {
         let e = anyhow::Error::new(js).context("writing");
         assert!(is_broken_pipe(&e));
         assert!(!is_broken_pipe(&anyhow::anyhow!("other")));
+    }
+
+    /// Writes that reach the sink, one entry per `write` or `flush` call that carried bytes.
+    #[derive(Clone, Default)]
+    struct Flushes(std::sync::Arc<std::sync::Mutex<Vec<usize>>>);
+
+    impl Write for Flushes {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().push(buf.len());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn line_buffered_false_turns_per_line_flushing_off_on_a_terminal() {
+        let sink = Flushes::default();
+        let mut out = Out::new(Box::new(sink.clone()), true);
+        out.line("a").unwrap();
+        assert_eq!(*sink.0.lock().unwrap(), [2], "a terminal flushes per line");
+        out.line_buffered(false);
+        out.line("b").unwrap();
+        out.line("c").unwrap();
+        assert_eq!(*sink.0.lock().unwrap(), [2], "block-buffered until flushed");
+        out.flush().unwrap();
+        assert_eq!(*sink.0.lock().unwrap(), [2, 4]);
+    }
+
+    #[test]
+    fn line_buffered_if_asks_for_per_line_and_otherwise_keeps_the_default() {
+        let sink = Flushes::default();
+        let mut out = Out::new(Box::new(sink.clone()), true);
+        out.line_buffered_if(false);
+        out.line("a").unwrap();
+        let mut pipe = Out::new(Box::new(sink.clone()), false);
+        pipe.line("b").unwrap();
+        assert_eq!(*sink.0.lock().unwrap(), [2]);
+        pipe.line_buffered_if(true);
+        pipe.line("c").unwrap();
+        assert_eq!(*sink.0.lock().unwrap(), [2, 4]);
     }
 
     #[test]

@@ -7,14 +7,6 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// `$VAR` if set and absolute, else `$HOME/<fallback>`.
-pub fn xdg_dir(var: &str, fallback: &str) -> PathBuf {
-    match std::env::var_os(var) {
-        Some(v) if Path::new(&v).is_absolute() => PathBuf::from(v),
-        _ => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/".into())).join(fallback),
-    }
-}
-
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -391,17 +383,12 @@ fn key_at(t: &dyn toml_edit::TableLike, offset: usize, prefix: &str) -> Option<S
     None
 }
 
-/// The default config path.
-pub fn default_path() -> PathBuf {
-    xdg_dir("XDG_CONFIG_HOME", ".config").join("oc-watchdog/watchdog.toml")
-}
-
 impl Config {
     /// Loads `path`, or the default path when it exists, or the defaults.
     pub fn load(path: Option<&Path>) -> Result<Config> {
         let (path, required) = match path {
             Some(p) => (p.to_path_buf(), true),
-            None => (default_path(), false),
+            None => (crate::paths::config_file(), false),
         };
         if !required && !path.exists() {
             return Ok(Config::default());
@@ -564,17 +551,9 @@ impl Config {
         p.0
     }
 
-    /// The opencode database to read when one is wanted and none was named.
-    pub fn opencode_db(&self) -> PathBuf {
-        self.opencode
-            .db
-            .clone()
-            .unwrap_or_else(crate::opencode::db::default_path)
-    }
-
     /// The bounds of talking to one opencode server.
-    pub fn opencode_limits(&self) -> crate::opencode::http::Limits {
-        crate::opencode::http::Limits {
+    pub fn opencode_limits(&self) -> crate::sources::http::Limits {
+        crate::sources::http::Limits {
             deadline: std::time::Duration::from_secs(self.opencode.server_deadline_secs.get()),
             body_cap: self.opencode.body_cap_mib.get().saturating_mul(1 << 20),
         }
@@ -585,23 +564,30 @@ impl Config {
         std::time::Duration::from_millis(self.store.busy_timeout_ms.unwrap_or(5000))
     }
 
-    /// The watchdog database.
+    /// The operator's page (`[report] file`, else its default in [`crate::paths`]).
     pub fn report_file(&self) -> PathBuf {
-        self.report.file.clone().unwrap_or_else(|| {
-            xdg_dir("XDG_STATE_HOME", ".local/state").join("oc-watchdog/report.html")
-        })
+        crate::paths::report_file(self.report.file.as_deref())
     }
 
+    /// The watchdog database (`[store] db`, else its default in [`crate::paths`]).
     pub fn store_db(&self) -> PathBuf {
-        self.store.db.clone().unwrap_or_else(|| {
-            xdg_dir("XDG_STATE_HOME", ".local/state").join("oc-watchdog/watchdog.db")
-        })
+        crate::paths::store_db(self.store.db.as_deref())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn report_file_is_the_page_and_store_db_the_database() {
+        let c = Config::parse("[report]\nfile = \"/p.html\"\n[store]\ndb = \"/w.db\"\n").unwrap();
+        assert_eq!(c.report_file(), Path::new("/p.html"));
+        assert_eq!(c.store_db(), Path::new("/w.db"));
+        let d = Config::default();
+        assert_eq!(d.report_file(), crate::paths::report_file(None));
+        assert_eq!(d.store_db().file_name().unwrap(), "watchdog.db");
+    }
 
     #[test]
     fn unknown_key_is_named() {

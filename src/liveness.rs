@@ -13,28 +13,7 @@ pub use crate::record::{Liveness, LivenessAction, LivenessClass};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// What oc-calls saw of a session's activity (`{"kind":"activity", ...}`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Activity {
-    pub session: String,
-    /// The latest time anything moved: a message created or completed, a part started or ended.
-    pub last_progress: Option<i64>,
-    /// The last assistant message has neither completed nor failed: a model request in flight.
-    pub in_flight: bool,
-    /// Tool calls still pending or running.
-    #[serde(default)]
-    pub running: Vec<Running>,
-    /// The last assistant message's error class (`MessageAbortedError`, `APIError`, ...).
-    pub error: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Running {
-    pub tool: String,
-    pub t: i64,
-    /// Declared timeout in ms (bash: its `timeout` argument, default 120000).
-    pub timeout: Option<i64>,
-}
+pub use crate::record::{Activity, Running};
 
 /// The evidence a session record carries.
 #[derive(Debug, Clone, Default, Deserialize)]

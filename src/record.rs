@@ -5,9 +5,168 @@
 //! fields survive a whole pipeline. All times are integer milliseconds since the Unix epoch.
 
 use crate::config::Severity;
+use crate::paths::Found;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::PathBuf;
+
+/// One line of the stream, typed by its `kind`. A kind this crate does not know (or a line with
+/// no `kind`) is [`Record::Other`]: a command passes its raw text on byte for byte.
+///
+/// Read lines with [`each_record`] (or one with [`Record::parse`]); write one with
+/// `serde_json::to_string(&record)`, which puts `kind` first, or [`to_line`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Record {
+    Session(Session),
+    Call(Call),
+    Activity(Activity),
+    /// Boxed: a verdict is several times the size of the other records.
+    Verdict(Box<Verdict>),
+    Source(SourceRead),
+    Blind(Blind),
+    Tick(Tick),
+    /// Any other kind: kept verbatim by whoever holds the raw line; never written from here.
+    #[serde(other, skip_serializing)]
+    Other,
+}
+
+/// A line whose `kind` is known but whose fields do not fit its record (or that is not JSON).
+#[derive(Debug)]
+pub struct BadRecord {
+    /// The line's `kind`, when it had one.
+    pub kind: Option<String>,
+    pub error: serde_json::Error,
+}
+
+impl std::fmt::Display for BadRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for BadRecord {}
+
+impl Record {
+    /// Parses one line. Each known kind is read straight into its record type (no intermediate
+    /// value, so a tick's thousands of calls cost one parse each plus the `kind` scan), with
+    /// serde_json's own message on error.
+    pub fn parse(line: &str) -> Result<Record, BadRecord> {
+        let kind = kind_of(line).map_err(|error| BadRecord { kind: None, error })?;
+        fn typed<T: serde::de::DeserializeOwned>(line: &str) -> serde_json::Result<T> {
+            serde_json::from_str(line)
+        }
+        // the types with pass-through extras would keep `kind` among them: it is the tag
+        fn untag(mut extra: Map<String, Value>) -> Map<String, Value> {
+            extra.remove("kind");
+            extra
+        }
+        let r = match kind.as_deref() {
+            Some("session") => typed::<Session>(line).map(|mut s| {
+                s.extra = untag(s.extra);
+                Record::Session(s)
+            }),
+            Some("call") => typed(line).map(Record::Call),
+            Some("activity") => typed(line).map(Record::Activity),
+            Some("verdict") => typed::<Verdict>(line).map(|mut v| {
+                v.extra = untag(v.extra);
+                Record::Verdict(Box::new(v))
+            }),
+            Some("source") => typed::<SourceRead>(line).map(|mut s| {
+                s.extra = untag(s.extra);
+                Record::Source(s)
+            }),
+            Some("blind") => typed(line).map(Record::Blind),
+            Some("tick") => typed(line).map(Record::Tick),
+            _ => Ok(Record::Other),
+        };
+        r.map_err(|error| BadRecord { kind, error })
+    }
+}
+
+/// One input line as [`each_record`] hands it over.
+#[derive(Debug)]
+pub struct Line<'a> {
+    /// `stdin` or the file's path.
+    pub file: &'a str,
+    /// 1-based line number.
+    pub n: usize,
+    /// The line's text, without its line ending.
+    pub raw: &'a str,
+    pub record: Result<Record, BadRecord>,
+}
+
+impl Line<'_> {
+    /// `stdin:17`, the way errors name a line.
+    pub fn at(&self) -> String {
+        format!("{}:{}", self.file, self.n)
+    }
+}
+
+/// The one reader of the stream: reads named inputs (`-` is stdin; none: stdin) line by line and
+/// hands `f` each non-blank line with its record. A line that is not UTF-8 is named on stderr
+/// (`command: stdin:3: not UTF-8 ...`) and skipped; the number skipped so is returned, for the
+/// caller to count among its bad lines (a line that is not JSON comes as a [`BadRecord`]).
+pub fn each_record(
+    files: &[PathBuf],
+    stdin: &mut dyn BufRead,
+    mut f: impl FnMut(Line) -> anyhow::Result<()>,
+) -> anyhow::Result<usize> {
+    crate::cli::for_each_line(files, stdin, |file, n, raw| {
+        f(Line {
+            file,
+            n,
+            raw,
+            record: Record::parse(raw),
+        })
+    })
+}
+
+/// `{"kind":"activity", ...}`: what oc-calls saw of a session's activity, for the liveness judge.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Activity {
+    pub session: String,
+    /// The latest time anything moved: a message created or completed, a part started or ended.
+    pub last_progress: Option<i64>,
+    /// The last assistant message has neither completed nor failed: a model request in flight.
+    pub in_flight: bool,
+    /// Tool calls still pending or running.
+    #[serde(default)]
+    pub running: Vec<Running>,
+    /// The last assistant message's error class (`MessageAbortedError`, `APIError`, ...).
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Running {
+    pub tool: String,
+    pub t: i64,
+    /// Declared timeout in ms (bash: its `timeout` argument, default 120000).
+    pub timeout: Option<i64>,
+}
+
+/// `{"kind":"tick", ...}`: what wd-store recorded of one tick, written last in its stream.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Tick {
+    /// The tick's row id in the watchdog database.
+    pub id: i64,
+    /// When the tick started.
+    pub t: i64,
+    /// `ok`, `flagged`, `no_opencode` or `blind` (null when the store could not tell).
+    #[serde(default)]
+    pub outcome: Option<String>,
+    /// Verdicts the tick recorded.
+    #[serde(default)]
+    pub sessions: usize,
+    /// The flagged sessions.
+    #[serde(default)]
+    pub flagged: Vec<String>,
+    /// The sources read (their `source` records' `source`).
+    #[serde(default)]
+    pub sources: Vec<String>,
+}
 
 /// `{"kind":"session", ...}`: one opencode session, as `oc-sessions` lists it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -387,17 +546,18 @@ impl Blind {
 /// how it was found. Lets later stages tell "no opencode" from "opencode with nothing to judge",
 /// and an operator see what the watchdog sees.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Source {
+pub struct SourceRead {
     pub source: String,
     /// `database` or `server`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reader: Option<String>,
     /// `argument`, `configured`, `default` (the database at opencode's own path), `discovered`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub found: Vec<String>,
+    pub found: Vec<Found>,
     #[serde(default)]
     pub version: Option<String>,
     /// Sessions listed from this source.
+    #[serde(default)]
     pub sessions: usize,
     /// The rest: `schema` (a database's newest migration), `pids` and `projects` (a server's).
     #[serde(flatten)]
@@ -478,6 +638,81 @@ mod tests {
         let v: Verdict = serde_json::from_str(r#"{"session":"ses_b"}"#).unwrap();
         assert_eq!(v.root(), "ses_b");
         assert!(serde_json::from_str::<Verdict>(r#"{"session":"s","reasons":["dupe"]}"#).is_err());
+    }
+
+    #[test]
+    fn each_kind_reads_into_its_record_and_writes_back_the_same_bytes() {
+        let lines = [
+            r#"{"kind":"session","id":"ses_a","parent":null,"agent":"build","title":"t","directory":"/w","created":1,"updated":2,"status":"idle","source":"/o.db","model":"p/m","todos_open":0}"#,
+            r#"{"kind":"call","session":"ses_a","id":"prt_1","t":5,"end":6,"tool":"read","args":{"filePath":"a"},"status":"completed","landed":false,"exit":null,"file_lines":3,"model":"p/m","cost":0.5,"out":"sha1:0123456789ab"}"#,
+            r#"{"kind":"activity","session":"ses_a","last_progress":6,"in_flight":false,"running":[],"error":null}"#,
+            r#"{"kind":"blind","source":"http://x","reason":"r"}"#,
+            r#"{"kind":"source","source":"/o.db","reader":"database","found":["default"],"version":"1.18.33","sessions":1,"schema":"m7"}"#,
+            r#"{"kind":"tick","id":4,"t":9,"outcome":"flagged","sessions":2,"flagged":["ses_a"],"sources":["/o.db"]}"#,
+        ];
+        for line in lines {
+            let r = Record::parse(line).unwrap();
+            assert_eq!(serde_json::to_string(&r).unwrap(), line);
+            // the derived, tagged reading agrees with the fast one
+            assert_eq!(serde_json::from_str::<Record>(line).unwrap(), r, "{line}");
+        }
+        match Record::parse(lines[4]).unwrap() {
+            Record::Source(s) => {
+                assert_eq!(s.found, [Found::Default]);
+                assert_eq!(s.extra.keys().collect::<Vec<_>>(), ["schema"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        match Record::parse(lines[5]).unwrap() {
+            Record::Tick(t) => {
+                assert_eq!((t.id, t.sessions, t.flagged), (4, 2, vec!["ses_a".into()]))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn other_kinds_and_lines_without_a_kind_pass_as_other() {
+        assert_eq!(
+            Record::parse(r#"{"kind":"zzz","a":1}"#).unwrap(),
+            Record::Other
+        );
+        assert_eq!(Record::parse(r#"{"a":1}"#).unwrap(), Record::Other);
+        let e = Record::parse(r#"{"kind":"call","session":"s"}"#).unwrap_err();
+        assert_eq!(e.kind.as_deref(), Some("call"));
+        assert_eq!(e.to_string(), "missing field `id` at line 1 column 29");
+        let e = Record::parse("not json").unwrap_err();
+        assert_eq!(
+            (e.kind, e.error.to_string()),
+            (None, "expected ident at line 1 column 2".into())
+        );
+    }
+
+    #[test]
+    fn the_reader_names_file_and_line_and_skips_what_is_not_utf8() {
+        let mut input: &[u8] =
+            b"{\"kind\":\"blind\",\"source\":\"s\",\"reason\":\"r\"}\n\n\xff\n{\"kind\":\"x\"}\n";
+        let mut seen = Vec::new();
+        let skipped = each_record(&[], &mut input, |l| {
+            seen.push((l.at(), l.raw.to_string(), l.record.unwrap()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(skipped, 1);
+        assert_eq!(
+            seen,
+            [
+                (
+                    "stdin:1".to_string(),
+                    r#"{"kind":"blind","source":"s","reason":"r"}"#.to_string(),
+                    Record::Blind(Blind {
+                        source: "s".into(),
+                        reason: "r".into()
+                    })
+                ),
+                ("stdin:4".into(), r#"{"kind":"x"}"#.into(), Record::Other),
+            ]
+        );
     }
 
     #[test]

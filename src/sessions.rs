@@ -12,8 +12,9 @@
 
 use crate::cli::{now_ms, parse_when, Exit, Out};
 use crate::config::{Config, Discover};
-use crate::opencode::{self, convert, db::Db, discover, Fault, Found, Limits, Planned};
-use crate::record::{to_line, Blind, Session, Source};
+use crate::record::{to_line, Blind, Session, SourceRead};
+use crate::sources::server::{read_server, ServerRead};
+use crate::sources::{self, db::Db, Found, Source};
 use anyhow::{bail, Result};
 use clap::Parser;
 use serde_json::{json, Map, Value};
@@ -73,7 +74,7 @@ pub fn main() -> i32 {
 }
 
 pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
-    out.line_buffered(args.line_buffered);
+    out.line_buffered_if(args.line_buffered);
     let cfg = Config::load(args.config.as_deref())?;
     let now = args.now.unwrap_or_else(now_ms);
     let since = match &args.since {
@@ -91,7 +92,8 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
     let mut seen = Seen::default();
 
     // the database
-    let (db_path, db_found) = database_path(&args, &cfg);
+    let (db_path, db_found) =
+        crate::paths::opencode_db(args.db.as_deref(), cfg.opencode.db.as_deref());
     let db = if args.no_db {
         None
     } else {
@@ -122,9 +124,9 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
     } else {
         cfg.opencode.discover
     };
-    let procs = opencode::discovered(discover_mode, &db_path);
-    let found = discover::listeners(&procs);
-    let plan = opencode::plan_servers(&args.servers, &cfg.opencode.servers, &found);
+    let procs = sources::discovered(discover_mode, &db_path);
+    let found = sources::discover::listeners(&procs);
+    let plan = sources::plan_servers(&args.servers, &cfg.opencode.servers, &found);
     let limits = cfg.opencode_limits();
     let reads: Vec<ServerRead> = std::thread::scope(|s| {
         let handles: Vec<_> = plan
@@ -183,11 +185,11 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
         }
         out.line(&to_line(
             "source",
-            &Source {
+            &SourceRead {
                 sessions: seen.count(&name),
                 source: name,
                 reader: Some("database".into()),
-                found: vec![found_name(db_found)],
+                found: vec![db_found],
                 version: db.newest_version(),
                 extra,
             },
@@ -202,10 +204,10 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
             extra.insert("projects".into(), json!(r.projects));
             out.line(&to_line(
                 "source",
-                &Source {
+                &SourceRead {
                     source: r.plan.url.clone(),
                     reader: Some("server".into()),
-                    found: r.plan.found.iter().map(|f| found_name(*f)).collect(),
+                    found: r.plan.found.clone(),
                     version: live.version.clone(),
                     sessions: seen.count(&r.plan.url),
                     extra,
@@ -228,158 +230,6 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
         out.line(&to_line("session", s)?)?;
     }
     Ok(code)
-}
-
-fn found_name(f: Found) -> String {
-    serde_json::to_value(f)
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_default()
-}
-
-/// The database to read and how it was named.
-fn database_path(args: &Args, cfg: &Config) -> (PathBuf, Found) {
-    match (&args.db, &cfg.opencode.db) {
-        (Some(p), _) if !p.as_os_str().is_empty() => (p.clone(), Found::Argument),
-        (_, Some(p)) => (p.clone(), Found::Configured),
-        _ => (opencode::db::default_path(), Found::Default),
-    }
-}
-
-/// What one server gave: its sessions (with live status and pending requests), or why not.
-struct ServerRead {
-    plan: Planned,
-    live: Option<opencode::Live>,
-    projects: usize,
-    sessions: Vec<Session>,
-    error: Option<String>,
-}
-
-/// Reads one server within its deadline: health, projects, and per project its sessions,
-/// their status and pending permission and question requests.
-fn read_server(p: &Planned, limits: Limits) -> ServerRead {
-    let mut r = ServerRead {
-        plan: p.clone(),
-        live: None,
-        projects: 0,
-        sessions: Vec::new(),
-        error: None,
-    };
-    let live = match opencode::probe(p, limits) {
-        Ok(Some(l)) => l,
-        Ok(None) => return r,
-        Err(why) => {
-            r.error = Some(why);
-            return r;
-        }
-    };
-    match list_server(&live.client, &p.url) {
-        Ok((projects, sessions)) => {
-            r.projects = projects;
-            r.sessions = sessions;
-        }
-        Err(why) => {
-            r.error = Some(why);
-            return r;
-        }
-    }
-    r.live = Some(live);
-    r
-}
-
-/// `?directory=` for a project's worktree.
-fn directory_query(dir: &str) -> String {
-    let mut q = String::from("directory=");
-    for b in dir.bytes() {
-        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
-            q.push(b as char);
-        } else {
-            q.push_str(&format!("%{b:02X}"));
-        }
-    }
-    q
-}
-
-fn list_server(c: &opencode::Client, url: &str) -> Result<(usize, Vec<Session>), String> {
-    // every project the server knows; an older server without /project: its own directory
-    let dirs: Vec<Option<String>> = match c.get("/project") {
-        Ok(v) => v
-            .as_array()
-            .ok_or("GET /project did not return a list")?
-            .iter()
-            .map(|p| {
-                p.get("worktree")
-                    .and_then(Value::as_str)
-                    .map(|w| Some(w.to_string()))
-                    .ok_or_else(|| format!("a project of GET /project has no \"worktree\": {p}"))
-            })
-            .collect::<Result<_, String>>()?,
-        Err(Fault::NotFound(_)) => vec![None],
-        Err(f) => return Err(f.to_string()),
-    };
-    let mut out: Vec<Session> = Vec::new();
-    let mut ids: HashSet<String> = HashSet::new();
-    for dir in &dirs {
-        let (sep, q) = match dir {
-            Some(d) => ("?", directory_query(d)),
-            None => ("", String::new()),
-        };
-        let get = |path: &str| c.get(&format!("{path}{sep}{q}"));
-        let list = get("/session").map_err(|f| f.to_string())?;
-        let status = get("/session/status").map_err(|f| f.to_string())?;
-        let list = list
-            .as_array()
-            .ok_or("GET /session did not return a list")?;
-        let status = status
-            .as_object()
-            .ok_or("GET /session/status did not return an object")?;
-        // best effort: a failed request leaves `pending` out (the liveness judge knows less)
-        let count = |path: &str| -> Option<HashMap<String, i64>> {
-            let v = get(path).ok()?;
-            let mut m = HashMap::new();
-            for item in v.as_array()? {
-                if let Some(s) = item.get("sessionID").and_then(Value::as_str) {
-                    *m.entry(s.to_string()).or_insert(0) += 1;
-                }
-            }
-            Some(m)
-        };
-        let pending = if list.is_empty() {
-            None
-        } else {
-            count("/permission").zip(count("/question"))
-        };
-        for v in list {
-            let id = v.get("id").and_then(Value::as_str).unwrap_or("");
-            if !ids.insert(id.to_string()) {
-                continue;
-            }
-            let st = match status.get(id) {
-                Some(s) => s
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| format!("status of {id} has no \"type\""))?,
-                None => "idle",
-            };
-            let mut sess = convert::session_of(v, Some(st), url)?;
-            if let Some(r) = status.get(id).filter(|s| s["type"] == "retry") {
-                let mut r = r.clone();
-                if let Some(m) = r.get("message").and_then(Value::as_str) {
-                    r["message"] = Value::from(m.chars().take(200).collect::<String>());
-                }
-                sess.extra.insert("retry".into(), r);
-            }
-            if let Some((p, q)) = &pending {
-                sess.extra.insert(
-                    "pending".into(),
-                    json!({"permissions": p.get(id).copied().unwrap_or(0),
-                           "questions": q.get(id).copied().unwrap_or(0)}),
-                );
-            }
-            out.push(sess);
-        }
-    }
-    Ok((dirs.len(), out))
 }
 
 /// The merged picture: one record per session, and the sources that could not be read.
@@ -446,7 +296,7 @@ impl Seen {
             v.sort_by(|a, b| b.updated.cmp(&a.updated).then(a.id.cmp(&b.id)));
             v
         };
-        self.sessions = opencode::select_trees(all, since, also);
+        self.sessions = sources::select_trees(all, since, also);
     }
 }
 
@@ -461,24 +311,26 @@ fn read_db(
     seen: &mut Seen,
 ) -> Result<()> {
     let name = db.path.display().to_string();
-    let index = db.index()?;
+    let index = db.index().map_err(|f| anyhow::anyhow!("{f}"))?;
     let live = Seen::by_id(reads);
-    let in_db: HashSet<&str> = index.iter().map(|r| r.0.as_str()).collect();
-    let mut nodes: Vec<opencode::Node> = index
+    let in_db: HashSet<&str> = index.iter().map(|e| e.id.as_str()).collect();
+    let mut nodes: Vec<sources::Node> = index
         .iter()
-        .map(|(id, parent, updated)| {
-            let srv = live.get(id);
-            opencode::Node {
-                id,
-                parent: parent.as_deref(),
-                updated: Some(
-                    srv.and_then(|s| s.updated)
-                        .unwrap_or(*updated)
-                        .max(*updated),
-                ),
-                active: srv
-                    .and_then(|s| s.status.as_deref())
-                    .is_some_and(|st| st != "idle"),
+        .map(|e| {
+            let srv = live.get(&e.id);
+            let srv_updated = srv.and_then(|s| s.updated);
+            sources::Node {
+                id: &e.id,
+                parent: e.parent.as_deref(),
+                // the later of the two
+                updated: e
+                    .updated
+                    .map(|u| srv_updated.unwrap_or(u).max(u))
+                    .or(srv_updated),
+                active: e.active
+                    || srv
+                        .and_then(|s| s.status.as_deref())
+                        .is_some_and(|st| st != "idle"),
             }
         })
         .collect();
@@ -486,23 +338,22 @@ fn read_db(
     nodes.extend(
         live.values()
             .filter(|s| !in_db.contains(s.id.as_str()))
-            .map(|s| opencode::Node {
+            .map(|s| sources::Node {
                 id: &s.id,
                 parent: s.parent.as_deref(),
                 updated: s.updated,
                 active: s.status.as_deref().is_some_and(|st| st != "idle"),
             }),
     );
-    let keep = opencode::select(&nodes, since, also);
+    let keep = sources::select(&nodes, since, also);
     let from_db: Vec<&str> = keep
         .iter()
         .copied()
         .filter(|id| in_db.contains(id))
         .collect();
-    let rows = db.sessions_by_id(&from_db)?;
+    let rows = db.sessions(&from_db).map_err(|f| anyhow::anyhow!("{f}"))?;
     let mut out: Vec<Session> = Vec::new();
-    for v in &rows {
-        let mut s = convert::session_of(v, None, &name).map_err(|why| anyhow::anyhow!(why))?;
+    for mut s in rows {
         if let Some(srv) = live.get(&s.id) {
             let mut merged = srv.clone();
             let mut srcs = std::mem::take(&mut merged.sources);
@@ -536,7 +387,7 @@ fn read_db(
 /// works in a session's directory, that "idle" is a guess: say unknown, as the database would.
 fn idle_is_unknown_where_unasked(
     sessions: &mut [Session],
-    procs: &[discover::Process],
+    procs: &[sources::discover::Process],
     asked: &HashSet<u32>,
 ) {
     let unasked: Vec<&Path> = procs
@@ -584,14 +435,14 @@ mod tests {
             sess("ses_served", "/w/b", "idle"),
         ];
         let procs = vec![
-            discover::Process {
+            sources::discover::Process {
                 pid: 1,
                 cwd: Some("/w/a".into()),
                 db: None,
                 urls: vec![],
                 ppid: 0,
             },
-            discover::Process {
+            sources::discover::Process {
                 pid: 2,
                 cwd: Some("/w/b".into()),
                 db: None,
@@ -602,13 +453,5 @@ mod tests {
         idle_is_unknown_where_unasked(&mut all, &procs, &HashSet::from([2]));
         let got: Vec<Option<&str>> = all.iter().map(|s| s.status.as_deref()).collect();
         assert_eq!(got, [None, None, Some("busy"), Some("idle")]);
-    }
-
-    #[test]
-    fn project_directories_are_percent_encoded() {
-        assert_eq!(
-            directory_query("/home/me/my proj/ü&x"),
-            "directory=/home/me/my%20proj/%C3%BC%26x"
-        );
     }
 }

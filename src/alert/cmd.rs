@@ -539,7 +539,7 @@ fn lifecycle(
 /// records the outcome. Never retried: at most once per action id.
 fn send_nudge(store: &mut Store, n: &Nudge) -> Result<()> {
     let result = match n.source.as_deref() {
-        Some(url) if url.starts_with("http") => crate::opencode::Client::new(url)
+        Some(url) if url.starts_with("http") => crate::sources::Client::new(url)
             .post(
                 &format!("/session/{}/prompt_async", n.session),
                 &json!({"parts": [{"type": "text", "text": n.prompt}]}),

@@ -205,7 +205,7 @@ fn detector_config(a: &Args, base: DetectorConfig) -> Result<DetectorConfig> {
 }
 
 pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
-    out.line_buffered(args.line_buffered);
+    out.line_buffered_if(args.line_buffered);
     let cfg = Config::load(args.config.as_deref())?;
     let dcfg = detector_config(&args, cfg.detector.clone())?;
     // flags override the config: check them the way the config is checked

@@ -311,7 +311,7 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<Page> {
 
 /// The installed timer unit and its `OnUnitActiveSec=` (a drop-in's value wins).
 fn timer() -> Timer {
-    let dir = crate::config::xdg_dir("XDG_CONFIG_HOME", ".config").join("systemd/user");
+    let dir = crate::paths::systemd_user_dir();
     let unit = dir.join("oc-watchdog.timer");
     let mut files = vec![unit.clone()];
     if let Ok(rd) = std::fs::read_dir(dir.join("oc-watchdog.timer.d")) {

@@ -2,6 +2,8 @@
 //! same objects the HTTP API serves. Several documents may follow each other in one input
 //! (`cat a.json b.json | oc-calls --export -`); each is parsed as it streams in.
 
+use super::{convert, Entry, Fault, Source, SourceId};
+use crate::record::Session;
 use serde_json::Value;
 use std::io::Read;
 
@@ -9,12 +11,6 @@ use std::io::Read;
 pub struct Export {
     pub info: Value,
     pub messages: Value,
-}
-
-/// The `source` of records read from an export: `export:FILE` (`export:-` for stdin). oc-calls
-/// reading a stream never tries to open it again: the calls are in the stream already.
-pub fn source_name(file: &str) -> String {
-    format!("export:{file}")
 }
 
 /// Every export document in `input`, in order. Errors name the document (1-based) and why.
@@ -38,6 +34,54 @@ pub fn read(input: impl Read) -> Result<Vec<Export>, String> {
         out.push(Export { info, messages });
     }
     Ok(out)
+}
+
+/// The documents of one export file, as a [`Source`].
+pub struct ExportFile {
+    /// The file as named (`-`: stdin).
+    pub file: String,
+    pub docs: Vec<Export>,
+}
+
+impl ExportFile {
+    fn doc(&self, id: &str) -> Option<&Export> {
+        self.docs.iter().find(|d| d.info["id"] == id)
+    }
+}
+
+impl Source for ExportFile {
+    fn id(&self) -> SourceId {
+        SourceId::Export(self.file.clone())
+    }
+
+    fn index(&self) -> Result<Vec<Entry>, Fault> {
+        let all: Vec<&str> = self
+            .docs
+            .iter()
+            .filter_map(|d| d.info["id"].as_str())
+            .collect();
+        Ok(self.sessions(&all)?.iter().map(Entry::of).collect())
+    }
+
+    /// The documents' sessions named in `ids`, in file order.
+    fn sessions(&self, ids: &[&str]) -> Result<Vec<Session>, Fault> {
+        let name = self.id().to_string();
+        self.docs
+            .iter()
+            .filter(|d| ids.iter().any(|id| d.info["id"] == *id))
+            .map(|d| convert::session_of(&d.info, None, &name).map_err(Fault::Broken))
+            .collect()
+    }
+
+    fn session(&self, id: &str) -> Result<Option<Value>, Fault> {
+        Ok(self.doc(id).map(|d| d.info.clone()))
+    }
+
+    fn messages(&self, id: &str) -> Result<Value, Fault> {
+        self.doc(id)
+            .map(|d| d.messages.clone())
+            .ok_or_else(|| Fault::NotFound(format!("session {id}: not in {}", self.id())))
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 //! Rows are rebuilt into the same JSON shapes the HTTP API serves (a part's `data` plus its
 //! `id`, `sessionID`, `messageID` columns), so one converter serves both sources.
 
+use super::{convert, Changes, Cursor, Entry, Fault, Source, SourceId};
+use crate::record::Session;
 use anyhow::{bail, Context, Result};
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use serde_json::{json, Map, Value};
@@ -14,11 +16,6 @@ use std::time::Duration;
 pub struct Db {
     conn: Connection,
     pub path: PathBuf,
-}
-
-/// The default database path: `$XDG_DATA_HOME/opencode/opencode.db`.
-pub fn default_path() -> PathBuf {
-    crate::config::xdg_dir("XDG_DATA_HOME", ".local/share").join("opencode/opencode.db")
 }
 
 /// Columns this reader needs, by table. A database without one of them is of a schema this
@@ -115,7 +112,7 @@ impl Db {
     }
 
     /// Every session's id, parent and last update: the cheap index that picks what to read.
-    pub fn index(&self) -> Result<Vec<Row>> {
+    pub fn index_rows(&self) -> Result<Vec<Row>> {
         let mut st = self
             .conn
             .prepare("SELECT id, parent_id, time_updated FROM session")
@@ -125,11 +122,6 @@ impl Db {
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<Row>>>())
             .with_context(|| self.err("cannot list sessions"))?;
         Ok(rows)
-    }
-
-    /// Every session, as API `Session` objects, newest update first.
-    pub fn sessions(&self) -> Result<Vec<Value>> {
-        self.query_sessions("1", &[])
     }
 
     /// These sessions, as API `Session` objects, newest update first.
@@ -201,13 +193,13 @@ impl Db {
     }
 
     /// One session as an API `Session` object, if it exists.
-    pub fn session(&self, id: &str) -> Result<Option<Value>> {
+    pub fn session_row(&self, id: &str) -> Result<Option<Value>> {
         Ok(self.sessions_by_id(&[id])?.into_iter().next())
     }
 
     /// A session's messages with their parts, `[{info, parts}]`, in order, read in one
     /// transaction so the two queries see the same snapshot.
-    pub fn messages(&self, session: &str) -> Result<Value> {
+    pub fn message_rows(&self, session: &str) -> Result<Value> {
         let tx = self
             .conn
             .unchecked_transaction()
@@ -273,5 +265,242 @@ impl Db {
             )
             .optional()?
             .unwrap_or(0))
+    }
+}
+
+/// A database failure as a source reports it.
+fn broken(e: anyhow::Error) -> Fault {
+    Fault::Broken(format!("{e:#}"))
+}
+
+impl Db {
+    /// `PRAGMA data_version`: changes when another connection commits.
+    fn data_version(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))?)
+    }
+
+    fn has_table(&self, table: &str) -> Result<bool> {
+        Ok(self.conn.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [table],
+            |r| r.get::<_, i64>(0),
+        )? > 0)
+    }
+
+    /// [`Source::changes`]: nothing to read while `data_version` holds; else the sessions of
+    /// opencode's event log past the cursor's event (the log's primary key, so a range read),
+    /// or, in a database without the log, the sessions whose row was updated since.
+    fn changes_since(&self, since: Option<&Cursor>) -> Result<Changes> {
+        let data_version = self.data_version()?;
+        if let Some(c) = since.filter(|c| c.data_version == data_version) {
+            return Ok(Changes {
+                sessions: Vec::new(),
+                cursor: c.clone(),
+            });
+        }
+        fn ids(
+            tx: &rusqlite::Transaction,
+            sql: &str,
+            arg: &dyn rusqlite::ToSql,
+        ) -> Result<Vec<String>> {
+            let mut st = tx.prepare(sql)?;
+            let rows = st.query_map([arg], |r| r.get(0))?;
+            Ok(rows.collect::<rusqlite::Result<Vec<String>>>()?)
+        }
+        let tx = self.conn.unchecked_transaction()?;
+        let mut cursor = Cursor {
+            data_version,
+            ..Cursor::default()
+        };
+        let sessions = if self.has_table("event")? {
+            let after = since.and_then(|c| c.event.clone()).unwrap_or_default();
+            cursor.event = tx.query_row("SELECT max(id) FROM event", [], |r| r.get(0))?;
+            cursor.event = cursor.event.or(since.and_then(|c| c.event.clone()));
+            ids(
+                &tx,
+                "SELECT DISTINCT aggregate_id FROM event WHERE id > ?1 ORDER BY aggregate_id",
+                &after,
+            )?
+        } else {
+            let after = since.map_or(i64::MIN, |c| c.updated);
+            let newest: Option<i64> =
+                tx.query_row("SELECT max(time_updated) FROM session", [], |r| r.get(0))?;
+            cursor.updated = newest.unwrap_or(after).max(after);
+            ids(
+                &tx,
+                "SELECT id FROM session WHERE time_updated > ?1 ORDER BY id",
+                &after,
+            )?
+        };
+        tx.finish()?;
+        Ok(Changes { sessions, cursor })
+    }
+}
+
+impl Source for Db {
+    fn id(&self) -> SourceId {
+        SourceId::Database(self.path.clone())
+    }
+
+    fn index(&self) -> Result<Vec<Entry>, Fault> {
+        Ok(self
+            .index_rows()
+            .map_err(broken)?
+            .into_iter()
+            .map(|(id, parent, updated)| Entry {
+                id,
+                parent,
+                updated: Some(updated),
+                active: false,
+            })
+            .collect())
+    }
+
+    fn sessions(&self, ids: &[&str]) -> Result<Vec<Session>, Fault> {
+        let name = self.path.display().to_string();
+        self.sessions_by_id(ids)
+            .map_err(broken)?
+            .iter()
+            .map(|v| convert::session_of(v, None, &name).map_err(Fault::Broken))
+            .collect()
+    }
+
+    fn session(&self, id: &str) -> Result<Option<Value>, Fault> {
+        self.session_row(id).map_err(broken)
+    }
+
+    fn messages(&self, id: &str) -> Result<Value, Fault> {
+        self.message_rows(id).map_err(broken)
+    }
+
+    fn changes(&self, since: Option<&Cursor>) -> Result<Option<Changes>, Fault> {
+        self.changes_since(since).map(Some).map_err(broken)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCHEMA: &str = "
+        CREATE TABLE session (id TEXT PRIMARY KEY, parent_id TEXT, agent TEXT, title TEXT,
+            directory TEXT, model TEXT, version TEXT, time_created INTEGER, time_updated INTEGER);
+        CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER, data TEXT);
+        CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT, session_id TEXT, data TEXT);";
+
+    /// A database in a temp dir, a writer on it (as opencode would be), and the reader.
+    fn fixture(with_log: bool) -> (tempfile::TempDir, Connection, Db) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("opencode.db");
+        let w = Connection::open(&path).unwrap();
+        w.pragma_update(None, "journal_mode", "wal").unwrap();
+        w.execute_batch(SCHEMA).unwrap();
+        if with_log {
+            w.execute_batch(
+                "CREATE TABLE event (id TEXT PRIMARY KEY, aggregate_id TEXT NOT NULL,
+                    seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL);",
+            )
+            .unwrap();
+        }
+        for (id, t) in [("ses_a", 10), ("ses_b", 20)] {
+            w.execute(
+                "INSERT INTO session (id, time_created, time_updated) VALUES (?1, ?2, ?2)",
+                rusqlite::params![id, t],
+            )
+            .unwrap();
+            if with_log {
+                w.execute(
+                    "INSERT INTO event VALUES (?1, ?2, 0, 'session.created.1', '{}')",
+                    rusqlite::params![format!("evt_{t:04}"), id],
+                )
+                .unwrap();
+            }
+        }
+        let db = Db::open(&path).unwrap();
+        (dir, w, db)
+    }
+
+    #[test]
+    fn changes_follow_the_event_log_and_cost_nothing_while_data_version_holds() {
+        let (_dir, w, db) = fixture(true);
+        let first = db.changes(None).unwrap().unwrap();
+        assert_eq!(first.sessions, ["ses_a", "ses_b"]);
+        assert_eq!(first.cursor.event.as_deref(), Some("evt_0020"));
+        // nobody wrote: nothing changed
+        let same = db.changes(Some(&first.cursor)).unwrap().unwrap();
+        assert_eq!(
+            same,
+            Changes {
+                sessions: vec![],
+                cursor: first.cursor.clone()
+            }
+        );
+        // opencode records a part update of ses_a
+        w.execute(
+            "INSERT INTO event VALUES ('evt_0030', 'ses_a', 1, 'message.part.updated.1', '{}')",
+            [],
+        )
+        .unwrap();
+        let next = db.changes(Some(&first.cursor)).unwrap().unwrap();
+        assert_eq!(next.sessions, ["ses_a"]);
+        assert_eq!(next.cursor.event.as_deref(), Some("evt_0030"));
+        assert_ne!(next.cursor.data_version, first.cursor.data_version);
+        // a commit that adds no event moves data_version only
+        w.execute("UPDATE session SET title = 't' WHERE id = 'ses_b'", [])
+            .unwrap();
+        let quiet = db.changes(Some(&next.cursor)).unwrap().unwrap();
+        assert!(quiet.sessions.is_empty());
+        assert_eq!(quiet.cursor.event.as_deref(), Some("evt_0030"));
+    }
+
+    #[test]
+    fn without_an_event_log_changes_are_the_sessions_updated_since() {
+        let (_dir, w, db) = fixture(false);
+        let first = db.changes(None).unwrap().unwrap();
+        assert_eq!(first.sessions, ["ses_a", "ses_b"]);
+        assert_eq!(
+            (first.cursor.event.clone(), first.cursor.updated),
+            (None, 20)
+        );
+        w.execute(
+            "UPDATE session SET time_updated = 25 WHERE id = 'ses_a'",
+            [],
+        )
+        .unwrap();
+        let next = db.changes(Some(&first.cursor)).unwrap().unwrap();
+        assert_eq!(
+            (next.sessions, next.cursor.updated),
+            (vec!["ses_a".to_string()], 25)
+        );
+    }
+
+    #[test]
+    fn the_database_lists_and_reads_through_the_source_trait() {
+        let (_dir, w, db) = fixture(true);
+        w.execute(
+            "INSERT INTO message VALUES ('msg_1', 'ses_b', 21, '{\"role\":\"user\"}')",
+            [],
+        )
+        .unwrap();
+        let src: &dyn Source = &db;
+        let index = src.index().unwrap();
+        assert_eq!(
+            index
+                .iter()
+                .map(|e| (e.id.as_str(), e.updated))
+                .collect::<Vec<_>>(),
+            [("ses_a", Some(10)), ("ses_b", Some(20))]
+        );
+        let listed = src.sessions(&["ses_b"]).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].source.as_deref(), Some(db.path.to_str().unwrap()));
+        assert_eq!(src.messages("ses_b").unwrap()[0]["info"]["id"], "msg_1");
+        assert_eq!(src.session("ses_x").unwrap(), None);
+        assert_eq!(
+            src.nudge("ses_b", "hi").unwrap_err(),
+            "the session was read from a database: no server to send to"
+        );
     }
 }

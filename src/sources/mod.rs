@@ -1,0 +1,364 @@
+//! Where sessions come from. A source is one [`Source`]: opencode's SQLite database
+//! ([`db`]), a live opencode server ([`server`], over [`http`], found by [`discover`]), or a file
+//! `opencode export` wrote ([`export`]). Each is named by a [`SourceId`], whose wire form is the
+//! `source` string of the records, and opened by [`open`], the one place that tells the kinds
+//! apart. What a source holds (opencode's API objects) becomes records in [`convert`], along the
+//! tool and argument vocabulary of [`vocab`].
+//!
+//! Adding a kind of source: a file with its type implementing [`Source`], a variant of
+//! [`SourceId`] and its arm in [`open`].
+
+pub mod convert;
+pub mod db;
+pub mod discover;
+pub mod export;
+pub mod http;
+pub mod server;
+
+use crate::record::Session;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+
+pub use crate::paths::Found;
+pub use http::{Client, Fault, Limits};
+pub use server::{discovered, plan_servers, probe, Live, Planned};
+
+/// What a source is, by the string `source` fields carry: a server's URL (`http://...`,
+/// `https://...`), an export (`export:FILE`, `export:-` for stdin), else a database path.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SourceId {
+    Database(PathBuf),
+    Server(String),
+    /// The file as it was named (`-`: stdin).
+    Export(String),
+}
+
+impl SourceId {
+    /// Reads a `source` string. Every string names some source: what is neither a URL nor an
+    /// export is a database path.
+    pub fn parse(wire: &str) -> SourceId {
+        if wire.starts_with("http://") || wire.starts_with("https://") {
+            SourceId::Server(wire.to_string())
+        } else if let Some(file) = wire.strip_prefix("export:") {
+            SourceId::Export(file.to_string())
+        } else {
+            SourceId::Database(PathBuf::from(wire))
+        }
+    }
+
+    /// A local file that can be read again at will (a database), as opposed to a server
+    /// that may be gone or an export whose calls are already in the stream.
+    pub fn is_database(&self) -> bool {
+        matches!(self, SourceId::Database(_))
+    }
+
+    /// How a message says where a session was read (`a database`, `a server`, `an export`).
+    pub fn kind_phrase(&self) -> &'static str {
+        match self {
+            SourceId::Database(_) => "a database",
+            SourceId::Server(_) => "a server",
+            SourceId::Export(_) => "an export",
+        }
+    }
+}
+
+impl std::fmt::Display for SourceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourceId::Database(p) => write!(f, "{}", p.display()),
+            SourceId::Server(url) => f.write_str(url),
+            SourceId::Export(file) => write!(f, "export:{file}"),
+        }
+    }
+}
+
+impl Serialize for SourceId {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        ser.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for SourceId {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        Ok(SourceId::parse(&String::deserialize(de)?))
+    }
+}
+
+/// Where "what changed" left off for one open source. Only meaningful to the source (and the
+/// open connection) that gave it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cursor {
+    /// The database's `PRAGMA data_version` when the cursor was taken: unchanged means no other
+    /// connection committed since, so nothing changed and nothing need be read.
+    pub data_version: i64,
+    /// The newest event of opencode's event log (`event.id`, ascending) seen.
+    pub event: Option<String>,
+    /// The newest `session.time_updated` seen (databases without an event log).
+    pub updated: i64,
+}
+
+/// What changed since a cursor: the sessions to read again, and where to continue.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Session ids, sorted.
+    pub sessions: Vec<String>,
+    pub cursor: Cursor,
+}
+
+/// One row of a source's session index: what picks the sessions to list without reading them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub id: String,
+    pub parent: Option<String>,
+    pub updated: Option<i64>,
+    /// A server says it is busy or retrying.
+    pub active: bool,
+}
+
+impl Entry {
+    pub fn of(s: &Session) -> Entry {
+        Entry {
+            id: s.id.clone(),
+            parent: s.parent.clone(),
+            updated: s.updated,
+            active: s.status.as_deref().is_some_and(|st| st != "idle"),
+        }
+    }
+}
+
+/// One place sessions can be read from. Messages and sessions come in opencode's API shapes
+/// (the database rebuilds them from its rows), so one converter ([`convert`]) serves every source.
+pub trait Source {
+    /// What the records read from here name as their `source`.
+    fn id(&self) -> SourceId;
+
+    /// The cheap index of every session: id, parent, last update, whether active.
+    fn index(&self) -> Result<Vec<Entry>, Fault>;
+
+    /// These sessions (picked from the index, see [`select`]) as records, newest update first.
+    fn sessions(&self, ids: &[&str]) -> Result<Vec<Session>, Fault>;
+
+    /// The status a session read alone has here (`None`: this source cannot tell).
+    fn status_alone(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// One session as opencode's `Session` object, if this source holds it.
+    fn session(&self, id: &str) -> Result<Option<Value>, Fault>;
+
+    /// A session's messages with their parts, `[{info, parts}]`, in order: its calls and its
+    /// activity ([`convert::calls_of`], [`convert::activity_of`]). `NotFound`: gone since listed.
+    fn messages(&self, id: &str) -> Result<Value, Fault>;
+
+    /// The sessions that changed since `since` (everything, with no cursor), cheaply enough to
+    /// ask every second. `Ok(None)`: this source cannot tell; read it whole.
+    fn changes(&self, since: Option<&Cursor>) -> Result<Option<Changes>, Fault> {
+        let _ = since;
+        Ok(None)
+    }
+
+    /// Sends `text` into a session as the user's message; says what the source answered.
+    /// Refused where the source cannot reach a running agent.
+    fn nudge(&self, session: &str, text: &str) -> Result<String, String> {
+        let _ = (session, text);
+        Err(refusal(&self.id()))
+    }
+}
+
+/// Why a session read from `id` cannot be nudged (no running agent to send to).
+pub fn refusal(id: &SourceId) -> String {
+    format!(
+        "the session was read from {}: no server to send to",
+        id.kind_phrase()
+    )
+}
+
+/// Opens the source a `source` string names, for reading one session after another. The one
+/// place that tells the kinds apart. An export is not opened again: its sessions and calls are
+/// in the stream that named it.
+pub fn open(id: &SourceId, limits: Limits) -> Result<Option<Box<dyn Source>>, String> {
+    Ok(match id {
+        SourceId::Database(path) => {
+            Some(Box::new(db::Db::open(path).map_err(|e| format!("{e:#}"))?))
+        }
+        SourceId::Server(url) => Some(Box::new(server::Server {
+            client: Client::with_limits(url, limits),
+        })),
+        SourceId::Export(_) => None,
+    })
+}
+
+/// Sends a nudge to the session read from `source` (a `source` string): a server's
+/// `prompt_async`; a database or an export is refused, saying which.
+pub fn nudge(source: Option<&str>, session: &str, text: &str) -> Result<String, String> {
+    match source.map(SourceId::parse) {
+        Some(id @ SourceId::Server(_)) => match open(&id, Limits::default()) {
+            Ok(Some(s)) => s.nudge(session, text),
+            Ok(None) => Err(refusal(&id)),
+            Err(e) => Err(e),
+        },
+        Some(id) => Err(refusal(&id)),
+        None => Err("the session names no source: no server to send to".into()),
+    }
+}
+
+/// A session in the selection graph: enough to pick what to list without reading it all.
+pub struct Node<'a> {
+    pub id: &'a str,
+    pub parent: Option<&'a str>,
+    pub updated: Option<i64>,
+    /// A server says it is busy or retrying.
+    pub active: bool,
+}
+
+impl<'a> Node<'a> {
+    pub fn of(s: &'a Session) -> Node<'a> {
+        Node {
+            id: &s.id,
+            parent: s.parent.as_deref(),
+            updated: s.updated,
+            active: s.status.as_deref().is_some_and(|st| st != "idle"),
+        }
+    }
+}
+
+/// The ids worth listing: sessions updated at or after `since`, those not idle, those named in
+/// `also`, and for each of them its ancestors and descendants (so each session can be judged
+/// on its own calls and a parent credited with what its subagents landed).
+pub fn select<'a>(nodes: &[Node<'a>], since: i64, also: &[String]) -> HashSet<&'a str> {
+    let by_id: HashMap<&str, &Node> = nodes.iter().map(|n| (n.id, n)).collect();
+    let mut children: HashMap<&str, Vec<&'a str>> = HashMap::new();
+    for n in nodes {
+        if let Some(p) = n.parent {
+            children.entry(p).or_default().push(n.id);
+        }
+    }
+    let mut keep: HashSet<&'a str> = HashSet::new();
+    let seeds = nodes
+        .iter()
+        .filter(|n| {
+            n.updated.unwrap_or(i64::MAX) >= since || n.active || also.iter().any(|a| a == n.id)
+        })
+        .map(|n| n.id);
+    for seed in seeds {
+        let mut cur = Some(seed);
+        let mut guard = 0;
+        while let Some(id) = cur {
+            if !keep.insert(id) && id != seed {
+                break;
+            }
+            cur = by_id.get(id).and_then(|n| n.parent);
+            guard += 1;
+            if guard > 10_000 {
+                break;
+            }
+        }
+        let mut stack = vec![seed];
+        while let Some(id) = stack.pop() {
+            for &c in children.get(id).into_iter().flatten() {
+                if keep.insert(c) {
+                    stack.push(c);
+                }
+            }
+        }
+    }
+    keep
+}
+
+/// [`select`] over session records, keeping the input order.
+pub fn select_trees(all: Vec<Session>, since: i64, also: &[String]) -> Vec<Session> {
+    let keep: HashSet<String> = {
+        let nodes: Vec<Node> = all.iter().map(Node::of).collect();
+        select(&nodes, since, also)
+            .into_iter()
+            .map(String::from)
+            .collect()
+    };
+    all.into_iter().filter(|s| keep.contains(&s.id)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(id: &str, parent: Option<&str>, updated: i64) -> Session {
+        Session {
+            id: id.into(),
+            parent: parent.map(String::from),
+            updated: Some(updated),
+            status: Some("idle".into()),
+            ..Session::default()
+        }
+    }
+
+    #[test]
+    fn a_source_string_is_a_server_an_export_or_a_database_and_reads_back_the_same() {
+        let cases = [
+            (
+                "http://127.0.0.1:4096",
+                SourceId::Server("http://127.0.0.1:4096".into()),
+            ),
+            ("https://h/x", SourceId::Server("https://h/x".into())),
+            ("export:-", SourceId::Export("-".into())),
+            ("export:a b.json", SourceId::Export("a b.json".into())),
+            (
+                "/home/u/.local/share/opencode/opencode.db",
+                SourceId::Database("/home/u/.local/share/opencode/opencode.db".into()),
+            ),
+            // a relative path, and a string that only looks like a scheme, are paths
+            ("httpx.db", SourceId::Database("httpx.db".into())),
+        ];
+        for (wire, id) in cases {
+            assert_eq!(SourceId::parse(wire), id);
+            assert_eq!(id.to_string(), wire);
+            assert_eq!(serde_json::to_value(&id).unwrap(), wire);
+            assert_eq!(serde_json::from_value::<SourceId>(wire.into()).unwrap(), id);
+        }
+    }
+
+    #[test]
+    fn a_nudge_says_which_kind_of_source_cannot_take_it() {
+        assert_eq!(
+            nudge(Some("/o.db"), "ses_a", "x").unwrap_err(),
+            "the session was read from a database: no server to send to"
+        );
+        assert_eq!(
+            nudge(Some("export:s.json"), "ses_a", "x").unwrap_err(),
+            "the session was read from an export: no server to send to"
+        );
+    }
+
+    #[test]
+    fn trees_bring_ancestors_and_descendants() {
+        let all = vec![
+            s("root", None, 10),
+            s("child", Some("root"), 50),
+            s("grandchild", Some("child"), 20),
+            s("sibling", Some("root"), 5),
+            s("other", None, 5),
+        ];
+        let got: Vec<String> = select_trees(all, 40, &[])
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        assert_eq!(got, ["root", "child", "grandchild"]);
+    }
+
+    #[test]
+    fn busy_sessions_are_listed_whatever_their_age() {
+        let mut old = s("old", None, 1);
+        old.status = Some("busy".into());
+        let got = select_trees(vec![old, s("idle", None, 1)], 100, &[]);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].id, "old");
+        let got = select_trees(
+            vec![s("quiet", None, 1), s("x", None, 1)],
+            100,
+            &["quiet".into()],
+        );
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].id, "quiet");
+    }
+}
