@@ -3,6 +3,7 @@
 
 use super::rows::Rows;
 use super::Store;
+use crate::record::TickOutcome;
 use anyhow::Result;
 use rusqlite::{params, Transaction};
 
@@ -13,7 +14,7 @@ pub struct TickRow {
     pub duration_ms: i64,
     pub sessions: i64,
     pub flagged: i64,
-    pub outcome: String,
+    pub outcome: TickOutcome,
     /// The sources read, as a JSON array of their strings.
     pub sources: String,
     pub blind: Option<String>,
@@ -23,7 +24,7 @@ pub struct TickRow {
 pub fn insert(tx: &Transaction<'_>, tick: &TickRow) -> Result<i64> {
     tx.execute(
         "INSERT INTO ticks (t, duration_ms, sessions, flagged, outcome, sources, blind) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        params![tick.t, tick.duration_ms, tick.sessions, tick.flagged, tick.outcome, tick.sources, tick.blind],
+        params![tick.t, tick.duration_ms, tick.sessions, tick.flagged, tick.outcome.as_str(), tick.sources, tick.blind],
     )?;
     Ok(tx.last_insert_rowid())
 }
