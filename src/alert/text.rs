@@ -29,7 +29,11 @@ pub fn burned(f: &Figures) -> String {
 }
 
 pub fn link(cfg: &Config, root: &str) -> Option<String> {
-    Some(crate::report::link(cfg, root))
+    Some(crate::paths::page_link(
+        &cfg.alert.link_base,
+        &cfg.report_file(),
+        root,
+    ))
 }
 
 fn base(cfg: &Config, kind: Kind, key: String, root: &str, now: i64) -> Event {

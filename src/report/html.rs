@@ -1,26 +1,11 @@
 //! Renders a [`Page`] as one HTML document: inline CSS, inline SVG, no scripts, nothing fetched.
 //! Every open alert is an `<article id="<root session id>">`, the anchor alerts link to.
 
+use super::esc::esc;
 use super::svg;
 use super::{Episode, Loop, Page};
 use crate::alert::Reason;
 use std::fmt::Write;
-
-/// HTML-escapes text for element content and quoted attributes.
-pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
 
 const CSS: &str = r#"
 body{font:14px/1.4 system-ui,sans-serif;margin:0 auto;max-width:1100px;padding:0 16px 40px;color:#1d2430;background:#fbfbfc}

@@ -6,9 +6,10 @@
 //! Data enters from the watchdog database only ([`gather`] reads it into a [`Page`]); `html`
 //! renders a `Page` to text; `svg` draws the pictures; `marks` records at tick time the calls
 //! the pictures need. `wd-store report` writes the page atomically (the tick runs it after
-//! every tick), and every alert links to `#<root session id>` on it ([`link`]).
+//! every tick), and every alert links to `#<root session id>` on it ([`crate::paths::page_link`]).
 
 pub mod clock;
+pub mod esc;
 pub mod html;
 pub mod marks;
 pub mod open;
@@ -22,28 +23,6 @@ use std::path::{Path, PathBuf};
 
 pub use clock::Clock;
 pub use marks::Mark;
-
-/// The link an alert for `root` carries: `link_base` + root when set, else the page's anchor
-/// as a `file://` URL.
-pub fn link(cfg: &Config, root: &str) -> String {
-    if !cfg.alert.link_base.is_empty() {
-        return format!("{}{}", cfg.alert.link_base, root);
-    }
-    format!("{}#{}", file_url(&cfg.report_file()), root)
-}
-
-/// `file://` URL of an absolute path, percent-encoding what a URL cannot hold.
-pub fn file_url(p: &Path) -> String {
-    let mut s = String::from("file://");
-    for b in p.to_string_lossy().bytes() {
-        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
-            s.push(b as char);
-        } else {
-            s += &format!("%{b:02X}");
-        }
-    }
-    s
-}
 
 /// Everything the page shows.
 #[derive(Debug, Default)]

@@ -2,7 +2,7 @@
 //! bar chart. Geometry that all marks share lives in the page's CSS (classes below), so one
 //! mark costs about 25 bytes and 200 open loops still fit in well under a megabyte.
 
-use super::html::esc;
+use super::esc::esc;
 use super::{Clock, Flagged, Mark};
 use std::collections::HashMap;
 use std::fmt::Write;
