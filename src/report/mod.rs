@@ -4,14 +4,13 @@
 //! models blocked in opencode's config.
 //!
 //! Data enters from the watchdog database only ([`gather`] reads it into a [`Page`]); `html`
-//! renders a `Page` to text; `svg` draws the pictures; `marks` records at tick time the calls
-//! the pictures need. `wd-store report` writes the page atomically (the tick runs it after
+//! renders a `Page` to text; `svg` draws the pictures, from the calls the tick kept
+//! ([`crate::store::marks`]). `wd-store report` writes the page atomically (the tick runs it after
 //! every tick), and every alert links to `#<root session id>` on it ([`crate::paths::page_link`]).
 
 pub mod clock;
 pub mod esc;
 pub mod html;
-pub mod marks;
 pub mod open;
 pub mod svg;
 
@@ -21,8 +20,9 @@ use anyhow::{Context, Result};
 use rusqlite::{params, OptionalExtension};
 use std::path::{Path, PathBuf};
 
+use crate::store::marks;
+pub use crate::store::marks::CallMark;
 pub use clock::Clock;
-pub use marks::Mark;
 
 /// Everything the page shows.
 #[derive(Debug, Default)]
@@ -123,7 +123,7 @@ pub struct Flagged {
     /// Whether the page draws this session (see [`PICTURES_MAX`]).
     pub pictured: bool,
     /// Its latest calls, as many as the page's mark budget allows ([`MARKS_MAX`]).
-    pub marks: Vec<Mark>,
+    pub marks: Vec<CallMark>,
 }
 
 /// An alert episode of the last 7 days, open or closed (one row of lifecycle's `episodes`: a

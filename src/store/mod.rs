@@ -2,7 +2,7 @@
 //! deliveries) and run-time channel settings, and the queries an operator runs over them.
 //!
 //! One module per table (or group of tables): [`ticks`], [`verdicts`], [`episodes`],
-//! [`channels`], [`blocks`]; their queries return typed rows or [`rows::Rows`] for printing.
+//! [`channels`], [`blocks`], [`marks`] (the calls the page draws); their queries return typed rows or [`rows::Rows`] for printing.
 //!
 //! One file (`$XDG_STATE_HOME/oc-watchdog/watchdog.db` by default) in WAL mode with a busy
 //! timeout and foreign keys on. Every write is one `BEGIN IMMEDIATE` transaction, so two
@@ -11,6 +11,7 @@
 pub mod blocks;
 pub mod channels;
 pub mod episodes;
+pub mod marks;
 pub mod rows;
 pub mod schema;
 pub mod ticks;

@@ -5,11 +5,12 @@
 //! JSONL (default), an aligned table (`--format table`) or CSV (`--format csv`).
 //!
 //! One file per group of subcommands: [`tick`] (the pipeline stage and what the tick script
-//! asks before it), [`queries`] (status, loops, alerts, verdicts, rollup, blocks), [`channels`],
+//! asks before it), [`calls`] (the stage before progress-detect that keeps calls for the page), [`queries`] (status, loops, alerts, verdicts, rollup, blocks), [`channels`],
 //! [`upkeep`] (prune, metrics, the page) and [`block`] (block-model, unblock-model); the SQL
 //! lives in [`crate::store`], by table.
 
 mod block;
+mod calls;
 mod channels;
 mod queries;
 mod tick;
@@ -25,7 +26,7 @@ use std::path::PathBuf;
 
 const EXAMPLES: &str = "\
 Examples:
-  ... | progress-detect | wd-store tick | wd-alert
+  ... | oc-calls | wd-store calls | progress-detect | wd-store tick | wd-alert
   wd-store status --format table
   wd-store loops --format table
   wd-store alerts --since 7d --format table
@@ -67,11 +68,10 @@ pub enum Cmd {
         /// When the tick started, epoch ms (default: when this command started).
         #[arg(long, value_name = "MS")]
         started: Option<i64>,
-        /// The tick's call stream (oc-calls output): the latest calls of each flagged session
-        /// are kept for the operator's page.
-        #[arg(long, value_name = "PATH")]
-        calls: Option<PathBuf>,
     },
+    /// Pass a call stream (oc-calls output) through, keeping every session's latest calls for
+    /// the operator's page; the next `tick` keeps those of the sessions it flags.
+    Calls,
     /// Print the time of the last tick (epoch ms; nothing before the first tick).
     LastTick,
     /// Print the root sessions of open loop alerts, space-separated (for `oc-sessions --also`).
@@ -219,11 +219,8 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
 
 fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     match cmd {
-        Cmd::Tick {
-            outcome,
-            started,
-            calls,
-        } => tick::tick(cx, stdin, out, outcome, started, calls.as_deref()),
+        Cmd::Tick { outcome, started } => tick::tick(cx, stdin, out, outcome, started),
+        Cmd::Calls => calls::run(cx, stdin, out),
         Cmd::LastTick => tick::last_tick(cx, out),
         Cmd::OpenRoots => tick::open_roots(cx, out),
         Cmd::Status => queries::status(cx, out),

@@ -4,11 +4,10 @@
 use super::Ctx;
 use crate::cli::{now_ms, Exit, Out};
 use crate::record::{each_record, Blind, Line, Record, Tick, TickOutcome, Verdict};
-use crate::store::{episodes, ticks, verdicts, Store};
+use crate::store::{episodes, marks, ticks, verdicts, Store};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use std::io::BufRead;
-use std::path::Path;
 
 /// What a tick read from its input.
 #[derive(Debug, Default)]
@@ -48,7 +47,6 @@ pub fn tick(
     out: &mut Out,
     outcome: Option<String>,
     started: Option<i64>,
-    calls: Option<&Path>,
 ) -> Result<Exit> {
     let started = started.unwrap_or(cx.now);
     out.line_buffered(false);
@@ -69,7 +67,7 @@ pub fn tick(
         Some(o) => TickOutcome::parse(&o).with_context(|| format!("unknown outcome {o:?}"))?,
         None => seen.outcome(),
     };
-    let id = record(&mut cx.store, &seen, outcome, started, calls)?;
+    let id = record(&mut cx.store, &seen, outcome, started)?;
     if let Some(e) = write_failed {
         return Err(anyhow::Error::new(e).context("passing the stream on"));
     }
@@ -121,13 +119,7 @@ impl Seen {
 
 /// Writes the tick, its verdicts and the call marks of its flagged sessions in one
 /// transaction; returns the tick's id.
-fn record(
-    store: &mut Store,
-    seen: &Seen,
-    outcome: TickOutcome,
-    started: i64,
-    calls: Option<&Path>,
-) -> Result<i64> {
+fn record(store: &mut Store, seen: &Seen, outcome: TickOutcome, started: i64) -> Result<i64> {
     let row = ticks::TickRow {
         t: started,
         duration_ms: (now_ms() - started).max(0),
@@ -140,17 +132,15 @@ fn record(
     let tx = store.write()?;
     let id = ticks::insert(&tx, &row)?;
     verdicts::insert(&tx, id, started, &seen.verdicts)?;
-    if let Some(path) = calls {
-        let flagged: std::collections::HashSet<String> = seen
-            .verdicts
-            .iter()
-            .filter(|v| v.flagged)
-            .map(|v| v.session.clone())
-            .collect();
-        // the page's pictures are an aid: a missing calls file never costs the tick
-        if let Err(e) = crate::report::marks::record(&tx, path, &flagged) {
-            eprintln!("wd-store: {e:#}");
-        }
+    let flagged: std::collections::HashSet<String> = seen
+        .verdicts
+        .iter()
+        .filter(|v| v.flagged)
+        .map(|v| v.session.clone())
+        .collect();
+    // the page's pictures are an aid: failing to keep them never costs the tick
+    if let Err(e) = marks::keep_flagged(&tx, &flagged) {
+        eprintln!("wd-store: the calls for the page were not kept: {e:#}");
     }
     tx.commit()?;
     Ok(id)
