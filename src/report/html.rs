@@ -239,21 +239,16 @@ fn timer_text(p: &Page) -> String {
     }
 }
 
+/// The signals a verdict flagged (`dup,top`) in the detector's own words, from its registry.
 fn reason_words(reasons: &str) -> String {
     reasons
         .split(',')
         .filter(|r| !r.is_empty())
-        .map(|r| match r {
-            "dup" => "exact repeats fill the window",
-            "top" => "one target worked over and over",
-            "slow" => "the same exact call again and again since the last landed change",
-            "coverage" => "a file re-read many times its length",
-            "short_loop" => "a short session spent on one target",
-            // the detector's own words for the signals added since
-            other => crate::record::Signal::ABOUT
+        .map(|r| {
+            crate::record::Signal::ABOUT
                 .iter()
-                .find(|a| a.name.name() == other)
-                .map_or(other, |a| a.about),
+                .find(|a| a.name.name() == r)
+                .map_or(r, |a| a.about)
         })
         .collect::<Vec<_>>()
         .join("; ")
@@ -547,4 +542,27 @@ fn blocked(s: &mut String, p: &Page) {
         );
     }
     s.push_str("</table><p class=\"muted\">opencode reads the blacklist when a process starts: running servers and TUIs keep offering the model until restarted, and a session already on it keeps using it.</p></section>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reason_words;
+
+    /// The page said five signals in words of its own (dup: "exact repeats fill the window",
+    /// ...) that differed from the detector's; it says every signal as the registry does.
+    #[test]
+    fn the_page_describes_every_signal_in_the_registrys_words() {
+        assert_eq!(
+            reason_words("dup,top,slow,coverage,short_loop"),
+            "share of exact repeats among the calls since the last landed change; \
+             count of the most-worked target since the last landed change; \
+             repeats of one exact call since the last landed change; \
+             lines read from one file over its length, since the last landed change; \
+             a short session that works one target most of the time"
+        );
+        for a in crate::record::Signal::ABOUT {
+            assert_eq!(reason_words(a.name.name()), a.about);
+        }
+        assert_eq!(reason_words("zzz,"), "zzz");
+    }
 }
