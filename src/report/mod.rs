@@ -3,8 +3,8 @@
 //! of each flagged session, the episodes of the last 7 days, the per-model rollup and the
 //! models blocked in opencode's config.
 //!
-//! Data enters from the watchdog database only ([`gather`] reads it into a [`Page`]); `html`
-//! renders a `Page` to text; `svg` draws the pictures, from the calls the tick kept
+//! Data enters from the watchdog database only ([`gather`] reads it into a [`PageData`]); `html`
+//! renders a `PageData` to text; `svg` draws the pictures, from the calls the tick kept
 //! ([`crate::store::marks`]). `wd-store report` writes the page atomically (the tick runs it after
 //! every tick), and every alert links to `#<root session id>` on it ([`crate::paths::page_link`]).
 
@@ -26,25 +26,25 @@ pub use clock::Clock;
 
 /// Everything the page shows.
 #[derive(Debug, Default)]
-pub struct Page {
+pub struct PageData {
     pub now: i64,
     /// The zone the page writes times in.
     pub clock: Clock,
     pub db: PathBuf,
-    pub tick: Option<Tick>,
+    pub tick: Option<LastTick>,
     /// Times of the recent ticks, newest first (the interval as it really is).
     pub recent_ticks: Vec<i64>,
-    pub blind: Option<Blind>,
+    pub blind: Option<BlindAlert>,
     pub channels: Vec<Channel>,
     pub timer: Timer,
     pub loops: Vec<Loop>,
-    pub episodes: Vec<Episode>,
+    pub episodes: Vec<EpisodeRow>,
     pub rollups: Vec<Rollup>,
     pub blocks: Vec<Block>,
 }
 
 #[derive(Debug, Clone)]
-pub struct Tick {
+pub struct LastTick {
     pub t: i64,
     pub outcome: String,
     pub sessions: i64,
@@ -55,7 +55,7 @@ pub struct Tick {
 
 /// An open "watchdog is blind" alert.
 #[derive(Debug, Clone)]
-pub struct Blind {
+pub struct BlindAlert {
     pub since: i64,
     pub why: String,
 }
@@ -129,7 +129,7 @@ pub struct Flagged {
 /// An alert episode of the last 7 days, open or closed (one row of lifecycle's `episodes`: a
 /// key that fired again after it resolved has one episode per time).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Episode {
+pub struct EpisodeRow {
     pub id: i64,
     pub kind: String,
     pub root: String,
@@ -200,14 +200,14 @@ pub const WINDOWS: [(&str, i64); 3] = [
 ];
 
 /// Reads the page's data from the store.
-pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<Page> {
+pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
     let c = &store.conn;
     let tick = c
         .query_row(
             "SELECT t, outcome, sessions, flagged, duration_ms, blind FROM ticks ORDER BY id DESC LIMIT 1",
             [],
             |r| {
-                Ok(Tick {
+                Ok(LastTick {
                     t: r.get(0)?,
                     outcome: r.get(1)?,
                     sessions: r.get(2)?,
@@ -227,7 +227,7 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<Page> {
             "SELECT opened, coalesce(top_target, title) FROM alerts WHERE kind = 'blind' AND state = 'open'",
             [],
             |r| {
-                Ok(Blind {
+                Ok(BlindAlert {
                     since: r.get(0)?,
                     why: r.get(1)?,
                 })
@@ -272,7 +272,7 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<Page> {
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(Page {
+    Ok(PageData {
         now,
         clock: Clock::system(),
         db: store.path.clone(),
@@ -420,7 +420,7 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
 }
 
 /// Episodes open now, or opened or resolved since `since`, newest first.
-fn episodes(store: &Store, since: i64) -> Result<Vec<Episode>> {
+fn episodes(store: &Store, since: i64) -> Result<Vec<EpisodeRow>> {
     let mut st = store.conn.prepare(
         "SELECT id, kind, root, state, peak_severity, opened, last_fired, resolved, reason, flagged_ticks,
                 agent, model, calls, cost, duration_ms
@@ -428,7 +428,7 @@ fn episodes(store: &Store, since: i64) -> Result<Vec<Episode>> {
          ORDER BY coalesce(resolved, last_fired) DESC, id DESC",
     )?;
     let rows = st.query_map(params![since], |r| {
-        Ok(Episode {
+        Ok(EpisodeRow {
             id: r.get(0)?,
             kind: r.get(1)?,
             root: r.get(2)?,
@@ -576,10 +576,10 @@ mod tests {
             ]
         );
         assert_eq!(eps[1].peak_severity, "critical");
-        let page = Page {
+        let page = PageData {
             now,
             episodes: eps,
-            ..Page::default()
+            ..PageData::default()
         };
         let html = html::render(&page);
         assert!(html.contains("(1 open, 2 closed)"), "{html}");
@@ -654,9 +654,9 @@ mod tests {
         let last = loops.iter().find(|l| l.root == "ses_249").unwrap();
         assert_eq!(last.sessions.len(), 2);
         assert!(!last.sessions[1].pictured && last.sessions[1].marks.is_empty());
-        let html = html::render(&Page {
+        let html = html::render(&PageData {
             loops,
-            ..Page::default()
+            ..PageData::default()
         });
         assert_eq!(html.matches("<svg class=\"pic\"").count(), 250);
         assert!(
@@ -697,10 +697,10 @@ mod tests {
         assert_eq!((loops[0].base_calls, loops[0].base_cost), (52, 0.52));
         assert_eq!(loops[0].calls_since_landed, Some(18));
         assert_eq!(loops[0].sessions[0].episode_start_t, Some(t - 60_000));
-        let html = html::render(&Page {
+        let html = html::render(&PageData {
             now: t,
             loops,
-            ..Page::default()
+            ..PageData::default()
         });
         assert!(
             html.contains("<span>dotted blue \"resumed\": where the loop took up again"),
