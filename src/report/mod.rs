@@ -234,44 +234,14 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
             },
         )
         .optional()?;
-    let mut channels = Vec::new();
-    for ch in crate::store::channels::effective(store, cfg)? {
-        let last = c
-            .query_row(
-                "SELECT t, status, detail FROM deliveries WHERE channel = ?1 AND t IS NOT NULL ORDER BY t DESC LIMIT 1",
-                params![ch.name],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .optional()?;
-        channels.push(Channel {
-            kind: ch.type_name(),
-            enabled: ch.enabled,
-            min_severity: ch.min_severity,
-            overridden: ch.overridden,
-            name: ch.name,
-            last,
-        });
-    }
+    let channels = channels(store, cfg)?;
     let loops = open_loops(store)?;
     let episodes = episodes(store, now - 7 * 86_400_000)?;
     let mut rollups = Vec::new();
     for (label, span) in WINDOWS {
         rollups.push(rollup(store, label, now - span)?);
     }
-    let blocks = c
-        .prepare(
-            "SELECT model, file, reason, who, t FROM blocks WHERE unblocked IS NULL ORDER BY t DESC",
-        )?
-        .query_map([], |r| {
-            Ok(Block {
-                model: r.get(0)?,
-                file: r.get(1)?,
-                reason: r.get(2)?,
-                who: r.get(3)?,
-                t: r.get(4)?,
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let blocks = blocks(store)?;
     Ok(PageData {
         now,
         clock: Clock::system(),
@@ -356,6 +326,58 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
             })
         })
         .collect::<rusqlite::Result<Vec<_>>>()?;
+    trees(c, &mut loops, &episodes)?;
+    picture(c, &mut loops)?;
+    Ok(loops)
+}
+
+/// The configured channels as in effect, each with its last delivery attempt.
+fn channels(store: &Store, cfg: &Config) -> Result<Vec<Channel>> {
+    let c = &store.conn;
+    let mut channels = Vec::new();
+    for ch in crate::store::channels::effective(store, cfg)? {
+        let last = c
+            .query_row(
+                "SELECT t, status, detail FROM deliveries WHERE channel = ?1 AND t IS NOT NULL ORDER BY t DESC LIMIT 1",
+                params![ch.name],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?;
+        channels.push(Channel {
+            kind: ch.type_name(),
+            enabled: ch.enabled,
+            min_severity: ch.min_severity,
+            overridden: ch.overridden,
+            name: ch.name,
+            last,
+        });
+    }
+    Ok(channels)
+}
+
+/// The models blocked now, newest first.
+fn blocks(store: &Store) -> Result<Vec<Block>> {
+    let c = &store.conn;
+    let blocks = c
+        .prepare(
+            "SELECT model, file, reason, who, t FROM blocks WHERE unblocked IS NULL ORDER BY t DESC",
+        )?
+        .query_map([], |r| {
+            Ok(Block {
+                model: r.get(0)?,
+                file: r.get(1)?,
+                reason: r.get(2)?,
+                who: r.get(3)?,
+                t: r.get(4)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(blocks)
+}
+
+/// Each open loop's figures from its earlier episodes and its flagged sessions at the latest
+/// tick that flagged its tree; `episodes[i]` is `loops[i]`'s episode.
+fn trees(c: &rusqlite::Connection, loops: &mut [Loop], episodes: &[i64]) -> Result<()> {
     let mut base = c.prepare(
         "SELECT coalesce(sum(base_calls), 0), coalesce(sum(base_cost), 0) FROM episode_sessions
          WHERE episode = ?1 AND flagged = 1",
@@ -370,7 +392,7 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
            AND tick = (SELECT max(tick) FROM verdicts WHERE root = ?1 AND flagged = 1)
          ORDER BY calls_since_landed DESC, session",
     )?;
-    for (l, &ep) in loops.iter_mut().zip(&episodes) {
+    for (l, &ep) in loops.iter_mut().zip(episodes) {
         if l.kind != "loop" {
             continue;
         }
@@ -399,10 +421,15 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
                 .flatten();
         }
     }
-    // which sessions get a picture: each loop's first, then the others in page order
+    Ok(())
+}
+
+/// Picks the sessions that get a picture (each loop's first, then the others in page order, see
+/// [`PICTURES_MAX`]) and loads their latest calls within the page's mark budget.
+fn picture(c: &rusqlite::Connection, loops: &mut [Loop]) -> Result<()> {
     let mut pictures = loops.iter().filter(|l| !l.sessions.is_empty()).count();
     let mut take = Vec::with_capacity(loops.len());
-    for l in &loops {
+    for l in loops.iter() {
         let extra = l.sessions.len().min(PICTURES_PER_LOOP).saturating_sub(1);
         let extra = extra.min(PICTURES_MAX.saturating_sub(pictures));
         pictures += extra;
@@ -416,7 +443,7 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
             f.marks = m.split_off(m.len().saturating_sub(cap));
         }
     }
-    Ok(loops)
+    Ok(())
 }
 
 /// Episodes open now, or opened or resolved since `since`, newest first.
