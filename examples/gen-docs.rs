@@ -118,7 +118,7 @@ pub fn commands() -> Vec<clap::Command> {
         oc_watchdog::cmd::oc_sessions::Args::command(),
         oc_watchdog::cmd::oc_calls::Args::command(),
         oc_watchdog::cmd::progress_detect::Args::command(),
-        oc_watchdog::store::cmd::Args::command(),
+        oc_watchdog::cmd::wd_store::Args::command(),
         oc_watchdog::cmd::wd_alert::Args::command(),
     ]
 }

@@ -147,6 +147,8 @@ backtest: 18/18 labels hold",
         fields: "\
 tick reads   verdict, source and blind records; passes every line through, then appends
              tick {kind, id, t, outcome (ok|flagged|no_opencode|blind), sessions, flagged, sources}
+calls reads  session and call records; passes every line through, then keeps each session's
+             latest calls (tool, time, landed, failed, target) until tick keeps its flagged ones
 queries      status, loop, episode, verdict_row, rollup, channel, block records (JSONL), or
              --format table|csv",
         examples: "\

@@ -139,6 +139,41 @@ pub struct Activity {
     pub error: Option<String>,
 }
 
+/// What a tick came to, as `wd-store tick` records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TickOutcome {
+    /// Sessions judged, none flagged.
+    Ok,
+    Flagged,
+    /// No opencode source was read and no verdict came.
+    NoOpencode,
+    /// A source or an input line could not be read: never an all-clear.
+    Blind,
+}
+
+impl TickOutcome {
+    pub const ALL: [TickOutcome; 4] = [
+        TickOutcome::Ok,
+        TickOutcome::Flagged,
+        TickOutcome::NoOpencode,
+        TickOutcome::Blind,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TickOutcome::Ok => "ok",
+            TickOutcome::Flagged => "flagged",
+            TickOutcome::NoOpencode => "no_opencode",
+            TickOutcome::Blind => "blind",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<TickOutcome> {
+        TickOutcome::ALL.into_iter().find(|o| o.as_str() == s)
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Running {
     pub tool: String,
@@ -154,15 +189,15 @@ pub struct Tick {
     pub id: i64,
     /// When the tick started.
     pub t: i64,
-    /// `ok`, `flagged`, `no_opencode` or `blind` (null when the store could not tell).
+    /// Null when the store could not tell.
     #[serde(default)]
-    pub outcome: Option<String>,
+    pub outcome: Option<TickOutcome>,
     /// Verdicts the tick recorded.
     #[serde(default)]
     pub sessions: usize,
-    /// The flagged sessions.
+    /// How many of them were flagged.
     #[serde(default)]
-    pub flagged: Vec<String>,
+    pub flagged: usize,
     /// The sources read (their `source` records' `source`).
     #[serde(default)]
     pub sources: Vec<String>,
@@ -648,7 +683,7 @@ mod tests {
             r#"{"kind":"activity","session":"ses_a","last_progress":6,"in_flight":false,"running":[],"error":null}"#,
             r#"{"kind":"blind","source":"http://x","reason":"r"}"#,
             r#"{"kind":"source","source":"/o.db","reader":"database","found":["default"],"version":"1.18.33","sessions":1,"schema":"m7"}"#,
-            r#"{"kind":"tick","id":4,"t":9,"outcome":"flagged","sessions":2,"flagged":["ses_a"],"sources":["/o.db"]}"#,
+            r#"{"kind":"tick","id":4,"t":9,"outcome":"flagged","sessions":2,"flagged":1,"sources":["/o.db"]}"#,
         ];
         for line in lines {
             let r = Record::parse(line).unwrap();
@@ -665,7 +700,8 @@ mod tests {
         }
         match Record::parse(lines[5]).unwrap() {
             Record::Tick(t) => {
-                assert_eq!((t.id, t.sessions, t.flagged), (4, 2, vec!["ses_a".into()]))
+                assert_eq!((t.id, t.sessions, t.flagged), (4, 2, 1));
+                assert_eq!(t.outcome, Some(TickOutcome::Flagged));
             }
             other => panic!("{other:?}"),
         }

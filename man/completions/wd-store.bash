@@ -25,6 +25,9 @@ _wd__store() {
             wd__store,blocks)
                 cmd="wd__store__subcmd__blocks"
                 ;;
+            wd__store,calls)
+                cmd="wd__store__subcmd__calls"
+                ;;
             wd__store,channels)
                 cmd="wd__store__subcmd__channels"
                 ;;
@@ -88,6 +91,9 @@ _wd__store() {
             wd__store__subcmd__help,blocks)
                 cmd="wd__store__subcmd__help__subcmd__blocks"
                 ;;
+            wd__store__subcmd__help,calls)
+                cmd="wd__store__subcmd__help__subcmd__calls"
+                ;;
             wd__store__subcmd__help,channels)
                 cmd="wd__store__subcmd__help__subcmd__channels"
                 ;;
@@ -140,7 +146,7 @@ _wd__store() {
 
     case "${cmd}" in
         wd__store)
-            opts="-h -V --db --config --format --now --help --version tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks notify-on-action help"
+            opts="-h -V --db --config --format --now --help --version tick calls last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks notify-on-action help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -283,6 +289,36 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        wd__subcmd__store__subcmd__calls)
+            opts="-h --db --config --format --now --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "jsonl table csv" -- "${cur}"))
+                    return 0
+                    ;;
+                --now)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         wd__subcmd__store__subcmd__channels)
             opts="-h --db --config --format --now --help set help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -394,7 +430,7 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__help)
-            opts="tick last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks notify-on-action help"
+            opts="tick calls last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks notify-on-action help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -436,6 +472,20 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__help__subcmd__blocks)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__help__subcmd__calls)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -958,7 +1008,7 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__tick)
-            opts="-h --outcome --started --calls --db --config --format --now --help"
+            opts="-h --outcome --started --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -969,10 +1019,6 @@ _wd__store() {
                     return 0
                     ;;
                 --started)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --calls)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,3 +1,3 @@
 fn main() {
-    std::process::exit(oc_watchdog::store::cmd::main())
+    std::process::exit(oc_watchdog::cmd::wd_store::main())
 }

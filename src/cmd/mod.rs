@@ -5,3 +5,4 @@ pub mod oc_calls;
 pub mod oc_sessions;
 pub mod progress_detect;
 pub mod wd_alert;
+pub mod wd_store;

@@ -4,9 +4,9 @@
 //! other line (unknown kinds, `source`, `blind`) passes through unchanged. Out: one `verdict`
 //! per session at the end of input (and one per flag transition with `--every`).
 
-use crate::detect::{target, thresholds, CallIn, Detector};
 use crate::cli::{each_line, not_utf8, now_ms, Exit, Format, Out};
 use crate::config::{Config, DetectorConfig};
+use crate::detect::{target, thresholds, CallIn, Detector};
 use crate::liveness::{self, Activity, Evidence};
 use crate::record::{kind_of, to_line, Expect, Session, Signal, Verdict};
 use anyhow::Result;

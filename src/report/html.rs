@@ -1,26 +1,11 @@
-//! Renders a [`Page`] as one HTML document: inline CSS, inline SVG, no scripts, nothing fetched.
+//! Renders a [`PageData`] as one HTML document: inline CSS, inline SVG, no scripts, nothing fetched.
 //! Every open alert is an `<article id="<root session id>">`, the anchor alerts link to.
 
+use super::esc::esc;
 use super::svg;
-use super::{Episode, Loop, Page};
+use super::{EpisodeRow, Loop, PageData};
 use crate::alert::Reason;
 use std::fmt::Write;
-
-/// HTML-escapes text for element content and quoted attributes.
-pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
 
 const CSS: &str = r#"
 body{font:14px/1.4 system-ui,sans-serif;margin:0 auto;max-width:1100px;padding:0 16px 40px;color:#1d2430;background:#fbfbfc}
@@ -47,7 +32,7 @@ pre{background:#eef1f5;padding:8px 10px;border-radius:4px;font:12px ui-monospace
 "#;
 
 /// The whole page.
-pub fn render(p: &Page) -> String {
+pub fn render(p: &PageData) -> String {
     let mut s = String::with_capacity(64 * 1024 + p.loops.len() * 6 * 1024);
     let _ = write!(
         s,
@@ -72,7 +57,7 @@ pub fn render(p: &Page) -> String {
     s
 }
 
-fn headline(p: &Page) -> String {
+fn headline(p: &PageData) -> String {
     if p.blind.is_some() || p.tick.as_ref().is_some_and(|t| t.outcome == "blind") {
         return "BLIND".into();
     }
@@ -84,7 +69,7 @@ fn headline(p: &Page) -> String {
 }
 
 /// An absolute time (in the page's zone) and how long ago.
-fn when(p: &Page, t: i64) -> String {
+fn when(p: &PageData, t: i64) -> String {
     format!(
         "<time datetime=\"{}\">{}</time> <small>({})</small>",
         crate::cli::iso_ms(t),
@@ -95,7 +80,7 @@ fn when(p: &Page, t: i64) -> String {
 
 /// A short time for table rows (the zone is named in the page's header; rows are many, so
 /// no `<time>` element).
-fn clock(p: &Page, t: i64) -> String {
+fn clock(p: &PageData, t: i64) -> String {
     p.clock.short(t)
 }
 
@@ -129,7 +114,7 @@ fn num(n: Option<i64>) -> String {
     n.map(|n| n.to_string()).unwrap_or_else(|| "–".into())
 }
 
-fn watchdog(s: &mut String, p: &Page) {
+fn watchdog(s: &mut String, p: &PageData) {
     s.push_str("<section id=\"watchdog\"><h2>Watchdog</h2>");
     let blind_tick = p.tick.as_ref().and_then(|t| t.blind.clone());
     if p.blind.is_some() || blind_tick.is_some() {
@@ -224,7 +209,7 @@ oc-watchdog-tick                                   # one tick now</pre></details
 }
 
 /// The tick interval: the timer's setting, else the spacing of recent ticks.
-fn interval_ms(p: &Page) -> Option<i64> {
+fn interval_ms(p: &PageData) -> Option<i64> {
     if let Some(i) = &p.timer.interval {
         if let Ok(ms) = crate::cli::parse_duration_ms(&i.replace("min", "m").replace(' ', "")) {
             return Some(ms);
@@ -235,7 +220,7 @@ fn interval_ms(p: &Page) -> Option<i64> {
     gaps.get(gaps.len() / 2).copied()
 }
 
-fn timer_text(p: &Page) -> String {
+fn timer_text(p: &PageData) -> String {
     let seen = {
         let mut gaps: Vec<i64> = p.recent_ticks.windows(2).map(|w| w[0] - w[1]).collect();
         gaps.sort();
@@ -254,27 +239,22 @@ fn timer_text(p: &Page) -> String {
     }
 }
 
+/// The signals a verdict flagged (`dup,top`) in the detector's own words, from its registry.
 fn reason_words(reasons: &str) -> String {
     reasons
         .split(',')
         .filter(|r| !r.is_empty())
-        .map(|r| match r {
-            "dup" => "exact repeats fill the window",
-            "top" => "one target worked over and over",
-            "slow" => "the same exact call again and again since the last landed change",
-            "coverage" => "a file re-read many times its length",
-            "short_loop" => "a short session spent on one target",
-            // the detector's own words for the signals added since
-            other => crate::record::Signal::ABOUT
+        .map(|r| {
+            crate::record::Signal::ABOUT
                 .iter()
-                .find(|a| a.name.name() == other)
-                .map_or(other, |a| a.about),
+                .find(|a| a.name.name() == r)
+                .map_or(r, |a| a.about)
         })
         .collect::<Vec<_>>()
         .join("; ")
 }
 
-fn loops(s: &mut String, p: &Page) {
+fn loops(s: &mut String, p: &PageData) {
     let _ = write!(
         s,
         "<section id=\"loops\"><h2>Loops now <small>({} open alert{})</small></h2>",
@@ -311,7 +291,7 @@ fn loops(s: &mut String, p: &Page) {
     s.push_str("</section>");
 }
 
-fn one_loop(s: &mut String, p: &Page, l: &Loop, id: &str) {
+fn one_loop(s: &mut String, p: &PageData, l: &Loop, id: &str) {
     let _ = write!(
         s,
         "<article id=\"{}\" class=\"{}\" data-kind=\"{}\"><h3><span class=\"sev\">{}</span>{}</h3><table class=\"kv\">",
@@ -434,7 +414,7 @@ fn one_loop(s: &mut String, p: &Page, l: &Loop, id: &str) {
     );
 }
 
-fn episodes(s: &mut String, p: &Page) {
+fn episodes(s: &mut String, p: &PageData) {
     let closed = p.episodes.iter().filter(|e| e.state != "open").count();
     let _ = write!(
         s,
@@ -466,7 +446,7 @@ pub fn reason_text(r: Reason) -> &'static str {
     }
 }
 
-fn episode_row(s: &mut String, p: &Page, e: &Episode, linked: bool) {
+fn episode_row(s: &mut String, p: &PageData, e: &EpisodeRow, linked: bool) {
     let root = if linked && e.state == "open" {
         format!("<a href=\"#{0}\"><code>{0}</code></a>", esc(&e.root))
     } else {
@@ -500,7 +480,7 @@ fn episode_row(s: &mut String, p: &Page, e: &Episode, linked: bool) {
     );
 }
 
-fn rollup(s: &mut String, p: &Page) {
+fn rollup(s: &mut String, p: &PageData) {
     s.push_str("<section id=\"rollup\"><h2>Per-model rollup</h2><p class=\"muted\">Sessions judged per model, their share of all sessions, flagged sessions and their share of all flagged, and the cost the model's loops burned since their last landed change. A model far more often flagged than used is one to block.</p>");
     for (i, r) in p.rollups.iter().enumerate() {
         let _ = write!(
@@ -542,7 +522,7 @@ fn rollup(s: &mut String, p: &Page) {
     s.push_str("</section>");
 }
 
-fn blocked(s: &mut String, p: &Page) {
+fn blocked(s: &mut String, p: &PageData) {
     s.push_str("<section id=\"blocked\"><h2>Blocked models</h2>");
     if p.blocks.is_empty() {
         s.push_str("<p class=\"muted\">None. <code>wd-store block-model PROVIDER/MODEL --reason \"...\"</code> adds a model to its provider's <code>blacklist</code> in your opencode config; new opencode processes then no longer offer it.</p></section>");
@@ -562,4 +542,27 @@ fn blocked(s: &mut String, p: &Page) {
         );
     }
     s.push_str("</table><p class=\"muted\">opencode reads the blacklist when a process starts: running servers and TUIs keep offering the model until restarted, and a session already on it keeps using it.</p></section>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reason_words;
+
+    /// The page said five signals in words of its own (dup: "exact repeats fill the window",
+    /// ...) that differed from the detector's; it says every signal as the registry does.
+    #[test]
+    fn the_page_describes_every_signal_in_the_registrys_words() {
+        assert_eq!(
+            reason_words("dup,top,slow,coverage,short_loop"),
+            "share of exact repeats among the calls since the last landed change; \
+             count of the most-worked target since the last landed change; \
+             repeats of one exact call since the last landed change; \
+             lines read from one file over its length, since the last landed change; \
+             a short session that works one target most of the time"
+        );
+        for a in crate::record::Signal::ABOUT {
+            assert_eq!(reason_words(a.name.name()), a.about);
+        }
+        assert_eq!(reason_words("zzz,"), "zzz");
+    }
 }

@@ -3,14 +3,14 @@
 //! of each flagged session, the episodes of the last 7 days, the per-model rollup and the
 //! models blocked in opencode's config.
 //!
-//! Data enters from the watchdog database only ([`gather`] reads it into a [`Page`]); `html`
-//! renders a `Page` to text; `svg` draws the pictures; `marks` records at tick time the calls
-//! the pictures need. `wd-store report` writes the page atomically (the tick runs it after
-//! every tick), and every alert links to `#<root session id>` on it ([`link`]).
+//! Data enters from the watchdog database only ([`gather`] reads it into a [`PageData`]); `html`
+//! renders a `PageData` to text; `svg` draws the pictures, from the calls the tick kept
+//! ([`crate::store::marks`]). `wd-store report` writes the page atomically (the tick runs it after
+//! every tick), and every alert links to `#<root session id>` on it ([`crate::paths::page_link`]).
 
 pub mod clock;
+pub mod esc;
 pub mod html;
-pub mod marks;
 pub mod svg;
 
 use crate::config::Config;
@@ -19,52 +19,31 @@ use anyhow::{Context, Result};
 use rusqlite::{params, OptionalExtension};
 use std::path::{Path, PathBuf};
 
+use crate::store::marks;
+pub use crate::store::marks::CallMark;
 pub use clock::Clock;
-pub use marks::Mark;
-
-/// The link an alert for `root` carries: `link_base` + root when set, else the page's anchor
-/// as a `file://` URL.
-pub fn link(cfg: &Config, root: &str) -> String {
-    if !cfg.alert.link_base.is_empty() {
-        return format!("{}{}", cfg.alert.link_base, root);
-    }
-    format!("{}#{}", file_url(&cfg.report_file()), root)
-}
-
-/// `file://` URL of an absolute path, percent-encoding what a URL cannot hold.
-pub fn file_url(p: &Path) -> String {
-    let mut s = String::from("file://");
-    for b in p.to_string_lossy().bytes() {
-        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
-            s.push(b as char);
-        } else {
-            s += &format!("%{b:02X}");
-        }
-    }
-    s
-}
 
 /// Everything the page shows.
 #[derive(Debug, Default)]
-pub struct Page {
+pub struct PageData {
     pub now: i64,
     /// The zone the page writes times in.
     pub clock: Clock,
     pub db: PathBuf,
-    pub tick: Option<Tick>,
+    pub tick: Option<LastTick>,
     /// Times of the recent ticks, newest first (the interval as it really is).
     pub recent_ticks: Vec<i64>,
-    pub blind: Option<Blind>,
+    pub blind: Option<BlindAlert>,
     pub channels: Vec<Channel>,
     pub timer: Timer,
     pub loops: Vec<Loop>,
-    pub episodes: Vec<Episode>,
+    pub episodes: Vec<EpisodeRow>,
     pub rollups: Vec<Rollup>,
     pub blocks: Vec<Block>,
 }
 
 #[derive(Debug, Clone)]
-pub struct Tick {
+pub struct LastTick {
     pub t: i64,
     pub outcome: String,
     pub sessions: i64,
@@ -75,7 +54,7 @@ pub struct Tick {
 
 /// An open "watchdog is blind" alert.
 #[derive(Debug, Clone)]
-pub struct Blind {
+pub struct BlindAlert {
     pub since: i64,
     pub why: String,
 }
@@ -143,13 +122,13 @@ pub struct Flagged {
     /// Whether the page draws this session (see [`PICTURES_MAX`]).
     pub pictured: bool,
     /// Its latest calls, as many as the page's mark budget allows ([`MARKS_MAX`]).
-    pub marks: Vec<Mark>,
+    pub marks: Vec<CallMark>,
 }
 
 /// An alert episode of the last 7 days, open or closed (one row of lifecycle's `episodes`: a
 /// key that fired again after it resolved has one episode per time).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Episode {
+pub struct EpisodeRow {
     pub id: i64,
     pub kind: String,
     pub root: String,
@@ -220,14 +199,14 @@ pub const WINDOWS: [(&str, i64); 3] = [
 ];
 
 /// Reads the page's data from the store.
-pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<Page> {
+pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
     let c = &store.conn;
     let tick = c
         .query_row(
             "SELECT t, outcome, sessions, flagged, duration_ms, blind FROM ticks ORDER BY id DESC LIMIT 1",
             [],
             |r| {
-                Ok(Tick {
+                Ok(LastTick {
                     t: r.get(0)?,
                     outcome: r.get(1)?,
                     sessions: r.get(2)?,
@@ -247,53 +226,22 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<Page> {
             "SELECT opened, coalesce(top_target, title) FROM alerts WHERE kind = 'blind' AND state = 'open'",
             [],
             |r| {
-                Ok(Blind {
+                Ok(BlindAlert {
                     since: r.get(0)?,
                     why: r.get(1)?,
                 })
             },
         )
         .optional()?;
-    let mut channels = Vec::new();
-    for ch in crate::store::cmd::channel_rows(store, cfg)? {
-        let name = ch["name"].as_str().unwrap_or_default().to_string();
-        let last = c
-            .query_row(
-                "SELECT t, status, detail FROM deliveries WHERE channel = ?1 AND t IS NOT NULL ORDER BY t DESC LIMIT 1",
-                params![name],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .optional()?;
-        channels.push(Channel {
-            kind: ch["type"].as_str().unwrap_or_default().to_string(),
-            enabled: ch["enabled"] == true,
-            min_severity: ch["min_severity"].as_str().unwrap_or_default().to_string(),
-            overridden: ch["overridden"] == true,
-            name,
-            last,
-        });
-    }
+    let channels = channels(store, cfg)?;
     let loops = open_loops(store)?;
     let episodes = episodes(store, now - 7 * 86_400_000)?;
     let mut rollups = Vec::new();
     for (label, span) in WINDOWS {
         rollups.push(rollup(store, label, now - span)?);
     }
-    let blocks = c
-        .prepare(
-            "SELECT model, file, reason, who, t FROM blocks WHERE unblocked IS NULL ORDER BY t DESC",
-        )?
-        .query_map([], |r| {
-            Ok(Block {
-                model: r.get(0)?,
-                file: r.get(1)?,
-                reason: r.get(2)?,
-                who: r.get(3)?,
-                t: r.get(4)?,
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(Page {
+    let blocks = blocks(store)?;
+    Ok(PageData {
         now,
         clock: Clock::system(),
         db: store.path.clone(),
@@ -377,6 +325,58 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
             })
         })
         .collect::<rusqlite::Result<Vec<_>>>()?;
+    trees(c, &mut loops, &episodes)?;
+    picture(c, &mut loops)?;
+    Ok(loops)
+}
+
+/// The configured channels as in effect, each with its last delivery attempt.
+fn channels(store: &Store, cfg: &Config) -> Result<Vec<Channel>> {
+    let c = &store.conn;
+    let mut channels = Vec::new();
+    for ch in crate::store::channels::effective(store, cfg)? {
+        let last = c
+            .query_row(
+                "SELECT t, status, detail FROM deliveries WHERE channel = ?1 AND t IS NOT NULL ORDER BY t DESC LIMIT 1",
+                params![ch.name],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?;
+        channels.push(Channel {
+            kind: ch.type_name(),
+            enabled: ch.enabled,
+            min_severity: ch.min_severity,
+            overridden: ch.overridden,
+            name: ch.name,
+            last,
+        });
+    }
+    Ok(channels)
+}
+
+/// The models blocked now, newest first.
+fn blocks(store: &Store) -> Result<Vec<Block>> {
+    let c = &store.conn;
+    let blocks = c
+        .prepare(
+            "SELECT model, file, reason, who, t FROM blocks WHERE unblocked IS NULL ORDER BY t DESC",
+        )?
+        .query_map([], |r| {
+            Ok(Block {
+                model: r.get(0)?,
+                file: r.get(1)?,
+                reason: r.get(2)?,
+                who: r.get(3)?,
+                t: r.get(4)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(blocks)
+}
+
+/// Each open loop's figures from its earlier episodes and its flagged sessions at the latest
+/// tick that flagged its tree; `episodes[i]` is `loops[i]`'s episode.
+fn trees(c: &rusqlite::Connection, loops: &mut [Loop], episodes: &[i64]) -> Result<()> {
     let mut base = c.prepare(
         "SELECT coalesce(sum(base_calls), 0), coalesce(sum(base_cost), 0) FROM episode_sessions
          WHERE episode = ?1 AND flagged = 1",
@@ -391,7 +391,7 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
            AND tick = (SELECT max(tick) FROM verdicts WHERE root = ?1 AND flagged = 1)
          ORDER BY calls_since_landed DESC, session",
     )?;
-    for (l, &ep) in loops.iter_mut().zip(&episodes) {
+    for (l, &ep) in loops.iter_mut().zip(episodes) {
         if l.kind != "loop" {
             continue;
         }
@@ -420,10 +420,15 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
                 .flatten();
         }
     }
-    // which sessions get a picture: each loop's first, then the others in page order
+    Ok(())
+}
+
+/// Picks the sessions that get a picture (each loop's first, then the others in page order, see
+/// [`PICTURES_MAX`]) and loads their latest calls within the page's mark budget.
+fn picture(c: &rusqlite::Connection, loops: &mut [Loop]) -> Result<()> {
     let mut pictures = loops.iter().filter(|l| !l.sessions.is_empty()).count();
     let mut take = Vec::with_capacity(loops.len());
-    for l in &loops {
+    for l in loops.iter() {
         let extra = l.sessions.len().min(PICTURES_PER_LOOP).saturating_sub(1);
         let extra = extra.min(PICTURES_MAX.saturating_sub(pictures));
         pictures += extra;
@@ -437,11 +442,11 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
             f.marks = m.split_off(m.len().saturating_sub(cap));
         }
     }
-    Ok(loops)
+    Ok(())
 }
 
 /// Episodes open now, or opened or resolved since `since`, newest first.
-fn episodes(store: &Store, since: i64) -> Result<Vec<Episode>> {
+fn episodes(store: &Store, since: i64) -> Result<Vec<EpisodeRow>> {
     let mut st = store.conn.prepare(
         "SELECT id, kind, root, state, peak_severity, opened, last_fired, resolved, reason, flagged_ticks,
                 agent, model, calls, cost, duration_ms
@@ -449,7 +454,7 @@ fn episodes(store: &Store, since: i64) -> Result<Vec<Episode>> {
          ORDER BY coalesce(resolved, last_fired) DESC, id DESC",
     )?;
     let rows = st.query_map(params![since], |r| {
-        Ok(Episode {
+        Ok(EpisodeRow {
             id: r.get(0)?,
             kind: r.get(1)?,
             root: r.get(2)?,
@@ -610,10 +615,10 @@ mod tests {
             ]
         );
         assert_eq!(eps[1].peak_severity, "critical");
-        let page = Page {
+        let page = PageData {
             now,
             episodes: eps,
-            ..Page::default()
+            ..PageData::default()
         };
         let html = html::render(&page);
         assert!(html.contains("(1 open, 2 closed)"), "{html}");
@@ -688,9 +693,9 @@ mod tests {
         let last = loops.iter().find(|l| l.root == "ses_249").unwrap();
         assert_eq!(last.sessions.len(), 2);
         assert!(!last.sessions[1].pictured && last.sessions[1].marks.is_empty());
-        let html = html::render(&Page {
+        let html = html::render(&PageData {
             loops,
-            ..Page::default()
+            ..PageData::default()
         });
         assert_eq!(html.matches("<svg class=\"pic\"").count(), 250);
         assert!(
@@ -731,10 +736,10 @@ mod tests {
         assert_eq!((loops[0].base_calls, loops[0].base_cost), (52, 0.52));
         assert_eq!(loops[0].calls_since_landed, Some(18));
         assert_eq!(loops[0].sessions[0].episode_start_t, Some(t - 60_000));
-        let html = html::render(&Page {
+        let html = html::render(&PageData {
             now: t,
             loops,
-            ..Page::default()
+            ..PageData::default()
         });
         assert!(
             html.contains("<span>dotted blue \"resumed\": where the loop took up again"),

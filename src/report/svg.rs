@@ -2,8 +2,8 @@
 //! bar chart. Geometry that all marks share lives in the page's CSS (classes below), so one
 //! mark costs about 25 bytes and 200 open loops still fit in well under a megabyte.
 
-use super::html::esc;
-use super::{Clock, Flagged, Mark};
+use super::esc::esc;
+use super::{CallMark, Clock, Flagged};
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -80,7 +80,7 @@ pub struct Story {
 /// the last landed change), the loop's start (the detector's, else the first call on the target
 /// after the last landed change before the flag) and the first flag.
 pub fn story(
-    marks: &[Mark],
+    marks: &[CallMark],
     top_target: Option<&str>,
     first_flag_t: Option<i64>,
     loop_start_t: Option<i64>,
@@ -335,8 +335,8 @@ fn clip(s: &str, n: usize) -> String {
 mod tests {
     use super::*;
 
-    fn m(seq: i64, t: i64, tool: &str, target: &str, landed: bool) -> Mark {
-        Mark {
+    fn m(seq: i64, t: i64, tool: &str, target: &str, landed: bool) -> CallMark {
+        CallMark {
             seq,
             t,
             tool: tool.into(),
@@ -429,7 +429,7 @@ mod tests {
 
     #[test]
     fn an_episode_that_resumed_the_loop_is_marked_where_it_began() {
-        let marks: Vec<Mark> = (0..30)
+        let marks: Vec<CallMark> = (0..30)
             .map(|i| m(i, i * 10, "read", "read a", false))
             .collect();
         let f = |start| Flagged {

@@ -1,15 +1,24 @@
 //! The watchdog's SQLite record: ticks, verdicts, alerts (with their events and per-channel
 //! deliveries) and run-time channel settings, and the queries an operator runs over them.
 //!
+//! One module per table (or group of tables): [`ticks`], [`verdicts`], [`episodes`],
+//! [`channels`], [`blocks`], [`marks`] (the calls the page draws); their queries return typed rows or [`rows::Rows`] for printing.
+//!
 //! One file (`$XDG_STATE_HOME/oc-watchdog/watchdog.db` by default) in WAL mode with a busy
 //! timeout and foreign keys on. Every write is one `BEGIN IMMEDIATE` transaction, so two
 //! writers queue instead of failing, and a killed writer leaves all of its work or none.
 
-pub mod cmd;
+pub mod blocks;
+pub mod channels;
+pub mod episodes;
+pub mod marks;
+pub mod rows;
 pub mod schema;
+pub mod ticks;
+pub mod verdicts;
 
 use anyhow::{bail, Context, Result};
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -216,38 +225,30 @@ impl Store {
             .transaction_with_behavior(TransactionBehavior::Immediate)?)
     }
 
-    /// Time of the last tick as of `now`: the latest tick not in the future. Ticks recorded with a
-    /// clock that ran ahead are passed over (the next window starts at the last honest tick, so
-    /// nothing is skipped); when every tick is in the future, `now`, said on stderr.
-    pub fn last_tick(&self, now: i64) -> Result<Option<i64>> {
-        let (past, future): (Option<i64>, Option<i64>) = self.conn.query_row(
-            "SELECT (SELECT max(t) FROM ticks WHERE t <= ?1), (SELECT max(t) FROM ticks WHERE t > ?1)",
-            [now],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
-        if let Some(f) = future {
-            eprintln!(
-                "{}: the last tick is recorded at {}, in the future (was the clock ahead?); using {}",
-                crate::cli::program(),
-                crate::cli::iso_ms(f),
-                if past.is_some() { "the last tick before now" } else { "now" }
-            );
-        }
-        Ok(past.or(future.map(|_| now)))
+    /// Deletes ticks, verdicts, resolved episodes and events older than `before` in one
+    /// transaction; open alerts and their events are kept.
+    pub fn prune(&mut self, before: i64) -> Result<Pruned> {
+        let tx = self.write()?;
+        let verdicts = verdicts::prune(&tx, before)?;
+        let ticks = ticks::prune(&tx, before)?;
+        let (episodes, events) = episodes::prune(&tx, before)?;
+        tx.commit()?;
+        Ok(Pruned {
+            ticks,
+            verdicts,
+            episodes,
+            events,
+        })
     }
+}
 
-    /// Channel overrides: (enabled, min_severity) set at run time.
-    pub fn channel_override(&self, name: &str) -> Result<(Option<bool>, Option<String>)> {
-        Ok(self
-            .conn
-            .query_row(
-                "SELECT enabled, min_severity FROM channels WHERE name = ?1",
-                params![name],
-                |r| Ok((r.get::<_, Option<bool>>(0)?, r.get::<_, Option<String>>(1)?)),
-            )
-            .optional()?
-            .unwrap_or((None, None)))
-    }
+/// What [`Store::prune`] deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pruned {
+    pub ticks: usize,
+    pub verdicts: usize,
+    pub episodes: usize,
+    pub events: usize,
 }
 
 #[cfg(test)]

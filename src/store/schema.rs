@@ -306,6 +306,22 @@ ALTER TABLE episode_sessions ADD COLUMN start INTEGER;
 -- root is gone when one of them is read and no longer lists it, even once a server exited
 ALTER TABLE episodes ADD COLUMN sources TEXT;
 "#,
+    // 7: the calls of the tick in progress, staged by `wd-store calls` (every session's latest
+    // calls, as call_marks holds them) until `wd-store tick` keeps those of its flagged sessions:
+    // the tick no longer tees the call stream to a file for wd-store to re-read
+    r#"
+CREATE TABLE tick_calls (
+    session    TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    t          INTEGER NOT NULL,
+    tool       TEXT NOT NULL,
+    landed     INTEGER NOT NULL,
+    failed     INTEGER NOT NULL,
+    target     TEXT NOT NULL,
+    target_key TEXT NOT NULL,
+    PRIMARY KEY (session, seq)
+) WITHOUT ROWID;
+"#,
 ];
 
 pub fn latest() -> i64 {

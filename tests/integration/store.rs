@@ -542,3 +542,54 @@ fn prune_drops_old_ticks_but_never_open_alerts() {
     assert!(out.starts_with("severity  dedup_key"), "{out}");
     assert!(out.contains("warning   opencode-loop:ses_a"), "{out}");
 }
+
+/// The page's calls come from the stream: `wd-store calls` passes the call stream on unchanged
+/// and stages every session's latest calls; the tick keeps those of the 14 sessions it flags
+/// (the fixture's 688 calls of them, the detector's targets) and empties the stage. No file of
+/// the calls is written or read.
+#[test]
+fn the_calls_stage_passes_the_stream_on_and_the_tick_keeps_its_flagged_sessions_calls() {
+    let home = Home::new();
+    let input = std::fs::read_to_string(repo().join("fixtures/labelled.jsonl")).unwrap();
+    let staged = home
+        .cmd("wd-store")
+        .args(["--db", &db(&home), "calls"])
+        .stdin(input.clone())
+        .run();
+    staged.ok();
+    assert!(staged.stdout() == input, "the stream passes on unchanged");
+    assert_eq!(count(&db(&home), "SELECT count(*) FROM call_marks"), 0);
+    assert_eq!(
+        count(&db(&home), "SELECT count(DISTINCT session) FROM tick_calls"),
+        27
+    );
+    let verdicts = home.cmd("progress-detect").stdin(staged.stdout()).run();
+    verdicts.ok();
+    home.cmd("wd-store")
+        .args(["--db", &db(&home), "tick"])
+        .stdin(verdicts.stdout())
+        .run()
+        .ok();
+    let d = db(&home);
+    assert_eq!(count(&d, "SELECT count(*) FROM call_marks"), 688);
+    assert_eq!(
+        count(&d, "SELECT count(DISTINCT session) FROM call_marks"),
+        14
+    );
+    assert_eq!(count(&d, "SELECT count(*) FROM tick_calls"), 0);
+    let first: (String, String) = rusqlite::Connection::open(&d)
+        .unwrap()
+        .query_row(
+            "SELECT target, target_key FROM call_marks WHERE session = 'ses_dcf301bd9ffeJIs8Qnd1IYRsKa' AND seq = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        first,
+        (
+            "read docs/spec.md offset 8 limit 25".to_string(),
+            "7a41f98c748a95f1".to_string()
+        )
+    );
+}

@@ -1,0 +1,272 @@
+//! `wd-store`: record ticks and answer the operator's questions.
+//!
+//! `tick` sits in the middle of the tick pipeline: every input line passes through unchanged,
+//! then one `tick` record (id, time, outcome) is appended for `wd-alert`. The queries print
+//! JSONL (default), an aligned table (`--format table`) or CSV (`--format csv`).
+//!
+//! One file per group of subcommands: [`tick`] (the pipeline stage and what the tick script
+//! asks before it), [`calls`] (the stage before progress-detect that keeps calls for the page), [`queries`] (status, loops, alerts, verdicts, rollup, blocks), [`channels`],
+//! [`upkeep`] (prune, metrics, the page) and [`block`] (block-model, unblock-model); the SQL
+//! lives in [`crate::store`], by table.
+
+mod block;
+mod calls;
+mod channels;
+mod queries;
+mod tick;
+mod upkeep;
+
+use crate::cli::{Exit, Format, Out};
+use crate::config::Config;
+use crate::store::Store;
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::io::BufRead;
+use std::path::PathBuf;
+
+const EXAMPLES: &str = "\
+Examples:
+  ... | oc-calls | wd-store calls | progress-detect | wd-store tick | wd-alert
+  wd-store status --format table
+  wd-store loops --format table
+  wd-store alerts --since 7d --format table
+  wd-store verdicts --since 1h --flagged | jq -r '[.session, .signals.top_target] | @tsv'
+  wd-store rollup --by model --since 1h --format table
+  wd-store channels set desktop --enabled false
+  wd-store prune --older-than 30d
+  wd-store report --out - > /tmp/watchdog.html
+  wd-store block-model openrouter/some-model --reason \"stalls on every bash call\"
+  wd-store blocks --format table";
+
+/// The watchdog's SQLite record: ticks, verdicts, alerts, channel settings.
+#[derive(Parser, Debug)]
+#[command(name = "wd-store", version, after_help = EXAMPLES)]
+pub struct Args {
+    /// The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub db: Option<PathBuf>,
+    /// Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Output format of the queries.
+    #[arg(long, global = true, value_enum, default_value_t = Format::Jsonl)]
+    pub format: Format,
+    /// The current time in epoch ms (default: the clock).
+    #[arg(long, global = true, value_name = "MS")]
+    pub now: Option<i64>,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Record one tick from a verdict stream on stdin, passing the stream through.
+    Tick {
+        /// Force the outcome (e.g. no_opencode for an empty tick).
+        #[arg(long, value_parser = ["ok", "flagged", "no_opencode", "blind"])]
+        outcome: Option<String>,
+        /// When the tick started, epoch ms (default: when this command started).
+        #[arg(long, value_name = "MS")]
+        started: Option<i64>,
+    },
+    /// Pass a call stream (oc-calls output) through, keeping every session's latest calls for
+    /// the operator's page; the next `tick` keeps those of the sessions it flags.
+    Calls,
+    /// Print the time of the last tick (epoch ms; nothing before the first tick).
+    LastTick,
+    /// Print the root sessions of open loop alerts, space-separated (for `oc-sessions --also`).
+    OpenRoots,
+    /// Last tick, its sessions and flagged verdicts, open alerts, channels.
+    Status,
+    /// Open alerts (and those closed in the last --recent, with why): severity, dedup key,
+    /// what the last tick made of it, agent, top target, what the loop burned.
+    Loops {
+        /// Also list episodes resolved this long ago or less.
+        #[arg(long, value_name = "DURATION", default_value = "1h")]
+        recent: String,
+    },
+    /// The history of alert episodes, closed ones included: reason, duration, calls, cost.
+    Alerts {
+        /// Episodes open at any time since then.
+        #[arg(long, value_name = "WHEN", default_value = "7d")]
+        since: String,
+        /// Only this kind (loop, blind, stalled, retrying, waiting, interrupted, unfinished).
+        #[arg(long, value_name = "KIND")]
+        kind: Option<String>,
+        /// At most this many rows, newest first.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+    },
+    /// Recorded verdicts, newest first.
+    Verdicts {
+        #[arg(long, value_name = "WHEN")]
+        since: Option<String>,
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        /// Only flagged verdicts.
+        #[arg(long)]
+        flagged: bool,
+        /// At most this many rows.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+    },
+    /// Flagged sessions per model next to each model's share of all sessions seen.
+    Rollup {
+        #[arg(long, value_parser = ["model", "agent"], default_value = "model")]
+        by: String,
+        #[arg(long, value_name = "WHEN", default_value = "1h")]
+        since: String,
+    },
+    /// List channels (config merged with run-time settings), or change one.
+    Channels {
+        #[command(subcommand)]
+        set: Option<ChannelCmd>,
+    },
+    /// Delete ticks and verdicts older than a duration; open alerts are never pruned.
+    Prune {
+        #[arg(long, value_name = "DURATION")]
+        older_than: Option<String>,
+    },
+    /// Write Prometheus metrics (text exposition format) atomically to a file, or stdout.
+    Metrics {
+        #[arg(long, value_name = "PATH")]
+        output: Option<PathBuf>,
+    },
+    /// Write the operator's page: one self-contained HTML file (default [report] file, i.e.
+    /// $XDG_STATE_HOME/oc-watchdog/report.html), rewritten atomically; `--out -` for stdout.
+    Report {
+        #[arg(long, value_name = "PATH")]
+        out: Option<PathBuf>,
+    },
+    /// Add PROVIDER/MODEL to its provider's `blacklist` in your opencode config, so new opencode
+    /// processes no longer offer it; comments and formatting stay, a backup is kept.
+    BlockModel {
+        /// The model as `opencode models` lists it.
+        model: String,
+        /// Why (shown on the page).
+        #[arg(long)]
+        reason: Option<String>,
+        /// The opencode config to edit (default: [report] opencode_config, else the global
+        /// opencode.jsonc / opencode.json under $XDG_CONFIG_HOME/opencode).
+        #[arg(long, value_name = "PATH")]
+        opencode_config: Option<PathBuf>,
+        /// The opencode binary asked which models exist.
+        #[arg(
+            long,
+            value_name = "PATH",
+            env = "OPENCODE_BIN",
+            default_value = "opencode"
+        )]
+        opencode: String,
+    },
+    /// Undo `block-model`: remove exactly what it added to the opencode config.
+    UnblockModel { model: String },
+    /// Models blocked by `block-model`, newest first: when, by whom, why, in which file, and the
+    /// command that undoes it.
+    Blocks {
+        /// Also list blocks already undone.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show the desktop notification read from stdin, print its id, then wait for a click on it
+    /// and open its URL with [report] open_with (started by the desktop channel).
+    #[command(hide = true)]
+    NotifyOnAction {
+        #[arg(long, default_value_t = 3600)]
+        wait_secs: u64,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ChannelCmd {
+    /// Change a channel's settings; they apply at the next tick.
+    Set {
+        name: String,
+        #[arg(long, value_name = "BOOL")]
+        enabled: Option<bool>,
+        #[arg(long, value_name = "SEVERITY", value_parser = ["info", "warning", "critical"])]
+        min_severity: Option<String>,
+    },
+}
+
+pub fn main() -> i32 {
+    crate::cli::main("wd-store", run)
+}
+
+/// What every subcommand gets: the config, the open store, the time and the output format.
+pub struct Ctx {
+    pub cfg: Config,
+    pub store: Store,
+    /// `--now`, else when this command started.
+    pub now: i64,
+    pub format: Format,
+}
+
+pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
+    let started = crate::cli::now_ms();
+    let cfg = Config::load(args.config.as_deref())?;
+    let path = args.db.clone().unwrap_or_else(|| cfg.store_db());
+    let store = Store::open_with(&path, cfg.store_busy())?;
+    let mut cx = Ctx {
+        cfg,
+        store,
+        now: args.now.unwrap_or(started),
+        format: args.format,
+    };
+    let r = dispatch(&mut cx, args.cmd, stdin, out);
+    r.map_err(|e| cx.store.explain(e))
+}
+
+fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
+    match cmd {
+        Cmd::Tick { outcome, started } => tick::tick(cx, stdin, out, outcome, started),
+        Cmd::Calls => calls::run(cx, stdin, out),
+        Cmd::LastTick => tick::last_tick(cx, out),
+        Cmd::OpenRoots => tick::open_roots(cx, out),
+        Cmd::Status => queries::status(cx, out),
+        Cmd::Loops { recent } => queries::loops(cx, &recent, out),
+        Cmd::Alerts { since, kind, limit } => queries::alerts(cx, &since, kind, limit, out),
+        Cmd::Verdicts {
+            since,
+            session,
+            flagged,
+            limit,
+        } => queries::verdicts(cx, since, session, flagged, limit, out),
+        Cmd::Rollup { by, since } => queries::rollup(cx, &by, &since, out),
+        Cmd::Blocks { all } => queries::blocks(cx, all, out),
+        Cmd::Channels { set } => channels::run(cx, set, out),
+        Cmd::Prune { older_than } => upkeep::prune(cx, older_than, out),
+        Cmd::Metrics { output } => upkeep::metrics(cx, output.as_deref(), out),
+        Cmd::Report { out: path } => upkeep::report(cx, path, out),
+        Cmd::BlockModel {
+            model,
+            reason,
+            opencode_config,
+            opencode,
+        } => block::block_model(cx, &model, reason, opencode_config, &opencode, out),
+        Cmd::UnblockModel { model } => block::unblock_model(cx, &model, out),
+        Cmd::NotifyOnAction { wait_secs } => notify_on_action(cx, wait_secs, stdin, out),
+    }
+}
+
+/// The desktop notification's click helper (see `crate::notify::click`).
+fn notify_on_action(
+    cx: &Ctx,
+    wait_secs: u64,
+    stdin: &mut dyn BufRead,
+    out: &mut Out,
+) -> Result<Exit> {
+    let with = cx
+        .cfg
+        .report
+        .open_with
+        .clone()
+        .filter(|w| !w.trim().is_empty());
+    crate::notify::click::notify_and_wait(
+        stdin,
+        out,
+        with.as_deref().unwrap_or("xdg-open"),
+        std::time::Duration::from_secs(wait_secs),
+    )?;
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,127 @@
+//! The `episodes` table (one row per time an alert key opened, with what its loop burned) and
+//! `alerts` (one row per dedup key, its current episode): the loops open now, the history of
+//! episodes, the roots the next tick must re-read.
+
+use super::rows::Rows;
+use super::Store;
+use anyhow::Result;
+use rusqlite::{params, types::Value as Sql, Transaction};
+
+/// "41 calls, $0.37, 12 min" from an episode's columns; the duration in the words of the events
+/// (`alert::text::duration`: "44 s", "12 min", "2 h 05 min").
+pub const BURNED: &str =
+    "CASE WHEN p.calls IS NOT NULL THEN printf('%d calls, $%.2f, %s', p.calls, p.cost,
+       (SELECT CASE WHEN s < 60 THEN printf('%d s', s) WHEN s < 3600 THEN printf('%d min', s / 60)
+                    ELSE printf('%d h %02d min', s / 3600, s % 3600 / 60) END
+        FROM (SELECT max(coalesce(p.duration_ms, 0), 0) / 1000 AS s))) END";
+
+/// Open episodes, and those resolved at `recent` or later, open and critical first.
+pub fn loops(store: &Store, recent: i64) -> Result<Rows> {
+    Rows::query(
+        store,
+        "loop",
+        &format!(
+            "SELECT p.severity, p.dedup_key, p.state, p.id AS episode, p.opened, p.flagged_ticks,
+                p.last_decision, p.reason, p.agent, p.model, p.top_target, p.calls, p.cost, p.duration_ms,
+                {BURNED} AS burned, p.evidence, p.opinion,
+                -- the last event each channel was sent for this episode (SQLite takes the row of max())
+                (SELECT group_concat(channel || ':' || state, ' ')
+                   FROM (SELECT d.channel, e.state, max(e.id) FROM deliveries d JOIN events e ON e.id = d.event
+                         WHERE e.episode = p.id AND d.status = 'sent' GROUP BY d.channel)) AS last_sent,
+                p.title
+         FROM episodes p WHERE p.state = 'open' OR p.resolved >= ?1
+         ORDER BY p.state = 'open' DESC, p.severity = 'critical' DESC, p.opened"
+        ),
+        &[Sql::Integer(recent)],
+    )
+}
+
+/// Episodes open at any time since `since` (of one alert kind, given its name), newest first.
+pub fn history(store: &Store, since: i64, kind: Option<&str>, limit: usize) -> Result<Rows> {
+    Rows::query(
+        store,
+        "episode",
+        &format!(
+            "SELECT p.id AS episode, p.dedup_key, p.kind AS alert, p.state, p.peak_severity, p.opened, p.resolved, p.reason,
+                p.flagged_ticks, p.calls, p.cost, p.duration_ms, {BURNED} AS burned, p.agent, p.model, p.top_target,
+                p.evidence, p.title
+         FROM episodes p
+         WHERE (p.state = 'open' OR p.resolved >= ?1 OR p.opened >= ?1) AND (?2 IS NULL OR p.kind = ?2)
+         ORDER BY p.opened DESC, p.id DESC LIMIT ?3"
+        ),
+        &[
+            Sql::Integer(since),
+            kind.map(|k| Sql::Text(k.to_string())).unwrap_or(Sql::Null),
+            Sql::Integer(limit as i64),
+        ],
+    )
+}
+
+/// Root sessions of the open loop alerts, in order.
+pub fn open_roots(store: &Store) -> Result<Vec<String>> {
+    let mut st = store
+        .conn
+        .prepare("SELECT root FROM alerts WHERE state = 'open' AND kind = 'loop' ORDER BY root")?;
+    let roots = st
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(roots)
+}
+
+/// Deletes episodes resolved before `before`, and the events before it of keys not open now;
+/// returns (episodes, events).
+pub fn prune(tx: &Transaction<'_>, before: i64) -> Result<(usize, usize)> {
+    let a = tx.execute(
+        "DELETE FROM episodes WHERE state = 'resolved' AND resolved < ?1",
+        params![before],
+    )?;
+    let e = tx.execute(
+        "DELETE FROM events WHERE t < ?1 AND dedup_key NOT IN (SELECT dedup_key FROM alerts WHERE state = 'open')",
+        params![before],
+    )?;
+    Ok((a, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BURNED;
+    use crate::alert::text::{burned, duration};
+    use crate::alert::Figures;
+
+    /// The `burned` column says the duration as the events do (seconds under a minute).
+    #[test]
+    fn the_burned_column_words_durations_as_the_events_do() {
+        let c = rusqlite::Connection::open_in_memory().unwrap();
+        for ms in [
+            0,
+            999,
+            44_000,
+            59_999,
+            60_000,
+            12 * 60_000 + 5_000,
+            2 * 3_600_000 + 5 * 60_000,
+            -5,
+        ] {
+            let sql = format!(
+                "SELECT {BURNED} FROM (SELECT 41 AS calls, 0.3712 AS cost, {ms} AS duration_ms) p"
+            );
+            let got: String = c.query_row(&sql, [], |r| r.get(0)).unwrap();
+            assert_eq!(got, format!("41 calls, $0.37, {}", duration(ms)), "{ms} ms");
+            let f = Figures {
+                calls: 41,
+                cost: 0.3712,
+                duration_ms: ms,
+                flagged_ticks: 1,
+            };
+            assert!(burned(&f).ends_with(&duration(ms)));
+        }
+        let got: String = c
+            .query_row(&format!("SELECT {BURNED} FROM (SELECT 41 AS calls, 0.5 AS cost, 44000 AS duration_ms) p"), [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(got, "41 calls, $0.50, 44 s");
+        let none: Option<String> = c
+            .query_row(&format!("SELECT {BURNED} FROM (SELECT NULL AS calls, NULL AS cost, NULL AS duration_ms) p"), [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(none, None);
+    }
+}

@@ -1,0 +1,117 @@
+//! The `verdicts` table: every verdict of every tick (one row per session and tick), and the
+//! queries over it: the verdicts themselves and the per-model (or per-agent) rollup.
+
+use super::rows::Rows;
+use super::Store;
+use crate::record::Verdict;
+use anyhow::Result;
+use rusqlite::{params, types::Value as Sql, Transaction};
+use serde_json::{json, Value};
+
+/// Records the verdicts of tick `tick` (at `t`); a session judged twice keeps the last.
+pub fn insert(tx: &Transaction<'_>, tick: i64, t: i64, verdicts: &[Verdict]) -> Result<()> {
+    let mut ins = tx.prepare(
+        "INSERT OR REPLACE INTO verdicts (tick, t, session, root, agent, model, flagged, reasons, signals,
+         landed_in_window, calls, calls_since_landed, cost_since_landed, first_flag_index, first_flag_t,
+         loop_start_index, evidence, digest, opinion, liveness)
+         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20)",
+    )?;
+    for v in verdicts {
+        let reasons: Vec<&str> = v.reasons.iter().map(|r| r.name()).collect();
+        let loop_start = v.evidence.as_ref().and_then(|e| e.loop_start.as_ref());
+        ins.execute(params![
+            tick,
+            t,
+            v.session,
+            v.root(),
+            v.agent,
+            v.model,
+            v.flagged,
+            reasons.join(","),
+            Value::Object(v.signals.to_map()).to_string(),
+            v.landed_in_window,
+            v.calls as i64,
+            v.calls_since_landed as i64,
+            v.cost_since_landed,
+            v.first_flag.as_ref().map(|f| f.index as i64),
+            v.first_flag.as_ref().map(|f| f.t),
+            loop_start.map(|f| f.index as i64),
+            v.evidence.as_ref().map(|e| json!(e).to_string()),
+            (!v.digest.is_empty()).then(|| json!(v.digest).to_string()),
+            v.extra.get("opinion").map(|o| o.to_string()),
+            v.liveness.as_ref().map(|o| json!(o).to_string()),
+        ])?;
+    }
+    Ok(())
+}
+
+/// Which verdicts `wd-store verdicts` lists.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub since: Option<i64>,
+    pub session: Option<String>,
+    pub flagged: bool,
+    pub limit: usize,
+}
+
+/// Recorded verdicts, newest first.
+pub fn list(store: &Store, f: Filter) -> Result<Rows> {
+    let mut sql = String::from(
+        "SELECT t, tick, session, root, agent, model, flagged, reasons, signals, landed_in_window, calls,
+                calls_since_landed, cost_since_landed, first_flag_index, first_flag_t, loop_start_index, evidence,
+                digest, opinion, liveness
+         FROM verdicts WHERE 1 = 1",
+    );
+    let mut p: Vec<Sql> = Vec::new();
+    if let Some(s) = f.since {
+        sql += " AND t >= ?";
+        p.push(Sql::Integer(s));
+    }
+    if let Some(s) = f.session {
+        sql += " AND session = ?";
+        p.push(Sql::Text(s));
+    }
+    if f.flagged {
+        sql += " AND flagged = 1";
+    }
+    sql += " ORDER BY t DESC, session LIMIT ?";
+    p.push(Sql::Integer(f.limit as i64));
+    Rows::query(store, "verdict_row", &sql, &p)
+}
+
+/// What the rollup groups sessions by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RollupBy {
+    Model,
+    Agent,
+}
+
+/// Flagged sessions per model (or agent) since `since`, next to each one's share of all
+/// sessions seen.
+pub fn rollup(store: &Store, by: RollupBy, since: i64) -> Result<Rows> {
+    let col = match by {
+        RollupBy::Agent => "agent",
+        RollupBy::Model => "model",
+    };
+    let sql = format!(
+        "WITH s AS (SELECT {col} AS k, session, max(flagged) AS f FROM verdicts WHERE t >= ?1 GROUP BY {col}, session),
+              total AS (SELECT count(*) AS n, sum(f) AS nf FROM s)
+         SELECT coalesce(k, '(unknown)') AS {col}, count(*) AS sessions,
+                round(1.0 * count(*) / (SELECT n FROM total), 3) AS share_of_sessions,
+                sum(f) AS flagged_sessions,
+                round(1.0 * sum(f) / max(1, (SELECT nf FROM total)), 3) AS share_of_flagged
+         FROM s GROUP BY k ORDER BY flagged_sessions DESC, sessions DESC"
+    );
+    Rows::query(store, "rollup", &sql, &[Sql::Integer(since)])
+}
+
+/// Deletes the verdicts before `before`, and the call marks of sessions left without any;
+/// returns how many verdicts.
+pub fn prune(tx: &Transaction<'_>, before: i64) -> Result<usize> {
+    let v = tx.execute("DELETE FROM verdicts WHERE t < ?1", params![before])?;
+    tx.execute(
+        "DELETE FROM call_marks WHERE session NOT IN (SELECT session FROM verdicts)",
+        [],
+    )?;
+    Ok(v)
+}
