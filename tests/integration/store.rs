@@ -56,8 +56,8 @@ fn tick_passes_the_stream_through_and_records_it() {
     assert_eq!(tick["kind"], "tick");
     assert_eq!(tick["id"], 1);
     assert_eq!(tick["outcome"], "flagged");
-    assert_eq!(tick["sessions"], 27);
-    assert_eq!(tick["flagged"], 14);
+    assert_eq!(tick["sessions"], 44);
+    assert_eq!(tick["flagged"], 23);
     let r = home
         .cmd("wd-store")
         .args(["--db", &db(&home), "last-tick"])
@@ -70,8 +70,8 @@ fn tick_passes_the_stream_through_and_records_it() {
     let st = &r.kind("status")[0];
     assert_eq!(st["last_tick"], 1796000000000i64);
     assert_eq!(st["outcome"], "flagged");
-    assert_eq!(st["verdicts"], 27);
-    assert_eq!(st["flagged"], 14);
+    assert_eq!(st["verdicts"], 44);
+    assert_eq!(st["flagged"], 23);
     assert_eq!(st["open_alerts"], 0);
     let r = home
         .cmd("wd-store")
@@ -87,13 +87,13 @@ fn tick_passes_the_stream_through_and_records_it() {
         ])
         .run();
     let rows = r.kind("verdict_row");
-    assert_eq!(rows.len(), 14);
+    assert_eq!(rows.len(), 23);
     let nav = rows
         .iter()
         .find(|v| v["signals"]["top_target"] == "read src/navbar.js")
         .unwrap();
     assert_eq!(nav["reasons"], "dup,top,slow,coverage,circling");
-    assert_eq!(nav["first_flag_index"], 6);
+    assert_eq!(nav["first_flag_index"], 7);
     assert_eq!(nav["loop_start_index"], 1);
     assert_eq!(nav["evidence"]["calls"].as_array().unwrap().len(), 12);
     assert_eq!(nav["digest"].as_array().unwrap().len(), 12);
@@ -544,8 +544,8 @@ fn prune_drops_old_ticks_but_never_open_alerts() {
 }
 
 /// The page's calls come from the stream: `wd-store calls` passes the call stream on unchanged
-/// and stages every session's latest calls; the tick keeps those of the 14 sessions it flags
-/// (the fixture's 688 calls of them, the detector's targets) and empties the stage. No file of
+/// and stages every session's latest calls; the tick keeps those of the 23 sessions it flags
+/// (the fixture's 949 calls of them, the detector's targets) and empties the stage. No file of
 /// the calls is written or read.
 #[test]
 fn the_calls_stage_passes_the_stream_on_and_the_tick_keeps_its_flagged_sessions_calls() {
@@ -561,7 +561,7 @@ fn the_calls_stage_passes_the_stream_on_and_the_tick_keeps_its_flagged_sessions_
     assert_eq!(count(&db(&home), "SELECT count(*) FROM call_marks"), 0);
     assert_eq!(
         count(&db(&home), "SELECT count(DISTINCT session) FROM tick_calls"),
-        27
+        44
     );
     let verdicts = home.cmd("progress-detect").stdin(staged.stdout()).run();
     verdicts.ok();
@@ -571,10 +571,10 @@ fn the_calls_stage_passes_the_stream_on_and_the_tick_keeps_its_flagged_sessions_
         .run()
         .ok();
     let d = db(&home);
-    assert_eq!(count(&d, "SELECT count(*) FROM call_marks"), 688);
+    assert_eq!(count(&d, "SELECT count(*) FROM call_marks"), 949);
     assert_eq!(
         count(&d, "SELECT count(DISTINCT session) FROM call_marks"),
-        14
+        23
     );
     assert_eq!(count(&d, "SELECT count(*) FROM tick_calls"), 0);
     let first: (String, String) = rusqlite::Connection::open(&d)
@@ -589,7 +589,7 @@ fn the_calls_stage_passes_the_stream_on_and_the_tick_keeps_its_flagged_sessions_
         first,
         (
             "read docs/spec.md offset 8 limit 25".to_string(),
-            "7a41f98c748a95f1".to_string()
+            "5a5c5453e956949f".to_string()
         )
     );
 }
