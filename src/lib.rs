@@ -19,4 +19,5 @@ pub mod record;
 pub mod report;
 pub mod scrub;
 pub mod sessions;
+pub mod stop;
 pub mod store;

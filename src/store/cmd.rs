@@ -27,7 +27,8 @@ Examples:
   wd-store prune --older-than 30d
   wd-store report --out - > /tmp/watchdog.html
   wd-store block-model openrouter/some-model --reason \"stalls on every bash call\"
-  wd-store blocks --format table";
+  wd-store blocks --format table
+  wd-store stop ses_0123456789abcdefABCDEFGHIJ";
 
 /// The watchdog's SQLite record: ticks, verdicts, alerts, channel settings.
 #[derive(Parser, Debug)]
@@ -159,6 +160,15 @@ pub enum Cmd {
         /// Also list blocks already undone.
         #[arg(long)]
         all: bool,
+    },
+    /// Stop SESSION's current run, as Esc in its TUI would: over HTTP when a server runs it,
+    /// else through the oc-watchdog-stop plugin (deploy/install --with-stop-plugin). Once per
+    /// loop episode, recorded; the session stays resumable (`opencode run -s SESSION`).
+    Stop {
+        session: String,
+        /// How long to wait for the stop to be carried out.
+        #[arg(long, value_name = "DURATION", default_value = "15s")]
+        wait: String,
     },
     /// Show the desktop notification read from stdin, print its id, then wait for a click on it
     /// and open its URL with [report] open_with (started by the desktop channel).
@@ -299,6 +309,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
             )?;
             Ok(Exit::Ok)
         }
+        Cmd::Stop { session, wait } => crate::stop::command(&mut store, &cfg, &session, &wait, out),
         Cmd::Blocks { all } => blocks(&store, all, args.format, out),
         Cmd::UnblockModel { model } => {
             let o = crate::block::unblock(&mut store, &model, now)?;
