@@ -393,7 +393,12 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
         plugin_installed: plugin_paths().iter().any(|p| p.is_file()),
         ..Facts::default()
     };
-    if facts.found && facts.previous.as_ref().map_or(true, |p| p.status == "failed") {
+    if facts.found
+        && facts
+            .previous
+            .as_ref()
+            .map_or(true, |p| p.status == "failed")
+    {
         facts.servers = servers_running(&procs, cfg, session, &directory);
         // between two steps of a loop the last step has completed and the next has not begun:
         // look again for a moment before calling it idle

@@ -16,6 +16,7 @@ mod proof;
 mod readers;
 mod report;
 mod sources;
+mod stop;
 mod store;
 mod tick;
 
