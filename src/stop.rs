@@ -65,6 +65,7 @@ pub struct Previous {
     pub t: i64,
     pub via: Option<String>,
     pub stopped: Option<i64>,
+    pub action_id: String,
 }
 
 /// What was found about a session before deciding.
@@ -146,6 +147,8 @@ pub struct Outcome {
     pub server: Option<String>,
     /// The opencode process whose plugin stopped it (`plugin`).
     pub pid: Option<u32>,
+    /// The tool call the plugin refused, when one came before its timer saw the request.
+    pub refused_call: Option<String>,
     pub requested: i64,
     pub stopped: Option<i64>,
     /// Tool calls that started between the request and the stop.
@@ -192,18 +195,23 @@ fn open_episode(store: &Store, session: &str) -> Result<Option<i64>> {
         .optional()?)
 }
 
-fn previous(store: &Store, action: &str) -> Result<Option<Previous>> {
+/// An earlier stop under this action id, or of the same turn of the session (its episode
+/// may have closed since: the stopped loop resolves at the next tick), a carried-out one first.
+fn previous(store: &Store, action: &str, session: &str, turn: &str) -> Result<Option<Previous>> {
     Ok(store
         .conn
         .query_row(
-            "SELECT status, t, via, stopped FROM stops WHERE action_id = ?1",
-            [action],
+            "SELECT status, t, via, stopped, action_id FROM stops
+              WHERE action_id = ?1 OR (session = ?2 AND turn = ?3 AND status <> 'failed')
+              ORDER BY status = 'failed', t DESC LIMIT 1",
+            params![action, session, turn],
             |r| {
                 Ok(Previous {
                     status: r.get(0)?,
                     t: r.get(1)?,
                     via: r.get(2)?,
                     stopped: r.get(3)?,
+                    action_id: r.get(4)?,
                 })
             },
         )
@@ -301,12 +309,18 @@ fn server_lists(cfg: &Config, url: &str, session: &str, dir: &str) -> bool {
         .is_ok_and(|v| v.get(session).is_some())
 }
 
-fn record(store: &mut Store, o: &Outcome, reason: &str, detail: Option<&str>) -> Result<()> {
+fn record(
+    store: &mut Store,
+    o: &Outcome,
+    turn: &str,
+    reason: &str,
+    detail: Option<&str>,
+) -> Result<()> {
     let tx = store.write()?;
     tx.execute(
         "INSERT INTO stops (action_id, session, episode, reason, t, status, via, pid, stopped,
-                            calls_after_request, detail)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                            calls_after_request, detail, turn)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
          ON CONFLICT (action_id) DO UPDATE SET t = ?5, status = ?6, via = ?7, pid = ?8,
              stopped = ?9, calls_after_request = ?10, detail = ?11",
         params![
@@ -320,7 +334,8 @@ fn record(store: &mut Store, o: &Outcome, reason: &str, detail: Option<&str>) ->
             o.pid,
             o.stopped,
             o.calls_after_request,
-            detail
+            detail,
+            turn
         ],
     )?;
     tx.commit()?;
@@ -374,14 +389,12 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
         .and_then(|s| s["directory"].as_str())
         .unwrap_or("")
         .to_string();
+    let turn = current_turn(&messages).unwrap_or_else(|| "none".into());
     let episode = match req.episode {
         Some(e) => e.to_string(),
         None => match open_episode(store, session)? {
             Some(id) => format!("episode:{id}"),
-            None => format!(
-                "turn:{}",
-                current_turn(&messages).unwrap_or_else(|| "none".into())
-            ),
+            None => format!("turn:{turn}"),
         },
     };
     let action = action_id(session, &episode);
@@ -389,7 +402,7 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
     let dir = requests_dir();
     let mut facts = Facts {
         found: info.is_some(),
-        previous: previous(store, &action)?,
+        previous: previous(store, &action, session, &turn)?,
         plugin_installed: plugin_paths().iter().any(|p| p.is_file()),
         ..Facts::default()
     };
@@ -419,6 +432,7 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
         via: None,
         server: None,
         pid: None,
+        refused_call: None,
         requested: crate::cli::now_ms(),
         stopped: None,
         calls_after_request: None,
@@ -436,8 +450,8 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
             };
             o.stopped = p.stopped;
             o.message = format!(
-                "session {session}: the stop for {episode} was already {when} (action {action}): nothing done; resume with {}",
-                o.resume
+                "session {session}: the stop of this run was already {when} (action {}): nothing done; resume with {}",
+                p.action_id, o.resume
             );
             return Ok(o);
         }
@@ -449,10 +463,10 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
         Plan::Plugin(_) => (Via::Plugin, String::new()),
     };
     o.via = Some(via.0.as_str().into());
-    record(store, &o, req.reason, None)?;
+    record(store, &o, &turn, req.reason, None)?;
     let t0 = Instant::now();
     let left = || req.wait.saturating_sub(t0.elapsed());
-    let carried: Result<Option<u32>> = match via {
+    let carried: Result<Option<(u32, Option<String>)>> = match via {
         (Via::Http, url) => {
             let path = format!(
                 "/session/{session}/abort?directory={}",
@@ -477,10 +491,12 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
     };
     let messages = db.messages(session).unwrap_or(Value::Null);
     match carried {
-        Ok(pid) => {
+        Ok(by) => {
             let stopped = crate::cli::now_ms();
             o.status = "stopped".into();
+            let pid = by.as_ref().map(|b| b.0);
             o.pid = pid;
+            o.refused_call = by.and_then(|b| b.1);
             o.stopped = Some(stopped);
             o.calls_after_request = Some(calls_between(&messages, o.requested, Some(stopped)));
             let how = match pid {
@@ -492,13 +508,13 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
                 o.calls_after_request.unwrap_or(0),
                 o.resume
             );
-            record(store, &o, req.reason, None)?;
+            record(store, &o, &turn, req.reason, None)?;
             Ok(o)
         }
         Err(e) => {
             o.status = "failed".into();
             let detail = format!("{e:#}");
-            record(store, &o, req.reason, Some(&detail))?;
+            record(store, &o, &turn, req.reason, Some(&detail))?;
             bail!("stop: session {session}: {detail}; {BY_HAND} (the request is recorded as failed, a new `wd-store stop` may try again)")
         }
     }
@@ -512,7 +528,7 @@ fn plugin_stop(
     wait: Duration,
     db: &Db,
     session: &str,
-) -> Result<Option<u32>> {
+) -> Result<Option<(u32, Option<String>)>> {
     let file = dir.join(format!("{session}.json"));
     let ack_file = dir.join(format!("{session}.ack.json"));
     let _ = std::fs::remove_file(&ack_file);
@@ -535,11 +551,11 @@ fn plugin_stop(
             wait.as_secs()
         );
     };
-    let pid = ack["pid"].as_u64().map(|p| p as u32);
+    let pid = ack["pid"].as_u64().unwrap_or(0) as u32;
+    let refused = ack["refused_call"].as_str().map(String::from);
     if ack["aborted"] != true {
         bail!(
-            "the plugin in process {} could not abort it: {}",
-            pid.unwrap_or(0),
+            "the plugin in process {pid} could not abort it: {}",
             ack["error"].as_str().unwrap_or("no reason given")
         );
     }
@@ -551,7 +567,7 @@ fn plugin_stop(
         (!in_flight(&m)).then_some(())
     })
     .ok_or_else(|| anyhow!("the plugin aborted it, but its run still shows as going"))?;
-    Ok(pid)
+    Ok(Some((pid, refused)))
 }
 
 /// `wd-store stop SESSION`: the operator's stop; the outcome as one JSONL record, the story
@@ -600,6 +616,7 @@ mod tests {
             t: 1,
             via: Some("plugin".into()),
             stopped: Some(2),
+            action_id: "stop:ses_a:episode:1".into(),
         };
         let f = Facts {
             previous: Some(prev.clone()),
@@ -622,6 +639,7 @@ mod tests {
                 t: 1,
                 via: Some("plugin".into()),
                 stopped: None,
+                action_id: "stop:ses_a:episode:1".into(),
             }),
             ..running()
         };

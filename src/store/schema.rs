@@ -324,7 +324,10 @@ CREATE TABLE stops (
     stopped             INTEGER,
     -- tool calls that started between the request and the stop
     calls_after_request INTEGER,
-    detail              TEXT
+    detail              TEXT,
+    -- the session's last user message when it was asked: a second request in the same run is
+    -- the same stop, even once its episode has closed
+    turn                TEXT NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX stops_session ON stops (session, t);
 "#,
