@@ -15,6 +15,13 @@
 //! request before anything is sent, so a second request for the same episode does nothing and
 //! says so. [`decide`] is the pure rule over what was found ([`Facts`]); [`stop`] gathers the
 //! facts, applies the plan and records it.
+//!
+//! The stop policy (stop at escalation or past a cost cap) calls [`stop`] once the episode's
+//! transition is committed, with `Request { session: <root>, episode: Some("episode:<id>"),
+//! reason: "escalated" | "cost_cap" | "calls_cap", wait }`: `Ok` with status `stopped` is the
+//! episode's stop event (its `calls_after_request`, `via`, `pid` go on the page and in the
+//! notification, with [`Outcome::resume`]); `Ok` with `already` means an earlier tick did it;
+//! `Err` is a refusal or a failure to say on the episode, which then stays an alert.
 
 use crate::config::Config;
 use crate::opencode::{self, db::Db, Client};
@@ -442,6 +449,7 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
     let via = match decide(session, &facts) {
         Plan::Already(p) => {
             o.status = "already".into();
+            o.action_id = p.action_id.clone();
             o.requested = p.t;
             o.via = p.via.clone();
             let when = match p.stopped {

@@ -462,6 +462,7 @@ fn a_looping_opencode_run_is_stopped_through_the_plugin_and_resumes_with_run_s()
     let again = rig.stop(&id);
     again.ok();
     assert_eq!(again.kind("stop")[0]["status"], "already");
+    assert_eq!(again.kind("stop")[0]["action_id"], o["action_id"]);
     assert!(
         again
             .stderr()
