@@ -381,7 +381,10 @@ fn wait_for<T>(wait: Duration, mut done: impl FnMut() -> Option<T>) -> Option<T>
 /// earlier request under the same action id is an `already` outcome that does nothing.
 pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
     let session = req.session;
-    if !session.starts_with("ses_") || session.contains(['/', '\\', '.']) {
+    let id_chars = session
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !session.starts_with("ses_") || !id_chars {
         bail!("stop: {session:?} is not an opencode session id (ses_...)");
     }
     let db_path = cfg.opencode_db();
@@ -541,15 +544,17 @@ fn plugin_stop(
     let ack_file = dir.join(format!("{session}.ack.json"));
     let _ = std::fs::remove_file(&ack_file);
     let expires = o.requested + wait.as_millis() as i64;
+    // one id per attempt: a plugin that failed an earlier attempt of this action acts again
+    let id = format!("{}@{}", o.action_id, o.requested);
     write_atomic(
         &file,
-        &json!({"id": o.action_id, "session": session, "episode": o.episode, "expires": expires}),
+        &json!({"id": id, "session": session, "episode": o.episode, "expires": expires}),
     )?;
     let t0 = Instant::now();
     let ack = wait_for(wait, || {
         let text = std::fs::read_to_string(&ack_file).ok()?;
         let v: Value = serde_json::from_str(&text).ok()?;
-        (v["id"] == o.action_id.as_str()).then_some(v)
+        (v["id"] == id.as_str()).then_some(v)
     });
     let _ = std::fs::remove_file(&file);
     let _ = std::fs::remove_file(&ack_file);

@@ -647,7 +647,7 @@ fn bad_requests_are_refused_and_stale_or_corrupt_stop_files_stop_nothing() {
 }
 
 #[test]
-fn a_loop_without_the_plugin_or_a_server_is_refused_with_what_to_do_instead() {
+fn a_loop_whose_process_has_no_stop_plugin_and_no_server_is_refused_with_what_to_do_instead() {
     let mut rig = Rig::new(false);
     rig.run("slow_reread40");
     let id = rig.wait_calls(3);
@@ -660,6 +660,18 @@ fn a_loop_without_the_plugin_or_a_server_is_refused_with_what_to_do_instead() {
         )
     );
     assert_eq!(r.stdout(), "");
+    // the plugin installed now: the running `opencode run` has not loaded it
+    let plugin = rig.plugin_file();
+    std::fs::create_dir_all(plugin.parent().unwrap()).unwrap();
+    std::fs::copy(repo().join("deploy/oc-watchdog-stop.js"), &plugin).unwrap();
+    let r = rig.stop(&id);
+    r.expect_code(2);
+    assert_eq!(
+        r.stderr(),
+        format!(
+            "wd-store: stop: session {id} runs in a TUI or `opencode run` that has not loaded the stop plugin (started before it was installed?) and no server lists it: press Esc in its TUI, or Ctrl-C its `opencode run`; opencode processes started from now on load the plugin\n"
+        )
+    );
     // nothing was stopped: the loop goes on
     let n = rig.calls(&id).len();
     rig.wait_calls(n + 3);
