@@ -380,6 +380,8 @@ fn wait_for<T>(wait: Duration, mut done: impl FnMut() -> Option<T>) -> Option<T>
 /// idle, no way to reach it) are errors that say what to do instead and record nothing; an
 /// earlier request under the same action id is an `already` outcome that does nothing.
 pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
+    // the calls made while this looks the session up count as calls after the request
+    let asked = crate::cli::now_ms();
     let session = req.session;
     let id_chars = session
         .chars()
@@ -443,7 +445,7 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
         server: None,
         pid: None,
         refused_call: None,
-        requested: crate::cli::now_ms(),
+        requested: asked,
         stopped: None,
         calls_after_request: None,
         resume: resume_hint(session),

@@ -677,3 +677,133 @@ fn a_loop_whose_process_has_no_stop_plugin_and_no_server_is_refused_with_what_to
     rig.wait_calls(n + 3);
     assert_eq!(rig.stops(&id), Vec::<Value>::new());
 }
+
+/// The plugin on its own, under node with a stand-in SDK client (`plugin_driver.mjs`): the paths
+/// a real loop rarely takes on cue (a tool call before the timer sees the request, an abort that
+/// fails, a session of another process) and failing open.
+struct Driver {
+    child: Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+    pid: u64,
+}
+
+impl Driver {
+    fn start(home: &Home) -> Driver {
+        let mut child = Command::new("node")
+            .arg(repo().join("tests/support/plugin_driver.mjs"))
+            .arg(repo().join("deploy/oc-watchdog-stop.js"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap())
+            .env("HOME", home.path())
+            .env("XDG_STATE_HOME", home.join(".local/state"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("node");
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut d = Driver { child, out, pid: 0 };
+        let hello = d.answer();
+        assert_eq!(hello["exports"], json!(["OcWatchdogStop"]));
+        d.pid = hello["pid"].as_u64().unwrap();
+        d
+    }
+
+    fn answer(&mut self) -> Value {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("driver said {line:?}: {e}"))
+    }
+
+    fn op(&mut self, op: Value) -> Value {
+        use std::io::Write;
+        let sin = self.child.stdin.as_mut().unwrap();
+        writeln!(sin, "{op}").unwrap();
+        self.answer()
+    }
+
+    fn call(&mut self, session: &str, call: &str) -> Value {
+        self.op(json!({"op": "call", "session": session, "call": call}))
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_plugin_refuses_one_call_per_request_aborts_only_its_own_sessions_and_fails_open() {
+    let home = Home::new();
+    let stop = home.join(".local/state/oc-watchdog/stop");
+    let request = |session: &str, id: &str, expires: i64| {
+        std::fs::create_dir_all(&stop).unwrap();
+        std::fs::write(
+            stop.join(format!("{session}.json")),
+            json!({"id": id, "session": session, "episode": "episode:1", "expires": expires})
+                .to_string(),
+        )
+        .unwrap();
+    };
+    let ack = |session: &str| -> Option<Value> {
+        let text = std::fs::read_to_string(stop.join(format!("{session}.ack.json"))).ok()?;
+        Some(serde_json::from_str(&text).unwrap())
+    };
+    let later = now_ms() + 60_000;
+
+    // without the watchdog's state directory: no marker, and a call runs
+    let mut d = Driver::start(&home);
+    assert_eq!(d.call("ses_a", "call_1"), json!({"ran": true}));
+    assert!(!stop.exists());
+    drop(d);
+
+    std::fs::create_dir_all(home.join(".local/state/oc-watchdog")).unwrap();
+    let mut d = Driver::start(&home);
+    assert!(stop.join(format!("loaded/{}.json", d.pid)).is_file());
+    // a request: the next call is refused and the session aborted, once per request id
+    request("ses_a", "stop:ses_a:episode:1@1", later);
+    let refusal =
+        "Stopped by the watchdog at the operator's request. Do not retry; wait for the user.";
+    assert_eq!(d.call("ses_a", "call_2"), json!({"refused": refusal}));
+    let a = ack("ses_a").unwrap();
+    assert_eq!(a["id"], "stop:ses_a:episode:1@1");
+    assert_eq!(a["pid"], d.pid);
+    assert_eq!(a["aborted"], true);
+    assert_eq!(a["refused_call"], "call_2");
+    assert_eq!(d.call("ses_a", "call_3"), json!({"ran": true}));
+    assert_eq!(
+        d.op(json!({"op": "wait", "ms": 1200})),
+        json!({"aborted": ["ses_a"]})
+    );
+    // an expired request (an old episode's) and a corrupt one: nothing refused, nothing aborted
+    request("ses_b", "stop:ses_b:episode:1@1", now_ms() - 1);
+    assert_eq!(d.call("ses_b", "call_4"), json!({"ran": true}));
+    std::fs::write(stop.join("ses_c.json"), "{\"id\": 3, ").unwrap();
+    assert_eq!(d.call("ses_c", "call_5"), json!({"ran": true}));
+    // a session this process runs (seen busy), no call coming: the timer aborts it
+    d.op(json!({"op": "busy", "session": "ses_d"}));
+    request("ses_d", "stop:ses_d:episode:2@1", later);
+    assert_eq!(
+        d.op(json!({"op": "wait", "ms": 1500})),
+        json!({"aborted": ["ses_a", "ses_d"]})
+    );
+    assert_eq!(ack("ses_d").unwrap()["refused_call"], Value::Null);
+    // a session of another process: left alone
+    request("ses_e", "stop:ses_e:episode:3@1", later);
+    assert_eq!(
+        d.op(json!({"op": "wait", "ms": 1500})),
+        json!({"aborted": ["ses_a", "ses_d"]})
+    );
+    assert_eq!(ack("ses_e"), None);
+    // an abort that fails is acknowledged as such; the call is still refused
+    request("ses_throw", "stop:ses_throw:episode:4@1", later);
+    assert_eq!(d.call("ses_throw", "call_6"), json!({"refused": refusal}));
+    let a = ack("ses_throw").unwrap();
+    assert_eq!(a["aborted"], false);
+    assert_eq!(a["error"], "no such session");
+    for f in ["ses_b.ack.json", "ses_c.ack.json", "ses_e.ack.json"] {
+        assert!(!stop.join(f).exists(), "{f}");
+    }
+}
