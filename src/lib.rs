@@ -23,4 +23,5 @@ pub mod report;
 pub mod scrub;
 pub mod severity;
 pub mod sources;
+pub mod stop;
 pub mod store;

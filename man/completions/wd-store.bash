@@ -61,6 +61,9 @@ _wd__store() {
             wd__store,status)
                 cmd="wd__store__subcmd__status"
                 ;;
+            wd__store,stop)
+                cmd="wd__store__subcmd__stop"
+                ;;
             wd__store,tick)
                 cmd="wd__store__subcmd__tick"
                 ;;
@@ -127,6 +130,9 @@ _wd__store() {
             wd__store__subcmd__help,status)
                 cmd="wd__store__subcmd__help__subcmd__status"
                 ;;
+            wd__store__subcmd__help,stop)
+                cmd="wd__store__subcmd__help__subcmd__stop"
+                ;;
             wd__store__subcmd__help,tick)
                 cmd="wd__store__subcmd__help__subcmd__tick"
                 ;;
@@ -146,7 +152,7 @@ _wd__store() {
 
     case "${cmd}" in
         wd__store)
-            opts="-h -V --db --config --format --now --help --version tick calls last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks notify-on-action help"
+            opts="-h -V --db --config --format --now --help --version tick calls last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks stop notify-on-action help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -430,7 +436,7 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__help)
-            opts="tick calls last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks notify-on-action help"
+            opts="tick calls last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks stop notify-on-action help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -654,6 +660,20 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__help__subcmd__status)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__help__subcmd__stop)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -984,6 +1004,40 @@ _wd__store() {
                 return 0
             fi
             case "${prev}" in
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "jsonl table csv" -- "${cur}"))
+                    return 0
+                    ;;
+                --now)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__subcmd__store__subcmd__stop)
+            opts="-h --wait --db --config --format --now --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --wait)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --db)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

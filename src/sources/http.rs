@@ -36,6 +36,8 @@ impl std::fmt::Display for Fault {
     }
 }
 
+impl std::error::Error for Fault {}
+
 /// The bounds of talking to one server (`[opencode] server_deadline_secs`, `body_cap_mib`).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {

@@ -322,6 +322,31 @@ CREATE TABLE tick_calls (
     PRIMARY KEY (session, seq)
 ) WITHOUT ROWID;
 "#,
+    // 8: stops of a session's run (issue 28), one row per action id (`stop:<session>:<episode>`),
+    // written before the stop is sent so a rerun never sends it twice; `failed` may be retried
+    r#"
+CREATE TABLE stops (
+    action_id           TEXT PRIMARY KEY,
+    session             TEXT NOT NULL,
+    -- `episode:<id>` (the watchdog's loop episode) or `turn:<user message id>`
+    episode             TEXT NOT NULL,
+    -- `operator` (wd-store stop) or the policy's trigger
+    reason              TEXT NOT NULL,
+    t                   INTEGER NOT NULL,
+    status              TEXT NOT NULL CHECK (status IN ('requested', 'stopped', 'failed')),
+    via                 TEXT CHECK (via IN ('http', 'plugin')),
+    -- the opencode process whose plugin carried it out
+    pid                 INTEGER,
+    stopped             INTEGER,
+    -- tool calls that started between the request and the stop
+    calls_after_request INTEGER,
+    detail              TEXT,
+    -- the session's last user message when it was asked: a second request in the same run is
+    -- the same stop, even once its episode has closed
+    turn                TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX stops_session ON stops (session, t);
+"#,
 ];
 
 pub fn latest() -> i64 {

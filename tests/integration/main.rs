@@ -17,6 +17,7 @@ mod proof;
 mod readers;
 mod report;
 mod sources;
+mod stop;
 mod store;
 mod tick;
 

@@ -36,7 +36,8 @@ Examples:
   wd-store prune --older-than 30d
   wd-store report --out - > /tmp/watchdog.html
   wd-store block-model openrouter/some-model --reason \"stalls on every bash call\"
-  wd-store blocks --format table";
+  wd-store blocks --format table
+  wd-store stop ses_0123456789abcdefABCDEFGHIJ";
 
 /// The watchdog's SQLite record: ticks, verdicts, alerts, channel settings.
 #[derive(Parser, Debug)]
@@ -168,6 +169,15 @@ pub enum Cmd {
         #[arg(long)]
         all: bool,
     },
+    /// Stop SESSION's current run, as Esc in its TUI would: over HTTP when a server runs it,
+    /// else through the oc-watchdog-stop plugin (deploy/install --with-stop-plugin). Once per
+    /// loop episode, recorded; the session stays resumable (`opencode run -s SESSION`).
+    Stop {
+        session: String,
+        /// How long to wait for the stop to be carried out.
+        #[arg(long, value_name = "DURATION", default_value = "15s")]
+        wait: String,
+    },
     /// Show the desktop notification read from stdin, print its id, then wait for a click on it
     /// and open its URL with [report] open_with (started by the desktop channel).
     #[command(hide = true)]
@@ -234,6 +244,9 @@ fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> R
         } => queries::verdicts(cx, since, session, flagged, limit, out),
         Cmd::Rollup { by, since } => queries::rollup(cx, &by, &since, out),
         Cmd::Blocks { all } => queries::blocks(cx, all, out),
+        Cmd::Stop { session, wait } => {
+            crate::stop::command(&mut cx.store, &cx.cfg, &session, &wait, out)
+        }
         Cmd::Channels { set } => channels::run(cx, set, out),
         Cmd::Prune { older_than } => upkeep::prune(cx, older_than, out),
         Cmd::Metrics { output } => upkeep::metrics(cx, output.as_deref(), out),

@@ -1,0 +1,725 @@
+//! Stopping a session's current run, the way the operator would by pressing Esc in the TUI
+//! (`wd-store stop SESSION`; later the stop policy). The session stays resumable.
+//!
+//! Two ways in, as opencode 1.18 allows:
+//! * a server (`opencode serve`/`web`) whose `GET /session/status?directory=` lists the session
+//!   as running: `POST /session/{id}/abort?directory=`, with the HTTP client's usual bounds and
+//!   credentials (`OPENCODE_SERVER_PASSWORD`);
+//! * a TUI or `opencode run` session (no port): a request file for the companion plugin
+//!   (`deploy/oc-watchdog-stop.js`) in `$XDG_STATE_HOME/oc-watchdog/stop/<session>.json`; the
+//!   plugin aborts the session inside its own process and writes `<session>.ack.json`, which this
+//!   waits for, a bounded time.
+//!
+//! Once per action id (`stop:<session>:<episode>`, the episode being the open loop episode of
+//! the watchdog's store, else the session's current turn): the `stops` table records the
+//! request before anything is sent, so a second request for the same episode does nothing and
+//! says so. [`decide`] is the pure rule over what was found ([`Facts`]); [`stop`] gathers the
+//! facts, applies the plan and records it.
+//!
+//! The stop policy (stop at escalation or past a cost cap) calls [`stop`] once the episode's
+//! transition is committed, with `Request { session: <root>, episode: Some("episode:<id>"),
+//! reason: "escalated" | "cost_cap" | "calls_cap", wait }`: `Ok` with status `stopped` is the
+//! episode's stop event (its `calls_after_request`, `via`, `pid` go on the page and in the
+//! notification, with [`Outcome::resume`]); `Ok` with `already` means an earlier tick did it;
+//! `Err` is a refusal or a failure to say on the episode, which then stays an alert.
+
+use crate::config::Config;
+use crate::sources::{self as opencode, db::Db, Client, Source};
+use crate::store::Store;
+use anyhow::{anyhow, bail, Context, Result};
+use rusqlite::{params, OptionalExtension};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The plugin's file name, as `deploy/install --with-stop-plugin` installs it.
+pub const PLUGIN_FILE: &str = "oc-watchdog-stop.js";
+
+/// What asks for a stop: the session, the episode it is for (the policy knows it; `None` lets
+/// [`stop`] find the session's open loop episode, else its current turn) and why.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    pub session: &'a str,
+    pub episode: Option<&'a str>,
+    /// `operator` for `wd-store stop`; the policy's trigger (`escalated`, `cost_cap`, ...).
+    pub reason: &'a str,
+    /// How long to wait for the plugin's acknowledgement, then for the session to go idle.
+    pub wait: Duration,
+}
+
+/// How a stop reaches the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Via {
+    Http,
+    Plugin,
+}
+
+impl Via {
+    fn as_str(self) -> &'static str {
+        match self {
+            Via::Http => "http",
+            Via::Plugin => "plugin",
+        }
+    }
+}
+
+/// An earlier request under the same action id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Previous {
+    pub status: String,
+    pub t: i64,
+    pub via: Option<String>,
+    pub stopped: Option<i64>,
+    pub action_id: String,
+}
+
+/// What was found about a session before deciding.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Facts {
+    /// The session is in opencode's database.
+    pub found: bool,
+    /// Its last model step or a tool call is still going, and an opencode process writing
+    /// that database is alive.
+    pub running: bool,
+    /// Servers whose session status lists it as busy or retrying.
+    pub servers: Vec<String>,
+    /// Live opencode processes (of that database) that loaded the plugin.
+    pub plugin_pids: Vec<u32>,
+    /// The plugin file is in opencode's plugin directory.
+    pub plugin_installed: bool,
+    pub previous: Option<Previous>,
+}
+
+/// What to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Plan {
+    /// Nothing: the same action was requested before.
+    Already(Previous),
+    /// Nothing: why not, and what the operator can do instead.
+    Refuse(String),
+    Http(String),
+    Plugin(Vec<u32>),
+}
+
+const BY_HAND: &str = "press Esc in its TUI, or Ctrl-C its `opencode run`";
+
+/// The rule: once per action id; a server that runs the session first (it says so itself);
+/// then the plugin in a process that runs it; else a refusal saying what to do instead.
+pub fn decide(session: &str, f: &Facts) -> Plan {
+    if let Some(p) = &f.previous {
+        if p.status != "failed" {
+            return Plan::Already(p.clone());
+        }
+    }
+    if !f.found {
+        return Plan::Refuse(format!(
+            "no session {session} in opencode's database: check the id (`oc-sessions --since 1h` lists them)"
+        ));
+    }
+    if let Some(url) = f.servers.first() {
+        return Plan::Http(url.clone());
+    }
+    if !f.running {
+        return Plan::Refuse(format!(
+            "session {session} is idle already: its last run has ended, nothing to stop"
+        ));
+    }
+    if !f.plugin_pids.is_empty() {
+        return Plan::Plugin(f.plugin_pids.clone());
+    }
+    if f.plugin_installed {
+        Plan::Refuse(format!(
+            "session {session} runs in a TUI or `opencode run` that has not loaded the stop plugin (started before it was installed?) and no server lists it: {BY_HAND}; opencode processes started from now on load the plugin"
+        ))
+    } else {
+        Plan::Refuse(format!(
+            "session {session} runs in a TUI or `opencode run`, which listen on no port, and the stop plugin is not installed: {BY_HAND}, or install the plugin (deploy/install --with-stop-plugin) for the next ones"
+        ))
+    }
+}
+
+/// What a carried-out (or already recorded) stop reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub kind: &'static str,
+    pub session: String,
+    pub action_id: String,
+    pub episode: String,
+    /// `stopped`, `already` (an earlier request under this action id) or `failed`.
+    pub status: String,
+    pub via: Option<String>,
+    /// The server it was stopped through (`http`).
+    pub server: Option<String>,
+    /// The opencode process whose plugin stopped it (`plugin`).
+    pub pid: Option<u32>,
+    /// The tool call the plugin refused, when one came before its timer saw the request.
+    pub refused_call: Option<String>,
+    pub requested: i64,
+    pub stopped: Option<i64>,
+    /// Tool calls that started between the request and the stop.
+    pub calls_after_request: Option<i64>,
+    pub resume: String,
+    #[serde(skip)]
+    pub message: String,
+}
+
+/// The directory of stop requests and acknowledgements.
+pub fn requests_dir() -> PathBuf {
+    crate::paths::state_dir().join("stop")
+}
+
+/// Where opencode would load the plugin from (its global config directory).
+pub fn plugin_paths() -> Vec<PathBuf> {
+    let conf = crate::paths::opencode_config_dir();
+    ["plugin", "plugins"]
+        .iter()
+        .map(|d| conf.join(d).join(PLUGIN_FILE))
+        .collect()
+}
+
+fn resume_hint(session: &str) -> String {
+    format!("opencode run -s {session}, or open it in the TUI")
+}
+
+fn action_id(session: &str, episode: &str) -> String {
+    format!("stop:{session}:{episode}")
+}
+
+/// The open loop episode the session belongs to (as root or as a flagged member).
+fn open_episode(store: &Store, session: &str) -> Result<Option<i64>> {
+    Ok(store
+        .conn
+        .query_row(
+            "SELECT e.id FROM episodes e WHERE e.state = 'open' AND e.kind = 'loop'
+               AND (e.root = ?1 OR EXISTS (SELECT 1 FROM episode_sessions s
+                                           WHERE s.episode = e.id AND s.session = ?1))
+             ORDER BY e.id DESC LIMIT 1",
+            [session],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+/// An earlier stop under this action id, or of the same turn of the session (its episode
+/// may have closed since: the stopped loop resolves at the next tick), a carried-out one first.
+fn previous(store: &Store, action: &str, session: &str, turn: &str) -> Result<Option<Previous>> {
+    Ok(store
+        .conn
+        .query_row(
+            "SELECT status, t, via, stopped, action_id FROM stops
+              WHERE action_id = ?1 OR (session = ?2 AND turn = ?3 AND status <> 'failed')
+              ORDER BY status = 'failed', t DESC LIMIT 1",
+            params![action, session, turn],
+            |r| {
+                Ok(Previous {
+                    status: r.get(0)?,
+                    t: r.get(1)?,
+                    via: r.get(2)?,
+                    stopped: r.get(3)?,
+                    action_id: r.get(4)?,
+                })
+            },
+        )
+        .optional()?)
+}
+
+/// Is the session's run still going by its messages: the last assistant message neither
+/// completed nor failed, or a tool call pending or running.
+fn in_flight(messages: &Value) -> bool {
+    let a = opencode::convert::activity_of("", messages);
+    a.in_flight || !a.running.is_empty()
+}
+
+/// The id of the session's last user message: its current turn.
+fn current_turn(messages: &Value) -> Option<String> {
+    messages
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|m| m["info"]["role"] == "user")
+        .and_then(|m| m["info"]["id"].as_str().map(String::from))
+}
+
+/// Tool calls of the session that started at or after `from` (and before `to`, if given).
+fn calls_between(messages: &Value, from: i64, to: Option<i64>) -> i64 {
+    let mut n = 0;
+    for m in messages.as_array().into_iter().flatten() {
+        for p in m["parts"].as_array().into_iter().flatten() {
+            if p["type"] != "tool" {
+                continue;
+            }
+            if let Some(t) = p["state"]["time"]["start"].as_i64() {
+                if t >= from && to.map_or(true, |to| t < to) {
+                    n += 1;
+                }
+            }
+        }
+    }
+    n
+}
+
+fn query_dir(dir: &str) -> String {
+    url::form_urlencoded::byte_serialize(dir.as_bytes()).collect()
+}
+
+/// The live pids that registered the plugin (`stop/loaded/<pid>.json`), among `procs`.
+fn plugin_pids(dir: &Path, procs: &[opencode::discover::Process]) -> Vec<u32> {
+    let mut pids: Vec<u32> = std::fs::read_dir(dir.join("loaded"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name();
+            name.to_str()?.strip_suffix(".json")?.parse().ok()
+        })
+        .filter(|pid| {
+            // a process that has exited leaves its marker behind: tidy it away
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_file(dir.join("loaded").join(format!("{pid}.json")));
+            }
+            procs.iter().any(|p| p.pid == *pid)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// Servers (among those running on this database) whose status lists the session.
+fn servers_running(
+    procs: &[opencode::discover::Process],
+    cfg: &Config,
+    session: &str,
+    dir: &str,
+) -> Vec<String> {
+    let found = opencode::discover::listeners(procs);
+    let planned = opencode::plan_servers(&[], &cfg.opencode.servers, &found);
+    let mut out = Vec::new();
+    for p in planned {
+        let Ok(Some(live)) = opencode::probe(&p, opencode::Limits::of(&cfg.opencode)) else {
+            continue;
+        };
+        let st = live
+            .client
+            .get(&format!("/session/status?directory={}", query_dir(dir)));
+        if st.is_ok_and(|v| v.get(session).is_some()) {
+            out.push(p.url);
+        }
+    }
+    out
+}
+
+fn server_lists(cfg: &Config, url: &str, session: &str, dir: &str) -> bool {
+    Client::with_limits(url, opencode::Limits::of(&cfg.opencode))
+        .get(&format!("/session/status?directory={}", query_dir(dir)))
+        .is_ok_and(|v| v.get(session).is_some())
+}
+
+fn record(
+    store: &mut Store,
+    o: &Outcome,
+    turn: &str,
+    reason: &str,
+    detail: Option<&str>,
+) -> Result<()> {
+    let tx = store.write()?;
+    tx.execute(
+        "INSERT INTO stops (action_id, session, episode, reason, t, status, via, pid, stopped,
+                            calls_after_request, detail, turn)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+         ON CONFLICT (action_id) DO UPDATE SET t = ?5, status = ?6, via = ?7, pid = ?8,
+             stopped = ?9, calls_after_request = ?10, detail = ?11",
+        params![
+            o.action_id,
+            o.session,
+            o.episode,
+            reason,
+            o.requested,
+            o.status,
+            o.via,
+            o.pid,
+            o.stopped,
+            o.calls_after_request,
+            detail,
+            turn
+        ],
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// Writes `file` whole or not at all (a temp file beside it, renamed).
+fn write_atomic(file: &Path, v: &Value) -> Result<()> {
+    let dir = file.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("cannot write in {}", dir.display()))?;
+    use std::io::Write;
+    writeln!(tmp, "{v}")?;
+    tmp.persist(file)
+        .with_context(|| format!("cannot write {}", file.display()))?;
+    Ok(())
+}
+
+/// Waits until `done` says yes or `wait` passes, checking every 100 ms.
+fn wait_for<T>(wait: Duration, mut done: impl FnMut() -> Option<T>) -> Option<T> {
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = done() {
+            return Some(v);
+        }
+        if t0.elapsed() >= wait {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Stops the session's current run, once per action id, and records it. Refusals (not found,
+/// idle, no way to reach it) are errors that say what to do instead and record nothing; an
+/// earlier request under the same action id is an `already` outcome that does nothing.
+pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
+    // the calls made while this looks the session up count as calls after the request
+    let asked = crate::cli::now_ms();
+    let session = req.session;
+    let id_chars = session
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !session.starts_with("ses_") || !id_chars {
+        bail!("stop: {session:?} is not an opencode session id (ses_...)");
+    }
+    let (db_path, _) = crate::paths::opencode_db(None, cfg.opencode.db.as_deref());
+    let db = Db::open(&db_path)?;
+    let info = db.session(session)?;
+    let messages = match &info {
+        Some(_) => db.messages(session)?,
+        None => Value::Array(Vec::new()),
+    };
+    let directory = info
+        .as_ref()
+        .and_then(|s| s["directory"].as_str())
+        .unwrap_or("")
+        .to_string();
+    let turn = current_turn(&messages).unwrap_or_else(|| "none".into());
+    let episode = match req.episode {
+        Some(e) => e.to_string(),
+        None => match open_episode(store, session)? {
+            Some(id) => format!("episode:{id}"),
+            None => format!("turn:{turn}"),
+        },
+    };
+    let action = action_id(session, &episode);
+    let procs = opencode::discovered(crate::config::Discover::Database, &db_path);
+    let dir = requests_dir();
+    let mut facts = Facts {
+        found: info.is_some(),
+        previous: previous(store, &action, session, &turn)?,
+        plugin_installed: plugin_paths().iter().any(|p| p.is_file()),
+        ..Facts::default()
+    };
+    if facts.found
+        && facts
+            .previous
+            .as_ref()
+            .map_or(true, |p| p.status == "failed")
+    {
+        facts.servers = servers_running(&procs, cfg, session, &directory);
+        // between two steps of a loop the last step has completed and the next has not begun:
+        // look again for a moment before calling it idle
+        facts.running = !procs.is_empty()
+            && wait_for(Duration::from_millis(1500), || {
+                let m = db.messages(session).ok()?;
+                in_flight(&m).then_some(())
+            })
+            .is_some();
+        facts.plugin_pids = plugin_pids(&dir, &procs);
+    }
+    let mut o = Outcome {
+        kind: "stop",
+        session: session.to_string(),
+        action_id: action.clone(),
+        episode: episode.clone(),
+        status: "requested".into(),
+        via: None,
+        server: None,
+        pid: None,
+        refused_call: None,
+        requested: asked,
+        stopped: None,
+        calls_after_request: None,
+        resume: resume_hint(session),
+        message: String::new(),
+    };
+    let via = match decide(session, &facts) {
+        Plan::Already(p) => {
+            o.status = "already".into();
+            o.action_id = p.action_id.clone();
+            o.requested = p.t;
+            o.via = p.via.clone();
+            let when = match p.stopped {
+                Some(t) => format!("carried out at {}", crate::cli::iso_ms(t)),
+                None => format!("requested at {}", crate::cli::iso_ms(p.t)),
+            };
+            o.stopped = p.stopped;
+            o.message = format!(
+                "session {session}: the stop of this run was already {when} (action {}): nothing done; resume with {}",
+                p.action_id, o.resume
+            );
+            return Ok(o);
+        }
+        Plan::Refuse(why) => bail!("stop: {why}"),
+        Plan::Http(url) => {
+            o.server = Some(url.clone());
+            (Via::Http, url)
+        }
+        Plan::Plugin(_) => (Via::Plugin, String::new()),
+    };
+    o.via = Some(via.0.as_str().into());
+    record(store, &o, &turn, req.reason, None)?;
+    let t0 = Instant::now();
+    let left = || req.wait.saturating_sub(t0.elapsed());
+    let carried: Result<Option<(u32, Option<String>)>> = match via {
+        (Via::Http, url) => {
+            let path = format!(
+                "/session/{session}/abort?directory={}",
+                query_dir(&directory)
+            );
+            Client::with_limits(&url, opencode::Limits::of(&cfg.opencode))
+                .post(&path, &json!({}))
+                .and_then(|_| {
+                    wait_for(left(), || {
+                        (!server_lists(cfg, &url, session, &directory)).then_some(())
+                    })
+                    .ok_or_else(|| {
+                        anyhow!(
+                            "{url} still lists {session} as running {}s after the abort",
+                            req.wait.as_secs()
+                        )
+                    })
+                })
+                .map(|_| None)
+        }
+        (Via::Plugin, _) => plugin_stop(&dir, &o, left(), &db, session),
+    };
+    let messages = db.messages(session).unwrap_or(Value::Null);
+    match carried {
+        Ok(by) => {
+            let stopped = crate::cli::now_ms();
+            o.status = "stopped".into();
+            let pid = by.as_ref().map(|b| b.0);
+            o.pid = pid;
+            o.refused_call = by.and_then(|b| b.1);
+            o.stopped = Some(stopped);
+            o.calls_after_request = Some(calls_between(&messages, o.requested, Some(stopped)));
+            let how = match pid {
+                Some(pid) => format!("through the plugin in opencode process {pid}"),
+                None => format!("over HTTP at {}", o.server.as_deref().unwrap_or("")),
+            };
+            o.message = format!(
+                "stopped session {session} {how}, {} call(s) after the request; resume with {}",
+                o.calls_after_request.unwrap_or(0),
+                o.resume
+            );
+            record(store, &o, &turn, req.reason, None)?;
+            Ok(o)
+        }
+        Err(e) => {
+            o.status = "failed".into();
+            let detail = format!("{e:#}");
+            record(store, &o, &turn, req.reason, Some(&detail))?;
+            bail!("stop: session {session}: {detail}; {BY_HAND} (the request is recorded as failed, a new `wd-store stop` may try again)")
+        }
+    }
+}
+
+/// The plugin's way: write the request, wait for its acknowledgement, then for the session to
+/// go idle in the database. The request and acknowledgement files are removed either way.
+fn plugin_stop(
+    dir: &Path,
+    o: &Outcome,
+    wait: Duration,
+    db: &Db,
+    session: &str,
+) -> Result<Option<(u32, Option<String>)>> {
+    let file = dir.join(format!("{session}.json"));
+    let ack_file = dir.join(format!("{session}.ack.json"));
+    let _ = std::fs::remove_file(&ack_file);
+    let expires = o.requested + wait.as_millis() as i64;
+    // one id per attempt: a plugin that failed an earlier attempt of this action acts again
+    let id = format!("{}@{}", o.action_id, o.requested);
+    write_atomic(
+        &file,
+        &json!({"id": id, "session": session, "episode": o.episode, "expires": expires}),
+    )?;
+    let t0 = Instant::now();
+    let ack = wait_for(wait, || {
+        let text = std::fs::read_to_string(&ack_file).ok()?;
+        let v: Value = serde_json::from_str(&text).ok()?;
+        (v["id"] == id.as_str()).then_some(v)
+    });
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&ack_file);
+    let Some(ack) = ack else {
+        bail!(
+            "no acknowledgement from the stop plugin within {}s",
+            wait.as_secs()
+        );
+    };
+    let pid = ack["pid"].as_u64().unwrap_or(0) as u32;
+    let refused = ack["refused_call"].as_str().map(String::from);
+    if ack["aborted"] != true {
+        bail!(
+            "the plugin in process {pid} could not abort it: {}",
+            ack["error"].as_str().unwrap_or("no reason given")
+        );
+    }
+    let left = wait
+        .saturating_sub(t0.elapsed())
+        .max(Duration::from_secs(2));
+    wait_for(left, || {
+        let m = db.messages(session).ok()?;
+        (!in_flight(&m)).then_some(())
+    })
+    .ok_or_else(|| anyhow!("the plugin aborted it, but its run still shows as going"))?;
+    Ok(Some((pid, refused)))
+}
+
+/// `wd-store stop SESSION`: the operator's stop; the outcome as one JSONL record, the story
+/// on stderr.
+pub fn command(
+    store: &mut Store,
+    cfg: &Config,
+    session: &str,
+    wait: &str,
+    out: &mut crate::cli::Out,
+) -> Result<crate::cli::Exit> {
+    let wait = crate::cli::parse_duration_ms(wait)?;
+    let o = stop(
+        store,
+        cfg,
+        &Request {
+            session,
+            episode: None,
+            reason: "operator",
+            wait: Duration::from_millis(wait.max(0) as u64),
+        },
+    )?;
+    eprintln!("wd-store: {}", o.message);
+    out.line(&serde_json::to_string(&o)?)?;
+    Ok(crate::cli::Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running() -> Facts {
+        Facts {
+            found: true,
+            running: true,
+            plugin_installed: true,
+            plugin_pids: vec![42],
+            ..Facts::default()
+        }
+    }
+
+    #[test]
+    fn a_second_request_for_the_same_episode_does_nothing() {
+        let prev = Previous {
+            status: "stopped".into(),
+            t: 1,
+            via: Some("plugin".into()),
+            stopped: Some(2),
+            action_id: "stop:ses_a:episode:1".into(),
+        };
+        let f = Facts {
+            previous: Some(prev.clone()),
+            ..running()
+        };
+        assert_eq!(decide("ses_a", &f), Plan::Already(prev.clone()));
+        // even once the session is gone or idle
+        let f = Facts {
+            previous: Some(prev.clone()),
+            ..Facts::default()
+        };
+        assert_eq!(decide("ses_a", &f), Plan::Already(prev));
+    }
+
+    #[test]
+    fn a_failed_request_may_be_tried_again() {
+        let f = Facts {
+            previous: Some(Previous {
+                status: "failed".into(),
+                t: 1,
+                via: Some("plugin".into()),
+                stopped: None,
+                action_id: "stop:ses_a:episode:1".into(),
+            }),
+            ..running()
+        };
+        assert_eq!(decide("ses_a", &f), Plan::Plugin(vec![42]));
+    }
+
+    #[test]
+    fn a_server_that_runs_it_comes_before_the_plugin() {
+        let f = Facts {
+            servers: vec!["http://127.0.0.1:4096".into()],
+            ..running()
+        };
+        assert_eq!(
+            decide("ses_a", &f),
+            Plan::Http("http://127.0.0.1:4096".into())
+        );
+    }
+
+    #[test]
+    fn refusals_say_why_and_what_to_do_instead() {
+        let refusal = |f: &Facts| match decide("ses_a", f) {
+            Plan::Refuse(why) => why,
+            other => panic!("{other:?}"),
+        };
+        assert!(refusal(&Facts::default()).starts_with("no session ses_a in opencode's database"));
+        let idle = Facts {
+            running: false,
+            ..running()
+        };
+        assert_eq!(
+            refusal(&idle),
+            "session ses_a is idle already: its last run has ended, nothing to stop"
+        );
+        let not_installed = Facts {
+            plugin_installed: false,
+            plugin_pids: vec![],
+            ..running()
+        };
+        let why = refusal(&not_installed);
+        assert!(why.contains("the stop plugin is not installed: press Esc in its TUI, or Ctrl-C its `opencode run`"), "{why}");
+        assert!(why.contains("deploy/install --with-stop-plugin"), "{why}");
+        let not_loaded = Facts {
+            plugin_pids: vec![],
+            ..running()
+        };
+        assert!(refusal(&not_loaded).contains("has not loaded the stop plugin"));
+    }
+
+    #[test]
+    fn calls_are_counted_from_the_request_to_the_stop() {
+        let part = |t: i64| json!({"type": "tool", "state": {"time": {"start": t}}});
+        let msgs = json!([{"info": {"role": "assistant"}, "parts": [part(10), part(20), part(30),
+                          {"type": "text"}]}]);
+        assert_eq!(calls_between(&msgs, 20, Some(30)), 1);
+        assert_eq!(calls_between(&msgs, 20, None), 2);
+        assert_eq!(calls_between(&msgs, 31, None), 0);
+    }
+
+    #[test]
+    fn the_turn_is_the_last_user_message() {
+        let msgs = json!([{"info": {"role": "user", "id": "msg_1"}},
+                          {"info": {"role": "assistant", "id": "msg_2"}},
+                          {"info": {"role": "user", "id": "msg_3"}},
+                          {"info": {"role": "assistant", "id": "msg_4"}}]);
+        assert_eq!(current_turn(&msgs).as_deref(), Some("msg_3"));
+        assert_eq!(current_turn(&json!([])), None);
+    }
+}

@@ -1,0 +1,809 @@
+//! `wd-store stop` (issue 28) against real opencode 1.18.33 and the scripted model: a looping
+//! `opencode run` and a looping TUI (under tmux) stopped through the companion plugin, a served
+//! session stopped over HTTP, and the requests that must stop nothing. What a session did after
+//! the stop is read from opencode's own database.
+
+use crate::support::ocsim::{self, http, Sim};
+use crate::support::{repo, Home, Run};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A temp HOME that opencode and the watchdog share, with a project and the scripted model.
+struct Rig {
+    home: Home,
+    proj: PathBuf,
+    _fake: ocsim::Fake,
+    kids: Vec<Child>,
+    tmux: Option<PathBuf>,
+    /// When the latest `opencode run` or TUI was started: its session is created after.
+    since: i64,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// One tool call as opencode stored it: status and start time.
+#[derive(Debug, Clone)]
+struct Call {
+    status: String,
+    start: i64,
+}
+
+impl Rig {
+    /// With `plugin`, the watchdog is installed with `deploy/install --with-stop-plugin`, as a
+    /// user would; without, only the watchdog's state directory exists.
+    fn new(plugin: bool) -> Rig {
+        let home = Home::new();
+        let fake = ocsim::Fake::start();
+        fake.configure(home.path());
+        let proj = home.join("proj");
+        ocsim::make_project(&proj);
+        let rig = Rig {
+            home,
+            proj,
+            _fake: fake,
+            kids: Vec::new(),
+            tmux: None,
+            since: 0,
+        };
+        if plugin {
+            let bins = assert_cmd::cargo::cargo_bin("wd-store")
+                .parent()
+                .unwrap()
+                .to_path_buf();
+            let said = rig.install(&["--from", bins.to_str().unwrap(), "--with-stop-plugin"]);
+            assert!(said.contains("stop plugin installed in"), "{said}");
+            assert_eq!(
+                std::fs::read_to_string(rig.plugin_file()).unwrap(),
+                std::fs::read_to_string(repo().join("deploy/oc-watchdog-stop.js")).unwrap()
+            );
+        } else {
+            std::fs::create_dir_all(rig.home.join(".local/state/oc-watchdog")).unwrap();
+        }
+        rig
+    }
+
+    fn install(&self, args: &[&str]) -> String {
+        let out = Command::new(repo().join("deploy/install"))
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap())
+            .env("HOME", self.home.path())
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "deploy/install {args:?}: {said}");
+        said
+    }
+
+    fn plugin_file(&self) -> PathBuf {
+        self.home
+            .join(".config/opencode/plugin/oc-watchdog-stop.js")
+    }
+
+    fn stop_dir(&self) -> PathBuf {
+        self.home.join(".local/state/oc-watchdog/stop")
+    }
+
+    /// `opencode run` on a script, in the background.
+    fn run(&mut self, script: &str) -> u32 {
+        self.since = now_ms();
+        let child = ocsim::opencode(self.home.path(), &self.proj)
+            .args(["run", &format!("SCRIPT:{script} go")])
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(self.home.join("run.out")).unwrap())
+            .stderr(std::fs::File::create(self.home.join("run.err")).unwrap())
+            .spawn()
+            .expect("opencode run");
+        let pid = child.id();
+        self.kids.push(child);
+        pid
+    }
+
+    /// The TUI on a script, under tmux (opencode takes its environment from the command).
+    fn tui(&mut self, script: &str) {
+        self.since = now_ms();
+        let sock = self.home.join("tmux.sock");
+        let h = self.home.path().display().to_string();
+        let cmd = format!(
+            "env PWD={p} HOME={h} XDG_CONFIG_HOME={h}/.config XDG_DATA_HOME={h}/.local/share \
+             XDG_STATE_HOME={h}/.local/state XDG_CACHE_HOME={h}/.cache OPENCODE_DISABLE_MODELS_FETCH=1 \
+             OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_LSP_DOWNLOAD=1 OPENCODE_DISABLE_SHARE=1 \
+             opencode --prompt 'SCRIPT:{script} go'",
+            p = self.proj.display()
+        );
+        let st = Command::new("tmux")
+            .arg("-S")
+            .arg(&sock)
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                "oc",
+                "-x",
+                "160",
+                "-y",
+                "48",
+                "-c",
+            ])
+            .arg(&self.proj)
+            .arg(cmd)
+            .status()
+            .expect("tmux (tests/setup installs it)");
+        assert!(st.success());
+        self.tmux = Some(sock);
+    }
+
+    fn pane(&self) -> String {
+        let out = Command::new("tmux")
+            .arg("-S")
+            .arg(self.tmux.as_ref().unwrap())
+            .args(["capture-pane", "-p", "-t", "oc"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn db(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open_with_flags(
+            self.home.join(".local/share/opencode/opencode.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap()
+    }
+
+    /// The latest session of the project, once it has at least `n` tool calls.
+    fn wait_calls(&self, n: usize) -> String {
+        wait_session_calls(
+            &self.home.join(".local/share/opencode/opencode.db"),
+            &self.proj,
+            self.since,
+            n,
+            || {
+                format!(
+                    "--- run.err\n{}",
+                    std::fs::read_to_string(self.home.join("run.err")).unwrap_or_default()
+                )
+            },
+        )
+    }
+
+    /// The error class of the session's last assistant message.
+    fn last_error(&self, session: &str) -> Option<String> {
+        self.db()
+            .query_row(
+                "SELECT json_extract(data, '$.error.name') FROM message
+                 WHERE session_id = ?1 AND json_extract(data, '$.role') = 'assistant'
+                 ORDER BY id DESC LIMIT 1",
+                [session],
+                |r| r.get(0),
+            )
+            .unwrap()
+    }
+
+    fn calls(&self, session: &str) -> Vec<Call> {
+        calls_in(&self.db(), session)
+    }
+
+    /// One tick of the installed watchdog (`oc-watchdog-tick`), as the timer runs it.
+    fn tick(&self) -> Run {
+        let h = self.home.path();
+        let out = Command::new(h.join(".local/bin/oc-watchdog-tick"))
+            .env_clear()
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    h.join(".local/bin").display(),
+                    std::env::var("PATH").unwrap()
+                ),
+            )
+            .env("HOME", h)
+            .output()
+            .unwrap();
+        let r = Run {
+            shown: "oc-watchdog-tick".into(),
+            out,
+        };
+        r.ok();
+        r
+    }
+
+    fn watchdog_db(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open(self.home.join(".local/state/oc-watchdog/watchdog.db")).unwrap()
+    }
+
+    fn stop(&self, session: &str) -> Run {
+        self.home.cmd("wd-store").args(["stop", session]).run()
+    }
+
+    /// The watchdog's record of a stop, by session.
+    fn stops(&self, session: &str) -> Vec<Value> {
+        stops_in(
+            &self.home.join(".local/state/oc-watchdog/watchdog.db"),
+            session,
+        )
+    }
+
+    /// Waits for the `opencode run` with this pid to exit; its exit status.
+    fn wait_exit(&mut self, pid: u32) {
+        let kid = self.kids.iter_mut().find(|k| k.id() == pid).unwrap();
+        let t0 = Instant::now();
+        loop {
+            if kid.try_wait().unwrap().is_some() {
+                return;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "opencode run goes on"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `opencode run -s ID` on a script, to the end.
+    fn resume(&self, session: &str, script: &str) -> std::process::Output {
+        ocsim::opencode(self.home.path(), &self.proj)
+            .args(["run", "-s", session, &format!("SCRIPT:{script} go")])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        if let Some(sock) = &self.tmux {
+            let _ = Command::new("tmux")
+                .arg("-S")
+                .arg(sock)
+                .arg("kill-server")
+                .status();
+        }
+        for k in &mut self.kids {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+    }
+}
+
+/// The latest session of `proj` created after `since`, once it has at least `n` tool calls.
+fn wait_session_calls(
+    db: &Path,
+    proj: &Path,
+    since: i64,
+    n: usize,
+    story: impl Fn() -> String,
+) -> String {
+    let t0 = Instant::now();
+    loop {
+        if let Ok(c) =
+            rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        {
+            let got: rusqlite::Result<String> = c.query_row(
+                "SELECT id FROM session WHERE directory = ?1 AND time_created > ?2
+                 ORDER BY time_created DESC LIMIT 1",
+                rusqlite::params![proj.to_str().unwrap(), since],
+                |r| r.get(0),
+            );
+            if let Ok(id) = got {
+                if calls_in(&c, &id).len() >= n {
+                    return id;
+                }
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "no session in {} with {n} calls\n{}",
+            proj.display(),
+            story()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn calls_in(c: &rusqlite::Connection, session: &str) -> Vec<Call> {
+    let mut st = c
+        .prepare(
+            "SELECT json_extract(data, '$.state.status'), json_extract(data, '$.state.time.start')
+             FROM part WHERE session_id = ?1 AND json_extract(data, '$.type') = 'tool' ORDER BY id",
+        )
+        .unwrap();
+    st.query_map([session], |r| {
+        Ok(Call {
+            status: r.get(0)?,
+            start: r.get::<_, Option<i64>>(1)?.unwrap_or(0),
+        })
+    })
+    .unwrap()
+    .collect::<rusqlite::Result<_>>()
+    .unwrap()
+}
+
+fn stops_in(db: &Path, session: &str) -> Vec<Value> {
+    let c = rusqlite::Connection::open(db).unwrap();
+    let mut st = c
+        .prepare(
+            "SELECT json_object('action_id', action_id, 'episode', episode, 'reason', reason,
+                    'status', status, 'via', via, 'pid', pid, 'calls_after_request', calls_after_request)
+             FROM stops WHERE session = ?1 ORDER BY t",
+        )
+        .unwrap();
+    st.query_map([session], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(|s| serde_json::from_str(&s.unwrap()).unwrap())
+        .collect()
+}
+
+/// The checks every carried-out stop passes: one `stop` record saying how; nothing started
+/// after the stop; the figures printed for the closing note.
+#[track_caller]
+fn stopped(r: &Run, session: &str, via: &str, what: &str) -> Value {
+    r.ok();
+    let recs = r.kind("stop");
+    assert_eq!(recs.len(), 1, "{}", r.story());
+    let o = recs[0].clone();
+    assert_eq!(o["session"], session, "{}", r.story());
+    assert_eq!(o["status"], "stopped", "{}", r.story());
+    assert_eq!(o["via"], via, "{}", r.story());
+    assert_eq!(
+        o["resume"],
+        format!("opencode run -s {session}, or open it in the TUI")
+    );
+    let took = o["stopped"].as_i64().unwrap() - o["requested"].as_i64().unwrap();
+    eprintln!(
+        "stop figures: {what}: {} call(s) from the request to the stop, {took} ms",
+        o["calls_after_request"]
+    );
+    assert!(
+        r.stderr()
+            .starts_with(&format!("wd-store: stopped session {session} ")),
+        "{}",
+        r.story()
+    );
+    o
+}
+
+#[track_caller]
+fn nothing_after(calls: &[Call], stopped_at: i64) {
+    let late: Vec<&Call> = calls.iter().filter(|c| c.start > stopped_at).collect();
+    assert!(late.is_empty(), "calls after the stop: {late:?}");
+}
+
+#[test]
+fn a_looping_opencode_run_is_stopped_through_the_plugin_and_resumes_with_run_s() {
+    let mut rig = Rig::new(true);
+    let pid = rig.run("lc_goes_on");
+    let id = rig.wait_calls(10);
+    // the watchdog's tick flags the loop: the stop is for its episode
+    let t = rig.tick();
+    let (episode, flag_t): (i64, i64) = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT e.id, v.first_flag_t FROM episodes e JOIN verdicts v ON v.session = e.root
+             WHERE e.root = ?1 AND e.state = 'open' AND e.kind = 'loop'",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap_or_else(|e| panic!("no open loop episode for {id}: {e}\n{}", t.story()));
+    let r = rig.stop(&id);
+    let o = stopped(&r, &id, "plugin", "opencode run");
+    assert_eq!(
+        o["pid"], pid,
+        "the plugin of the `opencode run` process stopped it"
+    );
+    assert_eq!(o["action_id"], format!("stop:{id}:episode:{episode}"));
+    assert!(o["calls_after_request"].as_i64().unwrap() <= 2, "{o}");
+    let stop_t = o["stopped"].as_i64().unwrap();
+    let (wasted, cost): (i64, f64) = rig
+        .db()
+        .query_row(
+            "SELECT (SELECT count(*) FROM part WHERE session_id = ?1
+                       AND json_extract(data, '$.type') = 'tool'
+                       AND json_extract(data, '$.state.time.start') BETWEEN ?2 AND ?3),
+                    (SELECT coalesce(sum(json_extract(data, '$.cost')), 0) FROM message
+                      WHERE session_id = ?1 AND json_extract(data, '$.time.created') BETWEEN ?2 AND ?3)",
+            rusqlite::params![id, flag_t, stop_t],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    eprintln!(
+        "stop figures: opencode run: from the flag to the stop (tick, then wd-store stop by hand): \
+         {wasted} call(s), ${cost:.4}, {} ms",
+        stop_t - flag_t
+    );
+    // `opencode run` ends; its last step was aborted, as Esc or Ctrl-C leave it
+    rig.wait_exit(pid);
+    assert_eq!(rig.last_error(&id).as_deref(), Some("MessageAbortedError"));
+    let calls = rig.calls(&id);
+    nothing_after(&calls, o["stopped"].as_i64().unwrap());
+    assert!(calls.len() < 50, "the loop ran to its end: {}", calls.len());
+    // the request and its acknowledgement are gone; the record stays
+    let left: Vec<_> = std::fs::read_dir(rig.stop_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n != "loaded")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let rows = rig.stops(&id);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["status"], "stopped");
+    assert_eq!(rows[0]["via"], "plugin");
+    assert_eq!(rows[0]["reason"], "operator");
+    assert_eq!(rows[0]["pid"], pid);
+    assert_eq!(rows[0]["action_id"], o["action_id"]);
+    assert_eq!(rows[0]["episode"], format!("episode:{episode}"));
+
+    // the next tick closes the episode: the loop has stopped
+    let t = rig.tick();
+    let (state, reason): (String, Option<String>) = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT state, reason FROM episodes WHERE id = ?1",
+            [episode],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        (state.as_str(), reason.as_deref()),
+        ("resolved", Some("stopped")),
+        "{}",
+        t.story()
+    );
+
+    // a second request for the same episode does nothing and says so
+    let again = rig.stop(&id);
+    again.ok();
+    assert_eq!(again.kind("stop")[0]["status"], "already");
+    assert_eq!(again.kind("stop")[0]["action_id"], o["action_id"]);
+    assert!(
+        again
+            .stderr()
+            .contains(": nothing done; resume with opencode run -s "),
+        "{}",
+        again.story()
+    );
+    assert_eq!(rig.stops(&id).len(), 1);
+
+    // it resumes: the next run of the same session makes its calls
+    let before = calls.len();
+    let out = rig.resume(&id, "reread");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = rig.calls(&id);
+    assert_eq!(after.len(), before + 8);
+    assert!(after[before..].iter().all(|c| c.status == "completed"));
+
+    // uninstall takes the plugin away
+    rig.install(&["--uninstall"]);
+    assert!(!rig.plugin_file().exists());
+    assert!(!rig.stop_dir().exists());
+}
+
+#[test]
+fn a_looping_tui_session_under_tmux_is_stopped_through_the_plugin() {
+    let mut rig = Rig::new(true);
+    rig.tui("slow_reread40");
+    let id = rig.wait_calls(5);
+    let r = rig.stop(&id);
+    let o = stopped(&r, &id, "plugin", "TUI");
+    // the TUI shows what Esc shows, and stays open with the session idle
+    let t0 = Instant::now();
+    while !rig.pane().contains("interrupted") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the TUI does not say interrupted:\n{}",
+            rig.pane()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let calls = rig.calls(&id);
+    nothing_after(&calls, o["stopped"].as_i64().unwrap());
+    assert!(calls.len() < 40, "{}", calls.len());
+    assert_eq!(rig.last_error(&id).as_deref(), Some("MessageAbortedError"));
+    // no tick has seen it: the stop is for the session's current turn
+    assert!(o["action_id"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!("stop:{id}:turn:msg_")));
+    let idle = rig.stop(&id);
+    idle.ok();
+    assert_eq!(idle.kind("stop")[0]["status"], "already");
+    // close the TUI, then resume the session with `opencode run -s`
+    let _ = Command::new("tmux")
+        .arg("-S")
+        .arg(rig.tmux.take().unwrap())
+        .arg("kill-server")
+        .status();
+    let before = calls.len();
+    let out = rig.resume(&id, "reread");
+    assert!(out.status.success());
+    assert_eq!(rig.calls(&id).len(), before + 8);
+}
+
+#[test]
+fn a_served_session_without_the_plugin_is_stopped_over_http() {
+    let sim = Sim::start();
+    assert!(!sim
+        .home
+        .join(".config/opencode/plugin/oc-watchdog-stop.js")
+        .exists());
+    let (code, ses) = http("POST", &format!("{}/session", sim.url), Some(&json!({})));
+    assert_eq!(code, 200, "{ses}");
+    let id = ses["id"].as_str().unwrap().to_string();
+    sim.prompt(&id, "slow_reread40", &ocsim::Opts::default());
+    let db = sim.db_path();
+    wait_session_calls(&db, sim.proj(), 0, 5, String::new);
+    let wd = |args: &[&str]| {
+        crate::support::Cmd::new("wd-store", &sim.home)
+            .args(args)
+            .run()
+    };
+    let r = wd(&["stop", &id]);
+    let o = stopped(&r, &id, "http", "serve");
+    assert_eq!(o["server"], sim.url.as_str());
+    assert_eq!(o["pid"], Value::Null);
+    assert_eq!(sim.get("/session/status"), json!({}));
+    std::thread::sleep(Duration::from_secs(2));
+    let c = rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .unwrap();
+    let calls = calls_in(&c, &id);
+    nothing_after(&calls, o["stopped"].as_i64().unwrap());
+    assert!(calls.len() < 40);
+    let again = wd(&["stop", &id]);
+    again.ok();
+    assert_eq!(again.kind("stop")[0]["status"], "already");
+    let rows = stops_in(&sim.home.join(".local/state/oc-watchdog/watchdog.db"), &id);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["via"], "http");
+    assert_eq!(rows[0]["status"], "stopped");
+    // the server runs it again on the next prompt
+    let before = calls.len();
+    sim.prompt(&id, "reread", &ocsim::Opts::default());
+    sim.wait_idle(&id, None);
+    assert_eq!(calls_in(&c, &id).len(), before + 8);
+}
+
+#[test]
+fn bad_requests_are_refused_and_stale_or_corrupt_stop_files_stop_nothing() {
+    let mut rig = Rig::new(true);
+    // not an id, an unknown session: a clear message, nothing recorded
+    let r = rig.stop("../ses_x");
+    r.expect_code(2);
+    assert_eq!(
+        r.stderr(),
+        "wd-store: stop: \"../ses_x\" is not an opencode session id (ses_...)\n"
+    );
+    // an idle session: one that ran to its end
+    rig.since = now_ms();
+    let out = ocsim::opencode(rig.home.path(), &rig.proj)
+        .args(["run", "SCRIPT:fx_identical_run go"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let idle = rig.wait_calls(6);
+    let r = rig.stop(&idle);
+    r.expect_code(2);
+    assert_eq!(
+        r.stderr(),
+        format!("wd-store: stop: session {idle} is idle already: its last run has ended, nothing to stop\n")
+    );
+    let r = rig.stop("ses_00000000000000000000000000");
+    r.expect_code(2);
+    assert!(
+        r.stderr().starts_with(
+            "wd-store: stop: no session ses_00000000000000000000000000 in opencode's database"
+        ),
+        "{}",
+        r.story()
+    );
+
+    // a loop with a corrupt stop file, then one left from an old episode: it goes on
+    rig.run("lc_goes_on");
+    let id = rig.wait_calls(3);
+    assert_ne!(id, idle);
+    let file = rig.stop_dir().join(format!("{id}.json"));
+    let ack = rig.stop_dir().join(format!("{id}.ack.json"));
+    std::fs::write(&file, "{\"id\": \"stop:").unwrap();
+    let n = rig.calls(&id).len();
+    rig.wait_calls(n + 3);
+    let now = now_ms();
+    std::fs::write(
+        &file,
+        json!({"id": format!("stop:{id}:episode:1"), "session": id, "episode": "episode:1",
+               "expires": now - 60_000})
+        .to_string(),
+    )
+    .unwrap();
+    let n = rig.calls(&id).len();
+    rig.wait_calls(n + 3);
+    assert!(!ack.exists(), "the plugin acted on a stale request");
+    // no call refused (the last one may still be running)
+    let calls = rig.calls(&id);
+    assert!(calls.iter().all(|c| c.status != "error"), "{calls:?}");
+    assert_eq!(rig.stops(&idle), Vec::<Value>::new());
+    // a real request replaces the stale file and is carried out
+    let o = stopped(
+        &rig.stop(&id),
+        &id,
+        "plugin",
+        "opencode run after stale files",
+    );
+    assert!(!file.exists());
+    std::thread::sleep(Duration::from_secs(2));
+    nothing_after(&rig.calls(&id), o["stopped"].as_i64().unwrap());
+}
+
+#[test]
+fn a_loop_whose_process_has_no_stop_plugin_and_no_server_is_refused_with_what_to_do_instead() {
+    let mut rig = Rig::new(false);
+    rig.run("slow_reread40");
+    let id = rig.wait_calls(3);
+    let r = rig.stop(&id);
+    r.expect_code(2);
+    assert_eq!(
+        r.stderr(),
+        format!(
+            "wd-store: stop: session {id} runs in a TUI or `opencode run`, which listen on no port, and the stop plugin is not installed: press Esc in its TUI, or Ctrl-C its `opencode run`, or install the plugin (deploy/install --with-stop-plugin) for the next ones\n"
+        )
+    );
+    assert_eq!(r.stdout(), "");
+    // the plugin installed now: the running `opencode run` has not loaded it
+    let plugin = rig.plugin_file();
+    std::fs::create_dir_all(plugin.parent().unwrap()).unwrap();
+    std::fs::copy(repo().join("deploy/oc-watchdog-stop.js"), &plugin).unwrap();
+    let r = rig.stop(&id);
+    r.expect_code(2);
+    assert_eq!(
+        r.stderr(),
+        format!(
+            "wd-store: stop: session {id} runs in a TUI or `opencode run` that has not loaded the stop plugin (started before it was installed?) and no server lists it: press Esc in its TUI, or Ctrl-C its `opencode run`; opencode processes started from now on load the plugin\n"
+        )
+    );
+    // nothing was stopped: the loop goes on
+    let n = rig.calls(&id).len();
+    rig.wait_calls(n + 3);
+    assert_eq!(rig.stops(&id), Vec::<Value>::new());
+}
+
+/// The plugin on its own, under node with a stand-in SDK client (`plugin_driver.mjs`): the paths
+/// a real loop rarely takes on cue (a tool call before the timer sees the request, an abort that
+/// fails, a session of another process) and failing open.
+struct Driver {
+    child: Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+    pid: u64,
+}
+
+impl Driver {
+    fn start(home: &Home) -> Driver {
+        let mut child = Command::new("node")
+            .arg(repo().join("tests/support/plugin_driver.mjs"))
+            .arg(repo().join("deploy/oc-watchdog-stop.js"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap())
+            .env("HOME", home.path())
+            .env("XDG_STATE_HOME", home.join(".local/state"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("node");
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut d = Driver { child, out, pid: 0 };
+        let hello = d.answer();
+        assert_eq!(hello["exports"], json!(["OcWatchdogStop"]));
+        d.pid = hello["pid"].as_u64().unwrap();
+        d
+    }
+
+    fn answer(&mut self) -> Value {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("driver said {line:?}: {e}"))
+    }
+
+    fn op(&mut self, op: Value) -> Value {
+        use std::io::Write;
+        let sin = self.child.stdin.as_mut().unwrap();
+        writeln!(sin, "{op}").unwrap();
+        self.answer()
+    }
+
+    fn call(&mut self, session: &str, call: &str) -> Value {
+        self.op(json!({"op": "call", "session": session, "call": call}))
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_plugin_refuses_one_call_per_request_aborts_only_its_own_sessions_and_fails_open() {
+    let home = Home::new();
+    let stop = home.join(".local/state/oc-watchdog/stop");
+    let request = |session: &str, id: &str, expires: i64| {
+        std::fs::create_dir_all(&stop).unwrap();
+        std::fs::write(
+            stop.join(format!("{session}.json")),
+            json!({"id": id, "session": session, "episode": "episode:1", "expires": expires})
+                .to_string(),
+        )
+        .unwrap();
+    };
+    let ack = |session: &str| -> Option<Value> {
+        let text = std::fs::read_to_string(stop.join(format!("{session}.ack.json"))).ok()?;
+        Some(serde_json::from_str(&text).unwrap())
+    };
+    let later = now_ms() + 60_000;
+
+    // without the watchdog's state directory: no marker, and a call runs
+    let mut d = Driver::start(&home);
+    assert_eq!(d.call("ses_a", "call_1"), json!({"ran": true}));
+    assert!(!stop.exists());
+    drop(d);
+
+    std::fs::create_dir_all(home.join(".local/state/oc-watchdog")).unwrap();
+    let mut d = Driver::start(&home);
+    assert!(stop.join(format!("loaded/{}.json", d.pid)).is_file());
+    // a request: the next call is refused and the session aborted, once per request id
+    request("ses_a", "stop:ses_a:episode:1@1", later);
+    let refusal =
+        "Stopped by the watchdog at the operator's request. Do not retry; wait for the user.";
+    assert_eq!(d.call("ses_a", "call_2"), json!({"refused": refusal}));
+    let a = ack("ses_a").unwrap();
+    assert_eq!(a["id"], "stop:ses_a:episode:1@1");
+    assert_eq!(a["pid"], d.pid);
+    assert_eq!(a["aborted"], true);
+    assert_eq!(a["refused_call"], "call_2");
+    assert_eq!(d.call("ses_a", "call_3"), json!({"ran": true}));
+    assert_eq!(
+        d.op(json!({"op": "wait", "ms": 1200})),
+        json!({"aborted": ["ses_a"]})
+    );
+    // an expired request (an old episode's) and a corrupt one: nothing refused, nothing aborted
+    request("ses_b", "stop:ses_b:episode:1@1", now_ms() - 1);
+    assert_eq!(d.call("ses_b", "call_4"), json!({"ran": true}));
+    std::fs::write(stop.join("ses_c.json"), "{\"id\": 3, ").unwrap();
+    assert_eq!(d.call("ses_c", "call_5"), json!({"ran": true}));
+    // a session this process runs (seen busy), no call coming: the timer aborts it
+    d.op(json!({"op": "busy", "session": "ses_d"}));
+    request("ses_d", "stop:ses_d:episode:2@1", later);
+    assert_eq!(
+        d.op(json!({"op": "wait", "ms": 1500})),
+        json!({"aborted": ["ses_a", "ses_d"]})
+    );
+    assert_eq!(ack("ses_d").unwrap()["refused_call"], Value::Null);
+    // a session of another process: left alone
+    request("ses_e", "stop:ses_e:episode:3@1", later);
+    assert_eq!(
+        d.op(json!({"op": "wait", "ms": 1500})),
+        json!({"aborted": ["ses_a", "ses_d"]})
+    );
+    assert_eq!(ack("ses_e"), None);
+    // an abort that fails is acknowledged as such; the call is still refused
+    request("ses_throw", "stop:ses_throw:episode:4@1", later);
+    assert_eq!(d.call("ses_throw", "call_6"), json!({"refused": refusal}));
+    let a = ack("ses_throw").unwrap();
+    assert_eq!(a["aborted"], false);
+    assert_eq!(a["error"], "no such session");
+    for f in ["ses_b.ack.json", "ses_c.ack.json", "ses_e.ack.json"] {
+        assert!(!stop.join(f).exists(), "{f}");
+    }
+}
