@@ -223,129 +223,178 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         .map_err(|e| anyhow::anyhow!("{e} (from the flag or the config)"))?;
     let now = args.now.unwrap_or_else(now_ms);
     let mut d = Detector::new(dcfg);
-    // liveness evidence by session number (the detector keeps only what verdicts need)
-    let mut evidence: Vec<Option<Evidence>> = Vec::new();
-    let mut activity: std::collections::HashMap<String, Activity> = Default::default();
-    let mut bad = 0usize;
-    let quiet = args.check || args.flag_rate_max.is_some() || args.format != Format::Jsonl;
-    let mut handle = |d: &mut Detector,
-                      name: &str,
-                      n: usize,
-                      line: &str,
-                      parsed: &serde_json::Result<Line>|
-     -> Result<()> {
+    let mut intake = Intake {
+        quiet: args.check || args.flag_rate_max.is_some() || args.format != Format::Jsonl,
+        every: args.every,
+        ..Intake::default()
+    };
+    read_and_judge(&args, stdin, &mut d, &mut intake, out)?;
+    if d.repeated > 0 {
+        eprintln!(
+            "progress-detect: {} call(s) seen before (same session and id) were skipped",
+            d.repeated
+        );
+    }
+    write_verdicts(&args, &cfg, now, &d, &intake, out)
+}
+
+/// What the judge keeps beside the detector while it reads: the sessions' liveness evidence, the
+/// lines it could not take, and what it writes as it goes.
+#[derive(Default)]
+struct Intake {
+    /// Liveness evidence by session number (the detector keeps only what verdicts need).
+    evidence: Vec<Option<Evidence>>,
+    activity: std::collections::HashMap<String, Activity>,
+    /// Lines reported as bad.
+    bad: usize,
+    /// Nothing is written while reading (a backtest, a flag rate or a table).
+    quiet: bool,
+    /// `--every`: a verdict at each flag transition.
+    every: bool,
+}
+
+impl Intake {
+    /// Judges one line: a session, a call or an activity record goes to the detector's side, any
+    /// other kind passes through.
+    fn line(
+        &mut self,
+        d: &mut Detector,
+        out: &mut Out,
+        name: &str,
+        n: usize,
+        line: &str,
+        parsed: &serde_json::Result<Line>,
+    ) -> Result<()> {
         let parsed: &Line = match parsed {
             Ok(l) => l,
             Err(e) => {
                 // a line of another kind may use our field names differently: pass it on
                 match kind_of(line) {
                     Ok(Some(k)) if k != "call" && k != "session" => {
-                        if !quiet {
+                        if !self.quiet {
                             out.line(line)?;
                         }
                     }
-                    _ => {
-                        eprintln!("progress-detect: {name}:{n}: {e}");
-                        bad += 1;
-                    }
+                    _ => self.bad(name, n, e),
                 }
                 return Ok(());
             }
         };
         match parsed.kind.as_deref() {
             Some("session") => match serde_json::from_str::<Session>(line) {
-                Ok(s) => {
-                    let ev = evidence_of(&s);
-                    let i = d.session(s);
-                    if evidence.len() <= i {
-                        evidence.resize_with(i + 1, || None);
-                    }
-                    if ev.is_some() {
-                        evidence[i] = ev;
-                    }
-                }
-                Err(e) => {
-                    eprintln!("progress-detect: {name}:{n}: {e}");
-                    bad += 1;
-                }
+                Ok(s) => self.session(d, s),
+                Err(e) => self.bad(name, n, e),
             },
-            Some("call") => {
-                let missing = [
-                    ("session", parsed.session.is_none()),
-                    ("id", parsed.id.is_none()),
-                    ("t", parsed.t.is_none()),
-                    ("tool", parsed.tool.is_none()),
-                ]
-                .into_iter()
-                .find(|(_, m)| *m);
-                if let Some((field, _)) = missing {
-                    eprintln!("progress-detect: {name}:{n}: call without {field:?}");
-                    bad += 1;
-                    return Ok(());
-                }
-                let session = parsed.session.as_deref().unwrap();
-                let c = CallIn {
-                    session,
-                    id: parsed.id.as_deref().unwrap(),
-                    t: parsed.t.unwrap(),
-                    tool: parsed.tool.as_deref().unwrap(),
-                    args: &parsed.args,
-                    status: parsed.status.as_deref().unwrap_or(""),
-                    landed: parsed.landed,
-                    exit: parsed.exit,
-                    file_lines: parsed.file_lines,
-                    model: parsed.model.as_deref(),
-                    cost: parsed.cost,
-                    out: parsed.out.as_deref(),
-                };
-                if d.call(&c) && args.every && !quiet {
-                    if let Some(v) = d.verdict(session) {
-                        out.line(&to_line("verdict", &v)?)?;
-                    }
-                }
-            }
+            Some("call") => self.call(d, out, name, n, parsed)?,
             Some("activity") => match serde_json::from_str::<Activity>(line) {
                 Ok(a) => {
-                    activity.insert(a.session.clone(), a);
+                    self.activity.insert(a.session.clone(), a);
                 }
-                Err(e) => {
-                    eprintln!("progress-detect: {name}:{n}: {e}");
-                    bad += 1;
-                }
+                Err(e) => self.bad(name, n, e),
             },
             Some(_) => {
-                if !quiet {
+                if !self.quiet {
                     out.line(line)?;
                 }
             }
-            None => {
-                eprintln!("progress-detect: {name}:{n}: no \"kind\"");
-                bad += 1;
+            None => self.bad(name, n, "no \"kind\""),
+        }
+        Ok(())
+    }
+
+    /// Says why line `n` of `name` is not taken, and counts it.
+    fn bad(&mut self, name: &str, n: usize, why: impl std::fmt::Display) {
+        eprintln!("progress-detect: {name}:{n}: {why}");
+        self.bad += 1;
+    }
+
+    /// A session record: to the detector, and its liveness evidence kept by session number.
+    fn session(&mut self, d: &mut Detector, s: Session) {
+        let ev = evidence_of(&s);
+        let i = d.session(s);
+        if self.evidence.len() <= i {
+            self.evidence.resize_with(i + 1, || None);
+        }
+        if ev.is_some() {
+            self.evidence[i] = ev;
+        }
+    }
+
+    /// A call record: to the detector, once it has every field a call needs; with `--every`, a
+    /// verdict when its session's flag changes.
+    fn call(
+        &mut self,
+        d: &mut Detector,
+        out: &mut Out,
+        name: &str,
+        n: usize,
+        parsed: &Line,
+    ) -> Result<()> {
+        let missing = [
+            ("session", parsed.session.is_none()),
+            ("id", parsed.id.is_none()),
+            ("t", parsed.t.is_none()),
+            ("tool", parsed.tool.is_none()),
+        ]
+        .into_iter()
+        .find(|(_, m)| *m);
+        if let Some((field, _)) = missing {
+            self.bad(name, n, format_args!("call without {field:?}"));
+            return Ok(());
+        }
+        let session = parsed.session.as_deref().unwrap();
+        let c = CallIn {
+            session,
+            id: parsed.id.as_deref().unwrap(),
+            t: parsed.t.unwrap(),
+            tool: parsed.tool.as_deref().unwrap(),
+            args: &parsed.args,
+            status: parsed.status.as_deref().unwrap_or(""),
+            landed: parsed.landed,
+            exit: parsed.exit,
+            file_lines: parsed.file_lines,
+            model: parsed.model.as_deref(),
+            cost: parsed.cost,
+            out: parsed.out.as_deref(),
+        };
+        if d.call(&c) && self.every && !self.quiet {
+            if let Some(v) = d.verdict(session) {
+                out.line(&to_line("verdict", &v)?)?;
             }
         }
         Ok(())
-    };
-    // lines are parsed a batch at a time, then judged in order: the parser's code and the
-    // detector's each stay in the instruction cache for a batch, not one line (cachegrind, 200,000
-    // calls of the bench's corpus: 63 million instruction-cache misses line by line, 8 million
-    // in batches of 32). A stream read as it comes (`--line-buffered`) is judged line by line.
-    //
-    // This thread reads and parses; another judges, in the order read, while the next batch
-    // is parsed. Judging is mostly waiting on memory (each call finds its session's state out
-    // of the cache: in session order the same calls take a third less time), parsing is the
-    // floor, and the two take about as long: on two cores the wall time is about the parse's
-    // (benches/detect.rs). Batches come back to the reader, which frees their parse (mimalloc
-    // frees a block from another thread by way of a queue) and fills them again.
+    }
+}
+
+/// Reads every input line and judges it, in order: this thread reads and parses, another judges.
+///
+/// Lines are parsed a batch at a time, then judged in order: the parser's code and the
+/// detector's each stay in the instruction cache for a batch, not one line (cachegrind, 200,000
+/// calls of the bench's corpus: 63 million instruction-cache misses line by line, 8 million
+/// in batches of 32). A stream read as it comes (`--line-buffered`) is judged line by line.
+///
+/// This thread reads and parses; another judges, in the order read, while the next batch
+/// is parsed. Judging is mostly waiting on memory (each call finds its session's state out
+/// of the cache: in session order the same calls take a third less time), parsing is the
+/// floor, and the two take about as long: on two cores the wall time is about the parse's
+/// (benches/detect.rs). Batches come back to the reader, which frees their parse (mimalloc
+/// frees a block from another thread by way of a queue) and fills them again.
+fn read_and_judge(
+    args: &Args,
+    stdin: &mut dyn BufRead,
+    d: &mut Detector,
+    intake: &mut Intake,
+    out: &mut Out,
+) -> Result<()> {
     let size = if args.line_buffered { 1 } else { BATCH };
     std::thread::scope(|s| -> Result<()> {
         let (to_judge, batches) = std::sync::mpsc::sync_channel::<Parsed>(DEPTH);
         let (give_back, returned) = std::sync::mpsc::channel::<Parsed>();
-        let d = &mut d;
         let judge = s.spawn(move || -> Result<()> {
             for p in batches {
                 p.with_dependent(|b, parsed| -> Result<()> {
                     for ((n, r, _), l) in b.lines.iter().zip(parsed) {
-                        handle(d, &b.name, *n, &b.text[r.clone()], l)?;
+                        intake.line(d, out, &b.name, *n, &b.text[r.clone()], l)?;
                     }
                     Ok(())
                 })?;
@@ -360,28 +409,8 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
             if b.lines.is_empty() {
                 return Ok(());
             }
-            let mut next = returned
-                .try_recv()
-                .map(|p| {
-                    let mut b = p.into_owner();
-                    b.text.clear();
-                    b.lines.clear();
-                    b
-                })
-                .unwrap_or_default();
-            next.name.clear();
-            next.name.push_str(&b.name);
-            let full = std::mem::replace(b, next);
-            let p = Parsed::new(full, |b| {
-                b.lines
-                    .iter()
-                    .map(|(_, r, bad)| match bad {
-                        // said by the judge, in its turn among the other lines' errors
-                        0 => serde_json::from_str(&b.text[r.clone()]),
-                        &col => Err(serde::de::Error::custom(not_utf8(col))),
-                    })
-                    .collect()
-            });
+            let next = returned.try_recv().map(reuse).unwrap_or_default();
+            let p = parse(std::mem::replace(b, next.named(&b.name)));
             // fails only when the judge has stopped, on an error it returns below
             to_judge
                 .send(p)
@@ -393,15 +422,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
                 batch.name.clear();
                 batch.name.push_str(name);
             }
-            let at = batch.text.len();
-            let bad = match line {
-                Ok(line) => {
-                    batch.text.push_str(line);
-                    0
-                }
-                Err(col) => col,
-            };
-            batch.lines.push((n, at..batch.text.len(), bad));
+            batch.push(n, line);
             if batch.lines.len() >= size {
                 send(&mut batch)?;
             }
@@ -415,13 +436,64 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
             Ok(judged) => judged.and(read),
             Err(panic) => std::panic::resume_unwind(panic),
         }
-    })?;
-    if d.repeated > 0 {
-        eprintln!(
-            "progress-detect: {} call(s) seen before (same session and id) were skipped",
-            d.repeated
-        );
+    })
+}
+
+impl Batch {
+    /// Adds line `n`: its text, or for a line that is not UTF-8 the column of its first invalid byte.
+    fn push(&mut self, n: usize, line: std::result::Result<&str, usize>) {
+        let at = self.text.len();
+        let bad = match line {
+            Ok(line) => {
+                self.text.push_str(line);
+                0
+            }
+            Err(col) => col,
+        };
+        self.lines.push((n, at..self.text.len(), bad));
     }
+
+    /// The batch, empty, for input `name`.
+    fn named(mut self, name: &str) -> Batch {
+        self.name.clear();
+        self.name.push_str(name);
+        self
+    }
+}
+
+/// A batch the judge gave back, emptied for the reader to fill again (its buffers kept).
+fn reuse(p: Parsed) -> Batch {
+    let mut b = p.into_owner();
+    b.text.clear();
+    b.lines.clear();
+    b
+}
+
+/// Parses every line of a batch; a line that is not UTF-8 gets its error here, said by the judge
+/// in its turn among the other lines' errors.
+fn parse(full: Batch) -> Parsed {
+    Parsed::new(full, |b| {
+        b.lines
+            .iter()
+            .map(|(_, r, bad)| match bad {
+                0 => serde_json::from_str(&b.text[r.clone()]),
+                &col => Err(serde::de::Error::custom(not_utf8(col))),
+            })
+            .collect()
+    })
+}
+
+/// Writes the verdict of every session at the end of input, in the form asked for: the backtest's
+/// report, the flag rate's, a table, CSV rows or JSONL; without a check of its own, the exit
+/// says whether every line was taken.
+fn write_verdicts(
+    args: &Args,
+    cfg: &Config,
+    now: i64,
+    d: &Detector,
+    intake: &Intake,
+    out: &mut Out,
+) -> Result<Exit> {
     // each verdict is written as it is made: 200,000 sessions' verdicts never sit in memory at
     // once (the backtests keep the few they report on, a table its rows)
     let mut labelled = Vec::new();
@@ -432,8 +504,8 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         csv_row(&HEAD, out)?;
     }
     for (i, mut v) in d.verdicts() {
-        let ev = evidence.get(i).and_then(Option::as_ref);
-        let act = activity.get(&v.session);
+        let ev = intake.evidence.get(i).and_then(Option::as_ref);
+        let act = intake.activity.get(&v.session);
         // judged only on evidence: fixtures and hand-made streams without any get no class
         if act.is_some() || ev.is_some_and(|e| e.status.is_some()) {
             let l = liveness::classify(&ev.cloned().unwrap_or_default(), act, now, &cfg.liveness);
@@ -466,7 +538,11 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     if args.format == Format::Table {
         crate::cli::write_table(out, &HEAD, &rows)?;
     }
-    Ok(if bad > 0 { Exit::Error } else { Exit::Ok })
+    Ok(if intake.bad > 0 {
+        Exit::Error
+    } else {
+        Exit::Ok
+    })
 }
 
 /// Where a session's loop started and where it was first flagged, in calls: (start, first flag,
