@@ -383,14 +383,70 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
     // the calls made while this looks the session up count as calls after the request
     let asked = crate::cli::now_ms();
     let session = req.session;
+    check_id(session)?;
+    let (db_path, _) = crate::paths::opencode_db(None, cfg.opencode.db.as_deref());
+    let db = Db::open(&db_path)?;
+    let found = look_up(store, cfg, req, &db, &db_path)?;
+    let mut o = Outcome {
+        kind: "stop",
+        session: session.to_string(),
+        action_id: found.action.clone(),
+        episode: found.episode.clone(),
+        status: "requested".into(),
+        via: None,
+        server: None,
+        pid: None,
+        refused_call: None,
+        requested: asked,
+        stopped: None,
+        calls_after_request: None,
+        resume: resume_hint(session),
+        message: String::new(),
+    };
+    let via = match decide(session, &found.facts) {
+        Plan::Already(p) => return Ok(already(o, &p)),
+        Plan::Refuse(why) => bail!("stop: {why}"),
+        Plan::Http(url) => {
+            o.server = Some(url.clone());
+            (Via::Http, url)
+        }
+        Plan::Plugin(_) => (Via::Plugin, String::new()),
+    };
+    o.via = Some(via.0.as_str().into());
+    record(store, &o, &found.turn, req.reason, None)?;
+    let carried = carry_out(cfg, req, &db, &found, &o, via);
+    let messages = db.messages(session).unwrap_or(Value::Null);
+    finish(store, req, o, &found.turn, carried, &messages)
+}
+
+/// Refuses anything but an opencode session id (`ses_` and letters, digits, `_`).
+fn check_id(session: &str) -> Result<()> {
     let id_chars = session
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !session.starts_with("ses_") || !id_chars {
         bail!("stop: {session:?} is not an opencode session id (ses_...)");
     }
-    let (db_path, _) = crate::paths::opencode_db(None, cfg.opencode.db.as_deref());
-    let db = Db::open(&db_path)?;
+    Ok(())
+}
+
+/// What [`stop`] found about a session before deciding.
+struct Found {
+    /// The session's working directory (opencode's server asks for it).
+    directory: String,
+    turn: String,
+    /// What the stop is of: `episode:ID`, `turn:ID`, or the one asked for.
+    episode: String,
+    action: String,
+    /// The directory of stop requests and acknowledgements.
+    dir: PathBuf,
+    facts: Facts,
+}
+
+/// Looks the session up: in opencode's database, in the store (its episode, an earlier request)
+/// and, unless that request stands, among the servers and processes that could stop it.
+fn look_up(store: &Store, cfg: &Config, req: &Request, db: &Db, db_path: &Path) -> Result<Found> {
+    let session = req.session;
     let info = db.session(session)?;
     let messages = match &info {
         Some(_) => db.messages(session)?,
@@ -410,7 +466,7 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
         },
     };
     let action = action_id(session, &episode);
-    let procs = opencode::discovered(crate::config::Discover::Database, &db_path);
+    let procs = opencode::discovered(crate::config::Discover::Database, db_path);
     let dir = requests_dir();
     let mut facts = Facts {
         found: info.is_some(),
@@ -435,61 +491,60 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
             .is_some();
         facts.plugin_pids = plugin_pids(&dir, &procs);
     }
-    let mut o = Outcome {
-        kind: "stop",
-        session: session.to_string(),
-        action_id: action.clone(),
-        episode: episode.clone(),
-        status: "requested".into(),
-        via: None,
-        server: None,
-        pid: None,
-        refused_call: None,
-        requested: asked,
-        stopped: None,
-        calls_after_request: None,
-        resume: resume_hint(session),
-        message: String::new(),
+    Ok(Found {
+        directory,
+        turn,
+        episode,
+        action,
+        dir,
+        facts,
+    })
+}
+
+/// The `already` outcome: the earlier request's, and nothing done.
+fn already(mut o: Outcome, p: &Previous) -> Outcome {
+    o.status = "already".into();
+    o.action_id = p.action_id.clone();
+    o.requested = p.t;
+    o.via = p.via.clone();
+    let when = match p.stopped {
+        Some(t) => format!("carried out at {}", crate::cli::iso_ms(t)),
+        None => format!("requested at {}", crate::cli::iso_ms(p.t)),
     };
-    let via = match decide(session, &facts) {
-        Plan::Already(p) => {
-            o.status = "already".into();
-            o.action_id = p.action_id.clone();
-            o.requested = p.t;
-            o.via = p.via.clone();
-            let when = match p.stopped {
-                Some(t) => format!("carried out at {}", crate::cli::iso_ms(t)),
-                None => format!("requested at {}", crate::cli::iso_ms(p.t)),
-            };
-            o.stopped = p.stopped;
-            o.message = format!(
-                "session {session}: the stop of this run was already {when} (action {}): nothing done; resume with {}",
-                p.action_id, o.resume
-            );
-            return Ok(o);
-        }
-        Plan::Refuse(why) => bail!("stop: {why}"),
-        Plan::Http(url) => {
-            o.server = Some(url.clone());
-            (Via::Http, url)
-        }
-        Plan::Plugin(_) => (Via::Plugin, String::new()),
-    };
-    o.via = Some(via.0.as_str().into());
-    record(store, &o, &turn, req.reason, None)?;
+    o.stopped = p.stopped;
+    o.message = format!(
+        "session {}: the stop of this run was already {when} (action {}): nothing done; resume with {}",
+        o.session, p.action_id, o.resume
+    );
+    o
+}
+
+/// Carries the stop out the way decided, within the request's wait: the server's abort, then
+/// until the server no longer lists the session as running; or the plugin's way. Gives the
+/// plugin's process and the tool call it refused, if any.
+fn carry_out(
+    cfg: &Config,
+    req: &Request,
+    db: &Db,
+    found: &Found,
+    o: &Outcome,
+    via: (Via, String),
+) -> Result<Option<(u32, Option<String>)>> {
+    let session = req.session;
+    let directory = &found.directory;
     let t0 = Instant::now();
     let left = || req.wait.saturating_sub(t0.elapsed());
-    let carried: Result<Option<(u32, Option<String>)>> = match via {
+    match via {
         (Via::Http, url) => {
             let path = format!(
                 "/session/{session}/abort?directory={}",
-                query_dir(&directory)
+                query_dir(directory)
             );
             Client::with_limits(&url, opencode::Limits::of(&cfg.opencode))
                 .post(&path, &json!({}))
                 .and_then(|_| {
                     wait_for(left(), || {
-                        (!server_lists(cfg, &url, session, &directory)).then_some(())
+                        (!server_lists(cfg, &url, session, directory)).then_some(())
                     })
                     .ok_or_else(|| {
                         anyhow!(
@@ -500,9 +555,21 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
                 })
                 .map(|_| None)
         }
-        (Via::Plugin, _) => plugin_stop(&dir, &o, left(), &db, session),
-    };
-    let messages = db.messages(session).unwrap_or(Value::Null);
+        (Via::Plugin, _) => plugin_stop(&found.dir, o, left(), db, session),
+    }
+}
+
+/// Records how the stop ended: `stopped`, with the calls made after the request, or `failed`,
+/// an error that says what to do by hand.
+fn finish(
+    store: &mut Store,
+    req: &Request,
+    mut o: Outcome,
+    turn: &str,
+    carried: Result<Option<(u32, Option<String>)>>,
+    messages: &Value,
+) -> Result<Outcome> {
+    let session = req.session;
     match carried {
         Ok(by) => {
             let stopped = crate::cli::now_ms();
@@ -511,7 +578,7 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
             o.pid = pid;
             o.refused_call = by.and_then(|b| b.1);
             o.stopped = Some(stopped);
-            o.calls_after_request = Some(calls_between(&messages, o.requested, Some(stopped)));
+            o.calls_after_request = Some(calls_between(messages, o.requested, Some(stopped)));
             let how = match pid {
                 Some(pid) => format!("through the plugin in opencode process {pid}"),
                 None => format!("over HTTP at {}", o.server.as_deref().unwrap_or("")),
@@ -521,13 +588,13 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
                 o.calls_after_request.unwrap_or(0),
                 o.resume
             );
-            record(store, &o, &turn, req.reason, None)?;
+            record(store, &o, turn, req.reason, None)?;
             Ok(o)
         }
         Err(e) => {
             o.status = "failed".into();
             let detail = format!("{e:#}");
-            record(store, &o, &turn, req.reason, Some(&detail))?;
+            record(store, &o, turn, req.reason, Some(&detail))?;
             bail!("stop: session {session}: {detail}; {BY_HAND} (the request is recorded as failed, a new `wd-store stop` may try again)")
         }
     }
