@@ -135,7 +135,6 @@ pub fn session(f: &Flagged, clock: &Clock) -> String {
     if marks.is_empty() {
         return s;
     }
-    let (id, total_calls) = (&f.session, f.calls);
     let st = story(
         marks,
         f.top_target.as_deref(),
@@ -149,8 +148,32 @@ pub fn session(f: &Flagged, clock: &Clock) -> String {
     // subpath per call in integer units and relative moves: ~9 bytes a call where a <rect> took
     // ~27, so 200 open loops stay well under 1 MB.
     let xs: Vec<i64> = marks.iter().map(|m| x(m.t).round() as i64).collect();
+    let groups = groups(marks, &xs, &st);
+    title(&mut s, f, clock, &st, &groups);
+    s += "<path class=\"ax\" d=\"M0 30h760\"/>";
+    // where this episode began, when it continues an earlier one of the same loop
+    let resumed = f
+        .episode_start_t
+        .and_then(|t| marks.iter().position(|m| m.t >= t));
+    event_lines(&mut s, &xs, &st, resumed);
+    for g in &groups {
+        group_path(&mut s, g);
+    }
+    landed(&mut s, marks, &xs);
+    let _ = write!(
+        s,
+        "<text class=\"tl\" x=\"0\" y=\"72\">{}</text><text class=\"tl\" x=\"760\" y=\"72\" text-anchor=\"end\">{}</text></svg>",
+        clock.hms(t0),
+        clock.hms(marks[marks.len() - 1].t)
+    );
+    s
+}
+
+/// The marks grouped by kind (repeat of the top target, tool, failed), each group with its
+/// marks' x positions; ordinary marks first, so that repeats are drawn over them.
+fn groups(marks: &[CallMark], xs: &[i64], st: &Story) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
-    for (m, &xi) in marks.iter().zip(&xs) {
+    for (m, &xi) in marks.iter().zip(xs) {
         let g = Group {
             repeat: st.key.as_ref() == Some(&m.key),
             tool: tool_class(&m.tool),
@@ -164,6 +187,15 @@ pub fn session(f: &Flagged, clock: &Clock) -> String {
     }
     // ordinary marks first, repeats drawn over them
     groups.sort_by_key(|g| (g.repeat, g.tool, g.failed));
+    groups
+}
+
+/// The picture's opening tag and its title: how many calls of which tools, from when to when,
+/// the repeats of the top target and the landed changes.
+fn title(s: &mut String, f: &Flagged, clock: &Clock, st: &Story, groups: &[Group]) {
+    let marks = &f.marks;
+    let (id, total_calls) = (&f.session, f.calls);
+    let t0 = marks[0].t;
     let mut per_tool: Vec<(&str, usize)> = Vec::new();
     for (cls, _) in LEGEND {
         let n: usize = groups
@@ -206,11 +238,10 @@ pub fn session(f: &Flagged, clock: &Clock) -> String {
         st.landed,
         if st.landed == 1 { "" } else { "s" },
     );
-    s += "<path class=\"ax\" d=\"M0 30h760\"/>";
-    // where this episode began, when it continues an earlier one of the same loop
-    let resumed = f
-        .episode_start_t
-        .and_then(|t| marks.iter().position(|m| m.t >= t));
+}
+
+/// The labelled lines where the loop starts, where it resumed and where it was flagged.
+fn event_lines(s: &mut String, xs: &[i64], st: &Story, resumed: Option<usize>) {
     // labels share the first row unless they would run into each other
     let mut rows: [Vec<i64>; 2] = [Vec::new(), Vec::new()];
     for (label, at, cls) in [
@@ -235,29 +266,35 @@ pub fn session(f: &Flagged, clock: &Clock) -> String {
             );
         }
     }
-    for g in &groups {
-        let _ = write!(
-            s,
-            "<path class=\"{} {}{}\" d=\"{}\"><title>{}{} {}{}</title></path>",
-            if g.repeat { "r" } else { "c" },
-            g.tool,
-            if g.failed { " f" } else { "" },
-            // a 3 px long stretch of a 14 px wide stroke is a 3 x 14 bar (22 px for a repeat,
-            // outlined by the page's CSS)
-            subpaths(&g.xs, -1, if g.repeat { 15 } else { 17 }, "h3", (3, 0)),
-            g.xs.len(),
-            if g.repeat {
-                " repeats of the top target,"
-            } else {
-                ""
-            },
-            class_name(g.tool),
-            if g.failed { ", failed" } else { "" },
-        );
-    }
+}
+
+/// One group's marks as one path, with a title that counts them.
+fn group_path(s: &mut String, g: &Group) {
+    let _ = write!(
+        s,
+        "<path class=\"{} {}{}\" d=\"{}\"><title>{}{} {}{}</title></path>",
+        if g.repeat { "r" } else { "c" },
+        g.tool,
+        if g.failed { " f" } else { "" },
+        // a 3 px long stretch of a 14 px wide stroke is a 3 x 14 bar (22 px for a repeat,
+        // outlined by the page's CSS)
+        subpaths(&g.xs, -1, if g.repeat { 15 } else { 17 }, "h3", (3, 0)),
+        g.xs.len(),
+        if g.repeat {
+            " repeats of the top target,"
+        } else {
+            ""
+        },
+        class_name(g.tool),
+        if g.failed { ", failed" } else { "" },
+    );
+}
+
+/// The landed changes, as green triangles below the marks.
+fn landed(s: &mut String, marks: &[CallMark], xs: &[i64]) {
     let land: Vec<i64> = marks
         .iter()
-        .zip(&xs)
+        .zip(xs)
         .filter(|(m, _)| m.landed)
         .map(|(_, &xi)| xi)
         .collect();
@@ -270,13 +307,6 @@ pub fn session(f: &Flagged, clock: &Clock) -> String {
             if land.len() == 1 { "" } else { "s" }
         );
     }
-    let _ = write!(
-        s,
-        "<text class=\"tl\" x=\"0\" y=\"72\">{}</text><text class=\"tl\" x=\"760\" y=\"72\" text-anchor=\"end\">{}</text></svg>",
-        clock.hms(t0),
-        clock.hms(marks[marks.len() - 1].t)
-    );
-    s
 }
 
 /// The marks of one kind in a picture, drawn as one path.
