@@ -116,6 +116,14 @@ fn num(n: Option<i64>) -> String {
 
 fn watchdog(s: &mut String, p: &PageData) {
     s.push_str("<section id=\"watchdog\"><h2>Watchdog</h2>");
+    blind_banner(s, p);
+    last_tick(s, p);
+    channels(s, p);
+    change_hint(s, p);
+}
+
+/// The banner of a watchdog that cannot read opencode, when it cannot.
+fn blind_banner(s: &mut String, p: &PageData) {
     let blind_tick = p.tick.as_ref().and_then(|t| t.blind.clone());
     if p.blind.is_some() || blind_tick.is_some() {
         let why = p
@@ -135,6 +143,10 @@ fn watchdog(s: &mut String, p: &PageData) {
             esc(&why)
         );
     }
+}
+
+/// The last tick: when, its outcome and figures, and the timer that runs it.
+fn last_tick(s: &mut String, p: &PageData) {
     match &p.tick {
         None => s.push_str("<p class=\"bad\">No tick recorded yet: the timer has not run. Run <code>oc-watchdog-tick</code> or enable the timer.</p>"),
         Some(t) => {
@@ -157,6 +169,10 @@ fn watchdog(s: &mut String, p: &PageData) {
             );
         }
     }
+}
+
+/// The channels, each with its settings and its last delivery.
+fn channels(s: &mut String, p: &PageData) {
     s.push_str("<table><tr><th>channel</th><th>type</th><th>enabled</th><th>min severity</th><th>last delivery</th></tr>");
     for c in &p.channels {
         let last = match &c.last {
@@ -192,6 +208,10 @@ fn watchdog(s: &mut String, p: &PageData) {
         s.push_str("<tr><td colspan=\"5\" class=\"bad\">no channels configured: alerts go nowhere</td></tr>");
     }
     s.push_str("</table>");
+}
+
+/// How to change the channels and the timer, with the first channel's name filled in.
+fn change_hint(s: &mut String, p: &PageData) {
     let first = p
         .channels
         .first()
@@ -292,6 +312,14 @@ fn loops(s: &mut String, p: &PageData) {
 }
 
 fn one_loop(s: &mut String, p: &PageData, l: &Loop, id: &str) {
+    loop_facts(s, p, l, id);
+    loop_pictures(s, p, l);
+    look_closer(s, l);
+}
+
+/// A loop's heading and its table of facts: sessions, agent, model, since when, its calls and
+/// cost, and what it repeats.
+fn loop_facts(s: &mut String, p: &PageData, l: &Loop, id: &str) {
     let _ = write!(
         s,
         "<article id=\"{}\" class=\"{}\" data-kind=\"{}\"><h3><span class=\"sev\">{}</span>{}</h3><table class=\"kv\">",
@@ -370,6 +398,10 @@ fn one_loop(s: &mut String, p: &PageData, l: &Loop, id: &str) {
         row(s, "evidence", esc(t));
     }
     s.push_str("</table>");
+}
+
+/// The pictures of a loop's flagged sessions, and how many more are left without one.
+fn loop_pictures(s: &mut String, p: &PageData, l: &Loop) {
     for f in l.sessions.iter().filter(|f| f.pictured) {
         if f.marks.is_empty() {
             let _ = write!(
@@ -399,6 +431,10 @@ fn one_loop(s: &mut String, p: &PageData, l: &Loop, id: &str) {
             super::PICTURES_MAX
         );
     }
+}
+
+/// The commands to look closer at a loop (and to block its model), closing its article.
+fn look_closer(s: &mut String, l: &Loop) {
     let mut cmds = format!("wd-store verdicts --session {} --format table", l.root);
     if let Some(m) = l.model.as_deref().filter(|m| m.contains('/')) {
         let _ = write!(
