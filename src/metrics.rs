@@ -12,6 +12,16 @@ use std::path::Path;
 pub fn render(store: &Store) -> Result<String> {
     let c = &store.conn;
     let mut s = String::new();
+    last_tick(&mut s, c);
+    ticks_by_outcome(&mut s, c)?;
+    open_alerts(&mut s, c)?;
+    delivery_failures(&mut s, c)?;
+    Ok(s)
+}
+
+/// The last tick's gauges: when, how long, sessions seen and flagged, and its outcome (zeros
+/// before the first tick).
+fn last_tick(s: &mut String, c: &rusqlite::Connection) {
     let last: Option<(i64, i64, i64, i64, String)> = c
         .query_row(
             "SELECT t, duration_ms, sessions, flagged, outcome FROM ticks ORDER BY id DESC LIMIT 1",
@@ -54,6 +64,10 @@ pub fn render(store: &Store) -> Result<String> {
             (o == outcome) as i32
         );
     }
+}
+
+/// The ticks recorded, counted by outcome.
+fn ticks_by_outcome(s: &mut String, c: &rusqlite::Connection) -> Result<()> {
     let _ = writeln!(
         s,
         "# HELP ocwatchdog_ticks_total Ticks recorded, by outcome.\n# TYPE ocwatchdog_ticks_total counter"
@@ -64,6 +78,11 @@ pub fn render(store: &Store) -> Result<String> {
         })?;
         let _ = writeln!(s, "ocwatchdog_ticks_total{{outcome=\"{o}\"}} {n}");
     }
+    Ok(())
+}
+
+/// The open alerts, counted by severity.
+fn open_alerts(s: &mut String, c: &rusqlite::Connection) -> Result<()> {
     let _ = writeln!(
         s,
         "# HELP ocwatchdog_open_alerts Open alerts, by severity.\n# TYPE ocwatchdog_open_alerts gauge"
@@ -76,6 +95,11 @@ pub fn render(store: &Store) -> Result<String> {
         )?;
         let _ = writeln!(s, "ocwatchdog_open_alerts{{severity=\"{sev}\"}} {n}");
     }
+    Ok(())
+}
+
+/// The failed deliveries, counted by channel (its name escaped as a label value).
+fn delivery_failures(s: &mut String, c: &rusqlite::Connection) -> Result<()> {
     let _ = writeln!(
         s,
         "# HELP ocwatchdog_channel_delivery_failures_total Failed alert deliveries, by channel.\n# TYPE ocwatchdog_channel_delivery_failures_total counter"
@@ -92,7 +116,7 @@ pub fn render(store: &Store) -> Result<String> {
             "ocwatchdog_channel_delivery_failures_total{{channel=\"{ch}\"}} {n}"
         );
     }
-    Ok(s)
+    Ok(())
 }
 
 /// Writes the metrics to `path` atomically, or to `out` when no path is given.
