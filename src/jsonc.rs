@@ -137,127 +137,122 @@ impl Parser<'_> {
         }
     }
 
+    /// The value at `self.i`, `depth` containers deep, with its span.
     fn value(&mut self, depth: usize) -> Result<Node> {
         if depth > 200 {
             return Err(self.error("less nesting (over 200 levels)"));
         }
         let start = self.i;
-        match self.s.get(self.i) {
-            Some(b'{') => {
+        let kind = match self.s.get(self.i) {
+            Some(b'{') => Kind::Object(self.object(depth)?),
+            Some(b'[') => Kind::Array(self.array(depth)?),
+            Some(b'"') => Kind::Str(self.string()?),
+            Some(b't') | Some(b'f') | Some(b'n') => self.word()?,
+            Some(b'-' | b'0'..=b'9') => self.number()?,
+            _ => return Err(self.error("a value")),
+        };
+        Ok(Node {
+            start,
+            end: self.i,
+            kind,
+        })
+    }
+
+    /// The members of the object at `self.i` (which holds `{`), through its `}`.
+    fn object(&mut self, depth: usize) -> Result<Vec<Member>> {
+        self.i += 1;
+        let mut ms = Vec::new();
+        loop {
+            self.skip()?;
+            if self.s.get(self.i) == Some(&b'}') {
                 self.i += 1;
-                let mut ms = Vec::new();
-                loop {
-                    self.skip()?;
-                    if self.s.get(self.i) == Some(&b'}') {
-                        self.i += 1;
-                        break;
-                    }
-                    if self.s.get(self.i) != Some(&b'"') {
-                        return Err(self.error(if ms.is_empty() {
-                            "a property name or }"
-                        } else {
-                            "a property name"
-                        }));
-                    }
-                    let key_start = self.i;
-                    let key = self.string()?;
-                    self.skip()?;
-                    if self.s.get(self.i) != Some(&b':') {
-                        return Err(self.error(":"));
-                    }
+                break;
+            }
+            if self.s.get(self.i) != Some(&b'"') {
+                return Err(self.error(if ms.is_empty() {
+                    "a property name or }"
+                } else {
+                    "a property name"
+                }));
+            }
+            let key_start = self.i;
+            let key = self.string()?;
+            self.skip()?;
+            if self.s.get(self.i) != Some(&b':') {
+                return Err(self.error(":"));
+            }
+            self.i += 1;
+            self.skip()?;
+            let value = self.value(depth + 1)?;
+            ms.push(Member {
+                key,
+                key_start,
+                value,
+            });
+            self.skip()?;
+            match self.s.get(self.i) {
+                Some(b',') => self.i += 1,
+                Some(b'}') => {
                     self.i += 1;
-                    self.skip()?;
-                    let value = self.value(depth + 1)?;
-                    ms.push(Member {
-                        key,
-                        key_start,
-                        value,
-                    });
-                    self.skip()?;
-                    match self.s.get(self.i) {
-                        Some(b',') => self.i += 1,
-                        Some(b'}') => {
-                            self.i += 1;
-                            break;
-                        }
-                        _ => return Err(self.error(", or }")),
-                    }
+                    break;
                 }
-                Ok(Node {
-                    start,
-                    end: self.i,
-                    kind: Kind::Object(ms),
-                })
+                _ => return Err(self.error(", or }")),
             }
-            Some(b'[') => {
-                self.i += 1;
-                let mut vs = Vec::new();
-                loop {
-                    self.skip()?;
-                    if self.s.get(self.i) == Some(&b']') {
-                        self.i += 1;
-                        break;
-                    }
-                    vs.push(self.value(depth + 1)?);
-                    self.skip()?;
-                    match self.s.get(self.i) {
-                        Some(b',') => self.i += 1,
-                        Some(b']') => {
-                            self.i += 1;
-                            break;
-                        }
-                        _ => return Err(self.error(", or ]")),
-                    }
-                }
-                Ok(Node {
-                    start,
-                    end: self.i,
-                    kind: Kind::Array(vs),
-                })
-            }
-            Some(b'"') => {
-                let s = self.string()?;
-                Ok(Node {
-                    start,
-                    end: self.i,
-                    kind: Kind::Str(s),
-                })
-            }
-            Some(b't') | Some(b'f') | Some(b'n') => {
-                for w in ["true", "false", "null"] {
-                    if self.s[self.i..].starts_with(w.as_bytes()) {
-                        self.i += w.len();
-                        return Ok(Node {
-                            start,
-                            end: self.i,
-                            kind: Kind::Scalar,
-                        });
-                    }
-                }
-                Err(self.error("a value"))
-            }
-            Some(b'-' | b'0'..=b'9') => {
-                let from = self.i;
-                while self.i < self.s.len()
-                    && matches!(
-                        self.s[self.i],
-                        b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
-                    )
-                {
-                    self.i += 1;
-                }
-                if serde_json::from_str::<serde_json::Number>(&self.text[from..self.i]).is_err() {
-                    self.i = from;
-                    return Err(self.error("a number"));
-                }
-                Ok(Node {
-                    start,
-                    end: self.i,
-                    kind: Kind::Scalar,
-                })
-            }
-            _ => Err(self.error("a value")),
         }
+        Ok(ms)
+    }
+
+    /// The elements of the array at `self.i` (which holds `[`), through its `]`.
+    fn array(&mut self, depth: usize) -> Result<Vec<Node>> {
+        self.i += 1;
+        let mut vs = Vec::new();
+        loop {
+            self.skip()?;
+            if self.s.get(self.i) == Some(&b']') {
+                self.i += 1;
+                break;
+            }
+            vs.push(self.value(depth + 1)?);
+            self.skip()?;
+            match self.s.get(self.i) {
+                Some(b',') => self.i += 1,
+                Some(b']') => {
+                    self.i += 1;
+                    break;
+                }
+                _ => return Err(self.error(", or ]")),
+            }
+        }
+        Ok(vs)
+    }
+
+    /// `true`, `false` or `null` at `self.i`.
+    fn word(&mut self) -> Result<Kind> {
+        for w in ["true", "false", "null"] {
+            if self.s[self.i..].starts_with(w.as_bytes()) {
+                self.i += w.len();
+                return Ok(Kind::Scalar);
+            }
+        }
+        Err(self.error("a value"))
+    }
+
+    /// A number at `self.i`, as JSON writes them.
+    fn number(&mut self) -> Result<Kind> {
+        let from = self.i;
+        while self.i < self.s.len()
+            && matches!(
+                self.s[self.i],
+                b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
+            )
+        {
+            self.i += 1;
+        }
+        if serde_json::from_str::<serde_json::Number>(&self.text[from..self.i]).is_err() {
+            self.i = from;
+            return Err(self.error("a number"));
+        }
+        Ok(Kind::Scalar)
     }
 
     /// A JSON string at `self.i` (which holds `"`), decoded.
