@@ -686,6 +686,40 @@ fn simple(
         .filter(|(_, r)| *r == Role::Arg)
         .map(|(w, _)| *w)
         .collect();
+    let i = prefix(&args, all, out);
+    if i >= args.len() {
+        return;
+    }
+    let tool = basename(&args[i].text);
+    let rest = &args[i + 1..];
+    if depth < DEPTH {
+        shell_code(tool, rest, depth, out);
+    }
+    fed_to_secret_readers(words, tool, rest, feeds_secret_reader, out);
+    if matches!(
+        tool,
+        "export" | "declare" | "typeset" | "local" | "readonly" | "setenv" | "set"
+    ) {
+        for w in rest {
+            assign(out, w, all);
+        }
+        if tool == "setenv" && rest.len() >= 2 {
+            mask_all(out, rest[1]);
+        }
+        return;
+    }
+    written_secrets(tool, &args, rest, out);
+    let sub = rest
+        .iter()
+        .map(|w| w.text.as_str())
+        .find(|t| !t.starts_with('-'));
+    let positional = flags(tool, sub, rest, out);
+    positional_secrets(tool, rest, &positional, out);
+}
+
+/// Masks the leading assignments (`PGPASSWORD=... psql`) and those given to wrappers (`env`,
+/// `sudo`, `timeout 5`, ...), and gives the index of the word that names the tool.
+fn prefix(args: &[&Word], all: bool, out: &mut Vec<(usize, usize)>) -> usize {
     let mut i = 0;
     while i < args.len() && assignment(&args[i].text).is_some() {
         assign(out, args[i], all);
@@ -711,23 +745,31 @@ fn simple(
             i += 1;
         }
     }
-    if i >= args.len() {
-        return;
-    }
-    let tool = basename(&args[i].text);
-    let rest = &args[i + 1..];
-    // shell code given to a shell (`bash -c '...'`, `ssh host '...'`, `eval "..."`) is a command
-    // line of its own: its assignments are masked as the top level's are
-    if depth < DEPTH {
-        for (k, w) in rest.iter().enumerate() {
-            let after_c = k > 0 && rest[k - 1].text == "-c";
-            if (after_c || SHELLS.contains(&tool)) && w.text.contains([' ', '\t', '\n', '=', ';']) {
-                let mut sub = Vec::new();
-                command(&w.text, depth + 1, true, &mut sub);
-                inner(out, w, sub);
-            }
+    i
+}
+
+/// Shell code given to a shell (`bash -c '...'`, `ssh host '...'`, `eval "..."`) is a command
+/// line of its own: its assignments are masked as the top level's are.
+fn shell_code(tool: &str, rest: &[&Word], depth: usize, out: &mut Vec<(usize, usize)>) {
+    for (k, w) in rest.iter().enumerate() {
+        let after_c = k > 0 && rest[k - 1].text == "-c";
+        if (after_c || SHELLS.contains(&tool)) && w.text.contains([' ', '\t', '\n', '=', ';']) {
+            let mut sub = Vec::new();
+            command(&w.text, depth + 1, true, &mut sub);
+            inner(out, w, sub);
         }
     }
+}
+
+/// What a command prints into a reader of secrets (`echo PW | passwd --stdin`), and what a reader
+/// of secrets takes from a here-string or here-document.
+fn fed_to_secret_readers(
+    words: &[(&Word, Role)],
+    tool: &str,
+    rest: &[&Word],
+    feeds_secret_reader: bool,
+    out: &mut Vec<(usize, usize)>,
+) {
     if feeds_secret_reader && matches!(tool, "echo" | "printf" | "cat" | "print") {
         for w in rest {
             if !w.text.starts_with('-') {
@@ -742,18 +784,12 @@ fn simple(
             }
         }
     }
-    if matches!(
-        tool,
-        "export" | "declare" | "typeset" | "local" | "readonly" | "setenv" | "set"
-    ) {
-        for w in rest {
-            assign(out, w, all);
-        }
-        if tool == "setenv" && rest.len() >= 2 {
-            mask_all(out, rest[1]);
-        }
-        return;
-    }
+}
+
+/// Secrets a tool's own arguments write or look for: `printf`'s arguments where its format puts a
+/// secret, `sed`'s and `perl`'s substitutions, the values of a command that sets a password, and
+/// a search for a password-shaped pattern.
+fn written_secrets(tool: &str, args: &[&Word], rest: &[&Word], out: &mut Vec<(usize, usize)>) {
     // `printf 'password %s\n' PW`: the format puts an argument where a secret goes, so the
     // arguments are the secrets
     if tool == "printf" {
@@ -797,10 +833,17 @@ fn simple(
             }
         }
     }
-    let sub = rest
-        .iter()
-        .map(|w| w.text.as_str())
-        .find(|t| !t.starts_with('-'));
+}
+
+/// Masks the values of the secret flags among a tool's words (short flags from the tool's own
+/// table, long flags by their names, `-e NAME=value` assignments for another program) and of
+/// the positional words that follow a key; gives the positional words.
+fn flags<'w>(
+    tool: &str,
+    sub: Option<&str>,
+    rest: &[&'w Word],
+    out: &mut Vec<(usize, usize)>,
+) -> Vec<&'w Word> {
     let flags = short_flags(tool, sub);
     let mut positional: Vec<&Word> = Vec::new();
     let mut j = 0;
@@ -850,38 +893,8 @@ fn simple(
             .strip_prefix("--")
             .or_else(|| t.strip_prefix('-').filter(|n| n.len() > 2))
         {
-            let (name, value) = match name.split_once('=') {
-                Some((n, _)) => (n, Some(t.find('=').unwrap() + 1)),
-                None => (name, None),
-            };
-            let user_pair = matches!(
-                name,
-                "user" | "proxy-user" | "basic-auth" | "creds" | "auth"
-            );
-            if secret_name(name) || user_pair {
-                let takes = if user_pair {
-                    Takes::UserColon
-                } else {
-                    Takes::Either
-                };
-                let takes = if name == "creds"
-                    || name == "auth"
-                        && !w.text.contains(':')
-                        && next.map_or(true, |n| !n.text.contains(':'))
-                {
-                    Takes::Either
-                } else {
-                    takes
-                };
-                match value {
-                    Some(at) => secret_part(out, w, at, takes),
-                    None => {
-                        if let Some(n) = next {
-                            secret_part(out, n, 0, takes);
-                            j += 1;
-                        }
-                    }
-                }
+            if long_flag(out, w, name, next) {
+                j += 1;
             }
             j += 1;
             continue;
@@ -908,6 +921,57 @@ fn simple(
         positional.push(w);
         j += 1;
     }
+    positional
+}
+
+/// A long flag `--NAME[=VALUE]` (or `-NAME`): masks its value when the name says it is a secret
+/// or a `user:password` pair. True when the value is the next word, which it then took.
+fn long_flag(out: &mut Vec<(usize, usize)>, w: &Word, name: &str, next: Option<&&Word>) -> bool {
+    let t = w.text.as_str();
+    let (name, value) = match name.split_once('=') {
+        Some((n, _)) => (n, Some(t.find('=').unwrap() + 1)),
+        None => (name, None),
+    };
+    let user_pair = matches!(
+        name,
+        "user" | "proxy-user" | "basic-auth" | "creds" | "auth"
+    );
+    if secret_name(name) || user_pair {
+        let takes = if user_pair {
+            Takes::UserColon
+        } else {
+            Takes::Either
+        };
+        let takes = if name == "creds"
+            || name == "auth"
+                && !w.text.contains(':')
+                && next.map_or(true, |n| !n.text.contains(':'))
+        {
+            Takes::Either
+        } else {
+            takes
+        };
+        match value {
+            Some(at) => secret_part(out, w, at, takes),
+            None => {
+                if let Some(n) = next {
+                    secret_part(out, n, 0, takes);
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
+/// Secrets by their place among a tool's positional words: `user/password@db` logins,
+/// `htpasswd -b`'s password, `redis-cli AUTH`'s, `openssl passwd`'s, and the like.
+fn positional_secrets(
+    tool: &str,
+    rest: &[&Word],
+    positional: &[&Word],
+    out: &mut Vec<(usize, usize)>,
+) {
     let pos: Vec<&str> = positional.iter().map(|w| w.text.as_str()).collect();
     match tool {
         t if SLASH_LOGIN.contains(&t) => {
