@@ -431,97 +431,102 @@ fn assignment(s: &str) -> Option<(&str, usize)> {
     .then_some((name, eq + 1))
 }
 
+/// Variables whose values are settings.
+const PLAIN_VARIABLES: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "TZ",
+    "TMPDIR",
+    "EDITOR",
+    "VISUAL",
+    "PAGER",
+    "DEBUG",
+    "CI",
+    "NODE_ENV",
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+    "PYTHONPATH",
+    "PYTHONUNBUFFERED",
+    "PYTHONDONTWRITEBYTECODE",
+    "GOPATH",
+    "GOOS",
+    "GOARCH",
+    "GOFLAGS",
+    "CGO_ENABLED",
+    "DISPLAY",
+    "JAVA_HOME",
+    "NODE_OPTIONS",
+    "PORT",
+    "HOST",
+    "LOG_LEVEL",
+    "VERBOSE",
+    "NO_COLOR",
+    "FORCE_COLOR",
+    "COLUMNS",
+    "LINES",
+    "RAILS_ENV",
+    "FLASK_ENV",
+    "FLASK_APP",
+    "DJANGO_SETTINGS_MODULE",
+    "CC",
+    "CXX",
+    "CFLAGS",
+    "CXXFLAGS",
+    "LDFLAGS",
+    "MAKEFLAGS",
+    "DEBIAN_FRONTEND",
+    "ENV",
+    "OLDPWD",
+    "IFS",
+    "PS1",
+    "PS4",
+    "HISTFILE",
+    "CARGO_TERM_COLOR",
+    "CARGO_INCREMENTAL",
+    "RUSTFLAGS",
+    "NPM_CONFIG_LOGLEVEL",
+    "TARGET",
+];
+
+/// Beginnings of the names of settings (a language's, a build tool's, a locale's).
+const PLAIN_PREFIXES: &[&str] = &[
+    "LC_",
+    "XDG_",
+    "PYTHON",
+    "NODE_",
+    "RUST",
+    "CARGO_",
+    "GO",
+    "JAVA_",
+    "MAVEN_",
+    "GRADLE_",
+    "DJANGO_",
+    "FLASK_",
+    "PIP_",
+    "UV_",
+    "POETRY_",
+    "npm_config_",
+    "GIT_",
+    "PYTEST_",
+    "TF_LOG",
+];
+
+/// Ends of the names of settings (a place, a level, a port, a count).
+const PLAIN_SUFFIXES: &[&str] = &[
+    "_DIR", "_PATH", "_HOME", "_FILE", "_LEVEL", "_MODE", "_PORT", "_HOST", "_VERSION", "_JOBS",
+    "_THREADS",
+];
+
 /// Variables whose values are settings, never secrets; every other assignment is masked.
 fn plain_variable(name: &str) -> bool {
-    const PLAIN: &[&str] = &[
-        "PATH",
-        "HOME",
-        "USER",
-        "SHELL",
-        "LANG",
-        "LANGUAGE",
-        "TERM",
-        "TZ",
-        "TMPDIR",
-        "EDITOR",
-        "VISUAL",
-        "PAGER",
-        "DEBUG",
-        "CI",
-        "NODE_ENV",
-        "RUST_LOG",
-        "RUST_BACKTRACE",
-        "PYTHONPATH",
-        "PYTHONUNBUFFERED",
-        "PYTHONDONTWRITEBYTECODE",
-        "GOPATH",
-        "GOOS",
-        "GOARCH",
-        "GOFLAGS",
-        "CGO_ENABLED",
-        "DISPLAY",
-        "JAVA_HOME",
-        "NODE_OPTIONS",
-        "PORT",
-        "HOST",
-        "LOG_LEVEL",
-        "VERBOSE",
-        "NO_COLOR",
-        "FORCE_COLOR",
-        "COLUMNS",
-        "LINES",
-        "RAILS_ENV",
-        "FLASK_ENV",
-        "FLASK_APP",
-        "DJANGO_SETTINGS_MODULE",
-        "CC",
-        "CXX",
-        "CFLAGS",
-        "CXXFLAGS",
-        "LDFLAGS",
-        "MAKEFLAGS",
-        "DEBIAN_FRONTEND",
-        "ENV",
-        "OLDPWD",
-        "IFS",
-        "PS1",
-        "PS4",
-        "HISTFILE",
-        "CARGO_TERM_COLOR",
-        "CARGO_INCREMENTAL",
-        "RUSTFLAGS",
-        "NPM_CONFIG_LOGLEVEL",
-        "TARGET",
-    ];
-    const PREFIX: &[&str] = &[
-        "LC_",
-        "XDG_",
-        "PYTHON",
-        "NODE_",
-        "RUST",
-        "CARGO_",
-        "GO",
-        "JAVA_",
-        "MAVEN_",
-        "GRADLE_",
-        "DJANGO_",
-        "FLASK_",
-        "PIP_",
-        "UV_",
-        "POETRY_",
-        "npm_config_",
-        "GIT_",
-        "PYTEST_",
-        "TF_LOG",
-    ];
-    PLAIN.contains(&name)
-        || PREFIX.iter().any(|p| name.starts_with(p))
-        || [
-            "_DIR", "_PATH", "_HOME", "_FILE", "_LEVEL", "_MODE", "_PORT", "_HOST", "_VERSION",
-            "_JOBS", "_THREADS",
-        ]
-        .iter()
-        .any(|s| name.ends_with(s))
+    PLAIN_VARIABLES.contains(&name)
+        || PLAIN_PREFIXES.iter().any(|p| name.starts_with(p))
+        || PLAIN_SUFFIXES.iter().any(|s| name.ends_with(s))
 }
 
 /// Masks the value of an assignment word when it may be a secret.
@@ -903,25 +908,37 @@ fn flags<'w>(
             j += 1;
             continue;
         }
-        // xfreerdp-style `/p:secret`
-        if matches!(tool, "xfreerdp" | "wlfreerdp" | "sdl-freerdp" | "xfreerdp3") {
-            for p in ["/p:", "/password:", "/gp:", "/gateway-password:"] {
-                if t.starts_with(p) {
-                    mask(out, w, p.len(), t.len());
-                }
-            }
-        }
-        if let Some(prev) = positional.last() {
-            let searching = SEARCHERS.contains(&tool)
-                || tool == "git" && matches!(sub, Some("grep" | "log" | "show" | "diff"));
-            if positional_key(&prev.text) && !searching {
-                mask_all(out, w);
-            }
-        }
+        positional_word(tool, sub, w, positional.last().copied(), out);
         positional.push(w);
         j += 1;
     }
     positional
+}
+
+/// A positional word: xfreerdp's `/p:secret`, or the value after a positional key
+/// (`config set password PW`) unless the tool searches for words.
+fn positional_word(
+    tool: &str,
+    sub: Option<&str>,
+    w: &Word,
+    prev: Option<&Word>,
+    out: &mut Vec<(usize, usize)>,
+) {
+    let t = w.text.as_str();
+    if matches!(tool, "xfreerdp" | "wlfreerdp" | "sdl-freerdp" | "xfreerdp3") {
+        for p in ["/p:", "/password:", "/gp:", "/gateway-password:"] {
+            if t.starts_with(p) {
+                mask(out, w, p.len(), t.len());
+            }
+        }
+    }
+    if let Some(prev) = prev {
+        let searching = SEARCHERS.contains(&tool)
+            || tool == "git" && matches!(sub, Some("grep" | "log" | "show" | "diff"));
+        if positional_key(&prev.text) && !searching {
+            mask_all(out, w);
+        }
+    }
 }
 
 /// A long flag `--NAME[=VALUE]` (or `-NAME`): masks its value when the name says it is a secret
@@ -1189,152 +1206,164 @@ fn name_words(name: &str) -> Vec<String> {
     words
 }
 
+/// Last words of a name that say its value is about a secret, not the secret (`password_file`).
+const NOT_SECRET_LAST: &[&str] = &[
+    "file",
+    "files",
+    "path",
+    "dir",
+    "directory",
+    "env",
+    "stdin",
+    "fd",
+    "type",
+    "length",
+    "len",
+    "prompt",
+    "helper",
+    "cmd",
+    "command",
+    "url",
+    "uri",
+    "endpoint",
+    "id",
+    "ids",
+    "name",
+    "names",
+    "format",
+    "algorithm",
+    "algo",
+    "method",
+    "mode",
+    "size",
+    "bits",
+    "count",
+    "policy",
+    "server",
+    "host",
+    "port",
+    "location",
+    "ref",
+    "user",
+    "username",
+    "expiry",
+    "expires",
+    "ttl",
+    "timeout",
+    "hint",
+    "version",
+    "limit",
+    "limits",
+    "budget",
+    "usage",
+    "count",
+    "min",
+    "max",
+    "strength",
+    "required",
+    "reset",
+    "rotation",
+    "manager",
+    "source",
+    "provider",
+    "store",
+];
+
+/// Parts of a name (its words run together) that say its value is a secret.
+const SECRET_PARTS: &[&str] = &[
+    "passw",
+    "passphrase",
+    "passwd",
+    "secret",
+    "apikey",
+    "accesskey",
+    "privatekey",
+    "authtoken",
+    "storepass",
+    "keypass",
+    "requirepass",
+    "masterauth",
+    "credential",
+    "cookie",
+    "signature",
+    "bearer",
+    "passin",
+    "passout",
+    "sessionid",
+    "secretkey",
+    "authorization",
+    "authkey",
+    "accesstoken",
+    "refreshtoken",
+    "idtoken",
+    "clientsecret",
+    "sastoken",
+    "connectionstring",
+];
+
+/// Words of a name that say its value is a secret (`token` and `*token` besides).
+const SECRET_WORDS: &[&str] = &[
+    "pass", "pw", "pwd", "auth", "oauth", "sig", "creds", "cred", "otp", "totp", "jwt", "csrf",
+    "xsrf", "sid", "sas", "psk", "passcode", "pin",
+];
+
+/// Words before `key` that say it is not a secret's key (`sort_key`, `public_key`).
+const PLAIN_KEY: &[&str] = &[
+    "public",
+    "primary",
+    "foreign",
+    "sort",
+    "partition",
+    "cache",
+    "group",
+    "dedup",
+    "lookup",
+    "hot",
+    "short",
+    "sub",
+    "gpg",
+    "ssh",
+    "host",
+    "idempotency",
+    "has",
+    "primary",
+    "natural",
+    "composite",
+    "unique",
+    "index",
+    "dict",
+    "map",
+    "row",
+    "column",
+    "field",
+    "object",
+    "cache",
+];
+
 /// Whether a flag, variable, field or header name says its value is a secret.
 pub fn secret_name(name: &str) -> bool {
     let words = name_words(name);
     let Some(last) = words.last() else {
         return false;
     };
-    const NOT: &[&str] = &[
-        "file",
-        "files",
-        "path",
-        "dir",
-        "directory",
-        "env",
-        "stdin",
-        "fd",
-        "type",
-        "length",
-        "len",
-        "prompt",
-        "helper",
-        "cmd",
-        "command",
-        "url",
-        "uri",
-        "endpoint",
-        "id",
-        "ids",
-        "name",
-        "names",
-        "format",
-        "algorithm",
-        "algo",
-        "method",
-        "mode",
-        "size",
-        "bits",
-        "count",
-        "policy",
-        "server",
-        "host",
-        "port",
-        "location",
-        "ref",
-        "user",
-        "username",
-        "expiry",
-        "expires",
-        "ttl",
-        "timeout",
-        "hint",
-        "version",
-        "limit",
-        "limits",
-        "budget",
-        "usage",
-        "count",
-        "min",
-        "max",
-        "strength",
-        "required",
-        "reset",
-        "rotation",
-        "manager",
-        "source",
-        "provider",
-        "store",
-    ];
-    if words[0] == "no" || words[0] == "max" || words[0] == "min" || NOT.contains(&last.as_str()) {
+    if words[0] == "no"
+        || words[0] == "max"
+        || words[0] == "min"
+        || NOT_SECRET_LAST.contains(&last.as_str())
+    {
         return false;
     }
     let flat: String = words.concat();
-    const SUB: &[&str] = &[
-        "passw",
-        "passphrase",
-        "passwd",
-        "secret",
-        "apikey",
-        "accesskey",
-        "privatekey",
-        "authtoken",
-        "storepass",
-        "keypass",
-        "requirepass",
-        "masterauth",
-        "credential",
-        "cookie",
-        "signature",
-        "bearer",
-        "passin",
-        "passout",
-        "sessionid",
-        "secretkey",
-        "authorization",
-        "authkey",
-        "accesstoken",
-        "refreshtoken",
-        "idtoken",
-        "clientsecret",
-        "sastoken",
-        "connectionstring",
-    ];
-    if SUB.iter().any(|s| flat.contains(s)) {
+    if SECRET_PARTS.iter().any(|s| flat.contains(s)) {
         return true;
     }
-    const WORDS: &[&str] = &[
-        "pass", "pw", "pwd", "auth", "oauth", "sig", "creds", "cred", "otp", "totp", "jwt", "csrf",
-        "xsrf", "sid", "sas", "psk", "passcode", "pin",
-    ];
     if words
         .iter()
-        .any(|w| WORDS.contains(&w.as_str()) || w == "token" || w.ends_with("token"))
+        .any(|w| SECRET_WORDS.contains(&w.as_str()) || w == "token" || w.ends_with("token"))
     {
         return true;
     }
     // `key` needs a qualifier: `api_key`, `STRIPE_KEY`, but not `--key 2` or `sort_key`
-    const PLAIN_KEY: &[&str] = &[
-        "public",
-        "primary",
-        "foreign",
-        "sort",
-        "partition",
-        "cache",
-        "group",
-        "dedup",
-        "lookup",
-        "hot",
-        "short",
-        "sub",
-        "gpg",
-        "ssh",
-        "host",
-        "idempotency",
-        "has",
-        "primary",
-        "natural",
-        "composite",
-        "unique",
-        "index",
-        "dict",
-        "map",
-        "row",
-        "column",
-        "field",
-        "object",
-        "cache",
-    ];
     words.len() >= 2
         && (last == "key" || last == "keys")
         && !PLAIN_KEY.contains(&words[words.len() - 2].as_str())
@@ -1471,6 +1500,17 @@ static SCHEME: LazyLock<Regex> = LazyLock::new(|| {
 /// Secrets that a word is by its own shape, whatever the tool: URL credentials, `key=value`
 /// pairs, quoted `"key": "value"` fields, auth headers.
 fn word_rules(w: &Word, free: bool, out: &mut Vec<(usize, usize)>) {
+    url_userinfo(w, out);
+    pairs(w, free, out);
+    call_args(w, out);
+    regex_pairs(w, out);
+    quoted_keys(w, out);
+    headers(w, out);
+    schemes(w, out);
+}
+
+/// `scheme://user:password@host`: the password (or a token given as the user).
+fn url_userinfo(w: &Word, out: &mut Vec<(usize, usize)>) {
     let t = w.text.as_str();
     // scheme://user:password@host, password may hold `@`; the authority ends at the first `/`
     for m in URL_USERINFO.find_iter(t) {
@@ -1497,6 +1537,12 @@ fn word_rules(w: &Word, free: bool, out: &mut Vec<(usize, usize)>) {
             None => {}
         }
     }
+}
+
+/// `key=value` pairs (`key = "value"`, httpie's `key:=value` and `key==value`) whose key names a
+/// secret, or in a query string a credential: the value.
+fn pairs(w: &Word, free: bool, out: &mut Vec<(usize, usize)>) {
+    let t = w.text.as_str();
     for c in PAIR.captures_iter(t) {
         let key = c.get(1).unwrap();
         let whole = c.get(0).unwrap();
@@ -1537,10 +1583,14 @@ fn word_rules(w: &Word, free: bool, out: &mut Vec<(usize, usize)>) {
         };
         mask(out, w, start, end);
     }
-    // credentials as a call's arguments: `auth=("svc", "pw")`, `HTTPBasicAuth("svc", "pw")`,
-    // `s.login("bob", "pw")`, `set_password("pw")`. The last word of the call's or the keyword's
-    // name says credentials (auth, login, password, secret, token, ...); its string literals
-    // after the first (the user) are masked, or the only one there is.
+}
+
+/// Credentials as a call's arguments: `auth=("svc", "pw")`, `HTTPBasicAuth("svc", "pw")`,
+/// `s.login("bob", "pw")`, `set_password("pw")`. The last word of the call's or the keyword's
+/// name says credentials (auth, login, password, secret, token, ...); its string literals
+/// after the first (the user) are masked, or the only one there is.
+fn call_args(w: &Word, out: &mut Vec<(usize, usize)>) {
+    let t = w.text.as_str();
     for c in CALL.captures_iter(t) {
         let names = |g: usize| {
             c.get(g).is_some_and(|m| {
@@ -1571,7 +1621,11 @@ fn word_rules(w: &Word, free: bool, out: &mut Vec<(usize, usize)>) {
             mask(out, w, a.start() + l.start(), a.start() + l.end());
         }
     }
-    // a pair spelled as a regex: `password\s*=\s*"pw"`, `api_key\s*:\s*pw`
+}
+
+/// A pair spelled as a regex: `password\s*=\s*"pw"`, `api_key\s*:\s*pw`
+fn regex_pairs(w: &Word, out: &mut Vec<(usize, usize)>) {
+    let t = w.text.as_str();
     for c in REGEX_PAIR.captures_iter(t) {
         let spelled = c[2].contains("\\s") || c[3].contains("\\s");
         if spelled && secret_name(&c[1]) {
@@ -1579,6 +1633,11 @@ fn word_rules(w: &Word, free: bool, out: &mut Vec<(usize, usize)>) {
             mask(out, w, v.start(), v.end());
         }
     }
+}
+
+/// A quoted key naming a secret (`"password": "pw"`, `['token'] = pw`): its value.
+fn quoted_keys(w: &Word, out: &mut Vec<(usize, usize)>) {
+    let t = w.text.as_str();
     for c in QUOTED_KEY.captures_iter(t) {
         if !secret_name(&c[2]) {
             continue;
@@ -1587,6 +1646,11 @@ fn word_rules(w: &Word, free: bool, out: &mut Vec<(usize, usize)>) {
             mask(out, w, v.start(), v.end());
         }
     }
+}
+
+/// A header naming a secret (`X-Api-Key: ...`, `Authorization: Bearer ...`): its value.
+fn headers(w: &Word, out: &mut Vec<(usize, usize)>) {
+    let t = w.text.as_str();
     for c in HEADER.captures_iter(t) {
         let name = c.get(1).unwrap();
         let value = c.get(2).unwrap();
@@ -1608,6 +1672,11 @@ fn word_rules(w: &Word, free: bool, out: &mut Vec<(usize, usize)>) {
         let end = v.trim_end_matches(['"', '\'', ',', '}']).len().max(skip);
         mask(out, w, value.start() + skip, value.start() + end);
     }
+}
+
+/// An auth scheme's credentials (`Bearer ...`, `Basic ...`, a long random one after another scheme).
+fn schemes(w: &Word, out: &mut Vec<(usize, usize)>) {
+    let t = w.text.as_str();
     for c in SCHEME.captures_iter(t) {
         let scheme = c[1].to_ascii_lowercase();
         let v = c.get(2).unwrap();
