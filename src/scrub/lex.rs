@@ -97,32 +97,7 @@ pub fn lex_states(s: &str) -> (Vec<Tok>, Vec<u8>) {
             b'\n' => {
                 push(&mut toks, &mut cur, &mut want_delim, &mut pending);
                 toks.push(Tok::Op(Op::End));
-                i += 1;
-                for (delim, strip) in std::mem::take(&mut pending) {
-                    let start = i;
-                    let mut end = b.len();
-                    let mut next = b.len();
-                    let mut j = i;
-                    while j < b.len() {
-                        let e = s[j..].find('\n').map(|k| j + k).unwrap_or(b.len());
-                        let line = &s[j..e];
-                        let line = if strip {
-                            line.trim_start_matches('\t')
-                        } else {
-                            line
-                        };
-                        if line == delim {
-                            end = j;
-                            next = (e + 1).min(b.len());
-                            break;
-                        }
-                        j = e + 1;
-                    }
-                    if end > start {
-                        toks.push(Tok::Text(start, end));
-                    }
-                    i = next;
-                }
+                i = here_docs(s, i + 1, std::mem::take(&mut pending), &mut toks);
             }
             b'#' if cur.is_none() => {
                 let e = s[i..].find('\n').map(|k| i + k).unwrap_or(b.len());
@@ -132,32 +107,7 @@ pub fn lex_states(s: &str) -> (Vec<Tok>, Vec<u8>) {
             b';' | b'&' | b'|' | b'(' | b')' | b'`' | b'<' | b'>' => {
                 // `2>`, `&>` and friends: a word of digits right before a redirection is its fd
                 push(&mut toks, &mut cur, &mut want_delim, &mut pending);
-                let rest = &s[i..];
-                let (op, n) = if rest.starts_with("<<<") {
-                    (Op::HereString, 3)
-                } else if rest.starts_with("<<-") {
-                    (Op::HereDoc, 3)
-                } else if rest.starts_with("<<") {
-                    (Op::HereDoc, 2)
-                } else if rest.starts_with("&&") || rest.starts_with("||") || rest.starts_with(";;")
-                {
-                    (Op::End, 2)
-                } else if rest.starts_with("|&") {
-                    (Op::Pipe, 2)
-                } else if rest.starts_with("&>>") {
-                    (Op::Redirect, 3)
-                } else if [">>", ">&", "<&", "&>", ">|", "<>"]
-                    .iter()
-                    .any(|p| rest.starts_with(p))
-                {
-                    (Op::Redirect, 2)
-                } else if c == b'|' {
-                    (Op::Pipe, 1)
-                } else if c == b'<' || c == b'>' {
-                    (Op::Redirect, 1)
-                } else {
-                    (Op::End, 1)
-                };
+                let (op, n) = operator(&s[i..]);
                 if op == Op::HereDoc {
                     want_delim = Some(n == 3);
                 }
@@ -181,6 +131,69 @@ pub fn lex_states(s: &str) -> (Vec<Tok>, Vec<u8>) {
     }
     push(&mut toks, &mut cur, &mut want_delim, &mut pending);
     (toks, st)
+}
+
+/// The bodies of the here-documents whose delimiters `pending` holds, one after another from `i`
+/// (the line after their `<<`), as text; gives where the shell reads on, after the last
+/// delimiter line.
+fn here_docs(s: &str, mut i: usize, pending: Vec<(String, bool)>, toks: &mut Vec<Tok>) -> usize {
+    let b = s.as_bytes();
+    for (delim, strip) in pending {
+        let start = i;
+        let mut end = b.len();
+        let mut next = b.len();
+        let mut j = i;
+        while j < b.len() {
+            let e = s[j..].find('\n').map(|k| j + k).unwrap_or(b.len());
+            let line = &s[j..e];
+            let line = if strip {
+                line.trim_start_matches('\t')
+            } else {
+                line
+            };
+            if line == delim {
+                end = j;
+                next = (e + 1).min(b.len());
+                break;
+            }
+            j = e + 1;
+        }
+        if end > start {
+            toks.push(Tok::Text(start, end));
+        }
+        i = next;
+    }
+    i
+}
+
+/// The shell's operators of two and three bytes, each longer one before those it begins with.
+const OPERATORS: &[(&str, Op)] = &[
+    ("<<<", Op::HereString),
+    ("<<-", Op::HereDoc),
+    ("<<", Op::HereDoc),
+    ("&&", Op::End),
+    ("||", Op::End),
+    (";;", Op::End),
+    ("|&", Op::Pipe),
+    ("&>>", Op::Redirect),
+    (">>", Op::Redirect),
+    (">&", Op::Redirect),
+    ("<&", Op::Redirect),
+    ("&>", Op::Redirect),
+    (">|", Op::Redirect),
+    ("<>", Op::Redirect),
+];
+
+/// The operator `rest` begins with (it begins with one of `;&|()\`<>`) and its length.
+fn operator(rest: &str) -> (Op, usize) {
+    if let Some((p, op)) = OPERATORS.iter().find(|(p, _)| rest.starts_with(p)) {
+        return (op.clone(), p.len());
+    }
+    match rest.as_bytes()[0] {
+        b'|' => (Op::Pipe, 1),
+        b'<' | b'>' => (Op::Redirect, 1),
+        _ => (Op::End, 1),
+    }
 }
 
 /// Adds one unit of a word at `i` (a quoted string, an escape or a plain character) to `w`;
