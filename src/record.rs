@@ -473,6 +473,9 @@ pub enum LivenessClass {
     AwaitingUser,
     Interrupted,
     NeedsFinalization,
+    /// The opencode process that ran it is gone (a killed `opencode run`): nothing runs it,
+    /// whatever reply the database still shows in progress.
+    Ended,
     Idle,
     #[default]
     Unknown,
@@ -489,6 +492,7 @@ impl LivenessClass {
             LivenessClass::AwaitingUser => "awaiting_user",
             LivenessClass::Interrupted => "interrupted",
             LivenessClass::NeedsFinalization => "needs_finalization",
+            LivenessClass::Ended => "ended",
             LivenessClass::Idle => "idle",
             LivenessClass::Unknown => "unknown",
         }
