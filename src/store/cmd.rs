@@ -212,7 +212,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         }
         Cmd::OpenRoots => {
             let mut st = store.conn.prepare(
-                "SELECT root FROM alerts WHERE state = 'open' AND kind = 'loop' ORDER BY root",
+                "SELECT DISTINCT root FROM alerts WHERE state = 'open' AND kind <> 'blind' ORDER BY root",
             )?;
             let roots: Vec<String> = st
                 .query_map([], |r| r.get(0))?
