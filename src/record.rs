@@ -277,6 +277,9 @@ pub struct Verdict {
     pub agent: Option<String>,
     #[serde(default)]
     pub title: Option<String>,
+    /// The session's project directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directory: Option<String>,
     /// Judged as an agent that never lands changes (explore, librarian, ...).
     #[serde(default)]
     pub read_only: bool,

@@ -1092,7 +1092,11 @@ fn every_open_alert_kind_is_read_again_by_the_next_tick_not_only_loops() {
         "liveness": {"class": "stalled", "alert": "warning", "evidence": "busy and silent for 950 s"}})
     .to_string();
     let blind = r#"{"kind":"blind","source":"/x/opencode.db","reason":"locked"}"#.to_string();
-    rig.tick(T0, &[verdict("ses_kid", "ses_lp", true), stalled, blind], &[]);
+    rig.tick(
+        T0,
+        &[verdict("ses_kid", "ses_lp", true), stalled, blind],
+        &[],
+    );
     let r = rig
         .home
         .cmd("wd-store")

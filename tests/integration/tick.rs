@@ -743,4 +743,16 @@ fn opencode_run_killed_with_ctrl_c_resolves_the_process_ended_and_is_never_stall
         "{:?}",
         seen[1]
     );
+    // the trigger said which project, and what to do
+    // (the fake model names every session "Scripted session")
+    assert!(
+        seen[0].body.contains(&format!(
+            "session {id} \"Scripted session\" in {}, agent build",
+            sim.proj.display()
+        )) && seen[0].body.contains(&format!(
+            "Stop it: Esc in its TUI, Ctrl-C for `opencode run`, or wd-store stop {id}; keep the model away: wd-store block-model "
+        )),
+        "{:?}",
+        seen[0]
+    );
 }
