@@ -425,10 +425,34 @@ fn strip_ansi(s: &str) -> String {
 }
 
 fn who() -> String {
+    // a shell sets USER; a unit, a cron job or a cleared environment may not: ask the system
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".into());
+        .ok()
+        .filter(|u| !u.is_empty())
+        .or_else(|| {
+            let status = std::fs::read_to_string("/proc/self/status").ok()?;
+            let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+            user_of(&status, &passwd)
+        })
+        .unwrap_or_else(|| "unknown".into());
     format!("{user}@{}", crate::paths::hostname())
+}
+
+/// The name of the real uid in `/proc/self/status` (`Uid:` line), as `/etc/passwd` has it;
+/// the uid in digits when no entry names it.
+fn user_of(status: &str, passwd: &str) -> Option<String> {
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?;
+    let name = passwd.lines().find_map(|l| {
+        let mut f = l.split(':');
+        let name = f.next()?;
+        (f.nth(1)? == uid).then(|| name.to_string())
+    });
+    Some(name.unwrap_or_else(|| format!("uid {uid}")))
 }
 
 /// What `block` did.
@@ -597,6 +621,19 @@ pub fn unblock(store: &mut Store, model: &str, now: i64) -> Result<Outcome> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_user_is_the_real_uids_name_when_the_environment_says_none() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nann:x:1000:1000:Ann:/home/ann:/bin/sh\n";
+        let status = |uid: &str| format!("Name:\twd-store\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n");
+        assert_eq!(user_of(&status("1000"), passwd).as_deref(), Some("ann"));
+        assert_eq!(user_of(&status("0"), passwd).as_deref(), Some("root"));
+        assert_eq!(
+            user_of(&status("1001"), passwd).as_deref(),
+            Some("uid 1001")
+        );
+        assert_eq!(user_of("Name:\tx\n", passwd), None);
+    }
 
     const CFG: &str = "{\n  // mine\n  \"$schema\": \"https://opencode.ai/config.json\",\n  \"provider\": {\n    \"sim\": {\n      \"npm\": \"x\", // inline\n      \"models\": {}\n    }\n  }\n}\n";
 

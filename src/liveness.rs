@@ -25,6 +25,10 @@ pub struct Evidence {
     pub pending: Option<Pending>,
     #[serde(default)]
     pub todos_open: Option<i64>,
+    /// `ended`: oc-sessions found no opencode process that could run the session (it read
+    /// the database, looked for the processes, and none works in its directory).
+    #[serde(default)]
+    pub process: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
@@ -51,6 +55,13 @@ fn live(
         action: (class == LivenessClass::Suspect).then_some(LivenessAction::Probe),
     }
 }
+
+/// The error opencode records when a person interrupts a reply (Esc in the TUI, a server's
+/// `POST /session/:id/abort`).
+pub const USER_ABORT: &str = "MessageAbortedError";
+
+/// The liveness evidence of a reply a person interrupted.
+pub const BY_THE_USER: &str = "interrupted by the user";
 
 /// Classifies one session at time `now` (ms).
 pub fn classify(ev: &Evidence, act: Option<&Activity>, now: i64, cfg: &LivenessConfig) -> Liveness {
@@ -100,6 +111,20 @@ pub fn classify(ev: &Evidence, act: Option<&Activity>, now: i64, cfg: &LivenessC
             None,
         );
     };
+    if status.is_none() && ev.process.as_deref() == Some("ended") {
+        let cut = if act.in_flight || !act.running.is_empty() {
+            ", a reply cut off"
+        } else {
+            ""
+        };
+        return live(
+            LivenessClass::Ended,
+            silence,
+            ev,
+            format!("the opencode process ended{cut}"),
+            None,
+        );
+    }
     let busy = match status {
         Some("busy") => true,
         Some("idle") => false,
@@ -193,11 +218,16 @@ pub fn classify(ev: &Evidence, act: Option<&Activity>, now: i64, cfg: &LivenessC
         );
     }
     if let Some(e) = &act.error {
+        let why = if e == USER_ABORT {
+            BY_THE_USER.to_string()
+        } else {
+            format!("stopped after an assistant error: {e}")
+        };
         return live(
             LivenessClass::Interrupted,
             silence,
             ev,
-            format!("stopped after an assistant error: {e}"),
+            why,
             Some(Severity::Info),
         );
     }
@@ -302,6 +332,39 @@ mod tests {
             class_at(&busy(), &a, 1860 + 900),
             (LivenessClass::Stalled, Some(Severity::Warning))
         );
+    }
+
+    #[test]
+    fn a_session_whose_process_ended_is_ended_never_stalled() {
+        // a killed `opencode run`: the database still shows its tool running, 2000 s on
+        let mut a = act(T);
+        a.in_flight = true;
+        a.running.push(Running {
+            tool: "bash".into(),
+            t: T,
+            timeout: None,
+        });
+        let ev = Evidence {
+            process: Some("ended".into()),
+            ..Evidence::default()
+        };
+        let l = classify(&ev, Some(&a), T + 2000 * 1000, &LivenessConfig::default());
+        assert_eq!(
+            (l.class, l.alert, l.evidence.as_str()),
+            (
+                LivenessClass::Ended,
+                None,
+                "the opencode process ended, a reply cut off"
+            )
+        );
+        // without the mark, the same evidence is a stall
+        let l = classify(
+            &Evidence::default(),
+            Some(&a),
+            T + 2000 * 1000,
+            &LivenessConfig::default(),
+        );
+        assert_eq!(l.class, LivenessClass::Stalled);
     }
 
     #[test]

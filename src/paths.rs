@@ -17,6 +17,19 @@ pub fn xdg_dir(var: &str, fallback: &str) -> PathBuf {
     }
 }
 
+/// A directory as people write it: under `$HOME` as `~/work/app`, else as it is.
+pub fn short(dir: &str) -> String {
+    short_in(dir, std::env::var_os("HOME").as_deref().map(Path::new))
+}
+
+fn short_in(dir: &str, home: Option<&Path>) -> String {
+    match home.and_then(|h| Path::new(dir).strip_prefix(h).ok()) {
+        Some(rest) if rest.as_os_str().is_empty() => "~".into(),
+        Some(rest) if home != Some(Path::new("/")) => format!("~/{}", rest.display()),
+        _ => dir.to_string(),
+    }
+}
+
 /// `$XDG_CONFIG_HOME`, else `~/.config`.
 pub fn config_home() -> PathBuf {
     xdg_dir("XDG_CONFIG_HOME", ".config")
@@ -123,6 +136,16 @@ pub fn page_link(link_base: &str, report_file: &Path, root: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_under_home_reads_as_a_tilde_path() {
+        let home = Some(Path::new("/home/ann"));
+        assert_eq!(short_in("/home/ann/work/app", home), "~/work/app");
+        assert_eq!(short_in("/home/ann", home), "~");
+        assert_eq!(short_in("/home/anna/x", home), "/home/anna/x");
+        assert_eq!(short_in("/srv/app", home), "/srv/app");
+        assert_eq!(short_in("/srv/app", None), "/srv/app");
+    }
 
     #[test]
     fn the_opencode_database_is_the_argument_then_the_config_then_opencodes_own() {

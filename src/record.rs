@@ -312,6 +312,9 @@ pub struct Verdict {
     pub agent: Option<String>,
     #[serde(default)]
     pub title: Option<String>,
+    /// The session's project directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directory: Option<String>,
     /// Judged as an agent that never lands changes (explore, librarian, ...).
     #[serde(default)]
     pub read_only: bool,
@@ -508,6 +511,9 @@ pub enum LivenessClass {
     AwaitingUser,
     Interrupted,
     NeedsFinalization,
+    /// The opencode process that ran it is gone (a killed `opencode run`): nothing runs it,
+    /// whatever reply the database still shows in progress.
+    Ended,
     Idle,
     #[default]
     Unknown,
@@ -524,6 +530,7 @@ impl LivenessClass {
             LivenessClass::AwaitingUser => "awaiting_user",
             LivenessClass::Interrupted => "interrupted",
             LivenessClass::NeedsFinalization => "needs_finalization",
+            LivenessClass::Ended => "ended",
             LivenessClass::Idle => "idle",
             LivenessClass::Unknown => "unknown",
         }

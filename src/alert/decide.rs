@@ -318,6 +318,16 @@ fn new_live(i: &Input, open_keys: &HashSet<&str>, steps: &mut Vec<Step>) {
             if open_keys.contains(key.as_str()) || !live_new.insert(key.clone()) {
                 continue;
             }
+            // a person's own Esc is news only about a session already alerted on
+            if kind == AlertKind::Interrupted
+                && v.liveness_evidence() == crate::liveness::BY_THE_USER
+                && !open_keys.contains(super::loop_key(&v.root).as_str())
+                && !open_keys
+                    .iter()
+                    .any(|k| k.ends_with(&format!(":{}", v.session)))
+            {
+                continue;
+            }
             steps.push(Step::Open {
                 kind,
                 key,
@@ -421,9 +431,17 @@ fn loop_step(i: &Input, a: &AlertEpisode, tree: Option<&Tree>) -> Option<Step> {
     }
     let acts: Vec<Occupancy> = t.flagged.iter().map(|v| v.activity()).collect();
     if acts.iter().all(|x| *x == Occupancy::Idle) {
+        let ended = t
+            .flagged
+            .iter()
+            .any(|v| v.liveness_class() == Some(LivenessClass::Ended));
         return Some(resolve(
             Reason::Stopped,
-            "the loop stopped: every flagged session is idle and made no call since the last tick",
+            if ended {
+                "the opencode process ended: no flagged session runs any more"
+            } else {
+                "the loop stopped: every flagged session is idle and made no call since the last tick"
+            },
             figures(flagged_of(&marks), a.opened, a.flagged_ticks),
             marks,
         ));
@@ -479,6 +497,10 @@ fn live_step(i: &Input, a: &AlertEpisode, kind: AlertKind, v: Option<&Verdict>) 
     match v {
         Some(v) if v.live_alert().map(|x| x.0) == Some(kind) => None,
         Some(v) => match v.liveness_class() {
+            Some(LivenessClass::Ended) => Some(resolve(
+                Reason::Stopped,
+                "the opencode process ended".into(),
+            )),
             Some(class) if class != LivenessClass::Unknown => Some(resolve(
                 Reason::Recovered,
                 format!("the session is {} now", class.as_str()),
@@ -791,6 +813,48 @@ mod tests {
             again.iter().map(name).collect::<Vec<_>>(),
             ["open loop warning"]
         );
+    }
+
+    #[test]
+    fn a_users_interrupt_alerts_only_about_a_session_already_alerted_on() {
+        let interrupted = |session: &str, evidence: &str| {
+            let mut x = v(session, false, 5, "interrupted");
+            x.root = session.into();
+            x.liveness = Some(Liveness {
+                class: LivenessClass::Interrupted,
+                alert: Some(Severity::Info),
+                evidence: evidence.into(),
+                ..Liveness::default()
+            });
+            x
+        };
+        let by_user = crate::liveness::BY_THE_USER;
+        // Esc in a session nothing was said about: no alert
+        let got: Vec<String> = run(vec![], tick(vec![interrupted("q", by_user)]))
+            .iter()
+            .map(name)
+            .collect();
+        assert!(got.is_empty(), "{got:?}");
+        // Esc in the looping session `r`: its interrupt is told
+        let mut r = interrupted("r", by_user);
+        r.flagged = true;
+        let got: Vec<String> = run(vec![open(1, Severity::Warning, &[("r", 5)])], tick(vec![r]))
+            .iter()
+            .map(name)
+            .collect();
+        assert_eq!(got, ["resolve stopped", "open interrupted info"]);
+        // a provider's error is news either way
+        let got: Vec<String> = run(
+            vec![],
+            tick(vec![interrupted(
+                "q",
+                "stopped after an assistant error: APIError",
+            )]),
+        )
+        .iter()
+        .map(name)
+        .collect();
+        assert_eq!(got, ["open interrupted info"]);
     }
 
     #[test]

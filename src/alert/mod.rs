@@ -317,7 +317,7 @@ impl Verdict {
     pub fn activity(&self) -> Occupancy {
         use LivenessClass as L;
         match self.liveness_class() {
-            Some(L::Idle | L::Interrupted | L::NeedsFinalization) => Occupancy::Idle,
+            Some(L::Idle | L::Ended | L::Interrupted | L::NeedsFinalization) => Occupancy::Idle,
             Some(
                 L::Active | L::Suspect | L::Stalled | L::LongTool | L::Retrying | L::AwaitingUser,
             ) => Occupancy::Busy,

@@ -41,6 +41,18 @@ fn put_figures(d: &mut Map<String, Value>, f: &Figures) {
     d.insert("figures".into(), json!(f));
 }
 
+/// Which session, as its owner knows it: ` "its title" in ~/work/app` (what is known of it).
+pub fn session_place(v: &Verdict) -> String {
+    let mut s = String::new();
+    if let Some(t) = v.title.as_deref().filter(|t| !t.is_empty()) {
+        s += &format!(" \"{t}\"");
+    }
+    if let Some(d) = v.directory.as_deref().filter(|d| !d.is_empty()) {
+        s += &format!(" in {}", crate::paths::short(d));
+    }
+    s
+}
+
 /// What a loop event announces.
 pub struct LoopNews {
     pub state: Transition,
@@ -85,8 +97,9 @@ pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> 
         "since its last landed change"
     };
     let summary = format!(
-        "{lead}session {}{in_tree}, agent {agent}{}: {repeats}; {} {since} (flagged by {})",
+        "{lead}session {}{}{in_tree}, agent {agent}{}: {repeats}; {} {since} (flagged by {})",
         v.session,
+        session_place(v),
         v.model
             .as_deref()
             .map(|m| format!(", model {m}"))
@@ -112,6 +125,8 @@ pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> 
     let d = &mut ev.details;
     d.insert("session".into(), json!(v.session));
     d.insert("root".into(), json!(v.root()));
+    d.insert("title".into(), json!(v.title));
+    d.insert("directory".into(), json!(v.directory));
     d.insert("agent".into(), json!(v.agent));
     d.insert("model".into(), json!(v.model));
     d.insert("reasons".into(), json!(v.reasons));
@@ -188,7 +203,11 @@ pub fn live_event(cfg: &Config, kind: AlertKind, sev: Severity, v: &Verdict, now
     let mut ev = base(cfg, kind, kind.key(&v.session), &v.session, now);
     ev.severity = sev;
     ev.title = format!("opencode {agent} session {what}");
-    ev.summary = format!("session {} (agent {agent}): {evidence}", v.session);
+    ev.summary = format!(
+        "session {}{} (agent {agent}): {evidence}",
+        v.session,
+        session_place(v)
+    );
     ev.agent = v.agent.clone();
     ev.model = v.model.clone();
     let d = &mut ev.details;

@@ -3,7 +3,7 @@
 //! once per run over all its notifications.
 
 use super::{ChannelUnit, ChannelConfig, ChannelTable, Sent};
-use crate::alert::Event;
+use crate::alert::{AlertKind, Event, Transition};
 use crate::check::Problems;
 use crate::severity::Severity;
 use serde::Serialize;
@@ -29,11 +29,29 @@ impl ChannelUnit for Desktop {
 /// ended, and how to look closer.
 pub fn body(ev: &Event) -> String {
     let mut b = ev.summary.clone();
+    if let Some(todo) = what_to_do(ev) {
+        b += &format!("\n{todo}");
+    }
     if let Some(l) = &ev.link {
         b += &format!("\n{l}");
     }
     b += "\nLook closer: wd-store loops";
     b
+}
+
+/// For a loop that goes on: how to stop it and keep its model away, in one line.
+pub fn what_to_do(ev: &Event) -> Option<String> {
+    if ev.alert != AlertKind::Loop || ev.state == Transition::Resolve {
+        return None;
+    }
+    let session = ev.details.get("session").and_then(|s| s.as_str())?;
+    let mut todo = format!(
+        "Stop it: Esc in its TUI, Ctrl-C for `opencode run`, or wd-store stop {session}"
+    );
+    if let Some(m) = &ev.model {
+        todo += &format!("; keep the model away: wd-store block-model {m}");
+    }
+    Some(todo)
 }
 
 fn show(ev: &Event, wait: Duration) -> Result<String, String> {

@@ -13,7 +13,7 @@
 use crate::cli::{now_ms, parse_when, Exit, Out};
 use crate::config::{Config, Discover};
 use crate::record::{to_line, Blind, SourceRead};
-use crate::sources::merge::{idle_is_unknown_where_unasked, read_db, Seen};
+use crate::sources::merge::{ended_where_no_process, idle_is_unknown_where_unasked, read_db, Seen};
 use crate::sources::server::{read_server, ServerRead};
 use crate::sources::{self, db::Db, Found};
 use anyhow::{bail, Result};
@@ -125,6 +125,10 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
         .flat_map(|r| r.plan.pids.iter().copied())
         .collect();
     idle_is_unknown_where_unasked(&mut seen.sessions, &procs, &asked);
+    if db.is_some() {
+        let looked = discover != Discover::Off;
+        ended_where_no_process(&mut seen.sessions, &procs, &asked, looked);
+    }
     server_todos(&mut seen, &reads);
     if let Some(db) = &db {
         let writers: Vec<u32> = procs.iter().map(|p| p.pid).collect();

@@ -491,6 +491,7 @@ impl Detector {
             parent: meta.and_then(|m| owned(&m.parent)),
             agent: meta.and_then(|m| owned(&m.agent)),
             title: meta.and_then(|m| owned(&m.title)),
+            directory: st.dir.as_deref().map(String::from),
             read_only: st.read_only,
             calls: st.calls,
             flagged,

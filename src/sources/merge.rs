@@ -261,6 +261,38 @@ pub fn idle_is_unknown_where_unasked(
     }
 }
 
+/// A session the database lists with no status (it cannot tell busy from idle) whose
+/// directory no opencode process works in has nothing running it: a killed `opencode run`
+/// leaves its last reply "in progress" in the database for good. Marked `process: ended`, so
+/// that liveness calls it ended, never busy or stalled. Said only when the processes were
+/// looked for (`looked`) and every one of them could be read: a process whose directory is
+/// unreadable, or a server that was not read, could be running it.
+pub fn ended_where_no_process(
+    sessions: &mut [Session],
+    procs: &[discover::Process],
+    asked: &HashSet<u32>,
+    looked: bool,
+) {
+    let unsure = procs
+        .iter()
+        .any(|p| p.cwd.is_none() || (!p.urls.is_empty() && !asked.contains(&p.pid)));
+    if !looked || unsure {
+        return;
+    }
+    for s in sessions.iter_mut() {
+        let Some(dir) = s.directory.as_deref().map(Path::new) else {
+            continue;
+        };
+        let runs = procs
+            .iter()
+            .filter_map(|p| p.cwd.as_deref())
+            .any(|c| dir.starts_with(c));
+        if s.status.is_none() && !runs {
+            s.extra.insert("process".into(), Value::from("ended"));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,5 +372,34 @@ mod tests {
         idle_is_unknown_where_unasked(&mut all, &procs, &HashSet::from([2]));
         let got: Vec<Option<&str>> = all.iter().map(|s| s.status.as_deref()).collect();
         assert_eq!(got, [None, None, Some("busy"), Some("idle")]);
+    }
+
+    #[test]
+    fn a_database_session_no_process_works_in_has_ended() {
+        let db = |id: &str, dir: &str| Session {
+            id: id.into(),
+            directory: Some(dir.into()),
+            ..Session::default()
+        };
+        let proc_in = |pid: u32, cwd: Option<&str>| discover::Process {
+            pid,
+            cwd: cwd.map(Into::into),
+            db: None,
+            urls: vec![],
+            ppid: 0,
+        };
+        let ended = |procs: &[discover::Process], looked: bool| -> Vec<String> {
+            let mut all = vec![db("ses_tui", "/w/a/sub"), db("ses_killed", "/w/b")];
+            ended_where_no_process(&mut all, procs, &HashSet::new(), looked);
+            all.iter()
+                .filter(|s| s.extra.get("process") == Some(&Value::from("ended")))
+                .map(|s| s.id.clone())
+                .collect()
+        };
+        assert_eq!(ended(&[proc_in(1, Some("/w/a"))], true), ["ses_killed"]);
+        assert_eq!(ended(&[], true), ["ses_tui", "ses_killed"]);
+        // not looked for, or a process whose directory cannot be read: nothing is said
+        assert!(ended(&[], false).is_empty());
+        assert!(ended(&[proc_in(1, Some("/w/a")), proc_in(2, None)], true).is_empty());
     }
 }

@@ -57,11 +57,12 @@ pub fn history(store: &Store, since: i64, kind: Option<&str>, limit: usize) -> R
     )
 }
 
-/// Root sessions of the open loop alerts, in order.
+/// Root sessions of every open alert but blind ones (loops, stalled, interrupted, ...), in
+/// order: the tick reads them again, so that a session that changed no more is not taken for gone.
 pub fn open_roots(store: &Store) -> Result<Vec<String>> {
-    let mut st = store
-        .conn
-        .prepare("SELECT root FROM alerts WHERE state = 'open' AND kind = 'loop' ORDER BY root")?;
+    let mut st = store.conn.prepare(
+        "SELECT DISTINCT root FROM alerts WHERE state = 'open' AND kind <> 'blind' ORDER BY root",
+    )?;
     let roots = st
         .query_map([], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;

@@ -1082,3 +1082,26 @@ fn a_failed_nudge_names_the_kind_of_source_it_was_read_from() {
         r.story()
     );
 }
+
+#[test]
+fn every_open_alert_kind_is_read_again_by_the_next_tick_not_only_loops() {
+    // an interrupted session listed by `oc-sessions` only through `--also` was resolved "gone"
+    let rig = Rig::new("");
+    let stalled = json!({"kind": "verdict", "session": "ses_st", "root": "ses_st", "agent": "build",
+        "flagged": false, "calls": 3,
+        "liveness": {"class": "stalled", "alert": "warning", "evidence": "busy and silent for 950 s"}})
+    .to_string();
+    let blind = r#"{"kind":"blind","source":"/x/opencode.db","reason":"locked"}"#.to_string();
+    rig.tick(
+        T0,
+        &[verdict("ses_kid", "ses_lp", true), stalled, blind],
+        &[],
+    );
+    let r = rig
+        .home
+        .cmd("wd-store")
+        .args(["--db", &rig.db(), "open-roots"])
+        .run();
+    r.ok();
+    assert_eq!(r.stdout(), "ses_lp ses_st\n");
+}

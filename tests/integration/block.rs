@@ -4,6 +4,7 @@
 use crate::support::{Home, Run};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::process::Command;
 
 const CONFIG: &str = r#"{
   // my opencode config: hand-written, keep my comments
@@ -136,6 +137,12 @@ fn block_and_unblock_edit_only_the_blacklist_and_opencode_obeys() {
     assert_eq!(b[0]["created"], "blacklist");
     assert_eq!(b[0]["file"], cfg.display().to_string());
     assert_eq!(b[0]["undo"], "wd-store unblock-model sim/gpt-5-sim");
+    // the environment is cleared (no USER, no LOGNAME): the real user, never "unknown"
+    let me = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout).unwrap();
+    assert_eq!(
+        b[0]["who"],
+        format!("{}@{}", me.trim(), oc_watchdog::paths::hostname())
+    );
 
     // unblock: the file is exactly what it was, and opencode lists the model again
     let r = wd(&home, &["unblock-model", "sim/gpt-5-sim"]);

@@ -235,7 +235,7 @@ fn a_session_that_stops_with_open_todos_needs_finalization() {
 }
 
 #[test]
-fn an_aborted_session_is_interrupted_naming_the_error_class() {
+fn an_aborted_session_is_interrupted_by_the_user() {
     let sim = Sim::shared();
     let ran = sim.run_with(
         "abort",
@@ -248,10 +248,7 @@ fn an_aborted_session_is_interrupted_naming_the_error_class() {
     let stream = capture(&home, sim, &ran.id);
     let l = liveness_at(&home, &stream, sim_now(), &ran.id);
     assert_eq!(l["class"], "interrupted");
-    assert_eq!(
-        l["evidence"],
-        "stopped after an assistant error: MessageAbortedError"
-    );
+    assert_eq!(l["evidence"], "interrupted by the user");
 }
 
 #[test]

@@ -675,3 +675,84 @@ fn opencode_run_a_loop_that_goes_on_escalates_on_its_third_flagged_tick() {
     }
     assert_eq!(after, ["state=resolve severity=info reason=stopped"]);
 }
+
+#[test]
+fn opencode_run_killed_with_ctrl_c_resolves_the_process_ended_and_is_never_stalled() {
+    let desk = Desktop::shared();
+    let mut sim = Sim::start();
+    // no server on the database: a served session's status would come from the server
+    sim.stop_server();
+    let home = installed_on_db(&sim);
+    let w = Installed { home: &home, desk };
+    // the loop is caught while its model streams a reply that never ends; then Ctrl-C
+    let (mut run, id) = run_in_background(
+        &sim,
+        &["SCRIPT:lc_hang_loop go"],
+        "the loop's ten reads",
+        |(calls, _)| calls >= 10,
+    );
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert_eq!(mine(&w.tick(), &id), ["state=trigger severity=warning"]);
+    // opencode run takes a first SIGINT inside a model stream that never ends without exiting;
+    // a person presses Ctrl-C again
+    let mut presses = 0;
+    while run.try_wait().unwrap().is_none() {
+        assert!(presses < 3, "opencode run outlived three SIGINTs");
+        let sent = Command::new("kill")
+            .args(["-INT", &run.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        presses += 1;
+        let t0 = std::time::Instant::now();
+        while run.try_wait().unwrap().is_none() && t0.elapsed().as_secs() < 5 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    eprintln!("opencode run ended after {presses} SIGINT(s)");
+    // its reply stays open in the database ("a reply cut off" below): only the process list
+    // tells that nothing runs it any more
+    let r = w.tick();
+    assert_eq!(
+        mine(&r, &id),
+        ["state=resolve severity=info reason=stopped"],
+        "{}",
+        r.story()
+    );
+    let row = &w
+        .run("wd-store", &["verdicts", "--session", &id, "--limit", "1"])
+        .kind("verdict_row")[0];
+    let v: serde_json::Value = serde_json::from_str(row["liveness"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (&v["class"], &v["evidence"]),
+        (
+            &"ended".into(),
+            &"the opencode process ended, a reply cut off".into()
+        ),
+        "{v}"
+    );
+    // later ticks neither raise a stalled alert nor open anything
+    for _ in 0..2 {
+        assert_eq!(mine(&w.tick(), &id), Vec::<String>::new());
+    }
+    let seen = desk.wait_for(&id, 2);
+    assert!(
+        seen[1]
+            .body
+            .contains("the opencode process ended: no flagged session runs any more"),
+        "{:?}",
+        seen[1]
+    );
+    // the trigger said which project, and what to do
+    // (the fake model names every session "Scripted session")
+    assert!(
+        seen[0].body.contains(&format!(
+            "session {id} \"Scripted session\" in {}, agent build",
+            sim.proj.display()
+        )) && seen[0].body.contains(&format!(
+            "Stop it: Esc in its TUI, Ctrl-C for `opencode run`, or wd-store stop {id}; keep the model away: wd-store block-model "
+        )),
+        "{:?}",
+        seen[0]
+    );
+}

@@ -436,6 +436,16 @@ impl Sim {
     }
 
     pub fn stop(&mut self) {
+        self.stop_server();
+        if let Some(mut f) = self.fake.take() {
+            let _ = f.kill();
+            let _ = f.wait();
+        }
+    }
+
+    /// Stops `opencode serve` only: the fake model still answers an `opencode run`, and only
+    /// the database tells about its sessions.
+    pub fn stop_server(&mut self) {
         if let Some(mut oc) = self.oc.take() {
             // opencode serve ignores SIGTERM while busy; SIGINT stops it.
             let _ = Command::new("kill")
@@ -450,10 +460,6 @@ impl Sim {
             }
             let _ = oc.kill();
             let _ = oc.wait();
-        }
-        if let Some(mut f) = self.fake.take() {
-            let _ = f.kill();
-            let _ = f.wait();
         }
     }
 

@@ -131,6 +131,9 @@ SCRIPTS["lc_fix"] = [
 # a loop, then a long tool well within its declared timeout
 SCRIPTS["lc_long_tool"] = [t("read", filePath=SPEC) for _ in range(9)] + [
     t("bash", command="sleep 25", timeout=120000), {"text": "Slept."}]
+# a loop whose model then streams one chunk and says nothing more: the reply stays open
+SCRIPTS["lc_hang_loop"] = [t("read", filePath=SPEC) for _ in range(10)] + [
+    dict(t("read", filePath=SPEC), hang=120), {"text": "never"}]
 
 # ---- the labelled fixture (issue: progress-detect) -------------------------------------------
 # Shapes of the 15 sessions of the original incident, re-created as real sessions, plus the
