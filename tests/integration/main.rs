@@ -13,6 +13,7 @@ mod hardening;
 mod liveness;
 mod privacy;
 mod proof;
+mod races;
 mod readers;
 mod report;
 mod sources;
