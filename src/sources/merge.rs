@@ -324,6 +324,7 @@ mod tests {
         let procs = vec![
             discover::Process {
                 pid: 1,
+                uid: 1000,
                 cwd: Some("/w/a".into()),
                 db: None,
                 urls: vec![],
@@ -331,6 +332,7 @@ mod tests {
             },
             discover::Process {
                 pid: 2,
+                uid: 1000,
                 cwd: Some("/w/b".into()),
                 db: None,
                 urls: vec![(4096, "http://127.0.0.1:4096".into())],

@@ -11,6 +11,7 @@ mod fixtures;
 mod fleet;
 mod hardening;
 mod liveness;
+mod owners;
 mod privacy;
 mod proof;
 mod races;
