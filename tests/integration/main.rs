@@ -12,6 +12,7 @@ mod fleet;
 mod hardening;
 mod liveness;
 mod owners;
+mod popups;
 mod privacy;
 mod proof;
 mod races;
