@@ -372,6 +372,18 @@ pub fn write_table(out: &mut dyn Write, head: &[&str], rows: &[Vec<String>]) -> 
     Ok(())
 }
 
+/// `s` as one shell word a reader can paste: as it is when it holds only characters no shell
+/// gives a meaning, else in single quotes (a `'` inside as `'\''`), so nothing in it (`$(...)`,
+/// backquotes, `;`) is run.
+pub fn shell_word(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_./:@%+=,-".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -491,5 +503,13 @@ mod tests {
         })
         .unwrap();
         assert_eq!(seen, ["stdin:1:a", "stdin:3:b"]);
+    }
+
+    #[test]
+    fn a_model_id_with_shell_syntax_is_one_quoted_word() {
+        assert_eq!(shell_word("anthropic/claude-3.5"), "anthropic/claude-3.5");
+        assert_eq!(shell_word("x/$(touch pwned)"), "'x/$(touch pwned)'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word(""), "''");
     }
 }

@@ -43,6 +43,9 @@ pub struct OpencodeConfig {
     pub db: Option<PathBuf>,
     /// Which running opencode servers to find and read (see [`Discover`]).
     pub discover: Discover,
+    /// Users (by uid) besides the watchdog's own whose running opencode processes discovery
+    /// considers; by default none: another user's process is neither read nor sent credentials.
+    pub discover_uids: Vec<u32>,
     /// Seconds one server may take for everything a command asks of it, body reads included.
     pub server_deadline_secs: std::num::NonZeroU64,
     /// The largest response body read from a server, in MiB; a larger one is a blind record.
@@ -55,6 +58,7 @@ impl Default for OpencodeConfig {
             servers: Vec::new(),
             db: None,
             discover: Discover::Database,
+            discover_uids: Vec::new(),
             server_deadline_secs: std::num::NonZeroU64::new(10).unwrap(),
             body_cap_mib: std::num::NonZeroU64::new(256).unwrap(),
         }

@@ -466,7 +466,11 @@ fn look_up(store: &Store, cfg: &Config, req: &Request, db: &Db, db_path: &Path) 
         },
     };
     let action = action_id(session, &episode);
-    let procs = opencode::discovered(crate::config::Discover::Database, db_path);
+    let procs = opencode::discovered(
+        crate::config::Discover::Database,
+        db_path,
+        &cfg.opencode.discover_uids,
+    );
     let dir = requests_dir();
     let mut facts = Facts {
         found: info.is_some(),

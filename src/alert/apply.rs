@@ -1,12 +1,10 @@
-//! Applying a plan: every episode change, event, outbox row and nudge of one tick in one short
-//! write transaction. Everything that can be worked out before it (events, routes, opinions,
-//! nudges: `stage`) is worked out before it, so the write lock is held only for the inserts
-//! and updates.
+//! Applying a plan: every episode change, event, outbox row and nudge of one tick, in the
+//! write transaction the plan's state was read in. The slow part (second opinions) is asked
+//! before it; reading, deciding, wording and routing are in-process and take milliseconds.
 
 use super::decide::{Hold, Marks, Step};
 use super::stage::{Nudge, Staged, TickIndex};
 use super::{AlertEpisode, AlertKind, Event, Verdict};
-use crate::store::Store;
 use anyhow::Result;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::json;
@@ -38,11 +36,11 @@ fn seen_in<'a>(known: Vec<String>, vs: impl Iterator<Item = &'a Verdict>) -> Opt
     (!all.is_empty()).then(|| json!(all).to_string())
 }
 
-/// Writes the plan: its events, and the nudges recorded fresh (a rerun finds the row and sends
+/// Writes the plan inside `tx`, the write transaction its state was read in (the caller
+/// commits): its events, and the nudges recorded fresh (a rerun finds the row and sends
 /// nothing). `None` when another run recorded this tick first (nothing is written).
-pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<Nudge>)>> {
+pub fn apply(tx: &Connection, p: Prepared) -> Result<Option<(Vec<Event>, Vec<Nudge>)>> {
     let now = p.now;
-    let tx = store.write()?;
     let seen: Option<i64> = tx
         .query_row(
             "SELECT t FROM alert_ticks WHERE tick_key = ?1",
@@ -56,12 +54,12 @@ pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<N
     let mut events = Vec::new();
     let mut nudges = Vec::new();
     for s in p.steps {
-        let episode = write_step(&tx, &p, s)?;
+        let episode = write_step(tx, &p, s)?;
         if let Some(ev) = &s.event {
-            events.push(write_event(&tx, s, ev, episode, now)?);
+            events.push(write_event(tx, s, ev, episode, now)?);
         }
         if let Some(n) = &s.nudge {
-            if write_nudge(&tx, n, now)? {
+            if write_nudge(tx, n, now)? {
                 nudges.push(n.clone());
             }
         }
@@ -74,7 +72,6 @@ pub fn apply(store: &mut Store, p: Prepared) -> Result<Option<(Vec<Event>, Vec<N
         "DELETE FROM alert_ticks WHERE t < ?1",
         params![now - 30 * 86_400_000],
     )?;
-    tx.commit()?;
     Ok(Some((events, nudges)))
 }
 

@@ -1,21 +1,25 @@
-//! One tick of the lifecycle, in order: load what is open (`load`, no write lock), decide the
-//! plan (`decide`, with the second opinion when wanted), word it and route it (`stage`, pure
-//! but for the delivery history it reads), write it in one transaction (`apply`), then send
-//! the nudges it recorded fresh (`outbox`).
+//! One tick of the lifecycle, in order: ask the second opinions the plan wants (when they are
+//! on, without the lock); then in one write transaction load what is open (`load`), decide the
+//! plan (`decide`), word it and route it (`stage`, pure but for the delivery history it reads)
+//! and write it (`apply`); then send the nudges it recorded fresh (`outbox`).
 
 use super::apply::{self, Prepared};
 use super::decide::{self, Input, Plan};
 use super::opinion::{self, Opinion};
-use super::stage::{self, Staged, TickIndex, Wording};
+use super::stage::{self, Nudge, Staged, TickIndex, Wording};
 use super::{load, outbox, AlertEpisode, Event, TickView, Verdict};
 use crate::channels::route::local_hour;
 use crate::channels::EffectiveChannel;
 use crate::config::Config;
 use crate::store::Store;
 use anyhow::Result;
+use rusqlite::Connection;
 use std::collections::HashMap;
 
-/// Decides this tick's transitions and records them with their outbox, in one transaction.
+/// Decides this tick's transitions and records them with their outbox. The state is read,
+/// decided on and written in one write transaction (`BEGIN IMMEDIATE`), so two alerters never
+/// decide on the same state: each episode opens once and no tick's decisions are lost. Second
+/// opinions, the only slow part, are asked before it, on the state as it was then.
 /// `key` names the tick (a rerun of it sends nothing); the events recorded come back.
 pub fn run(
     store: &mut Store,
@@ -26,35 +30,15 @@ pub fn run(
     tick_id: Option<i64>,
     now: i64,
 ) -> Result<Vec<Event>> {
-    if load::processed(store, key)? {
+    if load::processed(&store.conn, key)? {
         eprintln!("wd-alert: {key} was already processed; nothing new to send");
         return Ok(Vec::new());
     }
-    let open = load::open_episodes(store)?;
-    let last = load::last_episodes(store, tick, &open)?;
     let index = TickIndex::of(tick);
-    let plan = plan(cfg, tick, &open, &last, &index);
-    let by_id: HashMap<i64, &AlertEpisode> = open.iter().map(|e| (e.id, e)).collect();
-    let wording = Wording {
-        cfg,
-        tick,
-        index: &index,
-        open: &by_id,
-        now,
-    };
-    let mut steps = stage::stage(&wording, plan);
-    route(store, &mut steps, chans, now)?;
-    let written = apply::apply(
-        store,
-        Prepared {
-            steps: &steps,
-            index: &index,
-            open: &by_id,
-            tick_key: key,
-            tick_id,
-            now,
-        },
-    )?;
+    let answers = second_opinions(&store.conn, cfg, tick, &index)?;
+    let tx = store.write()?;
+    let written = decide_and_apply(&tx, cfg, chans, tick, &index, &answers, key, tick_id, now)?;
+    tx.commit()?;
     let Some((events, nudges)) = written else {
         eprintln!("wd-alert: {key} was already processed; nothing new to send");
         return Ok(Vec::new());
@@ -68,48 +52,103 @@ pub fn run(
     Ok(events)
 }
 
-/// The plan; decided again with the answers when it wants second opinions and they are on.
-fn plan(
+/// Inside the write transaction: reads what is open, decides, words, routes and writes.
+#[allow(clippy::too_many_arguments)]
+fn decide_and_apply(
+    tx: &Connection,
     cfg: &Config,
+    chans: &[EffectiveChannel],
     tick: &TickView,
-    open: &[AlertEpisode],
-    last: &HashMap<String, AlertEpisode>,
     index: &TickIndex,
-) -> Plan {
-    let input = |answers| Input {
+    answers: &HashMap<String, Opinion>,
+    key: &str,
+    tick_id: Option<i64>,
+    now: i64,
+) -> Result<Option<(Vec<Event>, Vec<Nudge>)>> {
+    let open = load::open_episodes(tx)?;
+    let last = load::last_episodes(tx, tick, &open)?;
+    let plan = decide::decide(&input(cfg, tick, &open, &last, answers));
+    let by_id: HashMap<i64, &AlertEpisode> = open.iter().map(|e| (e.id, e)).collect();
+    let wording = Wording {
+        cfg,
+        tick,
+        index,
+        open: &by_id,
+        now,
+    };
+    let mut steps = stage::stage(&wording, plan);
+    route(tx, &mut steps, chans, now)?;
+    apply::apply(
+        tx,
+        Prepared {
+            steps: &steps,
+            index,
+            open: &by_id,
+            tick_key: key,
+            tick_id,
+            now,
+        },
+    )
+}
+
+fn input<'a>(
+    cfg: &Config,
+    tick: &'a TickView,
+    open: &'a [AlertEpisode],
+    last: &'a HashMap<String, AlertEpisode>,
+    answers: &'a HashMap<String, Opinion>,
+) -> Input<'a> {
+    Input {
         open,
         last,
         tick,
         answers,
         escalate_after: cfg.alert.escalate_after_ticks,
-    };
-    let no_answers = HashMap::new();
-    let plan = decide::decide(&input(&no_answers));
-    if !cfg.second_opinion.enabled {
-        return plan;
     }
+}
+
+/// The second opinions this tick's plan wants, when they are on: asked without the write lock
+/// (they are HTTP calls), on the state as read now. A tree the plan in the transaction asks
+/// about that was not asked here is decided without one.
+fn second_opinions(
+    conn: &Connection,
+    cfg: &Config,
+    tick: &TickView,
+    index: &TickIndex,
+) -> Result<HashMap<String, Opinion>> {
+    if !cfg.second_opinion.enabled {
+        return Ok(HashMap::new());
+    }
+    let open = load::open_episodes(conn)?;
+    let last = load::last_episodes(conn, tick, &open)?;
+    let none = HashMap::new();
+    let plan: Plan = decide::decide(&input(cfg, tick, &open, &last, &none));
     let roots: Vec<String> = plan.questions().iter().map(|s| s.to_string()).collect();
     if roots.is_empty() {
-        return plan;
+        return Ok(HashMap::new());
     }
     let asked: Vec<Verdict> = roots
         .iter()
         .map(|r| index.trees[r.as_str()][0].clone())
         .collect();
     let got = opinion::ask_all(&cfg.second_opinion, &asked);
-    let answers: HashMap<String, Opinion> = roots.into_iter().zip(got).collect();
-    decide::decide(&input(&answers))
+    Ok(roots.into_iter().zip(got).collect())
 }
 
 /// Routes every staged event on every channel, by what each was sent of its alert before.
-fn route(store: &Store, steps: &mut [Staged], chans: &[EffectiveChannel], now: i64) -> Result<()> {
+fn route(
+    conn: &Connection,
+    steps: &mut [Staged],
+    chans: &[EffectiveChannel],
+    now: i64,
+) -> Result<()> {
     let hour = local_hour(now);
     for s in steps.iter_mut() {
         let Some(ev) = &s.event else { continue };
         let episode = stage::episode_of(&s.step);
         let sent = chans
             .iter()
-            .map(|c| load::sent_before(store, ev, episode, &c.cfg.name))
+            .map(|c| load::sent_before(conn, ev, episode, &c.cfg.name))
             .collect::<Result<Vec<_>>>()?;
         s.routes = stage::routes(ev, chans, &sent, hour, now);
     }

@@ -1,19 +1,18 @@
-//! The lifecycle's reads, before anything is decided and without the write lock: whether a
-//! tick was processed, the open episodes with their marks, the last episode of each flagged
-//! tree, and what each channel was sent of an alert before.
+//! The lifecycle's reads, made inside the write transaction that records the plan (so two
+//! alerters never decide on the same state): whether a tick was processed, the open episodes
+//! with their marks, the last episode of each flagged tree, and what each channel was sent of an
+//! alert before.
 
 use super::{AlertEpisode, AlertKind, Event, Reason, SessionMark, TickView};
 use crate::channels::route::SentBefore;
 use crate::severity::Severity;
-use crate::store::Store;
 use anyhow::Result;
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
 
 /// Was the tick with this key recorded already?
-pub fn processed(store: &Store, key: &str) -> Result<bool> {
-    Ok(store
-        .conn
+pub fn processed(conn: &Connection, key: &str) -> Result<bool> {
+    Ok(conn
         .query_row(
             "SELECT 1 FROM alert_ticks WHERE tick_key = ?1",
             [key],
@@ -51,8 +50,8 @@ fn episode_row(r: &rusqlite::Row) -> rusqlite::Result<AlertEpisode> {
     })
 }
 
-fn load_marks(store: &Store, ep: &mut AlertEpisode) -> Result<()> {
-    let mut st = store.conn.prepare_cached(
+fn load_marks(conn: &Connection, ep: &mut AlertEpisode) -> Result<()> {
+    let mut st = conn.prepare_cached(
         "SELECT session, calls, calls_since_landed, cost_since_landed, last_call, loop_start, flagged, base_calls,
              base_cost, start
          FROM episode_sessions WHERE episode = ?1",
@@ -80,27 +79,27 @@ fn load_marks(store: &Store, ep: &mut AlertEpisode) -> Result<()> {
     Ok(())
 }
 
-pub fn open_episodes(store: &Store) -> Result<Vec<AlertEpisode>> {
-    let mut st = store.conn.prepare(&format!(
+pub fn open_episodes(conn: &Connection) -> Result<Vec<AlertEpisode>> {
+    let mut st = conn.prepare(&format!(
         "SELECT {EPISODE_COLS} FROM episodes WHERE state = 'open' ORDER BY id"
     ))?;
     let mut eps = st
         .query_map([], episode_row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     for e in eps.iter_mut().filter(|e| e.kind == Some(AlertKind::Loop)) {
-        load_marks(store, e)?;
+        load_marks(conn, e)?;
     }
     Ok(eps)
 }
 
 /// The last episode of each flagged tree that has no open one.
 pub fn last_episodes(
-    store: &Store,
+    conn: &Connection,
     tick: &TickView,
     open: &[AlertEpisode],
 ) -> Result<HashMap<String, AlertEpisode>> {
     let mut out = HashMap::new();
-    let mut st = store.conn.prepare_cached(&format!(
+    let mut st = conn.prepare_cached(&format!(
         "SELECT {EPISODE_COLS} FROM episodes WHERE dedup_key = ?1 ORDER BY id DESC LIMIT 1"
     ))?;
     for v in tick.verdicts.iter().filter(|v| v.flagged) {
@@ -109,7 +108,7 @@ pub fn last_episodes(
             continue;
         }
         if let Some(mut e) = st.query_row([&key], episode_row).optional()? {
-            load_marks(store, &mut e)?;
+            load_marks(conn, &mut e)?;
             out.insert(key, e);
         }
     }
@@ -119,16 +118,16 @@ pub fn last_episodes(
 /// What was sent before of `ev`'s alert on channel `channel` (of its episode `episode`, for an
 /// event of an open episode).
 pub fn sent_before(
-    store: &Store,
+    conn: &Connection,
     ev: &Event,
     episode: Option<i64>,
     channel: &str,
 ) -> Result<SentBefore> {
-    let mut key_last = store.conn.prepare_cached(
+    let mut key_last = conn.prepare_cached(
         "SELECT max(d.t) FROM deliveries d JOIN events e ON e.id = d.event
          WHERE e.dedup_key = ?1 AND d.channel = ?2 AND d.status = 'sent'",
     )?;
-    let mut episode_sent = store.conn.prepare_cached(
+    let mut episode_sent = conn.prepare_cached(
         "SELECT EXISTS (SELECT 1 FROM deliveries d JOIN events e ON e.id = d.event
          WHERE e.episode = ?1 AND d.channel = ?2 AND d.status IN ('sent', 'failed'))",
     )?;

@@ -8,7 +8,7 @@ use crate::channels::route::{local_hour, quiet};
 use crate::channels::{deliver, Deadline, EffectiveChannel, Sent};
 use crate::store::Store;
 use anyhow::{Context, Result};
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 use serde_json::json;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -59,9 +59,45 @@ struct Owed {
     attempts: i64,
     key: String,
     state: String,
+    /// When an alerter claimed it to send it (`detail = 'sending'`).
+    claimed: Option<i64>,
+}
+
+/// How long a claim on `c` holds: twice the channel's timeout and a minute. An older claim is
+/// of an alerter that died while sending, and the delivery is owed again (at worst one
+/// notification repeats, as after any crash mid-send).
+fn claim_holds_ms(c: &EffectiveChannel) -> i64 {
+    (2 * c.cfg.timeout_secs.max(1) as i64 + 60) * 1000
 }
 
 impl Owed {
+    /// Claims this delivery for this run, in the statement that checks it is still owed as it
+    /// was read and claimed by no one (`detail = 'sending'`, `t` the claim's time); `false` when
+    /// another alerter claimed or recorded it first. Only the claimant sends it.
+    fn claim(&self, store: &mut Store, c: &EffectiveChannel, now: i64) -> Result<bool> {
+        let tx = store.write()?;
+        let got = tx
+            .query_row(
+                "UPDATE deliveries SET detail = 'sending', t = ?2
+                 WHERE event = ?3 AND channel = ?4 AND status = ?5 AND attempts = ?6
+                     AND NOT (coalesce(detail, '') = 'sending' AND t > ?1)
+                 RETURNING 1",
+                params![
+                    now - claim_holds_ms(c),
+                    now,
+                    self.event,
+                    self.channel,
+                    self.status.as_str(),
+                    self.attempts
+                ],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some();
+        tx.commit()?;
+        Ok(got)
+    }
+
     /// Records what became of this delivery.
     fn set(
         &self,
@@ -83,10 +119,12 @@ impl Owed {
     }
 }
 
-/// What the outbox owes, oldest event first.
+/// What the outbox owes, oldest event first, with the claims on it.
 fn owed(store: &Store) -> Result<Vec<Owed>> {
     let mut st = store.conn.prepare(
-        "SELECT d.event, d.channel, d.status, e.body, d.attempts, e.dedup_key, e.state FROM deliveries d JOIN events e ON e.id = d.event
+        "SELECT d.event, d.channel, d.status, e.body, d.attempts, e.dedup_key, e.state,
+             CASE WHEN d.detail = 'sending' THEN d.t END
+         FROM deliveries d JOIN events e ON e.id = d.event
          WHERE d.status IN ('pending', 'deferred') OR (d.status = 'failed' AND e.state = 'resolve' AND d.attempts < 5)
          ORDER BY d.event",
     )?;
@@ -99,13 +137,15 @@ fn owed(store: &Store) -> Result<Vec<Owed>> {
             attempts: r.get(4)?,
             key: r.get(5)?,
             state: r.get(6)?,
+            claimed: r.get(7)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 /// Delivers what is pending (and deferred deliveries whose quiet hours ended, and failed
-/// resolves, up to 5 attempts). Each outcome is recorded as soon as it is known. A pending or
+/// resolves, up to 5 attempts), each claimed before it is sent, so two alerters running at
+/// once send it once. Each outcome is recorded as soon as it is known. A pending or
 /// deferred trigger or escalation that a newer event of its alert superseded is not sent. A
 /// channel with a run budget (desktop) gets its `timeout_secs` per run in all; what it could
 /// not try stays pending.
@@ -123,6 +163,10 @@ pub fn deliver_pending(store: &mut Store, chans: &[EffectiveChannel], now: i64) 
             )?;
             continue;
         };
+        if o.claimed.is_some_and(|t| t > now - claim_holds_ms(c)) {
+            // another alerter is sending it
+            continue;
+        }
         if o.status != Delivery::Failed && o.state != "resolve" {
             let newer: bool = store.conn.query_row(
                 "SELECT EXISTS (SELECT 1 FROM events WHERE dedup_key = ?1 AND id > ?2)",
@@ -157,6 +201,10 @@ pub fn deliver_pending(store: &mut Store, chans: &[EffectiveChannel], now: i64) 
             Duration::ZERO
         };
         let ev: Event = serde_json::from_str(&o.body).context("stored event")?;
+        if !o.claim(store, c, now)? {
+            // another alerter is sending it, or sent it
+            continue;
+        }
         let sent = deliver(&c.cfg, &ev, now, left);
         record(store, &o, &ev, sent, now)?;
     }

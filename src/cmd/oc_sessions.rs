@@ -219,6 +219,11 @@ fn write_rest(out: &mut Out, reads: &[ServerRead], seen: &Seen) -> Result<Exit> 
             if !r.plan.pids.is_empty() {
                 extra.insert("pids".into(), json!(r.plan.pids));
             }
+            if let [uid] = r.plan.uids[..] {
+                extra.insert("uid".into(), json!(uid));
+            } else if !r.plan.uids.is_empty() {
+                extra.insert("uids".into(), json!(r.plan.uids));
+            }
             extra.insert("projects".into(), json!(r.projects));
             out.line(&to_line(
                 "source",

@@ -3,6 +3,7 @@
 //! The desktop channel words the alert; this module only shows it.
 
 pub mod click;
+pub mod plain;
 
 use std::time::Duration;
 
@@ -23,8 +24,47 @@ fn urgency(u: &str) -> notify_rust::Urgency {
     }
 }
 
-/// Shows `n` within `wait`: "notification ID", or what went wrong.
+/// Does the notification server read bodies as markup (its `body-markup` capability)? Asked
+/// within `wait`; `None` when the bus did not answer. A server that cannot say is taken to
+/// (escaping is the safe side).
+fn body_markup(wait: Duration) -> Option<bool> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(notify_rust::get_capabilities());
+    });
+    match rx.recv_timeout(wait) {
+        Ok(Ok(caps)) => Some(caps.iter().any(|c| c == "body-markup")),
+        Ok(Err(_)) => Some(true),
+        Err(_) => None,
+    }
+}
+
+fn no_answer(wait: Duration) -> String {
+    format!(
+        "desktop notification: no answer within {:.1}s",
+        wait.as_secs_f64()
+    )
+}
+
+/// Shows `n` within `wait`: "notification ID", or what went wrong. Nothing raw reaches the
+/// popup ([`plain`]).
 pub fn show(n: &Notice, wait: Duration) -> Result<String, String> {
+    let until = std::time::Instant::now() + wait;
+    let mut summary = plain::visible(n.summary, plain::SUMMARY_CAP, false);
+    let mut body = plain::visible_lines(n.body, plain::LINE_CAP);
+    // dunst formats the summary into its markup too (`<b>%s</b>\n%b`)
+    if body_markup(wait).ok_or_else(|| no_answer(wait))? {
+        summary = plain::escape_markup(&summary);
+        body = plain::escape_markup(&body);
+    }
+    let full = wait;
+    let wait = until.saturating_duration_since(std::time::Instant::now());
+    let n = &Notice {
+        summary: &summary,
+        body: &body,
+        urgency: n.urgency,
+        url: n.url,
+    };
     // with a link: shown by a child that stays to open the page when the alert is clicked
     if let Some(url) = n.url {
         let note = click::Note {
@@ -52,9 +92,6 @@ pub fn show(n: &Notice, wait: Duration) -> Result<String, String> {
     match rx.recv_timeout(wait) {
         Ok(Ok(id)) => Ok(format!("notification {id}")),
         Ok(Err(e)) => Err(format!("desktop notification: {e}")),
-        Err(_) => Err(format!(
-            "desktop notification: no answer within {:.1}s",
-            wait.as_secs_f64()
-        )),
+        Err(_) => Err(no_answer(full)),
     }
 }

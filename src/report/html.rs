@@ -439,8 +439,9 @@ fn look_closer(s: &mut String, l: &Loop) {
     if let Some(m) = l.model.as_deref().filter(|m| m.contains('/')) {
         let _ = write!(
             cmds,
-            "\nwd-store block-model {m} --reason {:?}",
-            format!("loops: {}", l.title)
+            "\nwd-store block-model {} --reason {}",
+            crate::cli::shell_word(m),
+            crate::cli::shell_word(&format!("loops: {}", l.title))
         );
     }
     let _ = write!(

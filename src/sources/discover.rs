@@ -5,7 +5,9 @@
 //! opencode 1.18 listens on no fixed port: `serve` and `web` take `--port` (4096 first, else a
 //! random one), the TUI and `opencode run` listen nowhere unless given `--port`. So the only
 //! reliable way to find the live APIs is to ask the kernel which sockets opencode holds.
-//! Processes of other users are unreadable (and skipped) unless the watchdog runs as root.
+//! Only processes of the watchdog's own user are considered, and of the users the config names
+//! (`[opencode] discover_uids`): as root every process is readable, and a process of another
+//! user named `opencode` could otherwise be sent the server password and feed sessions in.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -14,6 +16,8 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listener {
     pub pid: u32,
+    /// The user the process runs as.
+    pub uid: u32,
     pub port: u16,
     /// `http://127.0.0.1:PORT`, or `http://[::1]:PORT` for a socket bound to `::1` only.
     pub url: String,
@@ -123,6 +127,8 @@ pub fn parse_listening(tcp: &str, v6: bool) -> HashMap<u64, (u16, &'static str)>
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Process {
     pub pid: u32,
+    /// The user it runs as (the owner of `/proc/PID`).
+    pub uid: u32,
     /// Its working directory: the project of a TUI or an `opencode run`.
     pub cwd: Option<PathBuf>,
     pub db: Option<PathBuf>,
@@ -132,8 +138,16 @@ pub struct Process {
     pub ppid: u32,
 }
 
-/// Every opencode process readable under `proc` (normally `/proc`), in pid order.
-pub fn processes(proc: &Path) -> Vec<Process> {
+/// The user this process runs as (the owner of `/proc/self`).
+pub fn own_uid() -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").ok().map(|m| m.uid())
+}
+
+/// Every opencode process under `proc` (normally `/proc`) that runs as one of `uids`, in pid
+/// order.
+pub fn processes(proc: &Path, uids: &[u32]) -> Vec<Process> {
+    use std::os::unix::fs::MetadataExt;
     let mut socks = HashMap::new();
     for (file, v6) in [("net/tcp", false), ("net/tcp6", true)] {
         if let Ok(text) = std::fs::read_to_string(proc.join(file)) {
@@ -152,7 +166,10 @@ pub fn processes(proc: &Path) -> Vec<Process> {
     let mut out = Vec::new();
     for pid in pids {
         let dir = proc.join(pid.to_string());
-        if !is_opencode(&dir) {
+        let Some(uid) = std::fs::metadata(&dir).ok().map(|m| m.uid()) else {
+            continue;
+        };
+        if !uids.contains(&uid) || !is_opencode(&dir) {
             continue;
         }
         let mut ports: Vec<(u16, &str)> = socket_inodes(&dir)
@@ -163,6 +180,7 @@ pub fn processes(proc: &Path) -> Vec<Process> {
         ports.dedup();
         out.push(Process {
             pid,
+            uid,
             ppid: ppid_of(&dir),
             cwd: std::fs::read_link(dir.join("cwd")).ok(),
             db: db_of(&dir),
@@ -215,6 +233,7 @@ pub fn listeners(procs: &[Process]) -> Vec<Listener> {
         .flat_map(|p| {
             p.urls.iter().map(|(port, url)| Listener {
                 pid: p.pid,
+                uid: p.uid,
                 port: *port,
                 url: url.clone(),
                 db: p.db.clone(),
@@ -263,7 +282,8 @@ mod tests {
         proc_entry(&root, 102, 100, exe, "/home/b", &[]); // a child with another HOME: its own
         proc_entry(&root, 103, 100, exe, "/home/a", &[501, 502]); // listens on more: its own
         proc_entry(&root, 200, 1, exe, "/home/a", &[]); // a TUI
-        let got: Vec<(u32, u32, usize)> = processes(&root)
+        let me = own_uid().unwrap();
+        let got: Vec<(u32, u32, usize)> = processes(&root, &[me])
             .iter()
             .map(|p| (p.pid, p.ppid, p.urls.len()))
             .collect();

@@ -1,5 +1,7 @@
 //! A small client for `opencode serve`'s classic HTTP API: optional basic auth
-//! (`OPENCODE_SERVER_PASSWORD`, `OPENCODE_SERVER_USERNAME`), errors naming URL and status, and
+//! (`OPENCODE_SERVER_PASSWORD`, `OPENCODE_SERVER_USERNAME`, of the watchdog's own environment),
+//! sent only once the server answered 401 (a server that asks for nothing is never given the
+//! password), errors naming URL and status, and
 //! bounds a hung or hostile server cannot get past:
 //! * one overall deadline per server (all requests of one command to it share it, body reads
 //!   included), so a server that accepts and never answers, or trickles its body, costs at most
@@ -14,6 +16,7 @@ use anyhow::{anyhow, Result};
 use base64::Engine;
 use serde_json::Value;
 use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -69,6 +72,9 @@ pub struct Client {
     pub base: String,
     agent: ureq::Agent,
     auth: Option<String>,
+    /// Has the server asked for the credentials (a 401)? Only then are they sent; shared by
+    /// this client's clones.
+    asked: Arc<AtomicBool>,
     limits: Limits,
     /// When this client's overall deadline passes; shared by its clones.
     until: Arc<Instant>,
@@ -158,9 +164,23 @@ impl Client {
             base: base.trim_end_matches('/').to_string(),
             agent,
             auth,
+            asked: Arc::default(),
             limits,
             until: Arc::new(Instant::now() + limits.deadline),
         }
+    }
+
+    /// The `Authorization` header to send: only once the server answered 401.
+    fn credentials(&self) -> Option<&String> {
+        self.auth
+            .as_ref()
+            .filter(|_| self.asked.load(Ordering::Relaxed))
+    }
+
+    /// A 401: should the request be tried again with the credentials (there are some, and they
+    /// were not sent yet)?
+    fn ask(&self) -> bool {
+        self.auth.is_some() && !self.asked.swap(true, Ordering::Relaxed)
     }
 
     fn late(&self, url: &str) -> Fault {
@@ -179,11 +199,12 @@ impl Client {
                 return Err(self.late(&url));
             }
             let mut req = self.agent.get(&url).timeout(left);
-            if let Some(a) = &self.auth {
+            if let Some(a) = self.credentials() {
                 req = req.set("Authorization", a);
             }
             let resp = match req.call() {
                 Ok(r) => r,
+                Err(ureq::Error::Status(401, _)) if self.ask() => continue,
                 Err(ureq::Error::Status(404, _)) => {
                     return Err(Fault::NotFound(format!("GET {url}: HTTP 404")))
                 }
@@ -262,11 +283,18 @@ impl Client {
     /// POST a JSON body; returns the HTTP status.
     pub fn post(&self, path: &str, body: &Value) -> Result<u16> {
         let url = format!("{}{}", self.base, path);
-        let mut req = self.agent.post(&url).timeout(self.limits.deadline);
-        if let Some(a) = &self.auth {
-            req = req.set("Authorization", a);
-        }
-        match req.send_json(body) {
+        let send = || {
+            let mut req = self.agent.post(&url).timeout(self.limits.deadline);
+            if let Some(a) = self.credentials() {
+                req = req.set("Authorization", a);
+            }
+            req.send_json(body).map_err(Box::new)
+        };
+        let sent = match send() {
+            Err(e) if matches!(*e, ureq::Error::Status(401, _)) && self.ask() => send(),
+            r => r,
+        };
+        match sent.map_err(|e| *e) {
             Ok(r) => Ok(r.status()),
             Err(ureq::Error::Status(code, _)) => Err(anyhow!("POST {url}: HTTP {code}")),
             Err(e) => Err(anyhow!("POST {url}: {e}")),

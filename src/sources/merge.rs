@@ -356,6 +356,7 @@ mod tests {
         let procs = vec![
             discover::Process {
                 pid: 1,
+                uid: 1000,
                 cwd: Some("/w/a".into()),
                 db: None,
                 urls: vec![],
@@ -363,6 +364,7 @@ mod tests {
             },
             discover::Process {
                 pid: 2,
+                uid: 1000,
                 cwd: Some("/w/b".into()),
                 db: None,
                 urls: vec![(4096, "http://127.0.0.1:4096".into())],
@@ -383,6 +385,7 @@ mod tests {
         };
         let proc_in = |pid: u32, cwd: Option<&str>| discover::Process {
             pid,
+            uid: 0,
             cwd: cwd.map(Into::into),
             db: None,
             urls: vec![],

@@ -177,7 +177,7 @@ pub fn servers_to_read(
     discover: crate::config::Discover,
     db: &std::path::Path,
 ) -> (Vec<discover::Process>, Vec<Planned>) {
-    let procs = discovered(discover, db);
+    let procs = discovered(discover, db, &cfg.opencode.discover_uids);
     let found = discover::listeners(&procs);
     let plan = plan_servers(given, &cfg.opencode.servers, &found);
     (procs, plan)

@@ -19,6 +19,8 @@ pub struct Planned {
     pub found: Vec<Found>,
     /// The opencode processes seen listening on it.
     pub pids: Vec<u32>,
+    /// The users those processes run as.
+    pub uids: Vec<u32>,
 }
 
 /// What makes two URLs the same server: scheme and port, with every loopback spelling
@@ -47,7 +49,7 @@ pub fn plan_servers(
     found: &[discover::Listener],
 ) -> Vec<Planned> {
     let mut out: Vec<Planned> = Vec::new();
-    let mut add = |url: &str, how: Found, pid: Option<u32>| {
+    let mut add = |url: &str, how: Found, pid: Option<(u32, u32)>| {
         let key = server_key(url);
         let i = match out.iter().position(|p| server_key(&p.url) == key) {
             Some(i) => i,
@@ -56,6 +58,7 @@ pub fn plan_servers(
                     url: url.trim_end_matches('/').to_string(),
                     found: Vec::new(),
                     pids: Vec::new(),
+                    uids: Vec::new(),
                 });
                 out.len() - 1
             }
@@ -64,8 +67,11 @@ pub fn plan_servers(
         if !p.found.contains(&how) {
             p.found.push(how);
         }
-        if let Some(pid) = pid.filter(|pid| !p.pids.contains(pid)) {
+        if let Some((pid, uid)) = pid.filter(|(pid, _)| !p.pids.contains(pid)) {
             p.pids.push(pid);
+            if !p.uids.contains(&uid) {
+                p.uids.push(uid);
+            }
         }
     };
     for u in given {
@@ -75,21 +81,24 @@ pub fn plan_servers(
         add(u, Found::Configured, None);
     }
     for l in found {
-        add(&l.url, Found::Discovered, Some(l.pid));
+        add(&l.url, Found::Discovered, Some((l.pid, l.uid)));
     }
     out
 }
 
 /// The running opencode processes that matter (from `/proc`): with [`Discover::Database`],
 /// those whose environment points opencode at `db`, the database being read; with
-/// [`Discover::All`], every one; with [`Discover::Off`], none.
-pub fn discovered(mode: Discover, db: &Path) -> Vec<discover::Process> {
+/// [`Discover::All`], every one; with [`Discover::Off`], none. Only processes of the watchdog's
+/// own user and of `uids` (`[opencode] discover_uids`) are considered.
+pub fn discovered(mode: Discover, db: &Path, uids: &[u32]) -> Vec<discover::Process> {
     let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     match mode {
         Discover::Off => Vec::new(),
         mode => {
             let mine = canonical(db);
-            discover::processes(Path::new("/proc"))
+            let mut users: Vec<u32> = discover::own_uid().into_iter().collect();
+            users.extend_from_slice(uids);
+            discover::processes(Path::new("/proc"), &users)
                 .into_iter()
                 .filter(|p| {
                     mode == Discover::All || p.db.as_deref().map(canonical) == Some(mine.clone())
@@ -337,12 +346,14 @@ mod tests {
         let found = vec![
             discover::Listener {
                 pid: 7,
+                uid: 1000,
                 port: 4096,
                 url: "http://127.0.0.1:4096".into(),
                 db: None,
             },
             discover::Listener {
                 pid: 8,
+                uid: 1000,
                 port: 5000,
                 url: "http://127.0.0.1:5000".into(),
                 db: None,
