@@ -149,4 +149,48 @@ mod tests {
         }
         assert!(!b.fires());
     }
+
+    #[test]
+    fn shape_8_paging_passes_through_shifting_windows_fire_on_the_third_pass() {
+        // three passes over a 300-line file in 21 reads of 45 lines, each pass's windows shifted
+        // 5 lines on from the last one's, nothing landed
+        let mut b = Bench::<Circling>::default();
+        let mut fired_at = None;
+        for pass in 0..3 {
+            for k in 0..7 {
+                b.feed(read("/w/ledger.py", 1 + 43 * k + 5 * pass, 45, 300));
+                if fired_at.is_none() && b.fires() {
+                    fired_at = Some(b.calls);
+                }
+            }
+        }
+        // 6 x 45 lines a pass and a last window cut short by the file's end (42, 37, 32 lines):
+        // 889 lines after 20 reads, 921 (3.07 passes) after the 21st
+        assert_eq!(fired_at, Some(21));
+        assert_eq!(b.reading().value, 3.07);
+        assert_eq!(b.reading().what.as_deref(), Some("/w/ledger.py"));
+        assert_eq!(b.case().calls.len(), 21);
+    }
+
+    #[test]
+    fn hard_negative_a_new_role_re_reading_once_the_windows_just_read_does_not_fire() {
+        // a planner pages through the file once, then the builder it hands over to reads the
+        // same windows once more: two passes, not a circle
+        let mut b = Bench::<Circling>::default();
+        for _role in 0..2 {
+            for k in 0..7 {
+                b.feed(read("/w/ledger.py", 1 + 43 * k, 43, 300));
+            }
+        }
+        assert!(!b.fires());
+        assert_eq!(b.reading().value, 2.0);
+        let mut b = Bench::<super::super::coverage::Coverage>::default();
+        for _role in 0..2 {
+            for k in 0..7 {
+                b.feed(read("/w/ledger.py", 1 + 43 * k, 43, 300));
+            }
+        }
+        assert!(!b.fires());
+        assert_eq!(b.reading().value, 2.0);
+    }
 }
