@@ -3,9 +3,9 @@
 //! since the last landed change (not the window), with no minimum session length, so a session
 //! that only circles a file is seen on its third pass.
 
-use super::coverage::shown;
-use super::{find_or_add, round3, Case, Cx, Rule};
-use crate::detect::region::{Entry, Obs};
+use super::files::Files;
+use super::{Case, Cx, Rule};
+use crate::detect::region::Obs;
 use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
 
@@ -14,30 +14,12 @@ const CIRCLE_READS_MIN: usize = key("circle_reads_min");
 
 pub struct Circling;
 
-pub struct File {
-    key: u64,
-    lines: u64,
-    total: u32,
-    reads: u32,
-    name: Box<str>,
-}
-
-/// The files read since the last landed change, first read first (a handful: a scan is cheaper
-/// than a map), and what they add up to, kept as reads come.
+/// The files read since the last landed change (their lines over their length are passes), and
+/// whether one of them has been circled.
 #[derive(Default)]
 pub struct State {
-    files: Vec<File>,
-    leader: Option<(f64, u64)>,
+    files: Files,
     firing: bool,
-}
-
-fn passes(f: &File) -> f64 {
-    f.lines as f64 / f.total.max(1) as f64
-}
-
-/// The file with the most passes: (passes, key); of equals, the one first read last.
-fn leader(st: &State) -> Option<(f64, u64)> {
-    st.leader
 }
 
 impl Rule for Circling {
@@ -59,65 +41,25 @@ impl Rule for Circling {
 
     fn call(st: &mut State, c: &Obs, cx: &Cx) {
         if let Some(r) = c.read {
-            let f = find_or_add(
-                &mut st.files,
-                |f| f.key == r.file,
-                || File {
-                    key: r.file,
-                    lines: 0,
-                    total: 0,
-                    reads: 0,
-                    name: shown(c),
-                },
-            );
-            f.lines += r.lines as u64;
-            f.total = r.total;
-            f.reads += 1;
-            // a file's length can change, so its passes can fall: judge them all again
-            st.leader = st
-                .files
-                .iter()
-                .map(|f| (passes(f), f.key))
-                .max_by(|a, b| a.0.total_cmp(&b.0));
-            st.firing = st.files.iter().any(|f| {
+            st.files.add(c, r);
+            st.firing = st.files.files.iter().any(|f| {
                 f.reads >= cx.cfg.count(CIRCLE_READS_MIN) as u32
-                    && passes(f) >= cx.cfg.get(CIRCLE_PASSES_MIN)
+                    && f.ratio() >= cx.cfg.get(CIRCLE_PASSES_MIN)
             });
         }
     }
     fn landed(st: &mut State) {
         st.files.clear();
-        st.leader = None;
         st.firing = false;
     }
     fn fires(st: &State, _cx: &Cx) -> bool {
         st.firing
     }
     fn reading(st: &State, _cx: &Cx) -> Reading {
-        match leader(st) {
-            Some((p, k)) => Reading {
-                value: round3(p),
-                what: st
-                    .files
-                    .iter()
-                    .find(|f| f.key == k)
-                    .map(|f| f.name.to_string()),
-            },
-            None => Reading::default(),
-        }
+        st.files.reading()
     }
     fn case(st: &State, cx: &Cx) -> Case {
-        let Some((_, k)) = leader(st) else {
-            return Case::default();
-        };
-        Case::of(
-            cx.region
-                .entries
-                .iter()
-                .filter(|e| e.read.is_some_and(|r| r.file == k))
-                .map(Entry::at)
-                .collect(),
-        )
+        st.files.case(cx)
     }
 }
 
