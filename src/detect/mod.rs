@@ -99,29 +99,82 @@ struct Flag {
     loop_start: Option<CallRef>,
 }
 
-/// The latest [`RECENT_IDS`] calls' ids, in full: a ring, the oldest at `head` once it is full.
-/// A call is skipped only when its whole id is among them (a hash or a print of it once took
-/// `ses_a_18` for `ses_a_1`).
+/// The latest `N` strings, oldest first, in one buffer: each one's length (LEB128), then its
+/// bytes. One buffer rather than a slot per string: slots of a fixed size (32 bytes for an id,
+/// 64 for a digest line) cost a session that much whatever the strings' length (the
+/// 200,000-session bench peaked at 559 MB with slots, 479 MB with one buffer). The buffer grows
+/// to what it holds, no more (a reallocation within the allocator's size class stays in place).
 #[derive(Default)]
-struct Recent {
-    ids: Vec<region::Id>,
-    head: u8,
+struct Latest<const N: usize> {
+    buf: Vec<u8>,
+    n: u8,
 }
+
+/// The string at the start of `buf` (as [`Latest::push`] wrote it), and the rest.
+fn take_one(buf: &[u8]) -> (&[u8], &[u8]) {
+    let (mut len, mut shift, mut at) = (0usize, 0, 0);
+    while let Some(&b) = buf.get(at) {
+        at += 1;
+        len |= ((b & 0x7f) as usize) << shift;
+        shift += 7;
+        if b < 0x80 {
+            break;
+        }
+    }
+    let end = (at + len).min(buf.len());
+    (&buf[at..end], &buf[end..])
+}
+
+impl<const N: usize> Latest<N> {
+    /// Adds `s`, forgetting the oldest when `N` are held.
+    fn push(&mut self, s: &str) {
+        const { assert!(N <= u8::MAX as usize) };
+        if self.n as usize == N {
+            let (_, rest) = take_one(&self.buf);
+            let oldest = self.buf.len() - rest.len();
+            self.buf.drain(..oldest);
+        } else {
+            self.n += 1;
+        }
+        let need = self.buf.len() + s.len() + 10;
+        if need > self.buf.capacity() {
+            self.buf.reserve_exact(need - self.buf.len());
+        }
+        let mut len = s.len();
+        while len >= 0x80 {
+            self.buf.push((len & 0x7f) as u8 | 0x80);
+            len >>= 7;
+        }
+        self.buf.push(len as u8);
+        self.buf.extend_from_slice(s.as_bytes());
+    }
+
+    /// Oldest first.
+    fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let mut rest = &self.buf[..];
+        std::iter::from_fn(move || {
+            if rest.is_empty() {
+                return None;
+            }
+            let (one, more) = take_one(rest);
+            rest = more;
+            Some(one)
+        })
+    }
+}
+
+/// The latest [`RECENT_IDS`] calls' ids, in full. A call is skipped only when its whole id is
+/// among them (a hash or a print of it once took `ses_a_18` for `ses_a_1`).
+#[derive(Default)]
+struct Recent(Latest<RECENT_IDS>);
 
 impl Recent {
     /// Whether `id` is among the latest; remembers it when it is not.
     fn seen(&mut self, id: &str) -> bool {
-        if self.ids.iter().any(|i| i.bytes() == id.as_bytes()) {
+        if self.0.iter().any(|i| i == id.as_bytes()) {
             return true;
         }
-        if self.ids.len() < RECENT_IDS {
-            region::room_upto(&mut self.ids, RECENT_IDS);
-            self.ids.push(region::Id::new(id));
-        } else {
-            let h = self.head as usize;
-            self.ids[h] = region::Id::new(id);
-            self.head = ((h + 1) % RECENT_IDS) as u8;
-        }
+        self.0.push(id);
         false
     }
 }
@@ -532,17 +585,9 @@ impl Detector {
 }
 
 /// The last [`DIGEST_CALLS`] calls, one line each: what the call worked on and how it ended,
-/// never content. A ring of slots, the oldest at `head` once it is full: a call writes one slot,
-/// one cache line when its line is short (most are: `read src/app.js`), and costs no
-/// allocation then.
+/// never content.
 #[derive(Default)]
-struct Digest {
-    lines: Vec<DigestLine>,
-    head: u8,
-}
-
-/// A digest line: 64 bytes in place, a slot to a cache line.
-type DigestLine = region::Small<62>;
+struct Digest(Latest<DIGEST_CALLS>);
 
 impl Digest {
     /// `line` is the caller's buffer for the line, kept from call to call.
@@ -556,21 +601,13 @@ impl Digest {
         } else if c.failed {
             line.push_str(" [error]");
         }
-        let l = DigestLine::new(line);
-        if self.lines.len() < DIGEST_CALLS {
-            region::room_upto(&mut self.lines, DIGEST_CALLS);
-            self.lines.push(l);
-        } else {
-            let h = self.head as usize;
-            self.lines[h] = l;
-            self.head = ((h + 1) % DIGEST_CALLS) as u8;
-        }
+        self.0.push(line);
     }
 
     /// Oldest first.
     fn lines(&self) -> impl Iterator<Item = &str> {
-        let (new, old) = self.lines.split_at(self.head as usize);
-        old.iter().chain(new).map(DigestLine::as_str)
+        // whole strings went in, so each line is valid UTF-8
+        self.0.iter().map(|l| std::str::from_utf8(l).unwrap_or(""))
     }
 }
 
@@ -885,10 +922,29 @@ mod tests {
         }
         assert_eq!(d.lines().next(), Some("bash echo 5 [exit 5]"));
         assert_eq!(d.lines().nth(9).map(str::len), Some(120));
-        assert_eq!(d.lines.capacity(), DIGEST_CALLS);
-        // a slot to a cache line; an id half of one
-        assert_eq!(std::mem::size_of::<DigestLine>(), 64);
+        // the lines and a length byte each, nothing more: no slot of a fixed size
+        let held: usize = d.lines().map(|l| l.len() + 1).sum();
+        assert_eq!(d.0.buf.len(), held);
+        assert_eq!(d.0.n as usize, DIGEST_CALLS);
         assert_eq!(std::mem::size_of::<region::Id>(), 32);
+    }
+
+    #[test]
+    fn the_latest_strings_are_kept_whole_whatever_their_length() {
+        // lengths of one, two and three LEB128 bytes, and one string the other's prefix
+        let long = "x".repeat(300);
+        let longer = "y".repeat(20_000);
+        let mut l = Latest::<3>::default();
+        for s in ["a", &long, "ab", &longer, ""] {
+            l.push(s);
+        }
+        let held: Vec<usize> = l.iter().map(<[u8]>::len).collect();
+        assert_eq!(held, [2, 20_000, 0]);
+        assert_eq!(l.buf.len(), 3 + 20_003 + 1);
+        let mut r = Recent::default();
+        assert!(!r.seen(&long));
+        assert!(!r.seen(&long[..299]));
+        assert!(r.seen(&long));
     }
 
     #[test]

@@ -115,7 +115,7 @@ pub struct Read {
 
 /// A short string kept without a heap allocation when it fits `N` bytes: a call id (opencode's
 /// `prt_` ids are 30 bytes; the region holds one per call, and allocating each was a measured
-/// share of the detector's time) or a digest line.
+/// share of the detector's time).
 #[derive(Clone)]
 pub enum Small<const N: usize> {
     Inline { len: u8, bytes: [u8; N] },

@@ -3,9 +3,9 @@
 //! since the last landed change (not the window), with no minimum session length, so a session
 //! that only circles a file is seen on its third pass.
 
-use super::coverage::shown;
-use super::{find_or_add, round3, Case, Cx, Rule};
-use crate::detect::region::{Entry, Obs};
+use super::files::Files;
+use super::{Case, Cx, Rule};
+use crate::detect::region::Obs;
 use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
 
@@ -14,30 +14,12 @@ const CIRCLE_READS_MIN: usize = key("circle_reads_min");
 
 pub struct Circling;
 
-pub struct File {
-    key: u64,
-    lines: u64,
-    total: u32,
-    reads: u32,
-    name: Box<str>,
-}
-
-/// The files read since the last landed change, first read first (a handful: a scan is cheaper
-/// than a map), and what they add up to, kept as reads come.
+/// The files read since the last landed change (their lines over their length are passes), and
+/// whether one of them has been circled.
 #[derive(Default)]
 pub struct State {
-    files: Vec<File>,
-    leader: Option<(f64, u64)>,
+    files: Files,
     firing: bool,
-}
-
-fn passes(f: &File) -> f64 {
-    f.lines as f64 / f.total.max(1) as f64
-}
-
-/// The file with the most passes: (passes, key); of equals, the one first read last.
-fn leader(st: &State) -> Option<(f64, u64)> {
-    st.leader
 }
 
 impl Rule for Circling {
@@ -59,65 +41,25 @@ impl Rule for Circling {
 
     fn call(st: &mut State, c: &Obs, cx: &Cx) {
         if let Some(r) = c.read {
-            let f = find_or_add(
-                &mut st.files,
-                |f| f.key == r.file,
-                || File {
-                    key: r.file,
-                    lines: 0,
-                    total: 0,
-                    reads: 0,
-                    name: shown(c),
-                },
-            );
-            f.lines += r.lines as u64;
-            f.total = r.total;
-            f.reads += 1;
-            // a file's length can change, so its passes can fall: judge them all again
-            st.leader = st
-                .files
-                .iter()
-                .map(|f| (passes(f), f.key))
-                .max_by(|a, b| a.0.total_cmp(&b.0));
-            st.firing = st.files.iter().any(|f| {
+            st.files.add(c, r);
+            st.firing = st.files.files.iter().any(|f| {
                 f.reads >= cx.cfg.count(CIRCLE_READS_MIN) as u32
-                    && passes(f) >= cx.cfg.get(CIRCLE_PASSES_MIN)
+                    && f.ratio() >= cx.cfg.get(CIRCLE_PASSES_MIN)
             });
         }
     }
     fn landed(st: &mut State) {
         st.files.clear();
-        st.leader = None;
         st.firing = false;
     }
     fn fires(st: &State, _cx: &Cx) -> bool {
         st.firing
     }
     fn reading(st: &State, _cx: &Cx) -> Reading {
-        match leader(st) {
-            Some((p, k)) => Reading {
-                value: round3(p),
-                what: st
-                    .files
-                    .iter()
-                    .find(|f| f.key == k)
-                    .map(|f| f.name.to_string()),
-            },
-            None => Reading::default(),
-        }
+        st.files.reading()
     }
     fn case(st: &State, cx: &Cx) -> Case {
-        let Some((_, k)) = leader(st) else {
-            return Case::default();
-        };
-        Case::of(
-            cx.region
-                .entries
-                .iter()
-                .filter(|e| e.read.is_some_and(|r| r.file == k))
-                .map(Entry::at)
-                .collect(),
-        )
+        st.files.case(cx)
     }
 }
 
@@ -148,5 +90,49 @@ mod tests {
             b.feed(read("/w/rst.py", 1, 2000, 300));
         }
         assert!(!b.fires());
+    }
+
+    #[test]
+    fn shape_8_paging_passes_through_shifting_windows_fire_on_the_third_pass() {
+        // three passes over a 300-line file in 21 reads of 45 lines, each pass's windows shifted
+        // 5 lines on from the last one's, nothing landed
+        let mut b = Bench::<Circling>::default();
+        let mut fired_at = None;
+        for pass in 0..3 {
+            for k in 0..7 {
+                b.feed(read("/w/ledger.py", 1 + 43 * k + 5 * pass, 45, 300));
+                if fired_at.is_none() && b.fires() {
+                    fired_at = Some(b.calls);
+                }
+            }
+        }
+        // 6 x 45 lines a pass and a last window cut short by the file's end (42, 37, 32 lines):
+        // 889 lines after 20 reads, 921 (3.07 passes) after the 21st
+        assert_eq!(fired_at, Some(21));
+        assert_eq!(b.reading().value, 3.07);
+        assert_eq!(b.reading().what.as_deref(), Some("/w/ledger.py"));
+        assert_eq!(b.case().calls.len(), 21);
+    }
+
+    #[test]
+    fn hard_negative_a_new_role_re_reading_once_the_windows_just_read_does_not_fire() {
+        // a planner pages through the file once, then the builder it hands over to reads the
+        // same windows once more: two passes, not a circle
+        let mut b = Bench::<Circling>::default();
+        for _role in 0..2 {
+            for k in 0..7 {
+                b.feed(read("/w/ledger.py", 1 + 43 * k, 43, 300));
+            }
+        }
+        assert!(!b.fires());
+        assert_eq!(b.reading().value, 2.0);
+        let mut b = Bench::<super::super::coverage::Coverage>::default();
+        for _role in 0..2 {
+            for k in 0..7 {
+                b.feed(read("/w/ledger.py", 1 + 43 * k, 43, 300));
+            }
+        }
+        assert!(!b.fires());
+        assert_eq!(b.reading().value, 2.0);
     }
 }

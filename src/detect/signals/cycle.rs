@@ -226,4 +226,64 @@ mod tests {
         s.times(10, a);
         assert!(!s.fires());
     }
+
+    #[test]
+    fn shape_6_near_identical_searches_for_one_symbol_cycled() {
+        // six ways of asking where `parse_amount` is, the same six again and again (the fixture's
+        // "parse_amount search"): no two calls alike, outputs the same each round
+        let round = || {
+            [
+                (c("grep", json!({"pattern": "parse_amount"})), 1),
+                (c("grep", json!({"pattern": "parse_amount\\("})), 1),
+                (c("grep", json!({"pattern": "def parse_amount"})), 2),
+                (
+                    c("bash", json!({"command": "grep -rn parse_amount src"})),
+                    3,
+                ),
+                (
+                    c(
+                        "grep",
+                        json!({"include": "*.py", "pattern": "\\bparse_amount\\b"}),
+                    ),
+                    1,
+                ),
+                (
+                    c("bash", json!({"command": "grep -rn 'def parse_amount' ."})),
+                    4,
+                ),
+            ]
+        };
+        let mut s = Bench::<Cycle>::default();
+        let mut fired_at = None;
+        for _ in 0..3 {
+            for (x, out) in round() {
+                s.feed(C {
+                    out: Some(out),
+                    ..x
+                });
+                if fired_at.is_none() && s.fires() {
+                    fired_at = Some(s.calls);
+                }
+            }
+        }
+        // two rounds and the first call of a third
+        assert_eq!(fired_at, Some(13));
+        assert_eq!(s.reading().value, 6.0);
+        assert_eq!(s.case().start.unwrap().index, 1);
+    }
+
+    #[test]
+    fn hard_negative_a_new_role_re_reading_once_the_windows_just_read_is_no_cycle() {
+        // a planner reads a file in four windows; the builder after it reads the same four once
+        let mut s = Bench::<Cycle>::default();
+        for _role in 0..2 {
+            for k in 0..4 {
+                s.feed(c(
+                    "read",
+                    json!({"filePath": "/w/ledger.py", "offset": 1 + 75 * k, "limit": 75}),
+                ));
+            }
+        }
+        assert!(!s.fires());
+    }
 }

@@ -4,6 +4,7 @@
 //! signal. Its thresholds ([`Key`]) are gathered from the list into [`KEYS`], which drives the
 //! config file's `[detector]`, progress-detect's flags and the defaults (see `thresholds`).
 //! Adding one: a file here, a line in [`registry!`], a variant in [`Signal`].
+//! (`files` is no signal: the per-file tally of lines read that coverage and circling share.)
 //!
 //! A signal sees each call once ([`Rule::call`]), calls leaving the window ([`Rule::left`]) and
 //! landed changes ([`Rule::landed`]: by default the loop, if any, is over). It answers, as often
@@ -13,6 +14,7 @@ mod circling;
 mod coverage;
 mod cycle;
 mod dup;
+mod files;
 mod run;
 mod same_failure;
 mod short_loop;

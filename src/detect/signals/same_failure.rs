@@ -212,4 +212,24 @@ mod tests {
         b.land();
         assert!(!b.fires());
     }
+
+    #[test]
+    fn hard_negative_test_re_runs_between_real_edits_whose_output_changes_do_not_fire() {
+        // a test run after each of 12 landed edits, failing, each time with another output (the
+        // edits fix one test after another), then passing
+        let mut b = Bench::<SameFailure>::default();
+        let test = |out: u64, failed: bool| C {
+            out: Some(out),
+            failed,
+            exit: Some(failed as i64),
+            ..c("bash", json!({"command": "python3 -m pytest tests -x"}))
+        };
+        for round in 0..12 {
+            b.land().feed(test(100 + round, true));
+            assert!(!b.fires(), "round {round}");
+        }
+        b.land().feed(test(200, false));
+        assert!(!b.fires());
+        assert_eq!(b.reading().value, 0.0);
+    }
 }
