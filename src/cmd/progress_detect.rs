@@ -191,6 +191,7 @@ fn evidence_of(s: &Session) -> Option<Evidence> {
         "retry": field("retry"),
         "pending": field("pending"),
         "todos_open": field("todos_open"),
+        "process": field("process"),
     }))
     .ok()
 }
