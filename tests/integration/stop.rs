@@ -441,16 +441,24 @@ fn a_looping_opencode_run_is_stopped_through_the_plugin_and_resumes_with_run_s()
     assert_eq!(rows[0]["action_id"], o["action_id"]);
     assert_eq!(rows[0]["episode"], format!("episode:{episode}"));
 
-    // the next tick closes the episode: the loop has stopped
-    let t = rig.tick();
-    let (state, reason): (String, Option<String>) = rig
-        .watchdog_db()
-        .query_row(
-            "SELECT state, reason FROM episodes WHERE id = ?1",
-            [episode],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
+    // the episode closes: the loop has stopped. When a call started after the request (the
+    // plugin refused it, or it began before the abort), that is one more call since the last
+    // tick, so the episode holds one tick and closes at the next
+    let episode_state = || -> (String, Option<String>) {
+        rig.watchdog_db()
+            .query_row(
+                "SELECT state, reason FROM episodes WHERE id = ?1",
+                [episode],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap()
+    };
+    let mut t = rig.tick();
+    let one_more = o["refused_call"].is_string() || o["calls_after_request"].as_u64() > Some(0);
+    if episode_state().0 == "open" && one_more {
+        t = rig.tick();
+    }
+    let (state, reason) = episode_state();
     assert_eq!(
         (state.as_str(), reason.as_deref()),
         ("resolved", Some("stopped")),
