@@ -18,6 +18,7 @@ pub struct Config {
     pub second_opinion: SecondOpinionConfig,
     pub liveness: LivenessConfig,
     pub report: ReportConfig,
+    pub follow: FollowConfig,
     pub channels: Vec<crate::channels::ChannelConfig>,
 }
 
@@ -112,6 +113,33 @@ impl Default for AlertConfig {
             escalate_after_ticks: 3,
             link_base: String::new(),
             source: "oc-watchdog".into(),
+        }
+    }
+}
+
+/// `[follow]`: the live follow mode (`oc-watchdog-follow`, the `oc-watchdog-follow.service`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FollowConfig {
+    /// How often the sources are asked what changed, in ms (a database answers from one
+    /// `PRAGMA data_version` while nothing did).
+    pub poll_ms: u64,
+    /// Seconds between full reads (what a timer tick reads: liveness, gone sessions, time).
+    pub full_every_secs: u64,
+    /// An open loop alert escalates when the loop has gone on (new calls, nothing landed) this
+    /// many minutes after its trigger...
+    pub escalate_after_minutes: u64,
+    /// ...or this many calls after it, whichever comes first.
+    pub escalate_after_calls: u64,
+}
+
+impl Default for FollowConfig {
+    fn default() -> Self {
+        FollowConfig {
+            poll_ms: 1000,
+            full_every_secs: 60,
+            escalate_after_minutes: 5,
+            escalate_after_calls: 100,
         }
     }
 }
@@ -348,6 +376,21 @@ impl Config {
         p.int(
             "alert.escalate_after_ticks",
             self.alert.escalate_after_ticks as u64,
+            1,
+            1_000_000,
+        );
+        let f = &self.follow;
+        p.int("follow.poll_ms", f.poll_ms, 100, 60_000);
+        p.int("follow.full_every_secs", f.full_every_secs, 5, 3_600);
+        p.int(
+            "follow.escalate_after_minutes",
+            f.escalate_after_minutes,
+            1,
+            10_080,
+        );
+        p.int(
+            "follow.escalate_after_calls",
+            f.escalate_after_calls,
             1,
             1_000_000,
         );

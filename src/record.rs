@@ -28,6 +28,8 @@ pub enum Record {
     Source(SourceRead),
     Blind(Blind),
     Tick(Tick),
+    /// Follow mode's batch boundary (see [`Sweep`]).
+    Sweep(Sweep),
     /// Any other kind: kept verbatim by whoever holds the raw line; never written from here.
     #[serde(other, skip_serializing)]
     Other,
@@ -80,6 +82,7 @@ impl Record {
             }),
             Some("blind") => typed(line).map(Record::Blind),
             Some("tick") => typed(line).map(Record::Tick),
+            Some("sweep") => typed(line).map(Record::Sweep),
             _ => Ok(Record::Other),
         };
         r.map_err(|error| BadRecord { kind, error })
@@ -201,6 +204,26 @@ pub struct Tick {
     /// The sources read (their `source` records' `source`).
     #[serde(default)]
     pub sources: Vec<String>,
+}
+
+/// `{"kind":"sweep","n":7,"t":1764756000000,"full":false}`: in follow mode (`--follow`), the end
+/// of one read of the sources. `oc-sessions --follow` writes one after each read, after that
+/// read's `source`, `session` and `blind` records; every later stage writes what the batch caused,
+/// then passes the sweep on and flushes, so a sweep reaching the end of the pipeline means the
+/// batch is done. (The timer's batch tick has none: its end of input is its one boundary.)
+///
+/// A `full` sweep ends a read that listed what a timer tick would list (the sessions active since
+/// the previous full read and the trees of the open alerts) and named every source it read in a
+/// `source` record; absence from it means what absence from a tick means (gone, if the source was
+/// read). Between full sweeps, a sweep with `full: false` ends a read of only the sessions that
+/// changed: a session absent from it is unchanged, not gone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sweep {
+    /// 1, 2, ... within one run of `oc-sessions --follow`.
+    pub n: u64,
+    /// When the read began (ms since the epoch).
+    pub t: i64,
+    pub full: bool,
 }
 
 /// `{"kind":"session", ...}`: one opencode session, as `oc-sessions` lists it.
