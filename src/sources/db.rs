@@ -16,6 +16,19 @@ use std::time::Duration;
 pub struct Db {
     conn: Connection,
     pub path: PathBuf,
+    /// `message` and `part` carry `time_updated` (opencode 1.18 does): what changed in a
+    /// session can be read alone ([`Db::message_rows_since`]).
+    incremental: bool,
+    /// The file opened (device, inode, birth time): a database deleted and recreated at the
+    /// same path is another file, which this connection does not see.
+    file: Option<(u64, u64, Option<std::time::SystemTime>)>,
+}
+
+/// What tells one file at a path from another that replaced it.
+fn file_identity(path: &Path) -> Option<(u64, u64, Option<std::time::SystemTime>)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.created().ok()))
 }
 
 /// Columns this reader needs, by table. A database without one of them is of a schema this
@@ -58,6 +71,7 @@ impl Db {
         if !path.exists() {
             return Ok(None);
         }
+        let file = file_identity(path);
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -67,6 +81,7 @@ impl Db {
             .map_err(|e| e.to_string())?;
         conn.pragma_update(None, "query_only", true)
             .map_err(|e| e.to_string())?;
+        let mut incremental = true;
         for (table, cols) in NEEDED {
             let mut st = conn
                 .prepare(&format!("PRAGMA table_info({table})"))
@@ -75,6 +90,9 @@ impl Db {
                 .query_map([], |r| r.get::<_, String>(1))
                 .and_then(|rows| rows.collect())
                 .map_err(|e| format!("cannot read: {e}"))?;
+            if matches!(*table, "message" | "part") {
+                incremental &= have.iter().any(|h| h == "time_updated");
+            }
             if have.is_empty() {
                 return Err(format!(
                     "not an opencode database of a known schema: no table {table}"
@@ -89,7 +107,15 @@ impl Db {
         Ok(Some(Db {
             conn,
             path: path.to_path_buf(),
+            incremental,
+            file,
         }))
+    }
+
+    /// Whether the file at the path is still the one this connection reads (not deleted,
+    /// not replaced by another database).
+    pub fn is_current(&self) -> bool {
+        self.file.is_some() && file_identity(&self.path) == self.file
     }
 
     /// The newest schema migration opencode applied (`migration.id`), if it keeps that table.
@@ -204,12 +230,82 @@ impl Db {
             .conn
             .unchecked_transaction()
             .with_context(|| self.err("cannot start a read"))?;
-        let mut msgs: Vec<(String, Map<String, Value>, Vec<Value>)> = Vec::new();
+        let msgs = self.read_messages(&tx, session, None)?;
+        tx.finish()?;
+        Ok(msgs)
+    }
+
+    /// The messages of a session that changed at or after `since` (ms, opencode's
+    /// `time_updated` of the message or of any of its parts), each whole with all its parts,
+    /// in order, and the newest `time_updated` among them (`None`: nothing changed). One
+    /// transaction. `part` is indexed by session only, so this scans the session's parts (not
+    /// their data); a database without `time_updated` columns gives every message.
+    pub fn message_rows_since(&self, session: &str, since: i64) -> Result<(Value, Option<i64>)> {
+        let tx = self
+            .conn
+            .unchecked_transaction()
+            .with_context(|| self.err("cannot start a read"))?;
+        if !self.incremental {
+            let msgs = self.read_messages(&tx, session, None)?;
+            tx.finish()?;
+            return Ok((msgs, None));
+        }
+        let mut changed: Vec<String> = Vec::new();
+        let mut newest: Option<i64> = None;
         {
             let mut st = tx.prepare(
-                "SELECT id, data FROM message WHERE session_id = ?1 ORDER BY time_created, id",
+                "SELECT id, time_updated FROM message WHERE session_id = ?1 AND time_updated >= ?2
+                 UNION
+                 SELECT message_id, max(time_updated) FROM part
+                  WHERE session_id = ?1 AND time_updated >= ?2 GROUP BY message_id",
             )?;
-            let mut rows = st.query([session])?;
+            let mut rows = st.query(rusqlite::params![session, since])?;
+            while let Some(r) = rows.next()? {
+                let id: String = r.get(0)?;
+                let t: Option<i64> = r.get(1)?;
+                newest = newest.max(t);
+                if !changed.contains(&id) {
+                    changed.push(id);
+                }
+            }
+        }
+        let msgs = if changed.is_empty() {
+            Value::Array(Vec::new())
+        } else {
+            self.read_messages(&tx, session, Some(&changed))?
+        };
+        tx.finish()?;
+        Ok((msgs, newest))
+    }
+
+    /// The messages of a session (`only` these ids, or all), with their parts, as the API
+    /// serves them.
+    fn read_messages(
+        &self,
+        tx: &rusqlite::Transaction,
+        session: &str,
+        only: Option<&[String]>,
+    ) -> Result<Value> {
+        let mut msgs: Vec<(String, Map<String, Value>, Vec<Value>)> = Vec::new();
+        let ids: Vec<&str> = only.into_iter().flatten().map(String::as_str).collect();
+        let marks = vec!["?"; ids.len()].join(",");
+        let (msg_sql, part_sql) = match only {
+            None => (
+                "SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id"
+                    .to_string(),
+                "SELECT id, message_id, data FROM part WHERE session_id = ? ORDER BY message_id, id"
+                    .to_string(),
+            ),
+            // changes come a few messages at a time: well under SQLite's limit on parameters
+            Some(_) => (
+                format!("SELECT id, data FROM message WHERE session_id = ? AND id IN ({marks}) ORDER BY time_created, id"),
+                format!("SELECT id, message_id, data FROM part WHERE message_id IN ({marks}) ORDER BY message_id, id"),
+            ),
+        };
+        {
+            let mut st = tx.prepare(&msg_sql)?;
+            let args = std::iter::once(session).chain(ids.iter().copied());
+            let mut rows = st.query(rusqlite::params_from_iter(args))?;
             while let Some(r) = rows.next()? {
                 let id: String = r.get(0)?;
                 let data: String = r.get(1)?;
@@ -228,10 +324,11 @@ impl Db {
             .map(|(i, m)| (m.0.clone(), i))
             .collect();
         {
-            let mut st = tx.prepare(
-                "SELECT id, message_id, data FROM part WHERE session_id = ?1 ORDER BY message_id, id",
-            )?;
-            let mut rows = st.query([session])?;
+            let mut st = tx.prepare(&part_sql)?;
+            let mut rows = match only {
+                None => st.query([session])?,
+                Some(_) => st.query(rusqlite::params_from_iter(ids.iter()))?,
+            };
             while let Some(r) = rows.next()? {
                 let id: String = r.get(0)?;
                 let mid: String = r.get(1)?;
@@ -246,7 +343,6 @@ impl Db {
                 }
             }
         }
-        tx.finish()?;
         Ok(Value::Array(
             msgs.into_iter()
                 .map(|(_, info, parts)| json!({"info": info, "parts": parts}))
@@ -279,6 +375,27 @@ impl Db {
         Ok(self
             .conn
             .query_row("PRAGMA data_version", [], |r| r.get(0))?)
+    }
+
+    /// Where "what changed" stands now, without listing anything: the start of a follow.
+    pub fn cursor(&self) -> Result<Cursor> {
+        let mut c = Cursor {
+            data_version: self.data_version()?,
+            ..Cursor::default()
+        };
+        if self.has_table("event")? {
+            c.event = self
+                .conn
+                .query_row("SELECT max(id) FROM event", [], |r| r.get(0))?;
+        } else {
+            c.updated = self
+                .conn
+                .query_row("SELECT max(time_updated) FROM session", [], |r| {
+                    r.get::<_, Option<i64>>(0)
+                })?
+                .unwrap_or(i64::MIN);
+        }
+        Ok(c)
     }
 
     fn has_table(&self, table: &str) -> Result<bool> {
@@ -375,8 +492,16 @@ impl Source for Db {
         self.message_rows(id).map_err(broken)
     }
 
+    fn messages_since(&self, id: &str, since: i64) -> Result<(Value, Option<i64>), Fault> {
+        self.message_rows_since(id, since).map_err(broken)
+    }
+
     fn changes(&self, since: Option<&Cursor>) -> Result<Option<Changes>, Fault> {
         self.changes_since(since).map(Some).map_err(broken)
+    }
+
+    fn is_current(&self) -> bool {
+        Db::is_current(self)
     }
 }
 

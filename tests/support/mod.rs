@@ -91,6 +91,20 @@ impl Cmd {
             .spawn()
             .expect("spawn")
     }
+    /// Starts it reading `stdin` (another command's stdout, for a pipeline), stdout piped,
+    /// stderr where given.
+    pub fn spawn_from(
+        mut self,
+        stdin: std::process::Stdio,
+        stderr: std::fs::File,
+    ) -> std::process::Child {
+        self.inner
+            .stdin(stdin)
+            .stdout(std::process::Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn")
+    }
     pub fn run(mut self) -> Run {
         use std::io::Write;
         use std::process::Stdio;
