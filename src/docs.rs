@@ -77,6 +77,8 @@ source   {kind, source, reader, found, version, sessions, ...}   one per source 
          projects); found: argument, configured, default, discovered
 activity {kind, session, last_progress, in_flight, running [{tool, t, timeout}], error}
          after each session's calls: times and states for the liveness judge, no content
+sweep    {kind, n, t, full}   --follow: the end of one read (full: what a tick lists, with the
+         source records; else only the sessions that changed); every stage passes it on, flushed
 session records from a server also carry retry {attempt, message, next},
 pending {permissions, questions} and todos_open
 Times are integer milliseconds since the epoch. Filters pass unknown kinds and fields through.";
@@ -84,8 +86,8 @@ Times are integer milliseconds since the epoch. Filters pass unknown kinds and f
 pub const PAGES: &[Page] = &[
     Page {
         name: "oc-sessions",
-        exit: "0  success, also when no opencode was found (nothing is printed)\n\
-               2  an error, or an opencode answered in a shape not understood (a blind record was printed)",
+        exit: "0  success, also when no opencode was found (nothing is printed); --follow: ended by SIGTERM or a closed stdout\n\
+               2  an error, or an opencode answered in a shape not understood (a blind record was printed; --follow goes on)",
         fields: STREAM,
         examples: "\
 $ oc-sessions --since 1h | head -3
@@ -95,7 +97,7 @@ $ oc-sessions --since 1h | head -3
     },
     Page {
         name: "oc-calls",
-        exit: "0  success\n\
+        exit: "0  success; --follow: its input ended (or SIGTERM)\n\
                2  an error, a bad input line (named by its number), or a session in a shape not understood (a blind record was printed)",
         fields: STREAM,
         examples: "\

@@ -269,10 +269,12 @@ impl Db {
                 }
             }
         }
-        let msgs = if changed.is_empty() {
-            Value::Array(Vec::new())
-        } else {
-            self.read_messages(&tx, session, Some(&changed))?
+        // many changed (a first read, a long-forgotten session): all of them, in the two
+        // queries of a whole read, under SQLite's limit on bound parameters
+        let msgs = match changed.len() {
+            0 => Value::Array(Vec::new()),
+            1..=500 => self.read_messages(&tx, session, Some(&changed))?,
+            _ => self.read_messages(&tx, session, None)?,
         };
         tx.finish()?;
         Ok((msgs, newest))
@@ -296,7 +298,6 @@ impl Db {
                 "SELECT id, message_id, data FROM part WHERE session_id = ? ORDER BY message_id, id"
                     .to_string(),
             ),
-            // changes come a few messages at a time: well under SQLite's limit on parameters
             Some(_) => (
                 format!("SELECT id, data FROM message WHERE session_id = ? AND id IN ({marks}) ORDER BY time_created, id"),
                 format!("SELECT id, message_id, data FROM part WHERE message_id IN ({marks}) ORDER BY message_id, id"),
@@ -599,6 +600,76 @@ mod tests {
             (next.sessions, next.cursor.updated),
             (vec!["ses_a".to_string()], 25)
         );
+    }
+
+    #[test]
+    fn messages_since_are_those_whose_row_or_a_part_changed_each_whole_and_a_replaced_file_is_not_current(
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("opencode.db");
+        let w = Connection::open(&path).unwrap();
+        w.pragma_update(None, "journal_mode", "wal").unwrap();
+        w.execute_batch(
+            "CREATE TABLE session (id TEXT PRIMARY KEY, parent_id TEXT, agent TEXT, title TEXT,
+                directory TEXT, model TEXT, version TEXT, time_created INTEGER, time_updated INTEGER);
+             CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER,
+                time_updated INTEGER, data TEXT);
+             CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT, session_id TEXT,
+                time_created INTEGER, time_updated INTEGER, data TEXT);
+             INSERT INTO message VALUES ('msg_1', 'ses_a', 10, 10, '{\"role\":\"user\"}');
+             INSERT INTO message VALUES ('msg_2', 'ses_a', 20, 20, '{\"role\":\"assistant\"}');
+             INSERT INTO message VALUES ('msg_3', 'ses_a', 30, 30, '{\"role\":\"assistant\"}');
+             INSERT INTO part VALUES ('prt_1', 'msg_2', 'ses_a', 21, 21, '{\"type\":\"tool\"}');
+             INSERT INTO part VALUES ('prt_2', 'msg_2', 'ses_a', 22, 45, '{\"type\":\"tool\"}');
+             INSERT INTO part VALUES ('prt_3', 'msg_3', 'ses_a', 31, 31, '{\"type\":\"text\"}');
+             INSERT INTO part VALUES ('prt_9', 'msg_9', 'ses_b', 50, 50, '{\"type\":\"text\"}');",
+        )
+        .unwrap();
+        let db = Db::open(&path).unwrap();
+        let ids = |v: &Value| -> Vec<(String, usize)> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|m| {
+                    (
+                        m["info"]["id"].as_str().unwrap().to_string(),
+                        m["parts"].as_array().unwrap().len(),
+                    )
+                })
+                .collect()
+        };
+        // msg_2 through its part updated at 45 (with its other part too), msg_3 by its row
+        let (msgs, newest) = db.message_rows_since("ses_a", 30).unwrap();
+        assert_eq!(ids(&msgs), [("msg_2".into(), 2), ("msg_3".into(), 1)]);
+        assert_eq!(newest, Some(45));
+        // at the newest update itself: read again (equal milliseconds are not lost)
+        let (msgs, newest) = db.message_rows_since("ses_a", 45).unwrap();
+        assert_eq!((ids(&msgs), newest), (vec![("msg_2".into(), 2)], Some(45)));
+        let (msgs, newest) = db.message_rows_since("ses_a", 46).unwrap();
+        assert_eq!((ids(&msgs), newest), (vec![], None));
+        // from the start: the whole session, as message_rows reads it
+        let (all, _) = db.message_rows_since("ses_a", i64::MIN).unwrap();
+        assert_eq!(all, db.message_rows("ses_a").unwrap());
+
+        assert!(db.is_current());
+        drop(w);
+        std::fs::remove_file(&path).unwrap();
+        assert!(!db.is_current());
+        let again = Connection::open(&path).unwrap();
+        again.execute_batch("CREATE TABLE t (x)").unwrap();
+        assert!(!db.is_current());
+    }
+
+    #[test]
+    fn without_time_updated_columns_messages_since_gives_them_all() {
+        let (_dir, w, db) = fixture(false);
+        w.execute(
+            "INSERT INTO message VALUES ('msg_1', 'ses_a', 11, '{\"role\":\"user\"}')",
+            [],
+        )
+        .unwrap();
+        let (msgs, newest) = db.message_rows_since("ses_a", i64::MAX).unwrap();
+        assert_eq!((msgs.as_array().unwrap().len(), newest), (1, None));
     }
 
     #[test]

@@ -52,11 +52,19 @@ struct Known {
     updated: Option<i64>,
     /// Hash of the line last written per call id.
     calls: HashMap<String, u64>,
-    /// The merged activity, the newest assistant message it took its state from, and the hash
-    /// of the line last written.
-    activity: Option<(Activity, Option<(i64, String)>, u64)>,
+    activity: Option<Merged>,
     /// The count of full sweeps when it was last listed.
     listed_at: u64,
+}
+
+/// A session's activity merged over its reads.
+#[derive(Debug, Clone)]
+struct Merged {
+    record: Activity,
+    /// The newest assistant message (created, id) its state was taken from.
+    newest: Option<(i64, String)>,
+    /// Hash of the line last written (0: none).
+    hash: u64,
 }
 
 struct Follow<'a> {
@@ -208,13 +216,14 @@ impl Follow<'_> {
                 k.calls.insert(c.id.clone(), h);
             }
         }
-        let merged = merge_activity(k.activity.take(), &s.id, &msgs);
-        let line = to_line("activity", &merged.0)?;
+        let mut merged = merge_activity(k.activity.take(), &s.id, &msgs);
+        let line = to_line("activity", &merged.record)?;
         let h = hash_of(&line);
-        if merged.2 != h {
+        if merged.hash != h {
             self.out.line(&line)?;
+            merged.hash = h;
         }
-        k.activity = Some((merged.0, merged.1, h));
+        k.activity = Some(merged);
         k.cursor = k.cursor.max(newest);
         Ok(())
     }
@@ -239,25 +248,25 @@ fn newest_assistant(msgs: &Value) -> Option<(i64, String)> {
 /// The activity of a session from what it was and the messages that changed: the latest
 /// progress of both; in flight, error and running tools from the newest assistant message of
 /// either. The same as [`convert::activity_of`] over all messages, as long as changed messages
-/// come whole. The hash is the previous line's (0: none written).
-fn merge_activity(
-    had: Option<(Activity, Option<(i64, String)>, u64)>,
-    session: &str,
-    msgs: &Value,
-) -> (Activity, Option<(i64, String)>, u64) {
+/// come whole. Keeps the hash of the line last written.
+fn merge_activity(had: Option<Merged>, session: &str, msgs: &Value) -> Merged {
     let new = convert::activity_of(session, msgs);
     let newest = newest_assistant(msgs);
-    let Some((mut old, old_newest, h)) = had else {
-        return (new, newest, 0);
+    let Some(mut m) = had else {
+        return Merged {
+            record: new,
+            newest,
+            hash: 0,
+        };
     };
-    old.last_progress = old.last_progress.max(new.last_progress);
-    if newest.is_some() && newest >= old_newest {
-        old.in_flight = new.in_flight;
-        old.error = new.error;
-        old.running = new.running;
-        return (old, newest, h);
+    m.record.last_progress = m.record.last_progress.max(new.last_progress);
+    if newest.is_some() && newest >= m.newest {
+        m.record.in_flight = new.in_flight;
+        m.record.error = new.error;
+        m.record.running = new.running;
+        m.newest = newest;
     }
-    (old, old_newest, h)
+    m
 }
 
 #[cfg(test)]
@@ -294,18 +303,19 @@ mod tests {
             json!([tool("prt_2", "running", 150)]),
         );
         let whole = convert::activity_of("ses_a", &json!([m1, m2, m3]));
-        let first = merge_activity(None, "ses_a", &json!([m1, m2]));
-        assert!(!first.0.in_flight);
-        let merged = merge_activity(Some((first.0, first.1, 7)), "ses_a", &json!([m3]));
-        assert_eq!(merged.0, whole);
-        assert_eq!(merged.0.running.len(), 1);
+        let mut first = merge_activity(None, "ses_a", &json!([m1, m2]));
+        assert!(!first.record.in_flight);
+        first.hash = 7;
+        let merged = merge_activity(Some(first), "ses_a", &json!([m3]));
+        assert_eq!(merged.record, whole);
+        assert_eq!(merged.record.running.len(), 1);
         assert_eq!(
-            (merged.0.last_progress, merged.1.clone()),
+            (merged.record.last_progress, merged.newest.clone()),
             (Some(150), Some((140, "msg_3".into())))
         );
-        assert_eq!(merged.2, 7);
+        assert_eq!(merged.hash, 7);
         // an older message changing again does not take the newest one's state
-        let again = merge_activity(Some(merged.clone()), "ses_a", &json!([m2]));
-        assert_eq!(again.0, whole);
+        let again = merge_activity(Some(merged), "ses_a", &json!([m2]));
+        assert_eq!(again.record, whole);
     }
 }

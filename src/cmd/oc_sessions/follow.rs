@@ -36,7 +36,7 @@ const SLACK_MS: i64 = 2000;
 const FIRST_LOOK_BACK: &str = "1h";
 
 enum Database {
-    Open(Db, Option<Cursor>),
+    Open(Box<Db>, Option<Cursor>),
     /// No file (no opencode history yet, or deleted): looked for at every poll.
     Missing,
     /// There but unreadable (a schema this reader does not know, not a database): tried again
@@ -92,7 +92,9 @@ pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
     let poll = Duration::from_millis(cfg.follow.poll_ms.max(10));
     let full_every = Duration::from_secs(cfg.follow.full_every_secs.max(1));
     while !stop.load(Ordering::Relaxed) {
-        let due = f.last_full.is_none_or(|(at, _)| at.elapsed() >= full_every);
+        let due = f
+            .last_full
+            .map_or(true, |(at, _)| at.elapsed() >= full_every);
         if due || f.database_moved() {
             f.full(out)?;
         } else {
@@ -174,7 +176,7 @@ impl Follow<'_> {
             let before = seen.blind.len();
             self.db = match open_db(&self.db_path, self.db_found, &mut seen) {
                 Ok(Some(db)) => match db.cursor() {
-                    Ok(c) => Database::Open(db, Some(c)),
+                    Ok(c) => Database::Open(Box::new(db), Some(c)),
                     Err(e) => {
                         seen.blind(&self.db_path.display().to_string(), &format!("{e:#}"));
                         Database::Broken
@@ -192,7 +194,7 @@ impl Follow<'_> {
         let (procs, plan) =
             sources::servers_to_read(&self.args.servers, self.cfg, self.discover, &self.db_path);
         let db = match &self.db {
-            Database::Open(db, _) => Some(db),
+            Database::Open(db, _) => Some(&**db),
             _ => None,
         };
         let reads = collect(
@@ -252,7 +254,7 @@ impl Follow<'_> {
             &self.cfg.opencode.discover_uids,
         );
         let reads = collect(
-            Some(&*db),
+            Some(&**db),
             &self.live,
             &procs,
             self.discover != Discover::Off,
