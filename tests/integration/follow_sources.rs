@@ -31,6 +31,16 @@ struct Pipeline {
     home_err: PathBuf,
 }
 
+/// A test that failed leaves no process behind.
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        let _ = self.sessions.kill();
+        let _ = self.calls.kill();
+        let _ = self.sessions.wait();
+        let _ = self.calls.wait();
+    }
+}
+
 impl Pipeline {
     /// Reading `db`, or opencode's default database (under the test's HOME) when `None`.
     fn start(home: &Home, db: Option<&Path>, extra: &[&str]) -> Pipeline {
@@ -153,6 +163,12 @@ impl Writer {
              DELETE FROM event; DELETE FROM event_sequence;",
         )
         .unwrap();
+        Writer { conn, event: 0 }
+    }
+
+    fn reopen(path: &Path) -> Writer {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.pragma_update(None, "foreign_keys", false).unwrap();
         Writer { conn, event: 0 }
     }
 
@@ -320,7 +336,11 @@ fn follow_survives_a_wal_truncate_and_the_database_deleted_and_recreated() {
         let _ = std::fs::remove_file(format!("{}{ext}", db.display()));
     }
     std::thread::sleep(Duration::from_millis(500));
-    let mut w = Writer::create(&db);
+    // made whole beside it and moved in, as opencode's first start leaves it
+    let made = home.join("made.db");
+    drop(Writer::create(&made));
+    std::fs::rename(&made, &db).unwrap();
+    let mut w = Writer::reopen(&db);
     let t = now_ms();
     w.session("ses_w2", t);
     w.message("ses_w2", "msg_w3", t);

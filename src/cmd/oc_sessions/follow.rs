@@ -39,8 +39,8 @@ enum Database {
     Open(Box<Db>, Option<Cursor>),
     /// No file (no opencode history yet, or deleted): looked for at every poll.
     Missing,
-    /// There but unreadable (a schema this reader does not know, not a database): tried again
-    /// at the next full read, one blind record each time.
+    /// There but unreadable (a schema this reader does not know, not a database): opened
+    /// again at every poll, quietly; one blind record per full read while it stays so.
     Broken,
     /// `--no-db`.
     Off,
@@ -107,12 +107,14 @@ pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
 }
 
 impl Follow<'_> {
-    /// The database file changed under the open connection, or appeared: read it anew now.
+    /// The database file changed under the open connection, appeared, or can be read now
+    /// (one half made when it was opened, a schema put right): read it anew now.
     fn database_moved(&self) -> bool {
         match &self.db {
             Database::Open(db, _) => !db.is_current(),
             Database::Missing => self.db_path.exists(),
-            Database::Broken | Database::Off => false,
+            Database::Broken => matches!(Db::open_if_there(&self.db_path), Ok(Some(_))),
+            Database::Off => false,
         }
     }
 
@@ -262,6 +264,12 @@ impl Follow<'_> {
             self.limits,
             &mut seen,
         );
+        // a server gone since the last full read: one blind record, then left to the next one
+        self.live.retain(|p| {
+            !reads
+                .iter()
+                .any(|r| r.plan.url == p.url && r.error.is_some())
+        });
         write_rest(out, &reads, &seen)?;
         self.sweep(out, t, false)
     }
