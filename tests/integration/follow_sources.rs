@@ -469,3 +469,55 @@ fn following_real_opencode_gives_the_calls_the_batch_gives_running_then_complete
     assert_eq!(acts.last(), batch.kind("activity").last());
     p.stop();
 }
+
+#[test]
+fn the_first_full_read_looks_back_to_the_last_tick_and_lists_the_open_alerts_trees() {
+    let home = Home::new();
+    let db = home.join(".local/share/opencode/opencode.db");
+    let mut w = Writer::create(&db);
+    let now = now_ms();
+    let min = 60_000;
+    for (id, ago) in [
+        ("ses_recent", 10 * min),
+        ("ses_45min", 45 * min),
+        ("ses_alerted", 2 * 24 * 60 * min),
+        ("ses_3h", 3 * 60 * min),
+    ] {
+        w.session(id, now - ago);
+    }
+    // the watchdog's store: a tick half an hour ago, a loop alert open on an old session
+    home.cmd("wd-store").args(["last-tick"]).run().ok();
+    let store =
+        rusqlite::Connection::open(home.join(".local/state/oc-watchdog/watchdog.db")).unwrap();
+    store
+        .execute(
+            "INSERT INTO ticks (t, outcome) VALUES (?1, 'flagged')",
+            [now - 30 * min],
+        )
+        .unwrap();
+    store
+        .execute(
+            "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired)
+             VALUES ('loop:ses_alerted', 'loop', 'ses_alerted', 'open', 'warning', 'warning', ?1, ?1)",
+            [now - 24 * 60 * min],
+        )
+        .unwrap();
+    drop(store);
+    write_config(&home, 100, 3600);
+    let listed = |also_open: bool| -> Vec<String> {
+        let args: &[&str] = if also_open { &["--also-open"] } else { &[] };
+        let p = Pipeline::start(&home, None, args);
+        p.wait_for("the first sweep", |v| v["kind"] == "sweep");
+        let mut ids: Vec<String> = p
+            .all()
+            .iter()
+            .filter(|v| v["kind"] == "session")
+            .map(|v| v["id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        p.stop();
+        ids
+    };
+    assert_eq!(listed(true), ["ses_alerted", "ses_recent"]);
+    assert_eq!(listed(false), ["ses_recent"]);
+}
