@@ -24,7 +24,8 @@ use crate::sources::merge::Seen;
 use crate::sources::{self, db::Db, Cursor, Planned, Source};
 use crate::store::{episodes, Store};
 use anyhow::Result;
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -60,6 +61,12 @@ struct Follow<'a> {
     n: u64,
     /// When the last full read began: monotonic, and by the wall clock.
     last_full: Option<(Instant, i64)>,
+    /// The opencode processes found at the last read (pid, working directory): one that
+    /// ends is noticed at the next poll, and the sessions listed in its directory are listed
+    /// again then (a killed `opencode run` writes nothing more, so no change would say so).
+    procs: Vec<(u32, Option<PathBuf>)>,
+    /// Sessions listed since the last full read, with their directories.
+    listed: HashMap<String, Option<String>>,
 }
 
 pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
@@ -88,6 +95,8 @@ pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
         live: Vec::new(),
         n: 0,
         last_full: None,
+        procs: Vec::new(),
+        listed: HashMap::new(),
     };
     let poll = Duration::from_millis(cfg.follow.poll_ms.max(10));
     let full_every = Duration::from_secs(cfg.follow.full_every_secs.max(1));
@@ -214,6 +223,9 @@ impl Follow<'_> {
         }
         write_server_sources(out, &reads, &seen)?;
         write_rest(out, &reads, &seen)?;
+        self.procs = procs.iter().map(|p| (p.pid, p.cwd.clone())).collect();
+        self.listed.clear();
+        self.note_listed(&seen);
         self.live = reads
             .into_iter()
             .filter(|r| r.live.is_some())
@@ -226,6 +238,7 @@ impl Follow<'_> {
     /// A poll: nothing while the database did not change; else the sessions that did, with
     /// their trees, and a partial sweep.
     fn partial(&mut self, out: &mut Out) -> Result<()> {
+        let ended = self.where_a_process_ended();
         let Database::Open(db, cursor) = &mut self.db else {
             return Ok(());
         };
@@ -246,6 +259,12 @@ impl Follow<'_> {
                 return self.sweep(out, t, false);
             }
         };
+        let mut changed = changed;
+        for id in ended {
+            if !changed.contains(&id) {
+                changed.push(id);
+            }
+        }
         if changed.is_empty() {
             return Ok(());
         }
@@ -264,6 +283,8 @@ impl Follow<'_> {
             self.limits,
             &mut seen,
         );
+        self.procs = procs.iter().map(|p| (p.pid, p.cwd.clone())).collect();
+        self.note_listed(&seen);
         // a server gone since the last full read: one blind record, then left to the next one
         self.live.retain(|p| {
             !reads
@@ -272,5 +293,43 @@ impl Follow<'_> {
         });
         write_rest(out, &reads, &seen)?;
         self.sweep(out, t, false)
+    }
+}
+
+impl Follow<'_> {
+    fn note_listed(&mut self, seen: &Seen) {
+        for x in &seen.sessions {
+            self.listed.insert(x.id.clone(), x.directory.clone());
+        }
+    }
+
+    /// The sessions to list again because an opencode process found at the last read has
+    /// ended: those listed since the last full read in its directory (all of them, when it
+    /// had none readable). One `stat` of `/proc/PID` per process and poll.
+    fn where_a_process_ended(&mut self) -> Vec<String> {
+        let gone: Vec<Option<PathBuf>> = self
+            .procs
+            .iter()
+            .filter(|(pid, _)| !Path::new(&format!("/proc/{pid}")).exists())
+            .map(|(_, cwd)| cwd.clone())
+            .collect();
+        if gone.is_empty() {
+            return Vec::new();
+        }
+        self.procs
+            .retain(|(pid, _)| Path::new(&format!("/proc/{pid}")).exists());
+        let mut ids: Vec<String> = self
+            .listed
+            .iter()
+            .filter(|(_, dir)| {
+                gone.iter().any(|cwd| match (cwd, dir) {
+                    (Some(c), Some(d)) => Path::new(d).starts_with(c),
+                    _ => true,
+                })
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort();
+        ids
     }
 }
