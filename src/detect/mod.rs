@@ -49,7 +49,7 @@ const RECENT_IDS: usize = 16;
 
 /// What a verdict needs of a session record (not its pass-through fields: liveness evidence is
 /// read by `cmd`, and a session record's other fields would cost every session they sit in).
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Meta {
     parent: Option<Box<str>>,
     agent: Option<Box<str>>,
@@ -90,7 +90,7 @@ impl From<Session> for Meta {
 }
 
 /// A flagged session's first flag, and its loop (only flagged sessions carry it).
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Flag {
     first: Option<CallRef>,
     /// The case as it stood at the first flag.
@@ -104,7 +104,7 @@ struct Flag {
 /// 64 for a digest line) cost a session that much whatever the strings' length (the
 /// 200,000-session bench peaked at 559 MB with slots, 479 MB with one buffer). The buffer grows
 /// to what it holds, no more (a reallocation within the allocator's size class stays in place).
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Latest<const N: usize> {
     buf: Vec<u8>,
     n: u8,
@@ -165,7 +165,7 @@ impl<const N: usize> Latest<N> {
 
 /// The latest [`RECENT_IDS`] calls' ids, in full. A call is skipped only when its whole id is
 /// among them (a hash or a print of it once took `ses_a_18` for `ses_a_1`).
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Recent(Latest<RECENT_IDS>);
 
 impl Recent {
@@ -179,7 +179,7 @@ impl Recent {
     }
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct SessionState {
     meta: Option<Box<Meta>>,
     read_only: bool,
@@ -462,49 +462,80 @@ impl Detector {
     /// Takes one call; returns whether the session's flag state changed with it.
     pub fn call(&mut self, c: &CallIn) -> bool {
         let si = self.index(c.session);
-        let cfg = &self.cfg;
         let st = &mut self.sessions[si];
         // dedup
         if st.recent.seen(c.id) {
             self.repeated += 1;
             return false;
         }
-        st.count(c);
-        st.label(c.t);
-        // features: what the call works on, computed once for every signal
-        let mut args = target::CallArgs::of_list(c.tool, c.args);
-        let norm = self.commands.normalize(c.tool, &mut args);
-        args.command = &norm;
-        // lent to the call's features while the state changes, put back at the end
-        let dir = st.dir.take();
-        let mut obs = Obs::of(c, args, st.calls, dir.as_deref());
-        st.digest.push(&mut self.line, &obs);
-        // progress
-        let landed = c.landed && st.land(&obs);
-        if c.landed && !landed {
-            // a change that changed nothing new: what it answers (a file grown by one more copy
-            // of its block) moves with its own repeats, not with the work, so it is no outcome
-            obs.out = None;
-        }
-        // window and signals
-        let flagged = if landed {
-            st.landed();
-            st.signals.firing(&st.cx(cfg))
-        } else {
-            st.judge(&obs, cfg)
-        };
-        // flags
-        let changed = st.flag_now(flagged, &obs, cfg);
-        st.dir = dir;
+        let (changed, landed) = feed(st, &self.cfg, &mut self.commands, &mut self.line, c);
         if landed {
             self.credit_ancestors(c.session, c.t);
         }
         changed
     }
 
+    /// The verdict on session `id` as it would be with the calls `tail` after those taken, the
+    /// session's state left as it is (the follow mode's calls that may still change: a running
+    /// call completes, a step's cost and patch come after its calls). A landing in `tail`
+    /// credits no ancestor: that happens once the call is taken. None for a session never seen
+    /// (and given no calls).
+    pub fn verdict_with(&mut self, id: &str, tail: &[CallIn]) -> Option<Verdict> {
+        if tail.is_empty() {
+            return self.verdict(id);
+        }
+        let i = self.index(id);
+        let mut st = self.sessions[i].clone();
+        for c in tail {
+            if !st.recent.seen(c.id) {
+                feed(&mut st, &self.cfg, &mut self.commands, &mut self.line, c);
+            }
+        }
+        Some(self.verdict_of(id, &st))
+    }
+
+    /// Forgets a session (the follow mode's sessions gone for long); returns whether it was
+    /// held. The sessions' numbers change: the last one takes the forgotten one's.
+    pub fn forget(&mut self, id: &str) -> bool {
+        let Some(i) = self.by_id.remove(id) else {
+            return false;
+        };
+        self.sessions.swap_remove(i);
+        if let Some(moved) = self.sessions.get(i) {
+            self.by_id.insert(moved.id.as_str().into(), i);
+        }
+        true
+    }
+
+    /// How many sessions are held.
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+
+    /// The session's parent chain, nearest first, as far as it is known.
+    pub fn ancestors(&self, id: &str) -> Vec<String> {
+        let mut up: Vec<String> = Vec::new();
+        while up.len() < 1000 {
+            let cur = up.last().map_or(id, String::as_str);
+            match self.parent_of(cur) {
+                Some(p) if p != id => up.push(p.to_string()),
+                _ => break,
+            }
+        }
+        up
+    }
+
     /// The verdict on one session now.
     pub fn verdict(&self, id: &str) -> Option<Verdict> {
-        let st = self.get(id)?;
+        Some(self.verdict_of(id, self.get(id)?))
+    }
+
+    /// The verdict on session `id` whose state is `st`.
+    fn verdict_of(&self, id: &str, st: &SessionState) -> Verdict {
         let cfg = &self.cfg;
         let cx = st.cx(cfg);
         let reasons = st.signals.reasons(&cx);
@@ -538,7 +569,7 @@ impl Detector {
         } else {
             st.flag.as_ref().and_then(|f| f.first_case.clone())
         };
-        Some(Verdict {
+        Verdict {
             session: id.to_string(),
             root: self.root_of(id),
             parent: meta.and_then(|m| owned(&m.parent)),
@@ -571,7 +602,7 @@ impl Detector {
             expect,
             ok,
             ..Verdict::default()
-        })
+        }
     }
 
     /// Every session's verdict, one at a time, in the order first seen (with its number): a
@@ -584,9 +615,49 @@ impl Detector {
     }
 }
 
+/// Feeds one call (not seen before) to its session's state: its totals, the digest, the
+/// progress and the signals; returns whether the session's flag changed and whether the call
+/// landed a change (its ancestors are then the caller's to credit).
+fn feed(
+    st: &mut SessionState,
+    cfg: &DetectorConfig,
+    commands: &mut target::Commands,
+    line: &mut String,
+    c: &CallIn,
+) -> (bool, bool) {
+    st.count(c);
+    st.label(c.t);
+    // features: what the call works on, computed once for every signal
+    let mut args = target::CallArgs::of_list(c.tool, c.args);
+    let norm = commands.normalize(c.tool, &mut args);
+    args.command = &norm;
+    // lent to the call's features while the state changes, put back at the end
+    let dir = st.dir.take();
+    let mut obs = Obs::of(c, args, st.calls, dir.as_deref());
+    st.digest.push(line, &obs);
+    // progress
+    let landed = c.landed && st.land(&obs);
+    if c.landed && !landed {
+        // a change that changed nothing new: what it answers (a file grown by one more copy
+        // of its block) moves with its own repeats, not with the work, so it is no outcome
+        obs.out = None;
+    }
+    // window and signals
+    let flagged = if landed {
+        st.landed();
+        st.signals.firing(&st.cx(cfg))
+    } else {
+        st.judge(&obs, cfg)
+    };
+    // flags
+    let changed = st.flag_now(flagged, &obs, cfg);
+    st.dir = dir;
+    (changed, landed)
+}
+
 /// The last [`DIGEST_CALLS`] calls, one line each: what the call worked on and how it ended,
 /// never content.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Digest(Latest<DIGEST_CALLS>);
 
 impl Digest {
