@@ -12,6 +12,10 @@
 //! session or any descendant; edits that undo each other cancel) empties the region and ends
 //! every loop but one (`same_failure`: edits that land but leave a check failing the same way).
 //! A call seen before (same id, fed twice) is skipped.
+//!
+//! The follow mode (`progress-detect --follow`) takes a call for good only once it can no longer
+//! change, and judges the calls that still may on a copy of the session's state
+//! ([`Detector::verdict_with`]); it forgets sessions gone for long ([`Detector::forget`]).
 
 pub mod progress;
 pub mod region;
@@ -1187,6 +1191,34 @@ mod tests {
             pass(&mut g);
         }
         assert!(g.v("s").first_flag.is_none());
+    }
+
+    #[test]
+    fn a_verdict_with_calls_still_open_leaves_the_state_and_a_forgotten_session_the_others() {
+        let mut f = Feed::new();
+        for s in ["a", "b", "c"] {
+            f.session(s, None, "build");
+        }
+        for _ in 0..4 {
+            f.call("c", "read", json!({"filePath": "/x"}), false, Some(5));
+        }
+        let a: target::ArgList = serde_json::from_str(r#"{"filePath":"/x"}"#).unwrap();
+        let open = [f.call_in("c", "open_1", 9000, "read", &a)];
+        let with = f.d.verdict_with("c", &open).unwrap();
+        assert_eq!((with.calls, with.t), (5, Some(9000)));
+        assert_eq!(f.v("c").calls, 4, "the open call is not taken");
+        // taken for good, the same verdict
+        f.d.call(&open[0]);
+        assert_eq!(f.v("c"), with);
+        assert!(f.d.forget("a"));
+        assert!(!f.d.forget("a"));
+        assert_eq!(f.d.len(), 2);
+        assert!(f.d.verdict("a").is_none());
+        assert_eq!(f.v("c"), with);
+        // the moved session still takes its calls
+        f.call("c", "read", json!({"filePath": "/x"}), false, Some(5));
+        assert_eq!(f.v("c").calls, 6);
+        assert_eq!(f.v("b").calls, 0);
     }
 
     proptest::proptest! {
