@@ -119,9 +119,13 @@ include, subagent_type, timeout and workdir; other strings become sha1:<12 hex>:
         name: "progress-detect",
         exit: "0  success, also when sessions were flagged\n\
                1  --check: a label of the backtest does not hold; --flag-rate-max: more productive runs flagged than allowed\n\
-               2  an error, or a bad input line (named by its number and skipped; the rest is judged)",
+               2  an error, or a bad input line (named by its number and skipped; the rest is judged)\n\
+               --follow: 0 at the end of input; a bad line is named on stderr and in the stream as a\n\
+               blind record (source progress-detect), and the rest is judged",
         fields: "\
 reads    session and call records (see oc-calls(1)); other kinds pass through
+         --follow: also sweep records; at each, the verdicts of the sessions of its batch that
+         changed (of each one on a full sweep), judged at the sweep's t, then the sweep
 writes   verdict {kind, session, root, parent, agent, title, read_only, calls, flagged, reasons,
          signals {dup, top, top_target, slow, slow_call, coverage, coverage_file, run, run_call,
          cycle, same_failure, same_failure_call, circling, circling_file},
@@ -150,7 +154,8 @@ backtest: 18/18 labels hold",
 tick reads   verdict, source and blind records; passes every line through, then appends
              tick {kind, id, t, outcome (ok|flagged|no_opencode|blind), sessions, flagged, sources}
 calls reads  session and call records; passes every line through, then keeps each session's
-             latest calls (tool, time, landed, failed, target) until tick keeps its flagged ones
+             latest calls (tool, time, landed, failed, target) until tick keeps its flagged ones;
+             --follow: keeps them across batches and stages the batch's at each sweep record
 queries      status, loop, episode, verdict_row, rollup, channel, block records (JSONL), or
              --format table|csv",
         examples: "\

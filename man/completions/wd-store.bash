@@ -296,7 +296,7 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__calls)
-            opts="-h --db --config --format --now --help"
+            opts="-h --follow --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -69,6 +69,7 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand calls" -l format -d 'O
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand calls" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand calls" -l follow -d 'Follow a live stream (oc-calls --follow): keep each session\'s latest calls across batches (a later line of a call replaces the earlier) and stage those of the sessions in each batch at its `sweep` record, before passing the sweep on'
 complete -c wd-store -n "__fish_wd_store_using_subcommand calls" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand last-tick" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand last-tick" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F

@@ -72,7 +72,13 @@ pub enum Cmd {
     },
     /// Pass a call stream (oc-calls output) through, keeping every session's latest calls for
     /// the operator's page; the next `tick` keeps those of the sessions it flags.
-    Calls,
+    Calls {
+        /// Follow a live stream (oc-calls --follow): keep each session's latest calls across
+        /// batches (a later line of a call replaces the earlier) and stage those of the
+        /// sessions in each batch at its `sweep` record, before passing the sweep on.
+        #[arg(long)]
+        follow: bool,
+    },
     /// Print the time of the last tick (epoch ms; nothing before the first tick).
     LastTick,
     /// Print the root sessions of open loop alerts, space-separated (for `oc-sessions --also`).
@@ -230,7 +236,8 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
 fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     match cmd {
         Cmd::Tick { outcome, started } => tick::tick(cx, stdin, out, outcome, started),
-        Cmd::Calls => calls::run(cx, stdin, out),
+        Cmd::Calls { follow: false } => calls::run(cx, stdin, out),
+        Cmd::Calls { follow: true } => calls::follow(cx, stdin, out),
         Cmd::LastTick => tick::last_tick(cx, out),
         Cmd::OpenRoots => tick::open_roots(cx, out),
         Cmd::Status => queries::status(cx, out),
