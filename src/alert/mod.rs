@@ -420,6 +420,8 @@ pub struct AlertEpisode {
     pub reason: Option<Reason>,
     /// What the last tick saw of each session of the tree, by session id.
     pub marks: HashMap<String, SessionMark>,
+    /// Loops: the episode's calls at its trigger (follow mode escalates by the calls since).
+    pub trigger_calls: u64,
 }
 
 impl AlertEpisode {
@@ -445,6 +447,8 @@ pub struct TickView {
     /// Sources that answered.
     pub sources: Vec<String>,
     pub t: i64,
+    /// Timer tick or follow mode's (which escalates by time and calls, not ticks).
+    pub mode: crate::record::TickMode,
 }
 
 impl TickView {

@@ -63,6 +63,9 @@ pub struct LoopNews {
     /// The loop started again after an earlier episode, with nothing landed since: the figures
     /// count from there, not from the last landed change.
     pub again: bool,
+    /// Follow mode's escalation: the calls made since the trigger (it escalates by time and
+    /// calls, not by ticks).
+    pub calls_since_trigger: Option<u64>,
 }
 
 /// A loop's trigger or escalation; `tree` is its flagged verdicts, the most telling first.
@@ -74,6 +77,7 @@ pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> 
         figures,
         reason,
         again,
+        calls_since_trigger,
     } = news;
     let v = tree[0];
     let agent = v.agent.clone().unwrap_or_else(|| "agent".into());
@@ -84,10 +88,16 @@ pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> 
         String::new()
     };
     let lead = match reason {
-        Some(Reason::StillLooping) => format!(
-            "still looping after {} flagged ticks: ",
-            figures.flagged_ticks
-        ),
+        Some(Reason::StillLooping) => match calls_since_trigger {
+            Some(c) => format!(
+                "still looping {} and {c} calls after the alert: ",
+                duration(now - opened)
+            ),
+            None => format!(
+                "still looping after {} flagged ticks: ",
+                figures.flagged_ticks
+            ),
+        },
         Some(Reason::SecondOpinion) => "the local model says it is looping: ".into(),
         _ => String::new(),
     };

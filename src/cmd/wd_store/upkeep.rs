@@ -43,3 +43,13 @@ pub fn report(cx: &Ctx, path: Option<PathBuf>, out: &mut Out) -> Result<Exit> {
     }
     Ok(Exit::Ok)
 }
+
+/// `wd-store report --follow`: placeholder until the debounced loop is written.
+pub fn report_follow(
+    cx: &Ctx,
+    path: Option<PathBuf>,
+    _stdin: &mut dyn std::io::BufRead,
+    out: &mut Out,
+) -> Result<Exit> {
+    report(cx, path, out)
+}
