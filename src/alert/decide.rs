@@ -396,6 +396,8 @@ fn blind_step(i: &Input) -> Option<Step> {
             opinion: None,
             marks: Vec::new(),
         }),
+        // a partial tick read only what changed: the source that was blind may still be
+        (true, Some(_)) if tick.partial => None,
         (true, Some(a)) => Some(Step::Resolve {
             episode: a.id,
             key: a.key.clone(),

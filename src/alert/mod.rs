@@ -21,6 +21,7 @@
 
 pub mod apply;
 pub mod decide;
+pub mod follow;
 pub mod lifecycle;
 pub mod load;
 pub mod opinion;
@@ -449,6 +450,10 @@ pub struct TickView {
     pub t: i64,
     /// Timer tick or follow mode's (which escalates by time and calls, not ticks).
     pub mode: crate::record::TickMode,
+    /// A follow mode's partial tick: it listed only the sessions that changed (and, from
+    /// wd-alert's cache, the rest of their trees) and read no source as a whole, so nothing
+    /// absent is gone and a blind alert stays until a full tick reads.
+    pub partial: bool,
 }
 
 impl TickView {
