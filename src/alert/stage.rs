@@ -120,7 +120,7 @@ fn event_of(w: &Wording, step: &Step) -> Option<Event> {
                 figures: figures.unwrap_or_default(),
                 reason: None,
                 again: again(marks),
-                calls_since_trigger: None,
+                since_trigger: None,
             };
             let mut ev = text::loop_event(cfg, news, &w.index.flagged(subject), now);
             if let Some(o) = opinion {
@@ -157,9 +157,11 @@ fn event_of(w: &Wording, step: &Step) -> Option<Event> {
                 figures: *figures,
                 reason: Some(*reason),
                 again: again(marks),
-                calls_since_trigger: (w.tick.mode == TickMode::Follow).then(|| {
-                    let at = w.open.get(episode).map_or(0, |e| e.trigger_calls);
-                    figures.calls.saturating_sub(at)
+                since_trigger: (w.tick.mode == TickMode::Follow).then(|| {
+                    let ep = w.open.get(episode);
+                    let at = ep.map_or(0, |e| e.trigger_calls);
+                    let opened = ep.map_or(w.tick.t, |e| e.opened);
+                    (w.tick.t - opened, figures.calls.saturating_sub(at))
                 }),
             };
             let mut ev = text::loop_event(cfg, news, &w.index.flagged(root), now);

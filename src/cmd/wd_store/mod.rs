@@ -218,6 +218,8 @@ pub struct Ctx {
     pub store: Store,
     /// `--now`, else when this command started.
     pub now: i64,
+    /// `--now` as given (a follow stage reads the clock at each tick without it).
+    pub fixed_now: Option<i64>,
     pub format: Format,
 }
 
@@ -230,6 +232,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         cfg,
         store,
         now: args.now.unwrap_or(started),
+        fixed_now: args.now,
         format: args.format,
     };
     let r = dispatch(&mut cx, args.cmd, stdin, out);
