@@ -222,6 +222,18 @@ fn mode_text(p: &PageData, t: &crate::report::LastTick) -> String {
     }
 }
 
+/// A source as the page names it: a server by its address (the page holds no URL: nothing on
+/// it is fetched or followed), a database by its path.
+fn source_name(src: &str) -> String {
+    match src
+        .strip_prefix("http://")
+        .or_else(|| src.strip_prefix("https://"))
+    {
+        Some(host) => format!("server <code>{}</code>", esc(host)),
+        None => format!("<code>{}</code>", esc(src)),
+    }
+}
+
 /// When each source was last read, by the recent ticks.
 fn sources_text(p: &PageData) -> String {
     if p.sources_read.is_empty() {
@@ -229,7 +241,7 @@ fn sources_text(p: &PageData) -> String {
     }
     p.sources_read
         .iter()
-        .map(|(src, t)| format!("<code>{}</code> {}", esc(src), when(p, *t)))
+        .map(|(src, t)| format!("{} {}", source_name(src), when(p, *t)))
         .collect::<Vec<_>>()
         .join("<br>")
 }
@@ -674,7 +686,80 @@ fn blocked(s: &mut String, p: &PageData) {
 
 #[cfg(test)]
 mod tests {
-    use super::reason_words;
+    use super::{not_running, reason_words, render};
+    use crate::report::{LastTick, PageData, Services};
+
+    const NOW: i64 = 1_796_000_000_000;
+
+    fn page(mode: &str, ago: i64, services: Services) -> PageData {
+        PageData {
+            now: NOW,
+            tick: Some(LastTick {
+                t: NOW - ago,
+                outcome: "ok".into(),
+                sessions: 2,
+                flagged: 0,
+                duration_ms: 40,
+                blind: None,
+                mode: mode.into(),
+                full: false,
+                last_full: Some(NOW - ago - 20_000),
+            }),
+            services,
+            sources_read: vec![
+                ("http://127.0.0.1:4096".into(), NOW - ago),
+                ("/h/opencode.db".into(), NOW - ago - 20_000),
+            ],
+            follow_full_ms: 60_000,
+            ..PageData::default()
+        }
+    }
+
+    /// The page says which mode runs, when each source was read, and loudly when nothing
+    /// watches: no tick for twice the interval of the mode that ran last, or neither unit
+    /// enabled where the user's systemd can say.
+    #[test]
+    fn the_page_says_the_mode_and_loudly_when_neither_the_service_nor_the_timer_runs() {
+        let enabled = Services {
+            follow_enabled: Some(true),
+            timer_enabled: Some(true),
+            ..Services::default()
+        };
+        let p = page("follow", 1000, enabled.clone());
+        assert_eq!(not_running(&p), None);
+        let html = render(&p);
+        assert!(html.contains("<td>mode</td><td>follow: <code>oc-watchdog-follow.service</code> (enabled) reads opencode as it writes, a full read every 1 min"), "{html}");
+        assert!(
+            html.contains("server <code>127.0.0.1:4096</code>"),
+            "{html}"
+        );
+        assert!(!html.contains("NOTHING IS WATCHING"));
+        // the follow service promises a full tick a minute: 2 min 1 s without one is stopped
+        let p = page("follow", 121_000, enabled.clone());
+        assert_eq!(
+            not_running(&p).as_deref(),
+            Some("no tick for 2 min (the follow service promises one every 1 min)")
+        );
+        assert!(render(&p).contains("NOTHING IS WATCHING"));
+        // the timer promises one every 5 minutes (no timer unit: its default)
+        assert_eq!(not_running(&page("timer", 540_000, enabled.clone())), None);
+        assert_eq!(
+            not_running(&page("timer", 620_000, enabled)).as_deref(),
+            Some("no tick for 10 min (the timer promises one every 5 min)")
+        );
+        // ticks come (by hand), but systemd has neither unit enabled
+        let off = Services {
+            follow_enabled: Some(false),
+            timer_enabled: Some(false),
+            ..Services::default()
+        };
+        assert_eq!(
+            not_running(&page("timer", 1000, off)).as_deref(),
+            Some("systemctl --user has neither oc-watchdog-follow.service nor oc-watchdog.timer enabled")
+        );
+        // no user manager to ask: the ticks alone tell
+        assert_eq!(not_running(&page("timer", 1000, Services::default())), None);
+    }
 
     /// The page said five signals in words of its own (dup: "exact repeats fill the window",
     /// ...) that differed from the detector's; it says every signal as the registry does.

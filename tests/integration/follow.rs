@@ -215,8 +215,9 @@ fn a_followed_loop_triggers_at_its_first_flagged_tick_escalates_by_calls_and_res
         "opencode loop: build repeats read src/a.js"
     );
 
-    // a partial tick without the tree: the loop is not gone, nothing resolves
-    let (evs, _) = p.tick(&[v(&x, &x, false, 5, "active")], false, t + 2000);
+    // a partial tick without the tree, from the source that listed it: the loop is not gone,
+    // nothing resolves (a partial read lists only what changed)
+    let (evs, _) = p.tick(&[source(), v(&x, &x, false, 5, "active")], false, t + 2000);
     assert_eq!(evs, Vec::<Value>::new());
     // 50, then 97 calls after the trigger: counted, not escalated (escalate_after_calls = 100)
     for (calls, at) in [(70, 3000), (117, 4000)] {
@@ -299,7 +300,10 @@ fn a_followed_loop_triggers_at_its_first_flagged_tick_escalates_by_calls_and_res
         states(&evs),
         [(r.clone(), "resolve".into(), "progress".into())]
     );
-    assert_eq!(evs[0]["figures"]["calls"], 117);
+    assert_eq!(
+        evs[0]["figures"]["calls"], 118,
+        "as the last flagged tick saw it"
+    );
     // another loop triggers, then stops: a full tick finds it idle with no new call
     let (evs, _) = p.tick(&[v(&y, &y, true, 30, "active")], false, t + 8000);
     assert_eq!(states(&evs), [(y.clone(), "trigger".into(), "".into())]);
@@ -319,7 +323,7 @@ fn a_followed_loop_triggers_at_its_first_flagged_tick_escalates_by_calls_and_res
         [Some(1), Some(0)]
     );
     // one trigger, one escalation and one resolve for the first loop, all told
-    let resolved = d.wait_for(&c, 3);
+    let resolved = d.wait_for(&r, 3);
     assert_eq!(
         resolved.iter().map(|s| s.urgency).collect::<Vec<_>>(),
         [Some(1), Some(2), Some(0)]
@@ -378,4 +382,83 @@ fn a_followed_loop_escalates_by_minutes_after_its_trigger() {
         "{summary}"
     );
     p.end();
+}
+
+/// `wd-store report --follow` rewrites the page within 2 s of a full tick or an event, while
+/// its input is still open, and not for a partial tick that brought no event.
+#[test]
+fn the_followed_page_is_rewritten_within_seconds_of_a_full_tick_or_an_event() {
+    let home = Home::new();
+    let db = home.join("wd.db").display().to_string();
+    let page = home.join("page.html");
+    let t = now_ms();
+    let z = format!("ses_fp{}", std::process::id());
+    let stream = [
+        source(),
+        verdict(&z, &z, false, 5, "active", t),
+        json!({"kind": "sweep", "n": 1, "t": t, "full": true}).to_string(),
+        json!({"kind": "sweep", "n": 2, "t": t + 1000, "full": false}).to_string(),
+    ]
+    .join("\n");
+    let ticks = home
+        .cmd("wd-store")
+        .args(["--db", &db, "tick", "--follow"])
+        .stdin(stream + "\n")
+        .run();
+    ticks.ok();
+    let lines: Vec<String> = ticks
+        .stdout()
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"tick\""))
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", ticks.story());
+    let mut rep = home
+        .cmd("wd-store")
+        .args(["--db", &db, "report", "--follow", "--out"])
+        .args([page.to_str().unwrap()])
+        .spawn();
+    let mut input = rep.stdin.take().unwrap();
+    let wait_page = |since: Option<std::time::SystemTime>| {
+        let t0 = Instant::now();
+        loop {
+            let m = std::fs::metadata(&page).and_then(|m| m.modified()).ok();
+            if m.is_some() && m != since {
+                return m;
+            }
+            if t0.elapsed() > Duration::from_secs(4) {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    writeln!(input, "{}", lines[0]).unwrap();
+    input.flush().unwrap();
+    let first = wait_page(None).expect("the page within 2 s of the full tick");
+    let text = std::fs::read_to_string(&page).unwrap();
+    assert!(text.contains("<td>mode</td><td>follow: "), "{text}");
+    assert!(
+        text.contains(&format!("<td>sources last read</td><td><code>{SRC}</code>")),
+        "{text}"
+    );
+    // a partial tick with no event: the page stays as it is
+    writeln!(input, "{}", lines[1]).unwrap();
+    input.flush().unwrap();
+    assert_eq!(wait_page(Some(first)), None, "rewritten for a partial tick");
+    // an event: rewritten
+    let ev = json!({"dedup_key": format!("opencode-loop:{z}"), "state": "trigger"}).to_string();
+    writeln!(input, "{ev}").unwrap();
+    input.flush().unwrap();
+    assert!(
+        wait_page(Some(first)).is_some(),
+        "not rewritten for an event"
+    );
+    drop(input);
+    let out = rep.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
