@@ -232,7 +232,8 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
     let tick = c
         .query_row(
             "SELECT t, outcome, sessions, flagged, duration_ms, blind, mode, full,
-                    (SELECT max(t) FROM ticks WHERE full = 1)
+                    -- backwards by id: a follow service writes a full tick every minute or so
+                    (SELECT t FROM ticks WHERE full = 1 ORDER BY id DESC LIMIT 1)
              FROM ticks ORDER BY id DESC LIMIT 1",
             [],
             |r| {
