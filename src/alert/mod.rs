@@ -11,7 +11,9 @@
 //! tick triggers (warning, critical on a "yes" second opinion). A later tick counts toward
 //! escalation only when the tree's flagged sessions made new calls since the previous tick and
 //! landed nothing; the episode escalates once, to critical, when `flagged_ticks` (1 at the
-//! trigger) reaches `escalate_after_ticks`, or at once on a "yes" to the second question. It
+//! trigger) reaches `escalate_after_ticks` (in follow mode, whose ticks come every second or so:
+//! `[follow] escalate_after_minutes` after the trigger or `escalate_after_calls` calls since it,
+//! whichever first; `decide::Escalate`), or at once on a "yes" to the second question. It
 //! resolves with a reason: `progress` (nothing in the tree is flagged any more), `stopped`
 //! (every flagged session is idle and made no call since the previous tick) or `gone` (the root
 //! is no longer in an opencode that was read). A busy session that makes no call (a long tool, a

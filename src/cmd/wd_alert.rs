@@ -7,7 +7,9 @@
 //! (`alert::lifecycle`); deliveries are attempted after it and their outcome recorded
 //! (`alert::outbox`). So the
 //! same tick twice sends nothing, and a crash can at worst repeat one notification, never lose a
-//! resolve. Out: each new event as JSONL; a log line per transition and per failed delivery on
+//! resolve. With `--follow` each `tick` record ends one tick, decided at once on whole trees
+//! (`alert::follow`), and its events are followed by the tick record, flushed, for `wd-store
+//! report --follow`. Out: each new event as JSONL; a log line per transition and per failed delivery on
 //! stderr.
 
 use crate::alert::{follow, lifecycle, outbox, AlertKind, Event, TickView, Transition, TEST_KEY};
