@@ -88,7 +88,7 @@ pub fn report_follow(
                     return Ok(());
                 }
             }
-            if pending && last.is_none_or(|l| l.elapsed() >= PAGE_EVERY) {
+            if pending && !last.is_some_and(|l| l.elapsed() < PAGE_EVERY) {
                 // a failed rewrite is said and retried with the next change: never fatal
                 if let Err(e) = page(&store, &cfg, now.unwrap_or_else(now_ms), &path) {
                     eprintln!("wd-store: report {}: {e:#}", path.display());
