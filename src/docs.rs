@@ -1,7 +1,8 @@
 //! The parts of each man page that clap does not know: exit status, the JSONL fields a command
 //! reads and writes, and examples with real output. `examples/gen-docs.rs` renders them with the
 //! clap definitions into `man/`, so help, man pages and completions share one source. The tick
-//! script (`deploy/oc-watchdog-tick`) has no clap definition: its page is [`TICK`], whole.
+//! and follow scripts (`deploy/oc-watchdog-tick`, `deploy/oc-watchdog-follow`) have no clap
+//! definition: their pages are [`TICK`] and [`FOLLOW`], whole.
 
 /// (command, exit status, fields, examples)
 pub struct Page {
@@ -61,6 +62,53 @@ $XDG_STATE_HOME/oc-watchdog/tick-calls.jsonl    the tick's call stream, removed 
 $ systemctl --user enable --now oc-watchdog.timer
 $ journalctl --user -u oc-watchdog.service
 $ oc-watchdog-tick && wd-store status",
+};
+
+/// `oc-watchdog-follow(1)`. Its `--help` (in the script) is the synopsis and first paragraph.
+pub const FOLLOW: Script = Script {
+    name: "oc-watchdog-follow",
+    about: "oc-watchdog's follow mode: alert within seconds of a loop, idle at next to no cost",
+    synopsis: "\
+oc-watchdog-follow
+oc-watchdog-follow --help",
+    description: "\
+The tick's pipeline in follow mode, for as long as it runs: reads opencode as it writes (what
+changed every [follow] poll_ms, one PRAGMA data_version while nothing did; a full read, as a
+timer tick lists, every full_every_secs), judges the sessions that changed, records each batch
+as a tick (mode follow, full or partial), alerts on changes and keeps the operator's page
+current (rewritten at most every 2 s). oc-watchdog-follow.service runs it and restarts it when
+it fails. It takes no options: the config file says everything (see FILES).
+
+It is this pipeline, each stage a plain command reading and writing JSON Lines, a sweep record
+ending each batch (a tick record after wd-store tick):
+  oc-sessions --follow --also-open | oc-calls --follow | wd-store calls --follow |
+  progress-detect --follow | wd-store tick --follow | wd-alert --follow |
+  wd-store report --follow
+Its first read looks back as the first tick does (to the last tick, else 1 hour). A stage that
+fails without saying why in the stream blinds the tick (a blind record) and ends the pipeline.
+
+A loop triggers at the first tick that flags it, within seconds of its flagging call. It
+escalates when it goes on (new calls, nothing landed) escalate_after_minutes (default 5) or
+escalate_after_calls (default 100) after the trigger, whichever comes first: the timer's 3
+ticks at 5 minutes are 10 minutes, and 100 calls of a loop at 0.4 calls a second are 4 minutes.
+It resolves as a timer tick resolves it; a partial tick, which lists only what changed, never
+calls a session gone.
+
+The timer stays as the fallback: this holds the tick lock for its whole life, so a timer tick
+exits at once while it runs, and ticks again when it stops. Log lines (one per alert
+transition) go to stderr, the journal under systemd.",
+    files: "\
+$XDG_CONFIG_HOME/oc-watchdog/watchdog.toml      the config ([follow] for this mode)
+$XDG_STATE_HOME/oc-watchdog/watchdog.db         the record of ticks, verdicts and alerts
+$XDG_STATE_HOME/oc-watchdog/tick.lock           held for as long as it runs
+~/.config/systemd/user/oc-watchdog-follow.service   the unit that runs it",
+    exit: "\
+1  the pipeline ended by itself (a stage failed); systemd starts it again
+2  it could not start: the state directory could not be used",
+    examples: "\
+$ systemctl --user enable --now oc-watchdog-follow.service
+$ journalctl --user -u oc-watchdog-follow -f
+$ wd-store status --format table",
 };
 
 const STREAM: &str = "\

@@ -105,6 +105,17 @@ impl Cmd {
             .spawn()
             .expect("spawn")
     }
+    /// Starts it reading `stdin` (another command's stdout, for a pipeline), stdout and stderr
+    /// piped.
+    pub fn spawn_reading(mut self, stdin: std::process::Stdio) -> std::process::Child {
+        use std::process::Stdio;
+        self.inner
+            .stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    }
     pub fn run(mut self) -> Run {
         use std::io::Write;
         use std::process::Stdio;
