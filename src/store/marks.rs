@@ -64,8 +64,14 @@ fn insert(tx: &Transaction<'_>, sessions: &[(String, Vec<CallMark>)]) -> Result<
 }
 
 /// Keeps the staged calls of the `flagged` sessions that have any as their marks, then empties
-/// the stage. Returns how many sessions got marks.
-pub fn keep_flagged(tx: &Transaction<'_>, flagged: &HashSet<String>) -> Result<usize> {
+/// the stage: all of it, or (`judged`, follow mode) the rows of the sessions this tick judged,
+/// as the calls stage may already have staged the next batch. Returns how many sessions got
+/// marks.
+pub fn keep_flagged(
+    tx: &Transaction<'_>,
+    flagged: &HashSet<String>,
+    judged: Option<&HashSet<String>>,
+) -> Result<usize> {
     let staged: Vec<String> = tx
         .prepare("SELECT DISTINCT session FROM tick_calls")?
         .query_map([], |r| r.get(0))?
@@ -81,7 +87,17 @@ pub fn keep_flagged(tx: &Transaction<'_>, flagged: &HashSet<String>) -> Result<u
         copy.execute(params![s])?;
         n += 1;
     }
-    tx.execute("DELETE FROM tick_calls", [])?;
+    match judged {
+        None => {
+            tx.execute("DELETE FROM tick_calls", [])?;
+        }
+        Some(judged) => {
+            let mut del = tx.prepare_cached("DELETE FROM tick_calls WHERE session = ?1")?;
+            for s in judged {
+                del.execute(params![s])?;
+            }
+        }
+    }
     Ok(n)
 }
 
@@ -137,7 +153,7 @@ mod tests {
         )
         .unwrap();
         let flagged: HashSet<String> = ["a".to_string(), "c".to_string()].into();
-        assert_eq!(keep_flagged(&tx, &flagged).unwrap(), 2);
+        assert_eq!(keep_flagged(&tx, &flagged, None).unwrap(), 2);
         stage(
             &tx,
             &[
@@ -147,7 +163,7 @@ mod tests {
         )
         .unwrap();
         let flagged: HashSet<String> = ["a".to_string(), "z".to_string()].into();
-        assert_eq!(keep_flagged(&tx, &flagged).unwrap(), 1);
+        assert_eq!(keep_flagged(&tx, &flagged, None).unwrap(), 1);
         tx.commit().unwrap();
         assert_eq!(load(&store.conn, "a").unwrap(), [m(3, "a3"), m(4, "a4")]);
         assert_eq!(load(&store.conn, "b").unwrap(), []);
@@ -157,5 +173,33 @@ mod tests {
             .query_row("SELECT count(*) FROM tick_calls", [], |r| r.get(0))
             .unwrap();
         assert_eq!(staged, 0);
+    }
+
+    /// Follow mode: the calls stage may have staged the next batch before the tick of this one
+    /// is recorded; the tick takes away only the sessions it judged.
+    #[test]
+    fn a_follow_tick_leaves_the_next_batch_staged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("w.db")).unwrap();
+        let tx = store.write().unwrap();
+        stage(
+            &tx,
+            &[
+                ("a".into(), vec![m(0, "a0")]),
+                ("next".into(), vec![m(0, "n0"), m(1, "n1")]),
+            ],
+        )
+        .unwrap();
+        let flagged: HashSet<String> = ["a".to_string()].into();
+        let judged: HashSet<String> = ["a".to_string()].into();
+        assert_eq!(keep_flagged(&tx, &flagged, Some(&judged)).unwrap(), 1);
+        let left: Vec<String> = tx
+            .prepare("SELECT session FROM tick_calls ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(left, ["next", "next"]);
     }
 }

@@ -238,7 +238,10 @@ fn record(store: &mut Store, seen: &Seen, outcome: TickOutcome, run: Run) -> Res
         .map(|v| v.session.clone())
         .collect();
     // the page's pictures are an aid: failing to keep them never costs the tick
-    if let Err(e) = marks::keep_flagged(&tx, &flagged) {
+    let judged: std::collections::HashSet<String> =
+        seen.verdicts.iter().map(|v| v.session.clone()).collect();
+    let only = (run.mode == TickMode::Follow).then_some(&judged);
+    if let Err(e) = marks::keep_flagged(&tx, &flagged, only) {
         eprintln!("wd-store: the calls for the page were not kept: {e:#}");
     }
     tx.commit()?;
