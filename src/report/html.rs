@@ -117,6 +117,13 @@ fn num(n: Option<i64>) -> String {
 fn watchdog(s: &mut String, p: &PageData) {
     s.push_str("<section id=\"watchdog\"><h2>Watchdog</h2>");
     blind_banner(s, p);
+    if let Some(why) = &p.state {
+        let _ = write!(
+            s,
+            "<div class=\"blind\" id=\"state\">TICKS ARE NOT RECORDED: {}</div>",
+            esc(why)
+        );
+    }
     last_tick(s, p);
     channels(s, p);
     change_hint(s, p);

@@ -40,6 +40,8 @@ pub struct PageData {
     pub episodes: Vec<EpisodeRow>,
     pub rollups: Vec<Rollup>,
     pub blocks: Vec<Block>,
+    /// What keeps the state directory from recording ticks (full, not writable, deleted).
+    pub state: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -254,6 +256,7 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
         episodes,
         rollups,
         blocks,
+        state: store.dir_problem(),
     })
 }
 

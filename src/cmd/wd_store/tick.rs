@@ -68,6 +68,9 @@ pub fn tick(
         None => seen.outcome(),
     };
     let id = record(&mut cx.store, &seen, outcome, started)?;
+    if let Some(gone) = cx.store.deleted() {
+        anyhow::bail!(gone);
+    }
     if let Some(e) = write_failed {
         return Err(anyhow::Error::new(e).context("passing the stream on"));
     }
