@@ -222,7 +222,10 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         // a full or unwritable state directory cannot even be read (SQLite's WAL index lives
         // there): every command says why, and the page, where it can be written, too
         Err(e) => {
-            let Some(why) = crate::store::dir_problem(&path) else {
+            // a read-only directory is said in SQLite's words already (Store::explain)
+            let why = crate::store::dir_problem(&path)
+                .filter(|_| !format!("{e:#}").contains("read-only"));
+            let Some(why) = why else {
                 return Err(e);
             };
             if let Cmd::Report { out: page } = &args.cmd {
