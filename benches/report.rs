@@ -7,9 +7,13 @@
 //!
 //!     cargo bench --bench report
 //!
-//! `REPORT_BENCH_PAGE=FILE` keeps a copy of the page. `REPORT_BENCH_SESSIONS=3
+//! `REPORT_BENCH_PAGE=FILE` keeps a copy of the page, `REPORT_BENCH_DB=FILE` of the database. `REPORT_BENCH_SESSIONS=3
 //! REPORT_BENCH_CALLS=240` fills the worst case instead: every loop with 3 flagged sessions
-//! of 240 kept calls each (the page then draws within its mark budget).
+//! of 240 kept calls each (the page then draws within its mark budget). `REPORT_BENCH_OPEN=20000`
+//! sets how many loops are open, and `REPORT_BENCH_FLAGGED_TICKS=12` how many of the latest
+//! ticks flagged each of them (a verdict per tick, as a running loop leaves); with
+//! `REPORT_BENCH_CHROMIUM=0` the browser figures are skipped, and `REPORT_BENCH_RUNS` sets how
+//! many times the page is built (the best is printed).
 
 use rusqlite::{params, Connection};
 use std::process::Command;
@@ -17,7 +21,6 @@ use std::time::Instant;
 
 const BIN: &str = env!("CARGO_BIN_EXE_wd-store");
 const T_END: i64 = 1_796_000_000_000;
-const OPEN: usize = 200;
 const CALLS: usize = 150;
 const DAYS: i64 = 30;
 const MODELS: [&str; 4] = [
@@ -28,7 +31,7 @@ const MODELS: [&str; 4] = [
 ];
 const TOOLS: [&str; 5] = ["read", "bash", "grep", "edit", "glob"];
 
-fn fill(db: &str, sessions: usize, calls: usize) {
+fn fill(db: &str, open: usize, flagged_ticks: i64, sessions: usize, calls: usize) {
     // let wd-store create and migrate the database
     let st = Command::new(BIN)
         .args(["--db", db, "last-tick"])
@@ -47,7 +50,7 @@ fn fill(db: &str, sessions: usize, calls: usize) {
         .unwrap();
     }
     let last_tick = ticks;
-    for a in 0..OPEN {
+    for a in 0..open {
         let root = format!("ses_open{a:04}xxxxxxxxxxxxxxxx");
         let model = MODELS[a % 4];
         let opened = T_END - (a as i64 + 1) * 600_000;
@@ -73,13 +76,14 @@ fn fill(db: &str, sessions: usize, calls: usize) {
             } else {
                 format!("{root}sub{k}")
             };
-            tx.execute(
+            for back in (0..flagged_ticks).rev() {
+                tx.execute(
                 "INSERT INTO verdicts (tick, t, session, root, agent, model, flagged, reasons, signals, calls,
                     calls_since_landed, cost_since_landed, first_flag_t, evidence)
                  VALUES (?1, ?2, ?3, ?4, 'build', ?5, 1, 'top,dup', ?6, ?7, 90, 1.23, ?8, ?9)",
                 params![
-                    last_tick,
-                    T_END,
+                    last_tick - back,
+                    T_END - back * 300_000,
                     session,
                     root,
                     model,
@@ -90,6 +94,7 @@ fn fill(db: &str, sessions: usize, calls: usize) {
                 ],
             )
             .unwrap();
+            }
             let t0 = opened - 3_000_000;
             let step = 3_000_000 / calls as i64;
             for k in 0..calls {
@@ -203,17 +208,23 @@ fn main() {
     };
     let sessions = env("REPORT_BENCH_SESSIONS", 1);
     let calls = env("REPORT_BENCH_CALLS", CALLS);
+    let open = env("REPORT_BENCH_OPEN", 200);
+    let flagged_ticks = env("REPORT_BENCH_FLAGGED_TICKS", 1) as i64;
     let t0 = Instant::now();
-    fill(&db, sessions, calls);
+    fill(&db, open, flagged_ticks, sessions, calls);
     println!(
-        "filled: {OPEN} open loops x {sessions} flagged session(s) x {calls} calls, {} episodes, {} ticks in {:.1} s",
+        "filled: {open} open loops x {sessions} flagged session(s) x {calls} calls, flagged by the last {flagged_ticks} tick(s), {} episodes, {} ticks in {:.1} s",
         DAYS * 20,
         DAYS * 288,
         t0.elapsed().as_secs_f64()
     );
+    if let Ok(keep) = std::env::var("REPORT_BENCH_DB") {
+        std::fs::copy(&db, &keep).unwrap();
+    }
     let page = dir.path().join("report.html");
     let mut best = f64::MAX;
-    for _ in 0..5 {
+    let runs = env("REPORT_BENCH_RUNS", 5);
+    for _ in 0..runs {
         let t0 = Instant::now();
         let st = Command::new(BIN)
             .args(["--db", &db, "--now", &T_END.to_string(), "report", "--out"])
@@ -229,10 +240,13 @@ fn main() {
         std::fs::copy(&page, &keep).unwrap();
     }
     println!(
-        "wd-store report: {:.0} ms (best of 5); page {size} bytes ({:.0} KiB, limit 1024 KiB)",
+        "wd-store report: {:.0} ms (best of {runs}); page {size} bytes ({:.0} KiB, limit 1024 KiB)",
         best,
         size as f64 / 1024.0
     );
+    if std::env::var("REPORT_BENCH_CHROMIUM").is_ok_and(|v| v == "0") {
+        return;
+    }
     let empty = dir.path().join("empty.html");
     std::fs::write(&empty, "<!DOCTYPE html><title>x</title>").unwrap();
     let shot = dir.path().join("shot.png").display().to_string();

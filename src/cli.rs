@@ -332,28 +332,22 @@ pub fn iso_ms(ms: i64) -> String {
     )
 }
 
-/// A cell as a terminal may show it: control characters (an escape sequence in a command or a
-/// title an agent chose) are written as escapes, never sent to the operator's terminal.
-fn visible(s: &str) -> String {
-    if !s.chars().any(char::is_control) {
-        return s.to_string();
-    }
-    s.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
+/// The widest cell of a table, in characters: one long title or path must not make every
+/// row hundreds of characters wide (the JSONL output has it whole).
+pub const CELL_CAP: usize = 80;
 
-/// Writes an aligned text table (for `--format table`).
+/// Writes an aligned text table (for `--format table`). Each cell as the popup shows text
+/// ([`crate::notify::plain::visible`]): an escape sequence or bidi override in a title an
+/// agent chose is shown as `<U+XXXX>`, never sent to the operator's terminal, and a cell is
+/// capped at [`CELL_CAP`] with an ellipsis.
 pub fn write_table(out: &mut dyn Write, head: &[&str], rows: &[Vec<String>]) -> Result<()> {
     let rows: Vec<Vec<String>> = rows
         .iter()
-        .map(|r| r.iter().map(|c| visible(c)).collect())
+        .map(|r| {
+            r.iter()
+                .map(|c| crate::notify::plain::visible(c, CELL_CAP, false))
+                .collect()
+        })
         .collect();
     let rows = &rows;
     let mut widths: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
@@ -424,8 +418,29 @@ mod tests {
         .unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "title\nloop \\u{1b}]0;pwned\\u{7}\\u{1b}[2J\n"
+            "title\nloop <U+001B>]0;pwned<U+0007><U+001B>[2J\n"
         );
+    }
+
+    #[test]
+    fn a_bidi_override_is_shown_and_one_long_cell_does_not_widen_every_row() {
+        let mut out = Vec::new();
+        write_table(
+            &mut out,
+            &["agent", "title"],
+            &[
+                vec!["safe\u{202e}txt.exe".into(), "x".repeat(400)],
+                vec!["y".repeat(400), "t".into()],
+            ],
+        )
+        .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1],
+            format!("safe<U+202E>txt.exe{}  {}…", " ".repeat(61), "x".repeat(79))
+        );
+        assert_eq!(lines[2], format!("{}…  t", "y".repeat(79)));
     }
 
     #[test]

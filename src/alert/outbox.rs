@@ -5,7 +5,7 @@
 use super::stage::Nudge;
 use super::{Delivery, Event, Transition};
 use crate::channels::route::{local_hour, quiet};
-use crate::channels::{deliver, Deadline, EffectiveChannel, Sent};
+use crate::channels::{deliver, Deadline, EffectiveChannel, Sent, ATTEMPTS};
 use crate::store::Store;
 use anyhow::{Context, Result};
 use rusqlite::{params, OptionalExtension};
@@ -98,6 +98,25 @@ impl Owed {
         Ok(got)
     }
 
+    /// Records a failed attempt that leaves this delivery `st` (owed again).
+    fn set_tried(&self, store: &mut Store, st: Delivery, detail: &str, now: i64) -> Result<()> {
+        let tx = store.write()?;
+        tx.execute(
+            "UPDATE deliveries SET status = ?3, attempts = ?4, t = ?5, detail = ?6
+             WHERE event = ?1 AND channel = ?2",
+            params![
+                self.event,
+                self.channel,
+                st.as_str(),
+                self.attempts + 1,
+                now,
+                detail
+            ],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
     /// Records what became of this delivery.
     fn set(
         &self,
@@ -125,10 +144,10 @@ fn owed(store: &Store) -> Result<Vec<Owed>> {
         "SELECT d.event, d.channel, d.status, e.body, d.attempts, e.dedup_key, e.state,
              CASE WHEN d.detail = 'sending' THEN d.t END
          FROM deliveries d JOIN events e ON e.id = d.event
-         WHERE d.status IN ('pending', 'deferred') OR (d.status = 'failed' AND e.state = 'resolve' AND d.attempts < 5)
+         WHERE d.status IN ('pending', 'deferred') OR (d.status = 'failed' AND e.state = 'resolve' AND d.attempts < ?1)
          ORDER BY d.event",
     )?;
-    let rows = st.query_map([], |r| {
+    let rows = st.query_map([ATTEMPTS], |r| {
         Ok(Owed {
             event: r.get(0)?,
             channel: r.get(1)?,
@@ -144,7 +163,8 @@ fn owed(store: &Store) -> Result<Vec<Owed>> {
 }
 
 /// Delivers what is pending (and deferred deliveries whose quiet hours ended, and failed
-/// resolves, up to 5 attempts), each claimed before it is sent, so two alerters running at
+/// resolves, up to [`ATTEMPTS`] attempts; a delivery the channel certainly did not show, such
+/// as a desktop Notify call that failed, stays pending for as many), each claimed before it is sent, so two alerters running at
 /// once send it once. Each outcome is recorded as soon as it is known. A pending or
 /// deferred trigger or escalation that a newer event of its alert superseded is not sent. A
 /// channel with a run budget (desktop) gets its `timeout_secs` per run in all; what it could
@@ -206,7 +226,7 @@ pub fn deliver_pending(store: &mut Store, chans: &[EffectiveChannel], now: i64) 
             continue;
         }
         let sent = deliver(&c.cfg, &ev, now, left);
-        record(store, &o, &ev, sent, now)?;
+        record(store, &o, c, &ev, sent, now)?;
     }
     Ok(())
 }
@@ -215,6 +235,7 @@ pub fn deliver_pending(store: &mut Store, chans: &[EffectiveChannel], now: i64) 
 fn record(
     store: &mut Store,
     o: &Owed,
+    c: &EffectiveChannel,
     ev: &Event,
     sent: Result<Sent, String>,
     now: i64,
@@ -238,13 +259,20 @@ fn record(
             o.set(store, Delivery::Sent, &detail, peers, now)
         }
         Err(e) => {
+            // nothing was shown: owed again next run (a trigger too, not only a resolve)
+            let again = c.cfg.unit().unsent(&e) && o.attempts + 1 < ATTEMPTS;
             eprintln!(
-                "oc-watchdog: channel={} dedup={} state={} delivery failed: {e}",
+                "oc-watchdog: channel={} dedup={} state={} delivery failed{}: {e}",
                 o.channel,
                 ev.dedup_key,
-                ev.state.as_str()
+                ev.state.as_str(),
+                if again { " (tried again next run)" } else { "" }
             );
-            o.set(store, Delivery::Failed, &e, None, now)
+            if again {
+                o.set_tried(store, Delivery::Pending, &e, now)
+            } else {
+                o.set(store, Delivery::Failed, &e, None, now)
+            }
         }
     }
 }
@@ -261,7 +289,7 @@ pub fn repost_open(store: &Store, chans: &[EffectiveChannel], now: i64) -> Resul
         let mine: Vec<Event> = open
             .iter()
             .filter(|e| e.severity >= c.min)
-            .cloned()
+            .map(crate::channels::readable)
             .collect();
         if mine.is_empty() {
             continue;

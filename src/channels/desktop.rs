@@ -23,6 +23,12 @@ impl ChannelUnit for Desktop {
     fn run_budget(&self) -> bool {
         true
     }
+    /// The Notify call was refused or never made (no bus, a daemon's error, a NUL in the text
+    /// before it was shown visibly): nothing was shown. A call the bus took and nobody answered,
+    /// or a notifier that ended without saying, may still be on screen.
+    fn unsent(&self, detail: &str) -> bool {
+        !(detail.contains("no answer within") || detail.contains("ended without a word"))
+    }
 }
 
 /// The notification body: which session, agent and target, what the loop burned and why it

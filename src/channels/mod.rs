@@ -53,12 +53,23 @@ pub trait ChannelUnit {
     fn reposts(&self) -> bool {
         false
     }
+    /// Did a delivery that failed with `detail` certainly not reach the person (so it is owed
+    /// again next run, up to [`ATTEMPTS`] attempts)? Not when the receiver may have shown it
+    /// anyway (a bus that took the call and never answered).
+    fn unsent(&self, detail: &str) -> bool {
+        let _ = detail;
+        false
+    }
     /// Re-posts the open alerts (their latest events, as triggers).
     fn repost(&self, ch: &ChannelConfig, open: &[Event], now: i64) -> Result<Sent, String> {
         let _ = (ch, open, now);
         Err("this channel type does not re-post".into())
     }
 }
+
+/// How many times a delivery is tried that is owed again after failing (a failed resolve, a
+/// trigger the receiver certainly did not show).
+pub const ATTEMPTS: i64 = 5;
 
 /// The list of channel types: `module::Type`, one line each. The type's `type` key in the
 /// config is its name in lowercase.
@@ -305,10 +316,37 @@ impl Deadline {
     }
 }
 
-/// Delivers `ev` through `ch`; `Err` carries what went wrong, for the log and the database.
-/// `left` bounds the time of a channel with a run budget in this run.
+/// Delivers `ev` through `ch`, its human-readable fields [`readable`]; `Err` carries what went
+/// wrong, for the log and the database. `left` bounds the time of a channel with a run budget
+/// in this run.
 pub fn deliver(ch: &ChannelConfig, ev: &Event, now: i64, left: Duration) -> Result<Sent, String> {
-    ch.unit().deliver(ch, ev, now, left)
+    ch.unit().deliver(ch, &readable(ev), now, left)
+}
+
+/// `ev` with nothing raw in the fields a person reads wherever it lands (a chat room fed by a
+/// webhook, PagerDuty's incident, Alertmanager's annotations and labels): the title, summary,
+/// agent, model and every text in `details` go through the popup's
+/// [`crate::notify::plain::visible`] (control characters and bidi controls shown as
+/// `<U+XXXX>`, lengths capped with an ellipsis). Identifiers we made (dedup key, root, source,
+/// link) are left as they are.
+pub fn readable(ev: &Event) -> Event {
+    use crate::notify::plain::{visible, visible_lines, LINE_CAP, SUMMARY_CAP};
+    fn texts(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::String(s) => *s = visible(s, LINE_CAP, false),
+            serde_json::Value::Array(a) => a.iter_mut().for_each(texts),
+            serde_json::Value::Object(m) => m.values_mut().for_each(texts),
+            _ => {}
+        }
+    }
+    let mut ev = ev.clone();
+    ev.title = visible(&ev.title, SUMMARY_CAP, false);
+    ev.summary = visible_lines(&ev.summary, LINE_CAP);
+    for f in [&mut ev.agent, &mut ev.model].into_iter().flatten() {
+        *f = visible(f, SUMMARY_CAP, false);
+    }
+    ev.details.values_mut().for_each(texts);
+    ev
 }
 
 /// A channel with its run-time settings (`wd-store channels set`) applied.

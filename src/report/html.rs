@@ -61,7 +61,7 @@ fn headline(p: &PageData) -> String {
     if p.blind.is_some() || p.tick.as_ref().is_some_and(|t| t.outcome == "blind") {
         return "BLIND".into();
     }
-    match p.loops.iter().filter(|l| l.kind == "loop").count() {
+    match p.loops.iter().filter(|l| l.kind == "loop").count() + p.hidden.1 {
         0 => "no loops".into(),
         1 => "1 loop".into(),
         n => format!("{n} loops"),
@@ -118,6 +118,13 @@ fn watchdog(s: &mut String, p: &PageData) {
     s.push_str("<section id=\"watchdog\"><h2>Watchdog</h2>");
     blind_banner(s, p);
     not_running_banner(s, p);
+    if let Some(why) = &p.state {
+        let _ = write!(
+            s,
+            "<div class=\"blind\" id=\"state\">TICKS ARE NOT RECORDED: {}</div>",
+            esc(why)
+        );
+    }
     last_tick(s, p);
     channels(s, p);
     change_hint(s, p);
@@ -381,9 +388,22 @@ fn loops(s: &mut String, p: &PageData) {
     let _ = write!(
         s,
         "<section id=\"loops\"><h2>Loops now <small>({} open alert{})</small></h2>",
-        p.loops.len(),
-        if p.loops.len() == 1 { "" } else { "s" }
+        p.loops.len() + p.hidden.0,
+        if p.loops.len() + p.hidden.0 == 1 {
+            ""
+        } else {
+            "s"
+        }
     );
+    if p.hidden.0 > 0 {
+        let _ = write!(
+            s,
+            "<p class=\"legend\" id=\"hidden\">The {} most severe are drawn here; {} more are open ({} of them loops): <code>wd-store loops</code> lists them all.</p>",
+            p.loops.len(),
+            p.hidden.0,
+            p.hidden.1
+        );
+    }
     if p.loops.is_empty() {
         s.push_str("<p class=\"ok\">Nothing is looping.</p></section>");
         return;
@@ -570,7 +590,16 @@ fn episodes(s: &mut String, p: &PageData) {
     for e in &p.episodes {
         episode_row(s, p, e, open.contains(e.root.as_str()));
     }
-    s.push_str("</table></section>");
+    s.push_str("</table>");
+    if p.episodes_hidden > 0 {
+        let _ = write!(
+            s,
+            "<p class=\"muted\">The latest {} are listed; {} more: <code>wd-store alerts</code> lists them all.</p>",
+            p.episodes.len(),
+            p.episodes_hidden
+        );
+    }
+    s.push_str("</section>");
 }
 
 /// Why an episode ended, in words.

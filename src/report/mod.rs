@@ -46,7 +46,20 @@ pub struct PageData {
     pub episodes: Vec<EpisodeRow>,
     pub rollups: Vec<Rollup>,
     pub blocks: Vec<Block>,
+    /// What keeps the state directory from recording ticks (full, not writable, deleted).
+    pub state: Option<String>,
+    /// Open alerts past the [`LOOPS_SHOWN`] drawn, and how many of them are loops.
+    pub hidden: (usize, usize),
+    /// Episodes of the 7 days past the [`EPISODES_SHOWN`] listed.
+    pub episodes_hidden: usize,
 }
+
+/// The most episodes the page lists (the latest first).
+pub const EPISODES_SHOWN: usize = 1000;
+
+/// The most open alerts the page draws (the most severe first): past that it says how many
+/// more and where to list them, so the page's size and time are bounded by what it shows.
+pub const LOOPS_SHOWN: usize = 300;
 
 #[derive(Debug, Clone)]
 pub struct LastTick {
@@ -278,7 +291,24 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
         .optional()?;
     let channels = channels(store, cfg)?;
     let loops = open_loops(store)?;
-    let episodes = episodes(store, now - 7 * 86_400_000)?;
+    let hidden: (usize, usize) = c.query_row(
+        "SELECT count(*), coalesce(sum(kind = 'loop'), 0) FROM alerts WHERE state = 'open'",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let drawn_loops = loops.iter().filter(|l| l.kind == "loop").count();
+    let hidden = (
+        hidden.0.saturating_sub(loops.len()),
+        hidden.1.saturating_sub(drawn_loops),
+    );
+    let week = now - 7 * 86_400_000;
+    let episodes = episodes(store, week)?;
+    let all: usize = c.query_row(
+        "SELECT count(*) FROM episodes WHERE state = 'open' OR resolved >= ?1 OR opened >= ?1",
+        params![week],
+        |r| r.get(0),
+    )?;
+    let episodes_hidden = all.saturating_sub(episodes.len());
     let mut rollups = Vec::new();
     for (label, span) in WINDOWS {
         rollups.push(rollup(store, label, now - span)?);
@@ -300,6 +330,9 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
         episodes,
         rollups,
         blocks,
+        state: store.dir_problem(),
+        hidden,
+        episodes_hidden,
     })
 }
 
@@ -368,11 +401,12 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
         "SELECT dedup_key, kind, root, severity, opened, last_fired, flagged_ticks, agent, model, title, top_target,
                 calls_since_landed, cost_since_landed, episode
          FROM alerts WHERE state = 'open'
-         ORDER BY severity = 'critical' DESC, kind = 'loop' DESC, opened DESC, dedup_key",
+         ORDER BY severity = 'critical' DESC, kind = 'loop' DESC, opened DESC, dedup_key
+         LIMIT ?1",
     )?;
     let mut episodes: Vec<i64> = Vec::new();
     let mut loops = st
-        .query_map([], |r| {
+        .query_map([LOOPS_SHOWN as i64], |r| {
             Ok((
                 r.get::<_, i64>(13)?,
                 Loop {
@@ -459,11 +493,16 @@ fn trees(c: &rusqlite::Connection, loops: &mut [Loop], episodes: &[i64]) -> Resu
     let mut start = c.prepare(
         "SELECT start FROM episode_sessions WHERE episode = ?1 AND session = ?2 AND base_calls > 0",
     )?;
+    // by root and tick (`verdicts_root`), both: SQLite otherwise takes the primary key's tick
+    // and filters that tick's verdicts by root, once per loop, so the page grew with the square
+    // of the open loops (2,000 took 8 s, 20,000 some 15 min); the latest flagged tick is the
+    // first met walking the root's ticks down
     let mut flagged = c.prepare(
         "SELECT session, agent, reasons, json_extract(signals, '$.top_target'), calls, calls_since_landed,
                 cost_since_landed, first_flag_t, json_extract(evidence, '$.loop_start.t')
-         FROM verdicts WHERE root = ?1 AND flagged = 1
-           AND tick = (SELECT max(tick) FROM verdicts WHERE root = ?1 AND flagged = 1)
+         FROM verdicts INDEXED BY verdicts_root WHERE root = ?1 AND flagged = 1
+           AND tick = (SELECT tick FROM verdicts INDEXED BY verdicts_root WHERE root = ?1 AND flagged = 1
+                       ORDER BY tick DESC LIMIT 1)
          ORDER BY calls_since_landed DESC, session",
     )?;
     for (l, &ep) in loops.iter_mut().zip(episodes) {
@@ -526,9 +565,10 @@ fn episodes(store: &Store, since: i64) -> Result<Vec<EpisodeRow>> {
         "SELECT id, kind, root, state, peak_severity, opened, last_fired, resolved, reason, flagged_ticks,
                 agent, model, calls, cost, duration_ms
          FROM episodes WHERE state = 'open' OR resolved >= ?1 OR opened >= ?1
-         ORDER BY coalesce(resolved, last_fired) DESC, id DESC",
+         ORDER BY coalesce(resolved, last_fired) DESC, id DESC
+         LIMIT ?2",
     )?;
-    let rows = st.query_map(params![since], |r| {
+    let rows = st.query_map(params![since, EPISODES_SHOWN as i64], |r| {
         Ok(EpisodeRow {
             id: r.get(0)?,
             kind: r.get(1)?,
@@ -711,6 +751,42 @@ mod tests {
             html.contains("<b>open</b></td><td>1 h 0 min</td>"),
             "{html}"
         );
+    }
+
+    /// Regression (#30, point 6): every open alert was drawn, so the page grew without bound
+    /// (20,000 open loops: some 15 minutes, inside every tick).
+    #[test]
+    fn past_loops_shown_the_page_says_how_many_more_and_draws_none_of_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("w.db")).unwrap();
+        let tx = store.write().unwrap();
+        for a in 0..LOOPS_SHOWN + 5 {
+            let root = format!("ses_{a:04}");
+            tx.execute(
+                "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired)
+                 VALUES (?1, ?2, ?3, 'open', 'warning', 'warning', ?4, ?4)",
+                params![
+                    format!("opencode-loop:{root}"),
+                    if a % 2 == 0 { "loop" } else { "stalled" },
+                    root,
+                    1_000 + a as i64
+                ],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+        let page = gather(&store, &Config::default(), 10_000).unwrap();
+        assert_eq!(page.loops.len(), LOOPS_SHOWN);
+        // the loops first, then the newest: the 5 oldest stalled alerts are left out
+        assert_eq!(page.hidden, (5, 0));
+        let html = html::render(&page);
+        assert!(
+            html.contains("Loops now <small>(305 open alerts)</small>"),
+            "{html}"
+        );
+        assert!(html.contains(
+            "The 300 most severe are drawn here; 5 more are open (0 of them loops): <code>wd-store loops</code> lists them all."
+        ));
     }
 
     #[test]

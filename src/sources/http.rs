@@ -115,6 +115,108 @@ fn mib(bytes: u64) -> String {
     }
 }
 
+/// The most JSON values (each number, string, list and object counts one) a response body may
+/// hold. A parsed value costs far more memory than its text (`[0,0,0,…]` is 2 bytes a value
+/// as text and 32 or more parsed, with the list's growth on top), so a byte cap alone lets a
+/// 128 MiB body take gigabytes; this bounds the parse at about 4M × 80 bytes beside the body's
+/// strings. A real session's message list holds about 40 values a tool call: 4M is some
+/// 100,000 calls, far past what one opencode session holds.
+pub const VALUES_MAX: usize = 4_000_000;
+
+const OVER_VALUES: &str = "oc-watchdog: too many JSON values";
+
+/// Parses one JSON document from `r` as it streams in (serde's [`serde_json::Deserializer`]),
+/// counting its values against [`VALUES_MAX`]: past it the parse stops at once with an error
+/// holding `OVER_VALUES`, before the memory is spent.
+fn parse_bounded<R: Read>(r: R) -> serde_json::Result<Value> {
+    use serde::de::DeserializeSeed;
+    let left = std::cell::Cell::new(VALUES_MAX);
+    let mut de = serde_json::Deserializer::from_reader(r);
+    let v = Budget(&left).deserialize(&mut de)?;
+    de.end()?;
+    Ok(v)
+}
+
+/// A [`Value`] built while counting down the values left.
+#[derive(Clone, Copy)]
+struct Budget<'a>(&'a std::cell::Cell<usize>);
+
+impl Budget<'_> {
+    fn take<E: serde::de::Error>(self) -> Result<(), E> {
+        match self.0.get() {
+            0 => Err(E::custom(OVER_VALUES)),
+            n => {
+                self.0.set(n - 1);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Budget<'_> {
+    type Value = Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Budget<'_> {
+    type Value = Value;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Value, E> {
+        self.take()?;
+        Ok(Value::Bool(b))
+    }
+    fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Value, E> {
+        self.take()?;
+        Ok(Value::from(n))
+    }
+    fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Value, E> {
+        self.take()?;
+        Ok(Value::from(n))
+    }
+    fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Value, E> {
+        self.take()?;
+        Ok(serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Value, E> {
+        self.take()?;
+        Ok(Value::String(s.to_owned()))
+    }
+    fn visit_string<E: serde::de::Error>(self, s: String) -> Result<Value, E> {
+        self.take()?;
+        Ok(Value::String(s))
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Value, E> {
+        self.take()?;
+        Ok(Value::Null)
+    }
+    fn visit_none<E: serde::de::Error>(self) -> Result<Value, E> {
+        self.visit_unit()
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Value, A::Error> {
+        self.take()?;
+        let mut v = Vec::new();
+        while let Some(x) = a.next_element_seed(self)? {
+            v.push(x);
+        }
+        Ok(Value::Array(v))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Value, A::Error> {
+        self.take()?;
+        let mut m = serde_json::Map::new();
+        while let Some(k) = a.next_key::<String>()? {
+            // a key is text held like a string value: it counts
+            self.take()?;
+            let v = a.next_value_seed(self)?;
+            m.insert(k, v);
+        }
+        Ok(Value::Object(m))
+    }
+}
+
 /// `scheme://host:port` of a URL (the default port spelt out), for the same-origin check.
 fn origin(url: &str) -> Option<String> {
     let (scheme, rest) = url.split_once("://")?;
@@ -235,7 +337,12 @@ impl Client {
                 cap: self.limits.body_cap,
             };
             let mut body = std::io::BufReader::with_capacity(64 << 10, body);
-            return serde_json::from_reader::<_, Value>(&mut body).map_err(|e| {
+            return parse_bounded(&mut body).map_err(|e| {
+                if e.to_string().contains(OVER_VALUES) {
+                    return Fault::Broken(format!(
+                        "GET {url}: body over the cap of {VALUES_MAX} JSON values"
+                    ));
+                }
                 if e.is_io() {
                     let msg = e.to_string();
                     if msg.contains(OVER_CAP) {
@@ -305,6 +412,36 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_parses_as_serde_json_does_and_stops_at_the_value_cap() {
+        let text = r#"{"a":[1,-2,3.5,"x",null,true,{"b":{}}],"c":"\u00e9"}"#;
+        assert_eq!(
+            parse_bounded(text.as_bytes()).unwrap(),
+            serde_json::from_str::<Value>(text).unwrap()
+        );
+        // one value past the cap: the outer list and VALUES_MAX zeros
+        let mut many = String::from("[");
+        many += &"0,".repeat(VALUES_MAX);
+        many += "0]";
+        let e = parse_bounded(many.as_bytes()).unwrap_err();
+        assert!(e.to_string().contains(OVER_VALUES), "{e}");
+        let mut fits = String::from("[");
+        fits += &"0,".repeat(VALUES_MAX - 2);
+        fits += "0]";
+        assert_eq!(
+            parse_bounded(fits.as_bytes())
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .len(),
+            VALUES_MAX - 1
+        );
+        assert!(
+            parse_bounded(&b"[1] 2"[..]).is_err(),
+            "trailing text is refused"
+        );
+    }
 
     #[test]
     fn the_configs_bounds_default_to_the_clients() {

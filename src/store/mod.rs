@@ -25,6 +25,8 @@ use std::time::Duration;
 pub struct Store {
     pub conn: Connection,
     pub path: PathBuf,
+    /// The file's inode when it was opened: another (or none) later means it was deleted.
+    ino: Option<u64>,
 }
 
 /// Default busy timeout.
@@ -68,6 +70,7 @@ impl Store {
         let mut s = Store {
             conn,
             path: path.to_path_buf(),
+            ino: ino(path),
         };
         // First-time creation races other processes doing the same (ten ticks started at once on a
         // fresh database): some SQLite steps (the switch to WAL, a read that would deadlock a
@@ -95,6 +98,65 @@ impl Store {
             }
         }
     }
+}
+
+fn ino(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.ino())
+}
+
+/// How much the directory probe writes: more than SQLite needs for a tick's pages, so a
+/// directory too full for it is too full for the next tick.
+const PROBE_BYTES: usize = 64 << 10;
+
+impl Store {
+    /// Was the database file deleted (or replaced) since it was opened? Then what is written
+    /// goes to a file nobody will open again.
+    pub fn deleted(&self) -> Option<String> {
+        (self.ino.is_some() && ino(&self.path) != self.ino).then(|| {
+            format!(
+                "watchdog database {}: deleted while in use (was its directory removed?): what this command recorded is lost",
+                self.path.display()
+            )
+        })
+    }
+
+    /// What keeps the database's directory from holding the next tick ([`dir_problem`]), or
+    /// the file deleted while in use.
+    pub fn dir_problem(&self) -> Option<String> {
+        self.deleted().or_else(|| dir_problem(&self.path))
+    }
+}
+
+/// What keeps the directory of the database at `db` from holding the next tick, said for the
+/// operator: gone, not writable, or full (a probe of 64 KiB cannot be written and synced).
+/// `None` when it can.
+pub fn dir_problem(db: &Path) -> Option<String> {
+    let dir = db
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let probe = dir.join(format!(".oc-watchdog-probe-{}", std::process::id()));
+    let wrote = (|| -> std::io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&probe)?;
+        f.write_all(&[0u8; PROBE_BYTES])?;
+        f.sync_all()
+    })();
+    let _ = std::fs::remove_file(&probe);
+    let e = wrote.err()?;
+    let what = match e.kind() {
+        std::io::ErrorKind::StorageFull => "full",
+        std::io::ErrorKind::NotFound => "gone",
+        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+            "not writable"
+        }
+        _ => "not usable",
+    };
+    Some(format!(
+        "state directory {}: {what} ({e}): ticks cannot be recorded",
+        dir.display()
+    ))
 }
 
 /// Whether SQLite said "busy" or "locked" anywhere in the chain.

@@ -63,24 +63,34 @@ pub fn prune(tx: &Transaction<'_>, before: i64) -> Result<usize> {
     Ok(tx.execute("DELETE FROM ticks WHERE t < ?1", params![before])?)
 }
 
+/// How far back the next tick looks when every recorded tick is in the future (the clock was
+/// stepped back): as far as a first tick does. Never `now`, which would list no session and
+/// record an all-clear while loops run.
+pub const LOOKBACK_MS: i64 = 3_600_000;
+
 impl Store {
     /// Time of the last tick as of `now`: the latest tick not in the future. Ticks recorded with a
     /// clock that ran ahead are passed over (the next window starts at the last honest tick, so
-    /// nothing is skipped); when every tick is in the future, `now`, said on stderr.
+    /// nothing is skipped); when every tick is in the future (a clock stepped back), an hour
+    /// before `now` ([`LOOKBACK_MS`]), said on stderr.
     pub fn last_tick(&self, now: i64) -> Result<Option<i64>> {
         let (past, future): (Option<i64>, Option<i64>) = self.conn.query_row(
             "SELECT (SELECT max(t) FROM ticks WHERE t <= ?1), (SELECT max(t) FROM ticks WHERE t > ?1)",
             [now],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
+        let back = now.saturating_sub(LOOKBACK_MS);
         if let Some(f) = future {
             eprintln!(
-                "{}: the last tick is recorded at {}, in the future (was the clock ahead?); using {}",
+                "{}: the last tick is recorded at {}, in the future (was the clock ahead, or stepped back?); using {}",
                 crate::cli::program(),
                 crate::cli::iso_ms(f),
-                if past.is_some() { "the last tick before now" } else { "now" }
+                match past {
+                    Some(_) => "the last tick before now".to_string(),
+                    None => format!("{}, an hour back, as a first tick does", crate::cli::iso_ms(back)),
+                }
             );
         }
-        Ok(past.or(future.map(|_| now)))
+        Ok(past.or(future.map(|_| back)))
     }
 }

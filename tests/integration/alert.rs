@@ -822,6 +822,78 @@ fn a_resolve_that_could_not_be_delivered_or_was_cut_off_by_a_crash_is_never_lost
     assert_eq!(triggers, 2, "the cut-off attempt and its one repeat");
 }
 
+/// Regression (#30, point 3): a Notify call that failed (no bus, a daemon's error) left the
+/// trigger `failed`, and that loop never reached the desktop.
+#[test]
+fn a_desktop_trigger_whose_notify_call_failed_is_shown_the_next_run() {
+    let d = Desktop::shared();
+    let rig = Rig::new("[[channels]]\nname = \"desk\"\ntype = \"desktop\"\n");
+    let root = format!("ses_nobus{}", std::process::id());
+    let gone = "unix:path=/nonexistent/oc-watchdog-bus";
+    let (_, r) = rig.tick(
+        T0,
+        &[looping(&root, &root, true, 44, "")],
+        &[("DBUS_SESSION_BUS_ADDRESS", gone), ("DISPLAY", &d.display)],
+    );
+    r.ok();
+    assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    let rows = || -> Vec<String> {
+        rig.query("SELECT d.status || ' ' || d.attempts FROM deliveries d JOIN events e ON e.id = d.event")
+    };
+    assert_eq!(rows(), ["pending 1"], "{}", r.story());
+    assert!(
+        r.stderr().contains(&format!(
+            "channel=desk dedup=opencode-loop:{root} state=trigger delivery failed (tried again next run): desktop notification:"
+        )),
+        "{}",
+        r.story()
+    );
+    // the bus is back: the loop goes on, nothing new is decided, and the owed trigger is shown
+    let env = desktop_env(d);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (_, r) = rig.tick(T0 + MIN5, &[looping(&root, &root, true, 56, "")], &env);
+    r.ok();
+    assert_eq!(r.records().len(), 0, "{}", r.story());
+    assert_eq!(rows(), ["sent 2"], "{}", r.story());
+    assert_eq!(d.wait_for(&format!("session {root},"), 1).len(), 1);
+}
+
+/// Regression (#30, point 3): an agent name and a session title reached the webhook's JSON
+/// with their NUL, terminal escape and bidi override, and 400 characters long.
+#[test]
+fn a_webhook_payload_shows_controls_visibly_and_caps_long_names() {
+    let stub = Stub::start();
+    stub.route("POST /hook", Reply::Json(200, "{}".into()));
+    let rig = Rig::new(&format!(
+        "[[channels]]\nname = \"hook\"\ntype = \"webhook\"\nurl = \"{}/hook\"\n",
+        stub.url
+    ));
+    let mut v: Value = serde_json::from_str(&verdict("ses_raw", "ses_raw", true)).unwrap();
+    v["agent"] = json!(format!("ag\u{0}ent\u{1b}[31m{}", "x".repeat(400)));
+    v["title"] = json!("safe\u{202e}txt.exe");
+    rig.tick(T0, &[v.to_string()], &[]).1.ok();
+    let reqs = stub.requests();
+    assert_eq!(reqs.len(), 1);
+    let body: Value = serde_json::from_str(&reqs[0].body).unwrap();
+    let agent = body["agent"].as_str().unwrap();
+    assert!(agent.starts_with("ag<U+0000>ent<U+001B>[31mxxx"), "{agent}");
+    assert_eq!(agent.chars().count(), 120);
+    assert!(agent.ends_with("x…"));
+    assert_eq!(body["details"]["title"], "safe<U+202E>txt.exe");
+    assert_eq!(
+        body["details"]["agent"].as_str().unwrap().chars().count(),
+        300
+    );
+    let raw = &reqs[0].body;
+    assert!(
+        !raw.contains("\\u0000") && !raw.contains('\u{202e}'),
+        "{raw}"
+    );
+    let title = body["title"].as_str().unwrap();
+    assert!(title.chars().count() <= 120, "{title}");
+    assert!(!title.contains('\u{1b}'), "{title}");
+}
+
 #[test]
 fn a_bus_that_accepts_but_never_answers_costs_one_desktop_timeout_per_run_not_one_per_alert() {
     // a real bus whose notification daemon owns the name but is stopped: calls are accepted and

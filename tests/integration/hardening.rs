@@ -250,10 +250,17 @@ fn a_tick_from_a_clock_four_years_ahead_does_not_move_last_tick_into_the_future(
         .args(["--db", db_s, "tick", "--started", &future.to_string()])
         .run()
         .ok();
-    // only a future tick: now
+    // only a future tick (the clock stepped back under it): an hour back, never now, which
+    // would list no session and record an all-clear while loops run (#30, point 7)
     let r = last(NOW);
-    assert_eq!(r.stdout(), format!("{NOW}\n"));
-    assert!(r.stderr().contains("in the future"), "{}", r.story());
+    assert_eq!(r.stdout(), format!("{}\n", NOW - 3_600_000));
+    assert!(
+        r.stderr().contains(
+            "in the future (was the clock ahead, or stepped back?); using 2026-11-29T23:53:20.000Z, an hour back, as a first tick does"
+        ),
+        "{}",
+        r.story()
+    );
     // an honest tick after the clock was fixed: that one
     home.cmd("wd-store")
         .args([
@@ -266,6 +273,113 @@ fn a_tick_from_a_clock_four_years_ahead_does_not_move_last_tick_into_the_future(
         .run()
         .ok();
     assert_eq!(last(NOW).stdout(), format!("{}\n", NOW - 300_000));
+}
+
+/// Regression (#30, point 7): a full state directory was said only in the journal of the tick
+/// that failed, and `oc-watchdog-tick` exited 0. The state home is a 2 MiB tmpfs, filled up
+/// after a first tick; the page is written outside it.
+#[test]
+fn a_full_state_directory_is_said_by_status_the_page_and_the_tick_script() {
+    let home = Home::new();
+    let state = home.join(".local/state");
+    std::fs::create_dir_all(&state).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
+        .arg(&state)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: a tmpfs cannot be mounted here (needs root); a full state directory is not tried");
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _mount = Unmount(state.clone());
+    let page = home.join("page.html");
+    let cfg = home.join(".config/oc-watchdog/watchdog.toml");
+    std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+    std::fs::write(
+        &cfg,
+        format!(
+            "[opencode]\ndiscover = \"off\"\n\n[report]\nfile = \"{}\"\n",
+            page.display()
+        ),
+    )
+    .unwrap();
+    let bins = assert_cmd::cargo::cargo_bin("wd-store")
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let script = || -> Run {
+        let out = Command::new("sh")
+            .arg(repo().join("deploy/oc-watchdog-tick"))
+            .env_clear()
+            .env(
+                "PATH",
+                format!("{}:{}", bins.display(), std::env::var("PATH").unwrap()),
+            )
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("XDG_DATA_HOME", home.join(".local/share"))
+            .env("XDG_STATE_HOME", &state)
+            .output()
+            .unwrap();
+        Run {
+            shown: "oc-watchdog-tick".into(),
+            out,
+        }
+    };
+    let status = || home.cmd("wd-store").args(["status"]).run();
+    script().ok();
+    assert_eq!(ticks(&state.join("oc-watchdog/watchdog.db")), 1);
+    let r = status();
+    r.ok();
+    assert_eq!(r.kind("status")[0]["state"], serde_json::Value::Null);
+    // fill the directory up
+    let mut f = std::fs::File::create(state.join("filler")).unwrap();
+    while f.write_all(&[7u8; 4096]).is_ok() {}
+    drop(f);
+    let dir = state.join("oc-watchdog");
+    // SQLite cannot even open it for reading (its WAL index lives there): status says why
+    let r = status();
+    assert_eq!(r.code(), 2, "{}", r.story());
+    assert!(
+        r.stderr().starts_with(&format!(
+            "wd-store: state directory {}: full (No space left on device (os error 28)): ticks cannot be recorded: watchdog database",
+            dir.display()
+        )),
+        "{}",
+        r.story()
+    );
+    let r = script();
+    assert_eq!(r.code(), 2, "{}", r.story());
+    assert!(
+        r.stderr().contains(&format!(
+            "wd-store: state directory {}: full",
+            dir.display()
+        )),
+        "{}",
+        r.story()
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains(&format!(
+            "TICKS ARE NOT RECORDED: state directory {}: full",
+            dir.display()
+        )),
+        "the page says it"
+    );
+    // room again: the record is whole, without the tick that could not run
+    std::fs::remove_file(state.join("filler")).unwrap();
+    assert_eq!(ticks(&dir.join("watchdog.db")), 1);
+    let r = status();
+    r.ok();
+    assert_eq!(r.kind("status")[0]["state"], serde_json::Value::Null);
 }
 
 /// Runs a command as `nobody` when we are root (permissions do not bind root), else as we are.

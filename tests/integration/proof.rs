@@ -305,7 +305,12 @@ impl Machine {
     fn follow(&mut self) {
         use std::os::unix::process::CommandExt;
         let child = self
-            .cmd(self.home.join(".local/bin/oc-watchdog-follow").to_str().unwrap())
+            .cmd(
+                self.home
+                    .join(".local/bin/oc-watchdog-follow")
+                    .to_str()
+                    .unwrap(),
+            )
             .process_group(0)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -365,8 +370,15 @@ fn a_new_user_following_hears_of_a_loop_within_calls_of_its_flag_point_and_of_it
     let mut m = Machine::install();
     let cfg = m.home.join(".config/oc-watchdog/watchdog.toml");
     let text = std::fs::read_to_string(&cfg).unwrap();
-    assert!(text.contains("full_every_secs = 60\n"), "the shipped [follow]");
-    std::fs::write(&cfg, text.replace("full_every_secs = 60\n", "full_every_secs = 600\n")).unwrap();
+    assert!(
+        text.contains("full_every_secs = 60\n"),
+        "the shipped [follow]"
+    );
+    std::fs::write(
+        &cfg,
+        text.replace("full_every_secs = 60\n", "full_every_secs = 600\n"),
+    )
+    .unwrap();
     let fake = ocsim::Fake::start();
     fake.configure(m.home.path());
     m.follow();
@@ -378,7 +390,10 @@ fn a_new_user_following_hears_of_a_loop_within_calls_of_its_flag_point_and_of_it
         .unwrap_or(0)
         == 0
     {
-        assert!(t0.elapsed() < Duration::from_secs(60), "the follow service recorded no tick");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the follow service recorded no tick"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 

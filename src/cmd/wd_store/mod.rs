@@ -233,11 +233,28 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let started = crate::cli::now_ms();
     let cfg = Config::load(args.config.as_deref())?;
     let path = args.db.clone().unwrap_or_else(|| cfg.store_db());
-    let store = Store::open_with(&path, cfg.store_busy())?;
+    let now = args.now.unwrap_or(started);
+    let store = match Store::open_with(&path, cfg.store_busy()) {
+        Ok(s) => s,
+        // a full or unwritable state directory cannot even be read (SQLite's WAL index lives
+        // there): every command says why, and the page, where it can be written, too
+        Err(e) => {
+            // a read-only directory is said in SQLite's words already (Store::explain)
+            let why = crate::store::dir_problem(&path)
+                .filter(|_| !format!("{e:#}").contains("read-only"));
+            let Some(why) = why else {
+                return Err(e);
+            };
+            if let Cmd::Report { out: page, .. } = &args.cmd {
+                upkeep::unreadable_page(&cfg, page.clone(), &why, now, out);
+            }
+            return Err(e.context(why));
+        }
+    };
     let mut cx = Ctx {
         cfg,
         store,
-        now: args.now.unwrap_or(started),
+        now,
         fixed_now: args.now,
         format: args.format,
     };

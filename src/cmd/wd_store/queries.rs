@@ -7,8 +7,9 @@ use crate::store::{blocks, channels, episodes, ticks, verdicts};
 use anyhow::{bail, Result};
 use serde_json::json;
 
-/// `wd-store status`: the last tick, open alerts, and the channels (objects in JSONL, a
-/// `name:on|off:severity` summary in a table or CSV).
+/// `wd-store status`: the last tick, open alerts, the channels (objects in JSONL, a
+/// `name:on|off:severity` summary in a table or CSV), and `state`: what keeps the state
+/// directory from recording ticks (full, not writable, deleted), null when nothing does.
 pub fn status(cx: &Ctx, out: &mut Out) -> Result<Exit> {
     let mut r = ticks::status(&cx.store)?;
     let ch = channels::effective(&cx.store, &cx.cfg)?;
@@ -25,8 +26,13 @@ pub fn status(cx: &Ctx, out: &mut Out) -> Result<Exit> {
             .collect();
         json!(summary.join(" "))
     };
+    // a full, unwritable or deleted state directory, said where the operator looks (not only
+    // in the journal of the tick that failed)
+    r.cols.push("state");
+    let state = json!(cx.store.dir_problem());
     for row in &mut r.rows {
         row.push(chv.clone());
+        row.push(state.clone());
     }
     r.print(cx.format, out)?;
     Ok(Exit::Ok)

@@ -98,6 +98,9 @@ pub fn tick(
         full: true,
     };
     let id = record(&mut cx.store, &seen, outcome, run)?;
+    if let Some(gone) = cx.store.deleted() {
+        anyhow::bail!(gone);
+    }
     if let Some(e) = write_failed {
         return Err(anyhow::Error::new(e).context("passing the stream on"));
     }

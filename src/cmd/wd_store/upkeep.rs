@@ -3,6 +3,7 @@
 
 use super::Ctx;
 use crate::cli::{now_ms, parse_duration_ms, Exit, Out};
+use crate::config::Config;
 use crate::record::Record;
 use anyhow::{Context, Result};
 use serde_json::json;
@@ -35,16 +36,35 @@ pub fn metrics(cx: &Ctx, output: Option<&Path>, out: &mut Out) -> Result<Exit> {
 /// `wd-store report`: the operator's page, to a file (atomically) or stdout.
 pub fn report(cx: &Ctx, path: Option<PathBuf>, out: &mut Out) -> Result<Exit> {
     let page = crate::report::gather(&cx.store, &cx.cfg, cx.now)?;
-    let text = crate::report::html::render(&page);
+    write_page(&cx.cfg, path, &crate::report::html::render(&page), out)?;
+    Ok(Exit::Ok)
+}
+
+fn write_page(cfg: &Config, path: Option<PathBuf>, text: &str, out: &mut Out) -> Result<()> {
     match path {
         Some(p) if p.as_os_str() == "-" => std::io::Write::write_all(out, text.as_bytes())?,
         p => {
-            let p = p.unwrap_or_else(|| cx.cfg.report_file());
+            let p = p.unwrap_or_else(|| cfg.report_file());
             crate::report::write_atomic(&p, text.as_bytes())
                 .with_context(|| format!("report {}", p.display()))?;
         }
     }
-    Ok(Exit::Ok)
+    Ok(())
+}
+
+/// The page when the database cannot be opened because of its directory (`why`): that alone,
+/// written where it can be (a page in the full directory itself cannot).
+pub fn unreadable_page(cfg: &Config, path: Option<PathBuf>, why: &str, now: i64, out: &mut Out) {
+    let page = crate::report::PageData {
+        now,
+        clock: crate::report::clock::Clock::system(),
+        state: Some(why.to_string()),
+        ..Default::default()
+    };
+    let text = crate::report::html::render(&page);
+    if let Err(e) = write_page(cfg, path, &text, out) {
+        eprintln!("wd-store: {e:#}");
+    }
 }
 
 /// The page is rewritten at most this often in follow mode.
