@@ -148,6 +148,8 @@ pub struct EpisodeRow {
     pub calls: Option<i64>,
     pub cost: Option<f64>,
     pub duration_ms: Option<i64>,
+    /// Loops: its stop (issue 28) in one line, when one was asked.
+    pub stop: Option<String>,
 }
 
 /// The per-model rollup over one window.
@@ -447,12 +449,13 @@ fn picture(c: &rusqlite::Connection, loops: &mut [Loop]) -> Result<()> {
 
 /// Episodes open now, or opened or resolved since `since`, newest first.
 fn episodes(store: &Store, since: i64) -> Result<Vec<EpisodeRow>> {
-    let mut st = store.conn.prepare(
+    let mut st = store.conn.prepare(&format!(
         "SELECT id, kind, root, state, peak_severity, opened, last_fired, resolved, reason, flagged_ticks,
-                agent, model, calls, cost, duration_ms
-         FROM episodes WHERE state = 'open' OR resolved >= ?1 OR opened >= ?1
+                agent, model, calls, cost, duration_ms, {} AS stop
+         FROM episodes p WHERE state = 'open' OR resolved >= ?1 OR opened >= ?1
          ORDER BY coalesce(resolved, last_fired) DESC, id DESC",
-    )?;
+        crate::store::episodes::STOP
+    ))?;
     let rows = st.query_map(params![since], |r| {
         Ok(EpisodeRow {
             id: r.get(0)?,
@@ -473,6 +476,7 @@ fn episodes(store: &Store, since: i64) -> Result<Vec<EpisodeRow>> {
             calls: r.get(12)?,
             cost: r.get(13)?,
             duration_ms: r.get(14)?,
+            stop: r.get(15)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
