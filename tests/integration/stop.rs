@@ -443,28 +443,45 @@ fn a_looping_opencode_run_is_stopped_through_the_plugin_and_resumes_with_run_s()
     assert_eq!(rows[0]["action_id"], o["action_id"]);
     assert_eq!(rows[0]["episode"], format!("episode:{episode}"));
 
-    // the episode closes: the loop has stopped. When a call started after the request (the
-    // plugin refused it, or it began before the abort), that is one more call since the last
-    // tick, so the episode holds one tick and closes at the next
-    let episode_state = || -> (String, Option<String>) {
-        rig.watchdog_db()
-            .query_row(
-                "SELECT state, reason FROM episodes WHERE id = ?1",
-                [episode],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .unwrap()
-    };
-    let mut t = rig.tick();
-    let one_more = o["refused_call"].is_string() || o["calls_after_request"].as_u64() > Some(0);
-    if episode_state().0 == "open" && one_more {
-        t = rig.tick();
-    }
-    let (state, reason) = episode_state();
+    // the next tick closes the episode with the operator's stop as its event, even when a
+    // call started after the request (it is the stopped loop's), and says nothing of the
+    // interrupt the stop left
+    let t = rig.tick();
+    let (state, reason, summary): (String, Option<String>, String) = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT p.state, p.reason, json_extract(e.body, '$.summary') FROM episodes p
+             JOIN events e ON e.episode = p.id AND e.state = 'resolve' WHERE p.id = ?1",
+            [episode],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap_or_else(|e| panic!("episode {episode} not resolved: {e}\n{}", t.story()));
     assert_eq!(
         (state.as_str(), reason.as_deref()),
         ("resolved", Some("stopped")),
         "{}",
+        t.story()
+    );
+    assert!(
+        summary.starts_with(&format!(
+            "session {id} stopped by the operator (wd-store stop) after "
+        )) && summary.ends_with(&format!(
+            "; resume with `opencode run -s {id}` (or open it in the TUI)"
+        )),
+        "{summary}"
+    );
+    let others: i64 = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT count(*) FROM episodes WHERE id <> ?1",
+            [episode],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        others,
+        0,
+        "no interrupted alert, no new episode\n{}",
         t.story()
     );
 
