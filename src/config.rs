@@ -598,6 +598,27 @@ mod tests {
     }
 
     #[test]
+    fn the_stop_policy_is_off_unless_asked_and_bad_values_name_their_key() {
+        let shipped = Config::parse(
+            &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/watchdog.toml"))
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(!shipped.stop.on());
+        assert!(!Config::default().stop.on());
+        let c = Config::parse("[stop]\nafter_cost = 2.00\n").unwrap();
+        assert!(c.stop.on());
+        assert_eq!((c.stop.after_cost, c.stop.wait_secs), (2.0, 5));
+        let bad = |t: &str| Config::parse(t).unwrap_err().to_string();
+        assert_eq!(
+            bad("[stop]\nat_escalation = true\nafter_cost = -1.0\n"),
+            "config:3: stop.after_cost: -1 is not a cost in dollars: give 0 (off) or more, e.g. 2.00"
+        );
+        assert!(bad("[stop]\nwait_secs = 0\n").starts_with("config:2: stop.wait_secs: "));
+        assert!(bad("[stop]\nafter = 3\n").contains("unknown field `after`"));
+    }
+
+    #[test]
     fn defaults_apply() {
         let c = Config::parse("").unwrap();
         assert_eq!(c.detector.window(), 60);
