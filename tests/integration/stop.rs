@@ -854,6 +854,7 @@ impl Policy {
              [[channels]]\nname = \"hook\"\ntype = \"webhook\"\nurl = \"{}/hook\"\nmin_severity = \"info\"\nrate_limit_secs = 0\n",
             hook.url
         );
+        std::fs::create_dir_all(rig.home.join(".config/oc-watchdog")).unwrap();
         std::fs::write(rig.home.join(".config/oc-watchdog/watchdog.toml"), conf).unwrap();
         Policy {
             desk: Desktop::shared(),
@@ -929,7 +930,8 @@ fn the_policy_stops_a_looping_opencode_run_at_escalation_once_and_says_so_on_eve
     let mut rig = Rig::new(true);
     let pol = Policy::on(&rig, "at_escalation = true");
     let pid = rig.run("lc_goes_on");
-    let id = rig.wait_calls(8);
+    // ten calls started: at least eight completed, flagged by the first tick
+    let id = rig.wait_calls(10);
     let t1 = pol.tick(&rig);
     assert_eq!(events_of(&rig, &id), ["trigger"], "{}", t1.story());
     let (episode, flag_t): (i64, i64) = rig
@@ -1138,11 +1140,14 @@ fn the_policy_never_stops_a_loop_that_landed_a_change_since_its_trigger() {
         "{}",
         t3.story()
     );
-    // it runs to its end
-    rig.wait_calls(53);
-    rig.wait_exit(pid);
+    // it runs on, never aborted
+    let n = rig.calls(&id).len();
+    rig.wait_calls(n + 2);
     assert_eq!(rig.last_error(&id), None);
-    assert_eq!(rig.calls(&id).len(), 53);
+    assert!(rig
+        .kids
+        .iter_mut()
+        .any(|k| k.id() == pid && k.try_wait().unwrap().is_none()));
 }
 
 /// One tick of the pipeline by hand at a given time (the stages' `--now`), as the tick script
@@ -1211,4 +1216,67 @@ fn the_policy_never_stops_a_stalled_loop() {
         t2.story()
     );
     assert!(rig.stops(&id).is_empty(), "{}", t2.story());
+}
+
+#[test]
+fn a_policy_stop_that_cannot_be_carried_out_is_recorded_once_and_the_loop_stays_an_alert() {
+    // no plugin and no server: the `opencode run` cannot be reached
+    let mut rig = Rig::new(false);
+    let _pol = Policy::on(&rig, "at_escalation = true");
+    rig.run("lc_goes_on");
+    let id = rig.wait_calls(10);
+    let t1 = tick_at(&rig, now_ms());
+    assert_eq!(events_of(&rig, &id), ["trigger"], "{}", t1.story());
+    let n = rig.calls(&id).len();
+    rig.wait_calls(n + 3);
+    let t2 = tick_at(&rig, now_ms());
+    assert_eq!(
+        events_of(&rig, &id),
+        ["trigger", "escalate still_looping"],
+        "{}",
+        t2.story()
+    );
+    assert!(
+        t2.stderr().contains(&format!(
+            "reason=escalated status=refused stop: session {id} runs in a TUI or `opencode run`, which listen on no port, and the stop plugin is not installed: "
+        )),
+        "{}",
+        t2.story()
+    );
+    let rows = rig.stops(&id);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "failed");
+    assert_eq!(rows[0]["reason"], "escalated");
+    // the next tick counts the loop on and asks nothing again
+    let n = rig.calls(&id).len();
+    rig.wait_calls(n + 2);
+    let t3 = tick_at(&rig, now_ms());
+    assert!(
+        !t3.stderr().contains("oc-watchdog: stop "),
+        "{}",
+        t3.story()
+    );
+    assert_eq!(rig.stops(&id).len(), 1);
+    let (state, decision): (String, String) = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT state, last_decision FROM episodes WHERE root = ?1",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((state.as_str(), decision.as_str()), ("open", "counted"));
+    // `wd-store alerts` says why it was not stopped
+    let alerts = rig
+        .home
+        .cmd("wd-store")
+        .args(["alerts", "--since", "1h"])
+        .run();
+    let ep = &alerts.kind("episode")[0];
+    assert!(
+        ep["stop"].as_str().unwrap().starts_with(&format!(
+            "stop of session {id} (escalated) not carried out: stop: session {id} runs in a TUI"
+        )),
+        "{ep}"
+    );
 }
