@@ -17,6 +17,7 @@ pub struct Config {
     pub alert: AlertConfig,
     pub second_opinion: SecondOpinionConfig,
     pub liveness: LivenessConfig,
+    pub stop: StopConfig,
     pub report: ReportConfig,
     pub follow: FollowConfig,
     pub channels: Vec<crate::channels::ChannelConfig>,
@@ -188,6 +189,42 @@ impl Default for LivenessConfig {
             retry_secs_max: 900,
             nudge: false,
         }
+    }
+}
+
+/// `[stop]`: the opt-in stop policy (issue 28). Off unless a key below turns it on: the
+/// watchdog then stops a loop's run itself (`crate::stop`), once per episode, never a loop whose
+/// tree landed a change since its trigger, and never a session that is stalled, waiting on a
+/// person or of unknown liveness (those stay alerts).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StopConfig {
+    /// Stop a loop when its episode escalates (or is critical and goes on).
+    pub at_escalation: bool,
+    /// Stop a loop once it has spent this many dollars since its trigger; 0 is off.
+    pub after_cost: f64,
+    /// Stop a loop once it has made this many calls since its trigger; 0 is off.
+    pub after_calls: u64,
+    /// Seconds a tick waits for one stop to be carried out (the plugin's acknowledgement, the
+    /// server's abort); a tick never hangs on a stop longer than this and a few seconds.
+    pub wait_secs: u64,
+}
+
+impl Default for StopConfig {
+    fn default() -> Self {
+        StopConfig {
+            at_escalation: false,
+            after_cost: 0.0,
+            after_calls: 0,
+            wait_secs: 5,
+        }
+    }
+}
+
+impl StopConfig {
+    /// Is any part of the policy on?
+    pub fn on(&self) -> bool {
+        self.at_escalation || self.after_cost > 0.0 || self.after_calls > 0
     }
 }
 
@@ -437,6 +474,18 @@ impl Config {
             1_000_000,
         );
         p.int("liveness.retry_secs_max", l.retry_secs_max, 1, YEAR);
+        let st = &self.stop;
+        if !st.after_cost.is_finite() || st.after_cost < 0.0 {
+            p.add(
+                "stop.after_cost",
+                format!(
+                    "{} is not a cost in dollars: give 0 (off) or more, e.g. 2.00",
+                    st.after_cost
+                ),
+            );
+        }
+        p.int("stop.after_calls", st.after_calls, 0, 1_000_000);
+        p.int("stop.wait_secs", st.wait_secs, 1, 60);
         crate::channels::check(&self.channels, &mut p);
         p.0
     }
@@ -546,6 +595,27 @@ mod tests {
             std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/watchdog.toml"))
                 .unwrap();
         Config::parse(&text).unwrap();
+    }
+
+    #[test]
+    fn the_stop_policy_is_off_unless_asked_and_bad_values_name_their_key() {
+        let shipped = Config::parse(
+            &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/watchdog.toml"))
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(!shipped.stop.on());
+        assert!(!Config::default().stop.on());
+        let c = Config::parse("[stop]\nafter_cost = 2.00\n").unwrap();
+        assert!(c.stop.on());
+        assert_eq!((c.stop.after_cost, c.stop.wait_secs), (2.0, 5));
+        let bad = |t: &str| Config::parse(t).unwrap_err().to_string();
+        assert_eq!(
+            bad("[stop]\nat_escalation = true\nafter_cost = -1.0\n"),
+            "config:3: stop.after_cost: -1 is not a cost in dollars: give 0 (off) or more, e.g. 2.00"
+        );
+        assert!(bad("[stop]\nwait_secs = 0\n").starts_with("config:2: stop.wait_secs: "));
+        assert!(bad("[stop]\nafter = 3\n").contains("unknown field `after`"));
     }
 
     #[test]

@@ -16,12 +16,12 @@
 //! says so. [`decide`] is the pure rule over what was found ([`Facts`]); [`stop`] gathers the
 //! facts, applies the plan and records it.
 //!
-//! The stop policy (stop at escalation or past a cost cap) calls [`stop`] once the episode's
-//! transition is committed, with `Request { session: <root>, episode: Some("episode:<id>"),
-//! reason: "escalated" | "cost_cap" | "calls_cap", wait }`: `Ok` with status `stopped` is the
-//! episode's stop event (its `calls_after_request`, `via`, `pid` go on the page and in the
-//! notification, with [`Outcome::resume`]); `Ok` with `already` means an earlier tick did it;
-//! `Err` is a refusal or a failure to say on the episode, which then stays an alert.
+//! The stop policy (`[stop]`, `alert::policy`) calls [`stop`] once the episode's transition is
+//! committed, with `Request { session: <flagged session>, episode: Some("episode:<id>"),
+//! reason: "escalated" | "cost_cap" | "calls_cap", wait: [stop] wait_secs }`. A `stopped` row
+//! of an open episode, the policy's or an operator's, is the episode's stop event: the
+//! lifecycle resolves it (reason `stopped`, saying who, how and how to resume). A refusal is
+//! recorded by the policy as a `failed` row of the episode, which then stays an alert.
 
 use crate::config::Config;
 use crate::sources::{self as opencode, db::Db, Client, Source};

@@ -98,6 +98,13 @@ fn write_step(tx: &Connection, p: &Prepared, s: &Staged) -> Result<Option<i64>> 
                 "UPDATE episodes SET last_decision = ?2 WHERE id = ?1",
                 params![episode, d],
             )?;
+            if *why == Hold::Landed {
+                // the stop policy never stops a loop that landed a change since its trigger
+                tx.execute(
+                    "UPDATE episodes SET landed = coalesce(landed, ?2) WHERE id = ?1",
+                    params![episode, p.now],
+                )?;
+            }
             put_marks(tx, *episode, marks)?;
             put_sources(tx, p, *episode, root)?;
             None
@@ -187,9 +194,9 @@ fn open_episode(tx: &Connection, p: &Prepared, s: &Staged) -> Result<i64> {
     tx.execute(
         "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired,
              flagged_ticks, asked, agent, model, title, top_target, evidence, calls, cost, duration_ms,
-             opinion, source, last_decision, sources, trigger_calls)
+             opinion, source, last_decision, sources, trigger_calls, trigger_cost)
          VALUES (?1, ?2, ?3, 'open', ?4, ?4, ?5, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-             'triggered', ?17, coalesce(?12, 0))",
+             'triggered', ?17, coalesce(?12, 0), ?13)",
         params![
             key,
             kind.as_str(),

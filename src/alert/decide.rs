@@ -20,6 +20,8 @@ pub struct Input<'a> {
     /// Second opinions by root, when asked this tick.
     pub answers: &'a HashMap<String, Opinion>,
     pub escalate: Escalate,
+    /// Sessions whose run a stop carried out, and when (`policy::interrupt_of_stop`).
+    pub stopped: &'a HashMap<String, i64>,
 }
 
 /// When a loop that goes on (new calls, nothing landed) becomes critical.
@@ -195,7 +197,7 @@ pub fn mark_of(
     m
 }
 
-fn marks_of<'a>(
+pub(super) fn marks_of<'a>(
     vs: &[&Verdict],
     prev: impl Fn(&str) -> Option<&'a SessionMark>,
     before: impl Fn(&str) -> Option<&'a SessionMark>,
@@ -317,7 +319,9 @@ fn new_loops(
         let key = super::loop_key(root);
         let last = i.last.get(&key);
         if let Some(last) = last {
-            if !t.flagged.iter().any(|v| moved(v, &last.marks).0 > 0) {
+            if !t.flagged.iter().any(|v| moved(v, &last.marks).0 > 0)
+                || super::policy::quiet_since_stop(last, &t.flagged)
+            {
                 continue;
             }
         }
@@ -349,6 +353,10 @@ fn new_live(i: &Input, open_keys: &HashSet<&str>, steps: &mut Vec<Step>) {
         if let Some((kind, severity)) = v.live_alert() {
             let key = kind.key(&v.session);
             if open_keys.contains(key.as_str()) || !live_new.insert(key.clone()) {
+                continue;
+            }
+            // the interrupt a stop leaves is the stop's event, not news
+            if kind == AlertKind::Interrupted && super::policy::interrupt_of_stop(i.stopped, v) {
                 continue;
             }
             // a person's own Esc is news only about a session already alerted on
@@ -411,6 +419,9 @@ fn blind_step(i: &Input) -> Option<Step> {
 }
 
 fn loop_step(i: &Input, a: &AlertEpisode, tree: Option<&Tree>) -> Option<Step> {
+    if a.stop.is_some() {
+        return stopped_step(a, tree);
+    }
     let resolve = |reason: Reason, why: &str, f: Figures, marks: Marks| Step::Resolve {
         episode: a.id,
         key: a.key.clone(),
@@ -491,6 +502,25 @@ fn loop_step(i: &Input, a: &AlertEpisode, tree: Option<&Tree>) -> Option<Step> {
         },
         marks,
     })
+}
+
+/// The episode's stop was carried out: it resolves, with this tick's marks of its tree.
+fn stopped_step(a: &AlertEpisode, tree: Option<&Tree>) -> Option<Step> {
+    let marks = tree.map(|t| marks_of(&t.all, |s| a.marks.get(s), |_| None));
+    super::policy::stopped_step(a, marks)
+}
+
+/// The steps of the episodes `ids` whose stop was carried out since the plan of this tick was
+/// applied: each resolves now (`policy`), on this tick's verdicts.
+pub fn decide_stopped(i: &Input, ids: &[i64]) -> Plan {
+    let trees = trees_of(i.tick);
+    let steps = i
+        .open
+        .iter()
+        .filter(|a| ids.contains(&a.id) && a.kind == Some(AlertKind::Loop))
+        .filter_map(|a| stopped_step(a, trees.get(a.subject.as_str())))
+        .collect();
+    Plan { steps }
 }
 
 /// The loop went on: count the tick, and escalate when the [`Escalate`] rule says it is due
@@ -640,6 +670,7 @@ mod tests {
             tick: &t,
             answers: &answers,
             escalate: Escalate::Ticks(3),
+            stopped: &HashMap::new(),
         })
         .steps
     }
@@ -793,6 +824,7 @@ mod tests {
             tick: &t,
             answers: &HashMap::new(),
             escalate: Escalate::Ticks(3),
+            stopped: &HashMap::new(),
         });
         assert_eq!(plan.questions(), ["r"]);
         let answers = HashMap::from([("r".to_string(), yes())]);
@@ -809,6 +841,7 @@ mod tests {
             tick: &t,
             answers: &HashMap::new(),
             escalate: Escalate::Ticks(3),
+            stopped: &HashMap::new(),
         });
         assert!(plan.questions().is_empty());
     }

@@ -1,11 +1,14 @@
 //! One tick of the lifecycle, in order: ask the second opinions the plan wants (when they are
 //! on, without the lock); then in one write transaction load what is open (`load`), decide the
 //! plan (`decide`), word it and route it (`stage`, pure but for the delivery history it reads)
-//! and write it (`apply`); then send the nudges it recorded fresh (`outbox`).
+//! and write it (`apply`); then send the nudges it recorded fresh (`outbox`), carry out the
+//! stops the policy wants (`policy`, bounded in time) and, in a second short transaction,
+//! resolve the episodes whose stop was carried out, so the stop is this tick's event.
 
 use super::apply::{self, Prepared};
 use super::decide::{self, Escalate, Input, Plan};
 use super::opinion::{self, Opinion};
+use super::policy::{self, Wanted};
 use super::stage::{self, Nudge, Staged, TickIndex, Wording};
 use super::{load, outbox, AlertEpisode, Event, TickView, Verdict};
 use crate::channels::route::local_hour;
@@ -40,17 +43,68 @@ pub fn run(
     let tx = store.write()?;
     let written = decide_and_apply(&tx, cfg, chans, tick, &index, &answers, key, tick_id, now)?;
     tx.commit()?;
-    let Some((events, nudges)) = written else {
+    let Some((mut events, nudges, stops)) = written else {
         eprintln!("wd-alert: {key} was already processed; nothing new to send");
         return Ok(Vec::new());
     };
-    for ev in &events {
-        outbox::log(ev);
-    }
     for n in nudges {
         outbox::send_nudge(store, &n)?;
     }
+    let stopped = policy::carry_out(store, cfg, &stops)?;
+    if !stopped.is_empty() {
+        let tx = store.write()?;
+        let more = resolve_stopped(&tx, cfg, chans, tick, &index, &stopped, key, tick_id, now)?;
+        tx.commit()?;
+        events.extend(more);
+    }
+    for ev in &events {
+        outbox::log(ev);
+    }
     Ok(events)
+}
+
+/// The written plan: its events, the nudges to send and the stops to carry out.
+type Written = (Vec<Event>, Vec<Nudge>, Vec<Wanted>);
+
+/// Inside a second write transaction, after the stops: resolves the episodes `ids` whose stop
+/// was carried out, on this tick's verdicts, with their events and outbox.
+#[allow(clippy::too_many_arguments)]
+fn resolve_stopped(
+    tx: &Connection,
+    cfg: &Config,
+    chans: &[EffectiveChannel],
+    tick: &TickView,
+    index: &TickIndex,
+    ids: &[i64],
+    key: &str,
+    tick_id: Option<i64>,
+    now: i64,
+) -> Result<Vec<Event>> {
+    let open = load::open_episodes(tx)?;
+    let (last, answers, stopped) = (HashMap::new(), HashMap::new(), HashMap::new());
+    let plan = decide::decide_stopped(&input(cfg, tick, &open, &last, &answers, &stopped), ids);
+    let by_id: HashMap<i64, &AlertEpisode> = open.iter().map(|e| (e.id, e)).collect();
+    let wording = Wording {
+        cfg,
+        tick,
+        index,
+        open: &by_id,
+        now,
+    };
+    let mut steps = stage::stage(&wording, plan);
+    route(tx, &mut steps, chans, now)?;
+    let written = apply::apply(
+        tx,
+        Prepared {
+            steps: &steps,
+            index,
+            open: &by_id,
+            tick_key: &format!("{key}:stopped"),
+            tick_id,
+            now,
+        },
+    )?;
+    Ok(written.map(|w| w.0).unwrap_or_default())
 }
 
 /// Inside the write transaction: reads what is open, decides, words, routes and writes.
@@ -65,11 +119,13 @@ fn decide_and_apply(
     key: &str,
     tick_id: Option<i64>,
     now: i64,
-) -> Result<Option<(Vec<Event>, Vec<Nudge>)>> {
+) -> Result<Option<Written>> {
     let open = load::open_episodes(tx)?;
     let last = load::last_episodes(tx, tick, &open)?;
-    let plan = decide::decide(&input(cfg, tick, &open, &last, answers));
+    let stopped = load::stopped_sessions(tx, tick)?;
+    let plan = decide::decide(&input(cfg, tick, &open, &last, answers, &stopped));
     let by_id: HashMap<i64, &AlertEpisode> = open.iter().map(|e| (e.id, e)).collect();
+    let stops = policy::wanted(&cfg.stop, &plan.steps, &by_id, index);
     let wording = Wording {
         cfg,
         tick,
@@ -79,7 +135,7 @@ fn decide_and_apply(
     };
     let mut steps = stage::stage(&wording, plan);
     route(tx, &mut steps, chans, now)?;
-    apply::apply(
+    let written = apply::apply(
         tx,
         Prepared {
             steps: &steps,
@@ -89,7 +145,8 @@ fn decide_and_apply(
             tick_id,
             now,
         },
-    )
+    )?;
+    Ok(written.map(|(events, nudges)| (events, nudges, stops)))
 }
 
 fn input<'a>(
@@ -98,6 +155,7 @@ fn input<'a>(
     open: &'a [AlertEpisode],
     last: &'a HashMap<String, AlertEpisode>,
     answers: &'a HashMap<String, Opinion>,
+    stopped: &'a HashMap<String, i64>,
 ) -> Input<'a> {
     Input {
         open,
@@ -105,6 +163,7 @@ fn input<'a>(
         tick,
         answers,
         escalate: escalate_rule(cfg, tick),
+        stopped,
     }
 }
 
@@ -133,8 +192,8 @@ fn second_opinions(
     }
     let open = load::open_episodes(conn)?;
     let last = load::last_episodes(conn, tick, &open)?;
-    let none = HashMap::new();
-    let plan: Plan = decide::decide(&input(cfg, tick, &open, &last, &none));
+    let (none, stopped) = (HashMap::new(), HashMap::new());
+    let plan: Plan = decide::decide(&input(cfg, tick, &open, &last, &none, &stopped));
     let roots: Vec<String> = plan.questions().iter().map(|s| s.to_string()).collect();
     if roots.is_empty() {
         return Ok(HashMap::new());

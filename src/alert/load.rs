@@ -3,7 +3,7 @@
 //! with their marks, the last episode of each flagged tree, and what each channel was sent of an
 //! alert before.
 
-use super::{AlertEpisode, AlertKind, Event, Reason, SessionMark, TickView};
+use super::{AlertEpisode, AlertKind, Event, Reason, SessionMark, StopSeen, TickView};
 use crate::channels::route::SentBefore;
 use crate::severity::Severity;
 use anyhow::Result;
@@ -22,7 +22,7 @@ pub fn processed(conn: &Connection, key: &str) -> Result<bool> {
         .is_some())
 }
 
-const EPISODE_COLS: &str = "id, dedup_key, kind, root, severity, flagged_ticks, asked, source, opened, title, agent, model, reason, sources, trigger_calls";
+const EPISODE_COLS: &str = "id, dedup_key, kind, root, severity, flagged_ticks, asked, source, opened, title, agent, model, reason, sources, coalesce(trigger_calls, 0), coalesce(trigger_cost, 0), landed";
 
 fn episode_row(r: &rusqlite::Row) -> rusqlite::Result<AlertEpisode> {
     Ok(AlertEpisode {
@@ -48,7 +48,62 @@ fn episode_row(r: &rusqlite::Row) -> rusqlite::Result<AlertEpisode> {
             .unwrap_or_default(),
         marks: HashMap::new(),
         trigger_calls: r.get::<_, i64>(14)?.max(0) as u64,
+        trigger_cost: r.get(15)?,
+        landed: r.get(16)?,
+        stop_tried: false,
+        stop: None,
     })
+}
+
+/// The stop of a loop episode: whether one was asked, and the one carried out.
+fn load_stop(conn: &Connection, ep: &mut AlertEpisode) -> Result<()> {
+    let mut st = conn.prepare_cached(
+        "SELECT action_id, session, reason, status, stopped, via, pid, calls_after_request
+         FROM stops WHERE episode = ?1 ORDER BY status = 'stopped' DESC, t DESC LIMIT 1",
+    )?;
+    let row = st
+        .query_row([format!("episode:{}", ep.id)], |r| {
+            let status: String = r.get(3)?;
+            Ok((
+                status,
+                StopSeen {
+                    action_id: r.get(0)?,
+                    session: r.get(1)?,
+                    by: r.get(2)?,
+                    stopped: r.get::<_, Option<i64>>(4)?.unwrap_or(0),
+                    via: r.get(5)?,
+                    pid: r.get(6)?,
+                    calls_after_request: r.get(7)?,
+                },
+            ))
+        })
+        .optional()?;
+    if let Some((status, seen)) = row {
+        ep.stop_tried = true;
+        if status == "stopped" {
+            ep.stop = Some(seen);
+        }
+    }
+    Ok(())
+}
+
+/// Sessions of this tick whose run a stop carried out, and when (the latest): the interrupt it
+/// leaves is the stop's, not news.
+pub fn stopped_sessions(conn: &Connection, tick: &TickView) -> Result<HashMap<String, i64>> {
+    let mut st = conn.prepare_cached(
+        "SELECT max(stopped) FROM stops WHERE session = ?1 AND status = 'stopped'",
+    )?;
+    let mut out = HashMap::new();
+    for v in tick
+        .verdicts
+        .iter()
+        .filter(|v| v.liveness_class() == Some(crate::record::LivenessClass::Interrupted))
+    {
+        if let Some(t) = st.query_row([&v.session], |r| r.get::<_, Option<i64>>(0))? {
+            out.insert(v.session.clone(), t);
+        }
+    }
+    Ok(out)
 }
 
 fn load_marks(conn: &Connection, ep: &mut AlertEpisode) -> Result<()> {
@@ -89,6 +144,7 @@ pub fn open_episodes(conn: &Connection) -> Result<Vec<AlertEpisode>> {
         .collect::<rusqlite::Result<Vec<_>>>()?;
     for e in eps.iter_mut().filter(|e| e.kind == Some(AlertKind::Loop)) {
         load_marks(conn, e)?;
+        load_stop(conn, e)?;
     }
     Ok(eps)
 }
@@ -110,6 +166,7 @@ pub fn last_episodes(
         }
         if let Some(mut e) = st.query_row([&key], episode_row).optional()? {
             load_marks(conn, &mut e)?;
+            load_stop(conn, &mut e)?;
             out.insert(key, e);
         }
     }

@@ -28,6 +28,7 @@ pub mod lifecycle;
 pub mod load;
 pub mod opinion;
 pub mod outbox;
+pub mod policy;
 pub mod stage;
 pub mod text;
 
@@ -423,8 +424,41 @@ pub struct AlertEpisode {
     pub reason: Option<Reason>,
     /// What the last tick saw of each session of the tree, by session id.
     pub marks: HashMap<String, SessionMark>,
-    /// Loops: the episode's calls at its trigger (follow mode escalates by the calls since).
+    /// Loops: the figures at the trigger (the stop policy's caps count from there).
     pub trigger_calls: u64,
+    pub trigger_cost: f64,
+    /// Loops: when a change first landed in the tree since the trigger.
+    pub landed: Option<i64>,
+    /// Loops: a stop of this episode was asked (`stops`, any outcome): the policy asks once.
+    pub stop_tried: bool,
+    /// Loops: the stop of this episode that was carried out (the policy's or an operator's).
+    pub stop: Option<StopSeen>,
+}
+
+/// A carried-out stop of a loop episode (a row of the `stops` table), as its events tell it.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct StopSeen {
+    pub action_id: String,
+    pub session: String,
+    /// `operator` (`wd-store stop`) or the policy's trigger (`escalated`, `calls_cap`, `cost_cap`).
+    pub by: String,
+    /// When it was carried out, epoch ms.
+    pub stopped: i64,
+    pub via: Option<String>,
+    pub pid: Option<u32>,
+    /// Tool calls that started between the request and the stop.
+    pub calls_after_request: Option<i64>,
+}
+
+impl StopSeen {
+    /// Who stopped it, in words.
+    pub fn who(&self) -> &'static str {
+        if self.by == "operator" {
+            "the operator (wd-store stop)"
+        } else {
+            "the watchdog"
+        }
+    }
 }
 
 impl AlertEpisode {

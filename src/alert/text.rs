@@ -196,7 +196,36 @@ pub fn resolve_event(
     if kind == AlertKind::Blind {
         ev.link = None;
     }
+    if let (Some(stop), Some(f), Reason::Stopped) = (&ep.stop, figures, reason) {
+        stopped_words(&mut ev, ep, stop, &f);
+    }
     ev
+}
+
+/// The stop of a loop as its resolve tells it: who stopped it after how much, and how to resume.
+fn stopped_words(ev: &mut Event, ep: &AlertEpisode, stop: &super::StopSeen, f: &Figures) {
+    let resume = format!("opencode run -s {}", stop.session);
+    ev.title = format!("stopped by {}: {}", stop.who(), ep.title);
+    ev.summary = format!(
+        "session {} stopped by {} after {} calls and ${:.2}; resume with `{resume}` (or open it in the TUI)",
+        stop.session,
+        stop.who(),
+        f.calls,
+        f.cost
+    );
+    ev.details.insert(
+        "stop".into(),
+        json!({
+            "action_id": stop.action_id,
+            "session": stop.session,
+            "by": stop.by,
+            "stopped": stop.stopped,
+            "via": stop.via,
+            "pid": stop.pid,
+            "calls_after_request": stop.calls_after_request,
+            "resume": resume,
+        }),
+    );
 }
 
 /// A liveness alert's trigger.

@@ -59,7 +59,9 @@ pub fn body(ev: &Event, routing_key: &str) -> Value {
         "event_action": action,
         "dedup_key": ev.dedup_key,
     });
-    if action == "trigger" {
+    // a stop (issue 28) resolves the incident; its payload says who stopped it and how to
+    // resume, kept in the alert's log (PagerDuty needs no payload to resolve)
+    if action == "trigger" || ev.details.contains_key("stop") {
         body["payload"] = json!({
             "summary": format!("{}: {}", ev.title, ev.summary).chars().take(1024).collect::<String>(),
             "source": ev.source,
@@ -106,5 +108,13 @@ mod tests {
             body(&ev, "RK"),
             json!({"routing_key": "RK", "event_action": "resolve", "dedup_key": "k"})
         );
+        // the resolve of a stop carries what the stop said
+        let mut stop = ev.clone();
+        stop.summary = "session r stopped by the watchdog after 40 calls and $0.25; resume with `opencode run -s r` (or open it in the TUI)".into();
+        stop.details.insert("stop".into(), json!({"by": "escalated", "resume": "opencode run -s r"}));
+        let b = body(&stop, "RK");
+        assert_eq!(b["event_action"], "resolve");
+        assert_eq!(b["payload"]["summary"], format!("t: {}", stop.summary));
+        assert_eq!(b["payload"]["custom_details"]["stop"]["resume"], "opencode run -s r");
     }
 }

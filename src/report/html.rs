@@ -630,6 +630,11 @@ fn episode_row(s: &mut String, p: &PageData, e: &EpisodeRow, linked: bool) {
         ),
         _ => esc(&e.state),
     };
+    // its stop, carried out or not, and how to resume
+    let ended = match &e.stop {
+        Some(stop) => format!("{ended}<br><small class=\"stop\">{}</small>", esc(stop)),
+        None => ended,
+    };
     // the loop's own length when the tick measured it, else how long the alert was open
     let dur = e
         .duration_ms

@@ -189,6 +189,8 @@ pub struct EpisodeRow {
     pub calls: Option<i64>,
     pub cost: Option<f64>,
     pub duration_ms: Option<i64>,
+    /// Loops: its stop (issue 28) in one line, when one was asked.
+    pub stop: Option<String>,
 }
 
 /// The per-model rollup over one window.
@@ -561,13 +563,14 @@ fn picture(c: &rusqlite::Connection, loops: &mut [Loop]) -> Result<()> {
 
 /// Episodes open now, or opened or resolved since `since`, newest first.
 fn episodes(store: &Store, since: i64) -> Result<Vec<EpisodeRow>> {
-    let mut st = store.conn.prepare(
+    let mut st = store.conn.prepare(&format!(
         "SELECT id, kind, root, state, peak_severity, opened, last_fired, resolved, reason, flagged_ticks,
-                agent, model, calls, cost, duration_ms
-         FROM episodes WHERE state = 'open' OR resolved >= ?1 OR opened >= ?1
+                agent, model, calls, cost, duration_ms, {} AS stop
+         FROM episodes p WHERE state = 'open' OR resolved >= ?1 OR opened >= ?1
          ORDER BY coalesce(resolved, last_fired) DESC, id DESC
          LIMIT ?2",
-    )?;
+        crate::store::episodes::STOP
+    ))?;
     let rows = st.query_map(params![since, EPISODES_SHOWN as i64], |r| {
         Ok(EpisodeRow {
             id: r.get(0)?,
@@ -588,6 +591,7 @@ fn episodes(store: &Store, since: i64) -> Result<Vec<EpisodeRow>> {
             calls: r.get(12)?,
             cost: r.get(13)?,
             duration_ms: r.get(14)?,
+            stop: r.get(15)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)

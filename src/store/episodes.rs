@@ -15,6 +15,16 @@ pub const BURNED: &str =
                     ELSE printf('%d h %02d min', s / 3600, s % 3600 / 60) END
         FROM (SELECT max(coalesce(p.duration_ms, 0), 0) / 1000 AS s))) END";
 
+/// A loop episode's stop (issue 28), in one line: who stopped which session, how, and how to
+/// resume it; or that a stop was refused or failed, and why. NULL when none was asked.
+pub const STOP: &str = "(SELECT CASE s.status
+       WHEN 'stopped' THEN printf('session %s stopped by %s (%s) via %s, %d call(s) after the request; resume with: opencode run -s %s',
+                                  s.session, CASE s.reason WHEN 'operator' THEN 'the operator' ELSE 'the watchdog' END,
+                                  s.reason, coalesce(s.via, '?'), coalesce(s.calls_after_request, 0), s.session)
+       WHEN 'failed' THEN printf('stop of session %s (%s) not carried out: %s', s.session, s.reason, coalesce(s.detail, ''))
+       ELSE printf('stop of session %s (%s) requested', s.session, s.reason) END
+     FROM stops s WHERE s.episode = 'episode:' || p.id ORDER BY s.status = 'stopped' DESC, s.t DESC LIMIT 1)";
+
 /// Open episodes, and those resolved at `recent` or later, open and critical first.
 pub fn loops(store: &Store, recent: i64) -> Result<Rows> {
     Rows::query(
@@ -28,7 +38,7 @@ pub fn loops(store: &Store, recent: i64) -> Result<Rows> {
                 (SELECT group_concat(channel || ':' || state, ' ')
                    FROM (SELECT d.channel, e.state, max(e.id) FROM deliveries d JOIN events e ON e.id = d.event
                          WHERE e.episode = p.id AND d.status = 'sent' GROUP BY d.channel)) AS last_sent,
-                p.title
+                p.title, {STOP} AS stop
          FROM episodes p WHERE p.state = 'open' OR p.resolved >= ?1
          ORDER BY p.state = 'open' DESC, p.severity = 'critical' DESC, p.opened"
         ),
@@ -44,7 +54,7 @@ pub fn history(store: &Store, since: i64, kind: Option<&str>, limit: usize) -> R
         &format!(
             "SELECT p.id AS episode, p.dedup_key, p.kind AS alert, p.state, p.peak_severity, p.opened, p.resolved, p.reason,
                 p.flagged_ticks, p.calls, p.cost, p.duration_ms, {BURNED} AS burned, p.agent, p.model, p.top_target,
-                p.evidence, p.title
+                p.evidence, p.title, {STOP} AS stop
          FROM episodes p
          WHERE (p.state = 'open' OR p.resolved >= ?1 OR p.opened >= ?1) AND (?2 IS NULL OR p.kind = ?2)
          ORDER BY p.opened DESC, p.id DESC LIMIT ?3"

@@ -355,6 +355,20 @@ ALTER TABLE ticks ADD COLUMN mode TEXT NOT NULL DEFAULT 'timer' CHECK (mode IN (
 ALTER TABLE ticks ADD COLUMN full INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE episodes ADD COLUMN trigger_calls INTEGER NOT NULL DEFAULT 0;
 "#,
+    // 10: what the stop policy (issue 28) reads of a loop episode: its figures at the trigger
+    // (its caps count from there) and when a change first landed in its tree since (such a loop
+    // is never stopped). Episodes opened before take their trigger's figures from its event.
+    r#"
+ALTER TABLE episodes ADD COLUMN trigger_cost REAL;
+ALTER TABLE episodes ADD COLUMN landed INTEGER;
+UPDATE episodes SET
+    trigger_calls = coalesce((SELECT json_extract(e.body, '$.figures.calls') FROM events e
+                      WHERE e.episode = episodes.id AND e.state = 'trigger' ORDER BY e.id LIMIT 1),
+                      trigger_calls),
+    trigger_cost = (SELECT json_extract(e.body, '$.figures.cost') FROM events e
+                     WHERE e.episode = episodes.id AND e.state = 'trigger' ORDER BY e.id LIMIT 1)
+WHERE kind = 'loop';
+"#,
 ];
 
 pub fn latest() -> i64 {

@@ -3,7 +3,9 @@
 //! session stopped over HTTP, and the requests that must stop nothing. What a session did after
 //! the stop is read from opencode's own database.
 
+use crate::support::desktop::Desktop;
 use crate::support::ocsim::{self, http, Sim};
+use crate::support::stub::Stub;
 use crate::support::{repo, Home, Run};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -441,28 +443,45 @@ fn a_looping_opencode_run_is_stopped_through_the_plugin_and_resumes_with_run_s()
     assert_eq!(rows[0]["action_id"], o["action_id"]);
     assert_eq!(rows[0]["episode"], format!("episode:{episode}"));
 
-    // the episode closes: the loop has stopped. When a call started after the request (the
-    // plugin refused it, or it began before the abort), that is one more call since the last
-    // tick, so the episode holds one tick and closes at the next
-    let episode_state = || -> (String, Option<String>) {
-        rig.watchdog_db()
-            .query_row(
-                "SELECT state, reason FROM episodes WHERE id = ?1",
-                [episode],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .unwrap()
-    };
-    let mut t = rig.tick();
-    let one_more = o["refused_call"].is_string() || o["calls_after_request"].as_u64() > Some(0);
-    if episode_state().0 == "open" && one_more {
-        t = rig.tick();
-    }
-    let (state, reason) = episode_state();
+    // the next tick closes the episode with the operator's stop as its event, even when a
+    // call started after the request (it is the stopped loop's), and says nothing of the
+    // interrupt the stop left
+    let t = rig.tick();
+    let (state, reason, summary): (String, Option<String>, String) = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT p.state, p.reason, json_extract(e.body, '$.summary') FROM episodes p
+             JOIN events e ON e.episode = p.id AND e.state = 'resolve' WHERE p.id = ?1",
+            [episode],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap_or_else(|e| panic!("episode {episode} not resolved: {e}\n{}", t.story()));
     assert_eq!(
         (state.as_str(), reason.as_deref()),
         ("resolved", Some("stopped")),
         "{}",
+        t.story()
+    );
+    assert!(
+        summary.starts_with(&format!(
+            "session {id} stopped by the operator (wd-store stop) after "
+        )) && summary.ends_with(&format!(
+            "; resume with `opencode run -s {id}` (or open it in the TUI)"
+        )),
+        "{summary}"
+    );
+    let others: i64 = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT count(*) FROM episodes WHERE id <> ?1",
+            [episode],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        others,
+        0,
+        "no interrupted alert, no new episode\n{}",
         t.story()
     );
 
@@ -814,4 +833,450 @@ fn the_plugin_refuses_one_call_per_request_aborts_only_its_own_sessions_and_fail
     for f in ["ses_b.ack.json", "ses_c.ack.json", "ses_e.ack.json"] {
         assert!(!stop.join(f).exists(), "{f}");
     }
+}
+
+// ---- the stop policy (`[stop]`) ---------------------------------------------------------------
+
+/// A webhook receiver, the shared desktop, and the policy's config: escalation on the second
+/// flagged tick, and `extra` (the `[stop]` keys).
+struct Policy {
+    desk: &'static Desktop,
+    hook: Stub,
+}
+
+impl Policy {
+    fn on(rig: &Rig, stop: &str) -> Policy {
+        let hook = Stub::start();
+        hook.json("POST /hook", "{}");
+        let conf = format!(
+            "[alert]\nescalate_after_ticks = 2\n\n[stop]\n{stop}\n\n\
+             [[channels]]\nname = \"desktop\"\ntype = \"desktop\"\nmin_severity = \"info\"\nrate_limit_secs = 0\n\n\
+             [[channels]]\nname = \"hook\"\ntype = \"webhook\"\nurl = \"{}/hook\"\nmin_severity = \"info\"\nrate_limit_secs = 0\n",
+            hook.url
+        );
+        std::fs::create_dir_all(rig.home.join(".config/oc-watchdog")).unwrap();
+        std::fs::write(rig.home.join(".config/oc-watchdog/watchdog.toml"), conf).unwrap();
+        Policy {
+            desk: Desktop::shared(),
+            hook,
+        }
+    }
+
+    /// One installed tick with the desktop's bus.
+    fn tick(&self, rig: &Rig) -> Run {
+        let h = rig.home.path();
+        let out = Command::new(h.join(".local/bin/oc-watchdog-tick"))
+            .env_clear()
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    h.join(".local/bin").display(),
+                    std::env::var("PATH").unwrap()
+                ),
+            )
+            .env("HOME", h)
+            .env("DBUS_SESSION_BUS_ADDRESS", &self.desk.bus)
+            .env("DISPLAY", &self.desk.display)
+            .output()
+            .unwrap();
+        let r = Run {
+            shown: "oc-watchdog-tick".into(),
+            out,
+        };
+        r.ok();
+        r
+    }
+
+    /// The events the webhook received for this root, as (state, reason).
+    fn hooked(&self, root: &str) -> Vec<Value> {
+        self.hook
+            .requests()
+            .into_iter()
+            .filter(|r| r.path == "/hook")
+            .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
+            .filter(|v| v["root"] == root)
+            .collect()
+    }
+}
+
+/// The events of a root's loop episodes, as `state reason` in order.
+fn events_of(rig: &Rig, root: &str) -> Vec<String> {
+    let c = rig.watchdog_db();
+    let mut st = c
+        .prepare(
+            "SELECT state || coalesce(' ' || reason, '') FROM events WHERE dedup_key = ?1 ORDER BY id",
+        )
+        .unwrap();
+    st.query_map([format!("opencode-loop:{root}")], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
+fn alert_keys(rig: &Rig) -> Vec<String> {
+    let c = rig.watchdog_db();
+    let mut st = c
+        .prepare("SELECT dedup_key || ' ' || state FROM episodes ORDER BY id")
+        .unwrap();
+    st.query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
+#[test]
+fn the_policy_stops_a_looping_opencode_run_at_escalation_once_and_says_so_on_every_channel() {
+    let mut rig = Rig::new(true);
+    let pol = Policy::on(&rig, "at_escalation = true");
+    let pid = rig.run("lc_goes_on");
+    // ten calls started: at least eight completed, flagged by the first tick
+    let id = rig.wait_calls(10);
+    let t1 = pol.tick(&rig);
+    assert_eq!(events_of(&rig, &id), ["trigger"], "{}", t1.story());
+    let (episode, flag_t): (i64, i64) = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT e.id, v.first_flag_t FROM episodes e JOIN verdicts v ON v.session = e.root
+             WHERE e.root = ?1 AND e.state = 'open' ORDER BY v.tick LIMIT 1",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    // the loop goes on: the second flagged tick escalates, and the policy stops it at once
+    let n = rig.calls(&id).len();
+    rig.wait_calls(n + 3);
+    let t2 = pol.tick(&rig);
+    assert_eq!(
+        events_of(&rig, &id),
+        ["trigger", "escalate still_looping", "resolve stopped"],
+        "{}",
+        t2.story()
+    );
+    assert!(
+        t2.stderr().contains(&format!(
+            "oc-watchdog: stop session={id} episode={episode} reason=escalated status=stopped"
+        )),
+        "{}",
+        t2.story()
+    );
+    let rows = rig.stops(&id);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["reason"], "escalated");
+    assert_eq!(rows[0]["status"], "stopped");
+    assert_eq!(rows[0]["via"], "plugin");
+    assert_eq!(rows[0]["pid"], pid);
+    assert_eq!(rows[0]["action_id"], format!("stop:{id}:episode:{episode}"));
+    let stop_t: i64 = rig
+        .watchdog_db()
+        .query_row("SELECT stopped FROM stops WHERE session = ?1", [&id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    // no tool call starts after the stop; the run ends aborted, as Esc leaves it
+    rig.wait_exit(pid);
+    assert_eq!(rig.last_error(&id).as_deref(), Some("MessageAbortedError"));
+    let calls = rig.calls(&id);
+    nothing_after(&calls, stop_t);
+    assert!(calls.len() < 50, "the loop ran to its end: {}", calls.len());
+    // the resolve says who stopped it, after how much, and how to resume
+    let (summary, details): (String, String) = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT json_extract(body, '$.summary'), json_extract(body, '$.details.stop') FROM events
+             WHERE episode = ?1 AND state = 'resolve'",
+            [episode],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    let burned: (i64, f64) = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT calls, cost FROM episodes WHERE id = ?1",
+            [episode],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        summary,
+        format!(
+            "session {id} stopped by the watchdog after {} calls and ${:.2}; resume with `opencode run -s {id}` (or open it in the TUI)",
+            burned.0, burned.1
+        )
+    );
+    let details: Value = serde_json::from_str(&details).unwrap();
+    assert_eq!(details["by"], "escalated");
+    assert_eq!(details["pid"], pid);
+    assert_eq!(details["resume"], format!("opencode run -s {id}"));
+    // on the desktop, with its resume line
+    let seen = pol
+        .desk
+        .wait_for(&format!("session {id} stopped by the watchdog"), 1);
+    assert_eq!(seen.len(), 1, "{:?}", pol.desk.seen());
+    assert!(
+        seen[0]
+            .summary
+            .starts_with("stopped by the watchdog: opencode loop: "),
+        "{:?}",
+        seen[0]
+    );
+    assert!(
+        seen[0]
+            .body
+            .contains(&format!("resume with `opencode run -s {id}`")),
+        "{:?}",
+        seen[0]
+    );
+    // the webhook got the trigger and the stop: the escalation, superseded by the stop before
+    // it was sent, is recorded as skipped (the outbox's rule for every newer event of an alert)
+    let hooked = pol.hooked(&id);
+    let states: Vec<String> = hooked
+        .iter()
+        .map(|v| {
+            format!(
+                "{} {}",
+                v["state"].as_str().unwrap(),
+                v["reason"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(states, ["trigger ", "resolve stopped"], "{hooked:?}");
+    assert_eq!(hooked[1]["details"]["stop"]["by"], "escalated");
+    assert_eq!(hooked[1]["summary"], summary);
+    let skipped: String = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT d.status || ' ' || d.detail FROM deliveries d JOIN events e ON e.id = d.event
+             WHERE e.episode = ?1 AND e.state = 'escalate' AND d.channel = 'hook'",
+            [episode],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(skipped, "skipped superseded before it was sent");
+    // `wd-store alerts` tells it
+    let alerts = rig
+        .home
+        .cmd("wd-store")
+        .args(["alerts", "--since", "1h"])
+        .run();
+    let ep = alerts
+        .kind("episode")
+        .into_iter()
+        .find(|e| e["episode"] == episode)
+        .unwrap();
+    assert_eq!(ep["reason"], "stopped");
+    assert!(
+        ep["stop"].as_str().unwrap().starts_with(&format!(
+            "session {id} stopped by the watchdog (escalated) via plugin, "
+        )),
+        "{ep}"
+    );
+
+    // the figures for the closing note: from the flag point to the stop
+    let (wasted, cost): (i64, f64) = rig
+        .db()
+        .query_row(
+            "SELECT (SELECT count(*) FROM part WHERE session_id = ?1
+                       AND json_extract(data, '$.type') = 'tool'
+                       AND json_extract(data, '$.state.time.start') BETWEEN ?2 AND ?3),
+                    (SELECT coalesce(sum(json_extract(data, '$.cost')), 0) FROM message
+                      WHERE session_id = ?1 AND json_extract(data, '$.time.created') BETWEEN ?2 AND ?3)",
+            rusqlite::params![id, flag_t, stop_t],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    eprintln!(
+        "stop figures: policy at escalation (timer pipeline, 2 ticks): from the flag to the stop \
+         {wasted} call(s), ${cost:.4}, {} ms",
+        stop_t - flag_t
+    );
+
+    // the next tick: nothing more of it (no second stop, no "interrupted", no new episode)
+    let t3 = pol.tick(&rig);
+    assert_eq!(
+        events_of(&rig, &id),
+        ["trigger", "escalate still_looping", "resolve stopped"],
+        "{}",
+        t3.story()
+    );
+    assert_eq!(rig.stops(&id).len(), 1);
+    assert_eq!(alert_keys(&rig), [format!("opencode-loop:{id} resolved")]);
+    assert_eq!(pol.hooked(&id).len(), 2);
+}
+
+#[test]
+fn the_policy_never_stops_a_loop_that_landed_a_change_since_its_trigger() {
+    let mut rig = Rig::new(true);
+    let pol = Policy::on(&rig, "at_escalation = true\nafter_calls = 3");
+    let pid = rig.run("st_landed_loop");
+    let id = rig.wait_calls(10);
+    let t1 = pol.tick(&rig);
+    assert_eq!(events_of(&rig, &id), ["trigger"], "{}", t1.story());
+    // the write lands (call 13), and the loop reads on until it is flagged again
+    rig.wait_calls(24);
+    let t2 = pol.tick(&rig);
+    let (decision, landed): (String, Option<i64>) = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT last_decision, landed FROM episodes WHERE root = ?1",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(decision, "held_landed", "{}", t2.story());
+    assert!(landed.is_some());
+    // it goes on with nothing landed: it escalates, past the calls cap too, and is not stopped
+    rig.wait_calls(30);
+    let t3 = pol.tick(&rig);
+    assert_eq!(
+        events_of(&rig, &id),
+        ["trigger", "escalate still_looping"],
+        "{}",
+        t3.story()
+    );
+    assert!(rig.stops(&id).is_empty());
+    assert!(
+        !t3.stderr().contains("oc-watchdog: stop "),
+        "{}",
+        t3.story()
+    );
+    // it runs on, never aborted
+    let n = rig.calls(&id).len();
+    rig.wait_calls(n + 2);
+    assert_eq!(rig.last_error(&id), None);
+    assert!(rig
+        .kids
+        .iter_mut()
+        .any(|k| k.id() == pid && k.try_wait().unwrap().is_none()));
+}
+
+/// One tick of the pipeline by hand at a given time (the stages' `--now`), as the tick script
+/// runs it: to judge a session silent for longer than a test can wait.
+fn tick_at(rig: &Rig, now: i64) -> Run {
+    let n = now.to_string();
+    let sessions = rig
+        .home
+        .cmd("oc-sessions")
+        .args(["--since", "1h", "--now", &n])
+        .run();
+    sessions.ok();
+    let calls = rig.home.cmd("oc-calls").stdin(sessions.stdout()).run();
+    calls.ok();
+    let verdicts = rig
+        .home
+        .cmd("progress-detect")
+        .args(["--now", &n])
+        .stdin(calls.stdout())
+        .run();
+    verdicts.ok();
+    let tick = rig
+        .home
+        .cmd("wd-store")
+        .args(["--now", &n, "tick"])
+        .stdin(verdicts.stdout())
+        .run();
+    tick.ok();
+    let r = rig
+        .home
+        .cmd("wd-alert")
+        .args(["--now", &n])
+        .stdin(tick.stdout())
+        .run();
+    r.ok();
+    r
+}
+
+#[test]
+fn the_policy_never_stops_a_stalled_loop() {
+    let mut rig = Rig::new(true);
+    let _pol = Policy::on(&rig, "at_escalation = true\nafter_calls = 1");
+    rig.run("lc_hang_loop");
+    let id = rig.wait_calls(8);
+    let t0 = now_ms();
+    let t1 = tick_at(&rig, t0);
+    assert_eq!(events_of(&rig, &id), ["trigger"], "{}", t1.story());
+    // its last read hangs in the model's reply: judged 20 minutes on, it is stalled, and the
+    // calls it made since the trigger count: it escalates, and stays an alert
+    rig.wait_calls(10);
+    std::thread::sleep(Duration::from_secs(2));
+    let t2 = tick_at(&rig, t0 + 20 * 60_000);
+    let class: String = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT json_extract(liveness, '$.class') FROM verdicts WHERE session = ?1 ORDER BY tick DESC LIMIT 1",
+            [&id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(class, "stalled", "{}", t2.story());
+    assert_eq!(
+        events_of(&rig, &id),
+        ["trigger", "escalate still_looping"],
+        "{}",
+        t2.story()
+    );
+    assert!(rig.stops(&id).is_empty(), "{}", t2.story());
+}
+
+#[test]
+fn a_policy_stop_that_cannot_be_carried_out_is_recorded_once_and_the_loop_stays_an_alert() {
+    // no plugin and no server: the `opencode run` cannot be reached
+    let mut rig = Rig::new(false);
+    let _pol = Policy::on(&rig, "at_escalation = true");
+    rig.run("lc_goes_on");
+    let id = rig.wait_calls(10);
+    let t1 = tick_at(&rig, now_ms());
+    assert_eq!(events_of(&rig, &id), ["trigger"], "{}", t1.story());
+    let n = rig.calls(&id).len();
+    rig.wait_calls(n + 3);
+    let t2 = tick_at(&rig, now_ms());
+    assert_eq!(
+        events_of(&rig, &id),
+        ["trigger", "escalate still_looping"],
+        "{}",
+        t2.story()
+    );
+    assert!(
+        t2.stderr().contains(&format!(
+            "reason=escalated status=refused stop: session {id} runs in a TUI or `opencode run`, which listen on no port, and the stop plugin is not installed: "
+        )),
+        "{}",
+        t2.story()
+    );
+    let rows = rig.stops(&id);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "failed");
+    assert_eq!(rows[0]["reason"], "escalated");
+    // the next tick counts the loop on and asks nothing again
+    let n = rig.calls(&id).len();
+    rig.wait_calls(n + 2);
+    let t3 = tick_at(&rig, now_ms());
+    assert!(
+        !t3.stderr().contains("oc-watchdog: stop "),
+        "{}",
+        t3.story()
+    );
+    assert_eq!(rig.stops(&id).len(), 1);
+    let (state, decision): (String, String) = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT state, last_decision FROM episodes WHERE root = ?1",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((state.as_str(), decision.as_str()), ("open", "counted"));
+    // `wd-store alerts` says why it was not stopped
+    let alerts = rig
+        .home
+        .cmd("wd-store")
+        .args(["alerts", "--since", "1h"])
+        .run();
+    let ep = &alerts.kind("episode")[0];
+    assert!(
+        ep["stop"].as_str().unwrap().starts_with(&format!(
+            "stop of session {id} (escalated) not carried out: stop: session {id} runs in a TUI"
+        )),
+        "{ep}"
+    );
 }

@@ -135,6 +135,12 @@ SCRIPTS["lc_long_tool"] = [t("read", filePath=SPEC) for _ in range(9)] + [
 SCRIPTS["lc_hang_loop"] = [t("read", filePath=SPEC) for _ in range(10)] + [
     dict(t("read", filePath=SPEC), hang=120), {"text": "never"}]
 
+# ---- the stop policy (issue 28) --------------------------------------------------------------
+# a loop that lands a change after its trigger and then loops on: the policy never stops it
+SCRIPTS["st_landed_loop"] = [dict(t("read", filePath=SPEC), delay=0.5) for _ in range(12)] + [
+    t("write", filePath="{ROOT}/notes.md", content="# notes\n"),
+] + [dict(t("read", filePath=SPEC), delay=0.5) for _ in range(40)] + [{"text": "Still reading."}]
+
 # ---- the labelled fixture (issue: progress-detect) -------------------------------------------
 # Shapes of the 15 sessions of the original incident, re-created as real sessions, plus the
 # weaknesses found while building the detector. fixtures/regenerate runs them and labels them.
