@@ -186,6 +186,7 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l format
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l force -d 'Block it even when it is opencode\'s default (the config\'s `model` or `small_model`, an agent\'s or a mode\'s `model`): every new opencode starting with it then fails'
 complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand unblock-model" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand unblock-model" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F

@@ -142,6 +142,12 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let now = args.now.unwrap_or_else(now_ms);
     let path = args.db.clone().unwrap_or_else(|| cfg.store_db());
     let mut store = Store::open_with(&path, cfg.store_busy())?;
+    // the desktop channel's click helper serves this record and config
+    let mut helper: Vec<std::ffi::OsString> = vec!["--db".into(), path.clone().into()];
+    if let Some(c) = &args.config {
+        helper.extend(["--config".into(), c.clone().into()]);
+    }
+    let _ = crate::notify::click::HELPER_ARGS.set(helper);
     if args.test {
         return test(&store, &cfg, &args, now, out);
     }

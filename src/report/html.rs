@@ -559,10 +559,13 @@ fn rollup(s: &mut String, p: &PageData) {
     s.push_str("</section>");
 }
 
+/// What block-model will not do, said where the page offers it.
+const REFUSES_DEFAULT: &str = "block-model refuses opencode's default model (the config's <code>model</code> or <code>small_model</code>, an agent's or a mode's <code>model</code>), naming the setting: blocked, every new opencode starting with it would fail. Set another model there first, or pass <code>--force</code>.";
+
 fn blocked(s: &mut String, p: &PageData) {
     s.push_str("<section id=\"blocked\"><h2>Blocked models</h2>");
     if p.blocks.is_empty() {
-        s.push_str("<p class=\"muted\">None. <code>wd-store block-model PROVIDER/MODEL --reason \"...\"</code> adds a model to its provider's <code>blacklist</code> in your opencode config; new opencode processes then no longer offer it.</p></section>");
+        let _ = write!(s, "<p class=\"muted\">None. <code>wd-store block-model PROVIDER/MODEL --reason \"...\"</code> adds a model to its provider's <code>blacklist</code> in your opencode config; new opencode processes then no longer offer it. {REFUSES_DEFAULT}</p></section>");
         return;
     }
     s.push_str("<table><tr><th>model</th><th>blocked</th><th>by</th><th>reason</th><th>in</th><th>undo</th></tr>");
@@ -578,7 +581,7 @@ fn blocked(s: &mut String, p: &PageData) {
             esc(&b.model)
         );
     }
-    s.push_str("</table><p class=\"muted\">opencode reads the blacklist when a process starts: running servers and TUIs keep offering the model until restarted, and a session already on it keeps using it.</p></section>");
+    let _ = write!(s, "</table><p class=\"muted\">opencode reads the blacklist when a process starts: running servers and TUIs keep offering the model until restarted, and a session already on it keeps using it. {REFUSES_DEFAULT}</p></section>");
 }
 
 #[cfg(test)]

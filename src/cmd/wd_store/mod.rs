@@ -159,6 +159,10 @@ pub enum Cmd {
             default_value = "opencode"
         )]
         opencode: String,
+        /// Block it even when it is opencode's default (the config's `model` or `small_model`,
+        /// an agent's or a mode's `model`): every new opencode starting with it then fails.
+        #[arg(long)]
+        force: bool,
     },
     /// Undo `block-model`: remove exactly what it added to the opencode config.
     UnblockModel { model: String },
@@ -256,7 +260,8 @@ fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> R
             reason,
             opencode_config,
             opencode,
-        } => block::block_model(cx, &model, reason, opencode_config, &opencode, out),
+            force,
+        } => block::block_model(cx, &model, reason, opencode_config, &opencode, force, out),
         Cmd::UnblockModel { model } => block::unblock_model(cx, &model, out),
         Cmd::NotifyOnAction { wait_secs } => notify_on_action(cx, wait_secs, stdin, out),
     }
@@ -264,21 +269,34 @@ fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> R
 
 /// The desktop notification's click helper (see `crate::notify::click`).
 fn notify_on_action(
-    cx: &Ctx,
+    cx: &mut Ctx,
     wait_secs: u64,
     stdin: &mut dyn BufRead,
     out: &mut Out,
 ) -> Result<Exit> {
+    use crate::notify::click;
     let with = cx
         .cfg
         .report
         .open_with
         .clone()
         .filter(|w| !w.trim().is_empty());
-    crate::notify::click::notify_and_wait(
+    let lock = click::lock_path(&cx.store.path);
+    // the stop is recorded like the operator's command; its words go to the log, as the
+    // alerter that reads this helper's first line is gone by then
+    let mut stop = |session: &str| -> Result<()> {
+        let mut said = Out::new(Box::new(std::io::stderr()), false);
+        crate::stop::command(&mut cx.store, &cx.cfg, session, "15s", &mut said)?;
+        Ok(said.flush()?)
+    };
+    click::notify_and_wait(
         stdin,
         out,
-        with.as_deref().unwrap_or("xdg-open"),
+        &lock,
+        click::OnAction {
+            open_with: with.as_deref().unwrap_or("xdg-open"),
+            stop: &mut stop,
+        },
         std::time::Duration::from_secs(wait_secs),
     )?;
     Ok(Exit::Ok)
