@@ -765,15 +765,15 @@ mod tests {
         let f = dir.path().join("opencode.json");
         std::fs::write(&f, "{\"edited\": true}").unwrap();
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let r = replace(&f, Some("{}"), "{\"provider\": {}}");
+        let r = replace(&f, Some("{}"), "{\"provider\": {}}", true);
         assert!(matches!(r, Err(Replace::Changed)), "{r:?}");
         assert_eq!(std::fs::read_to_string(&f).unwrap(), "{\"edited\": true}");
         assert!(!dir.path().join("opencode.json.oc-watchdog.bak").exists());
         // a file that appeared since a read that found none is not replaced either
-        let r = replace(&f, None, "{}");
+        let r = replace(&f, None, "{}", true);
         assert!(matches!(r, Err(Replace::Changed)), "{r:?}");
         // unchanged: replaced, the backup and the new file both 0600
-        let b = replace(&f, Some("{\"edited\": true}"), "{}").unwrap();
+        let b = replace(&f, Some("{\"edited\": true}"), "{}", true).unwrap();
         assert_eq!(std::fs::read_to_string(&f).unwrap(), "{}");
         assert_eq!(std::fs::read_to_string(&b).unwrap(), "{\"edited\": true}");
         for p in [&f, &b] {

@@ -235,7 +235,7 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
         .optional()?;
     let channels = channels(store, cfg)?;
     let loops = open_loops(store)?;
-    let episodes = episodes(store, now - 7 * 86_400_000)?;
+    let episodes = episodes(store, now - 7 * 86_400_000, now)?;
     let mut rollups = Vec::new();
     for (label, span) in WINDOWS {
         rollups.push(rollup(store, label, now - span)?);
@@ -446,14 +446,15 @@ fn picture(c: &rusqlite::Connection, loops: &mut [Loop]) -> Result<()> {
 }
 
 /// Episodes open now, or opened or resolved since `since`, newest first.
-fn episodes(store: &Store, since: i64) -> Result<Vec<EpisodeRow>> {
-    let mut st = store.conn.prepare(
+fn episodes(store: &Store, since: i64, now: i64) -> Result<Vec<EpisodeRow>> {
+    let mut st = store.conn.prepare(&format!(
         "SELECT id, kind, root, state, peak_severity, opened, last_fired, resolved, reason, flagged_ticks,
-                agent, model, calls, cost, duration_ms
-         FROM episodes WHERE state = 'open' OR resolved >= ?1 OR opened >= ?1
+                agent, model, calls, cost, {}
+         FROM episodes q WHERE state = 'open' OR resolved >= ?1 OR opened >= ?1
          ORDER BY coalesce(resolved, last_fired) DESC, id DESC",
-    )?;
-    let rows = st.query_map(params![since], |r| {
+        crate::store::episodes::so_far("?2")
+    ))?;
+    let rows = st.query_map(params![since, now], |r| {
         Ok(EpisodeRow {
             id: r.get(0)?,
             kind: r.get(1)?,
@@ -601,7 +602,7 @@ mod tests {
             Some("progress"),
             None,
         );
-        let eps = episodes(&store, now - 7 * day).unwrap();
+        let eps = episodes(&store, now - 7 * day, now).unwrap();
         let got: Vec<(&str, &str, Option<Reason>, Option<i64>)> = eps
             .iter()
             .map(|e| (e.root.as_str(), e.state.as_str(), e.reason, e.duration_ms))
@@ -609,7 +610,8 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                ("ses_a", "open", None, None),
+                // open: its duration runs until now
+                ("ses_a", "open", None, Some(3_600_000)),
                 ("ses_a", "resolved", Some(Reason::Stopped), Some(540_000)),
                 ("ses_c", "resolved", Some(Reason::Progress), None),
             ]

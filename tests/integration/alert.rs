@@ -995,6 +995,58 @@ fn an_escalation_is_shown_while_the_rate_limit_holds_back_a_new_trigger() {
     );
 }
 
+#[test]
+fn an_open_loops_duration_runs_until_now_not_to_its_last_call() {
+    // issue 29: an `opencode run` hung after its last call; eight minutes later the open
+    // episode still said "duration 1 min"
+    let rig = Rig::new("");
+    let root = "ses_hung";
+    let (_, r) = rig.tick(T0, &[looping(root, root, true, 44, "active")], &[]);
+    assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    // the loop began at T0 and its last call was at T0 + 44 s
+    let at = |now: i64, what: &[&str]| -> Vec<Value> {
+        let db = rig.db();
+        let mut args = vec!["--db", &db, "--now"];
+        let now = now.to_string();
+        args.push(&now);
+        args.extend_from_slice(what);
+        let r = rig.home.cmd("wd-store").args(&args).run();
+        r.ok();
+        r.records()
+    };
+    let eight = T0 + 8 * 60_000;
+    let l = &at(eight, &["loops"])[0];
+    assert_eq!(l["duration_ms"], 8 * 60_000, "{l}");
+    assert_eq!(l["burned"], "41 calls, $0.41, 8 min");
+    let a = &at(eight, &["alerts"])[0];
+    assert_eq!(a["duration_ms"], 8 * 60_000, "{a}");
+    // the page's episodes table says so too
+    let r = rig
+        .home
+        .cmd("wd-store")
+        .args([
+            "--db",
+            &rig.db(),
+            "--now",
+            &eight.to_string(),
+            "report",
+            "--out",
+            "-",
+        ])
+        .run();
+    r.ok();
+    let page = r.stdout();
+    let ep = &page[page.find("id=\"episodes\"").unwrap()..];
+    let row = &ep[ep.find(root).unwrap()..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert!(row.contains("<td>8 min</td>"), "{row}");
+    // resolved, its duration is what it looped: first call to last
+    let (_, r) = rig.tick(eight, &[looping(root, root, true, 44, "idle")], &[]);
+    assert_eq!(states(&r), [("resolve".into(), "info".into())]);
+    let a = &at(eight + 60 * 60_000, &["alerts"])[0];
+    assert_eq!(a["duration_ms"], 44_000, "{a}");
+}
+
 /// What dunst holds: (displayed, waiting, history) by `dunstctl count`.
 fn dunst_counts(d: &Desktop) -> (u32, u32, u32) {
     let n = |what: &str| -> u32 {

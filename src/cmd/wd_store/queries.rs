@@ -34,7 +34,8 @@ pub fn status(cx: &Ctx, out: &mut Out) -> Result<Exit> {
 
 /// `wd-store loops`: open alerts, and those resolved within `recent`.
 pub fn loops(cx: &Ctx, recent: &str, out: &mut Out) -> Result<Exit> {
-    episodes::loops(&cx.store, cx.now - parse_duration_ms(recent)?)?.print(cx.format, out)?;
+    episodes::loops(&cx.store, cx.now - parse_duration_ms(recent)?, cx.now)?
+        .print(cx.format, out)?;
     Ok(Exit::Ok)
 }
 
@@ -53,7 +54,7 @@ pub fn alerts(
             bail!("unknown alert kind {k:?} (loop, blind, stalled, retrying, waiting, interrupted, unfinished)");
         }
     }
-    episodes::history(&cx.store, since, kind.as_deref(), limit)?.print(cx.format, out)?;
+    episodes::history(&cx.store, since, kind.as_deref(), limit, cx.now)?.print(cx.format, out)?;
     Ok(Exit::Ok)
 }
 
