@@ -100,6 +100,11 @@ pub struct Loop {
     pub base_calls: i64,
     pub base_cost: f64,
     pub sessions: Vec<Flagged>,
+    /// What its events tell of the session they are about: its id, project directory (as
+    /// written, `~/work/app`) and title.
+    pub session: Option<String>,
+    pub project: Option<String>,
+    pub session_title: Option<String>,
 }
 
 /// A flagged session of a loop's tree, at the latest tick that judged it.
@@ -291,8 +296,14 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
     let c = &store.conn;
     let mut st = c.prepare(
         "SELECT dedup_key, kind, root, severity, opened, last_fired, flagged_ticks, agent, model, title, top_target,
-                calls_since_landed, cost_since_landed, episode
-         FROM alerts WHERE state = 'open'
+                calls_since_landed, cost_since_landed, episode,
+                (SELECT json_extract(e.body, '$.details.session') FROM events e WHERE e.episode = a.episode
+                   AND json_extract(e.body, '$.details.session') IS NOT NULL ORDER BY e.id DESC LIMIT 1),
+                (SELECT json_extract(e.body, '$.details.directory') FROM events e WHERE e.episode = a.episode
+                   AND json_extract(e.body, '$.details.directory') IS NOT NULL ORDER BY e.id DESC LIMIT 1),
+                (SELECT json_extract(e.body, '$.details.title') FROM events e WHERE e.episode = a.episode
+                   AND json_extract(e.body, '$.details.title') IS NOT NULL ORDER BY e.id DESC LIMIT 1)
+         FROM alerts a WHERE state = 'open'
          ORDER BY severity = 'critical' DESC, kind = 'loop' DESC, opened DESC, dedup_key",
     )?;
     let mut episodes: Vec<i64> = Vec::new();
@@ -314,6 +325,11 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
                     top_target: r.get(10)?,
                     calls_since_landed: r.get(11)?,
                     cost_since_landed: r.get(12)?,
+                    session: r.get(14)?,
+                    project: r
+                        .get::<_, Option<String>>(15)?
+                        .map(|d| crate::paths::short(&d)),
+                    session_title: r.get(16)?,
                     ..Loop::default()
                 },
             ))

@@ -30,6 +30,15 @@ pub fn so_far(now: &str) -> String {
     )
 }
 
+/// What the latest event of episode `p` that says it tells of its session (`details.KEY`).
+fn told(key: &str) -> String {
+    format!(
+        "(SELECT json_extract(e.body, '$.details.{key}') FROM events e
+          WHERE e.episode = p.id AND json_extract(e.body, '$.details.{key}') IS NOT NULL
+          ORDER BY e.id DESC LIMIT 1)"
+    )
+}
+
 /// The episodes with `duration_ms` their duration so far (an SQL table expression, `p`).
 fn with_so_far(now: &str) -> String {
     format!(
@@ -48,16 +57,20 @@ pub fn loops(store: &Store, recent: i64, now: i64) -> Result<Rows> {
         store,
         "loop",
         &format!(
-            "SELECT p.severity, p.dedup_key, p.state, p.id AS episode, p.opened, p.flagged_ticks,
+            "SELECT CASE WHEN p.state = 'open' THEN p.severity ELSE 'resolved' END AS status,
+                p.severity, p.dedup_key, p.state, p.id AS episode, p.opened, p.flagged_ticks,
                 p.last_decision, p.reason, p.agent, p.model, p.top_target, p.calls, p.cost, p.duration_ms,
                 {BURNED} AS burned, p.evidence, p.opinion,
                 -- the last event each channel was sent for this episode (SQLite takes the row of max())
                 (SELECT group_concat(channel || ':' || state, ' ')
                    FROM (SELECT d.channel, e.state, max(e.id) FROM deliveries d JOIN events e ON e.id = d.event
                          WHERE e.episode = p.id AND d.status = 'sent' GROUP BY d.channel)) AS last_sent,
-                p.title
+                p.title, {} AS session, {} AS project, {} AS session_title
          FROM {} WHERE p.state = 'open' OR p.resolved >= ?1
          ORDER BY p.state = 'open' DESC, p.severity = 'critical' DESC, p.opened",
+            told("session"),
+            told("directory"),
+            told("title"),
             with_so_far("?2")
         ),
         &[Sql::Integer(recent), Sql::Integer(now)],
@@ -78,10 +91,13 @@ pub fn history(
         &format!(
             "SELECT p.id AS episode, p.dedup_key, p.kind AS alert, p.state, p.peak_severity, p.opened, p.resolved, p.reason,
                 p.flagged_ticks, p.calls, p.cost, p.duration_ms, {BURNED} AS burned, p.agent, p.model, p.top_target,
-                p.evidence, p.title
+                p.evidence, p.title, {} AS session, {} AS project, {} AS session_title
          FROM {}
          WHERE (p.state = 'open' OR p.resolved >= ?1 OR p.opened >= ?1) AND (?2 IS NULL OR p.kind = ?2)
          ORDER BY p.opened DESC, p.id DESC LIMIT ?3",
+            told("session"),
+            told("directory"),
+            told("title"),
             with_so_far("?4")
         ),
         &[

@@ -1047,6 +1047,113 @@ fn an_open_loops_duration_runs_until_now_not_to_its_last_call() {
     assert_eq!(a["duration_ms"], 44_000, "{a}");
 }
 
+#[test]
+fn loops_and_alerts_tables_fit_100_columns_name_the_project_and_title_and_status_fits_its_reader() {
+    // issue 29: `wd-store loops` was 19 columns and over 250 characters a line, and said
+    // neither which project nor which session; `status` was JSONL on a terminal, in UTC
+    let rig = Rig::new("");
+    let root = "ses_0123456789abcdefABCDEFGHIJ";
+    let mut v: Value = serde_json::from_str(&looping(root, root, true, 44, "active")).unwrap();
+    v["title"] = json!("Fix the flaky payment retry test in the billing service");
+    v["directory"] = json!(rig.home.join("work/billing-service").display().to_string());
+    let (_, r) = rig.tick(T0, &[v.to_string()], &[]);
+    assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    let wd = |args: &[&str]| -> String {
+        let db = rig.db();
+        let now = (T0 + 8 * 60_000).to_string();
+        let mut all = vec!["--db", &db, "--now", &now];
+        all.extend_from_slice(args);
+        let r = rig
+            .home
+            .cmd("wd-store")
+            .env("TZ", "Europe/Berlin")
+            .args(&all)
+            .run();
+        r.ok();
+        r.stdout()
+    };
+    let table = wd(&["loops", "--format", "table"]);
+    let lines: Vec<&str> = table.lines().collect();
+    for l in &lines {
+        assert!(l.chars().count() <= 100, "{} wide: {l}", l.chars().count());
+    }
+    // local time (T0 is 2026-11-30 00:53:20 UTC), the zone in the header
+    assert!(
+        lines[0].starts_with(
+            "status   session                         opened CET   burned                  project"
+        ),
+        "{table}"
+    );
+    assert!(
+        lines[1].starts_with(&format!(
+            "warning  {root}  11-30 01:53  41 calls, $0.41, 8 min  ~/work/bi"
+        )),
+        "{table}"
+    );
+    assert!(lines[1].contains("Fix the"), "{table}");
+    // JSONL keeps every column, the project as written
+    let rec: Value = serde_json::from_str(wd(&["loops"]).lines().next().unwrap()).unwrap();
+    assert_eq!(rec["project"], "~/work/billing-service");
+    assert_eq!(
+        rec["session_title"],
+        "Fix the flaky payment retry test in the billing service"
+    );
+    assert_eq!(rec["session"], root);
+    // --wide: all of it
+    let wide = wd(&["loops", "--format", "table", "--wide"]);
+    assert!(wide.lines().next().unwrap().contains("dedup_key"), "{wide}");
+    assert!(
+        wide.contains(
+            "~/work/billing-service  Fix the flaky payment retry test in the billing service"
+        ),
+        "{wide}"
+    );
+    let alerts = wd(&["alerts", "--format", "table"]);
+    for l in alerts.lines() {
+        assert!(l.chars().count() <= 100, "{} wide: {l}", l.chars().count());
+    }
+    assert!(alerts.contains(root), "{alerts}");
+    // status: JSONL in a pipe; a table on a terminal (under script(1)), local time and zone
+    let piped = wd(&["status"]);
+    let rec: Value = serde_json::from_str(piped.trim()).unwrap();
+    assert_eq!(rec["kind"], "status");
+    let o = std::process::Command::new("script")
+        .args(["-qec"])
+        .arg(format!(
+            "{} --db {} status",
+            assert_cmd::cargo::cargo_bin("wd-store").display(),
+            rig.db()
+        ))
+        .arg("/dev/null")
+        .env("TZ", "Europe/Berlin")
+        .env("HOME", rig.home.path())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&o.stdout).replace('\r', "");
+    assert!(shown.starts_with("last_tick CET        outcome"), "{shown}");
+    assert!(shown.contains("\n2026-11-30 01:53:20  flagged"), "{shown}");
+    // the page: the loop's article starts with what to do, then names the title and project
+    let page = wd(&["report", "--out", "-"]);
+    let art = &page[page.find(&format!("<article id=\"{root}\"")).unwrap()..];
+    let art = &art[..art.find("</article>").unwrap()];
+    let after_heading = &art[art.find("</h3>").unwrap() + 5..];
+    assert!(
+        after_heading.starts_with(&format!(
+            "<div class=\"todo\"><p><b>Stop it:</b> Esc in its TUI, Ctrl-C for <code>opencode run</code>, or <code>wd-store stop {root}</code>"
+        )),
+        "{art}"
+    );
+    assert!(
+        art.contains("<code>wd-store block-model sim/sim-model</code>"),
+        "{art}"
+    );
+    assert!(art.contains(&format!("<a href=\"#{root}\">")), "{art}");
+    assert!(
+        art.contains("<tr><td>session title</td><td>Fix the flaky payment retry test in the billing service</td></tr><tr><td>project</td><td><code>~/work/billing-service</code></td></tr>"),
+        "{art}"
+    );
+}
+
 /// What dunst holds: (displayed, waiting, history) by `dunstctl count`.
 fn dunst_counts(d: &Desktop) -> (u32, u32, u32) {
     let n = |what: &str| -> u32 {

@@ -49,9 +49,9 @@ pub struct Args {
     /// Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists).
     #[arg(long, global = true, value_name = "PATH")]
     pub config: Option<PathBuf>,
-    /// Output format of the queries.
-    #[arg(long, global = true, value_enum, default_value_t = Format::Jsonl)]
-    pub format: Format,
+    /// Output format of the queries (default jsonl; `status` prints a table on a terminal).
+    #[arg(long, global = true, value_enum)]
+    pub format: Option<Format>,
     /// The current time in epoch ms (default: the clock).
     #[arg(long, global = true, value_name = "MS")]
     pub now: Option<i64>,
@@ -85,6 +85,9 @@ pub enum Cmd {
         /// Also list episodes resolved this long ago or less.
         #[arg(long, value_name = "DURATION", default_value = "1h")]
         recent: String,
+        /// With --format table: every column (the default table fits 100 columns).
+        #[arg(long)]
+        wide: bool,
     },
     /// The history of alert episodes, closed ones included: reason, duration, calls, cost.
     Alerts {
@@ -97,6 +100,9 @@ pub enum Cmd {
         /// At most this many rows, newest first.
         #[arg(long, default_value_t = 1000)]
         limit: usize,
+        /// With --format table: every column (the default table fits 100 columns).
+        #[arg(long)]
+        wide: bool,
     },
     /// Recorded verdicts, newest first.
     Verdicts {
@@ -214,6 +220,8 @@ pub struct Ctx {
     /// `--now`, else when this command started.
     pub now: i64,
     pub format: Format,
+    /// `--format` was given (else `status` picks a table for a terminal).
+    pub format_given: bool,
 }
 
 pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
@@ -225,7 +233,8 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         cfg,
         store,
         now: args.now.unwrap_or(started),
-        format: args.format,
+        format: args.format.unwrap_or_default(),
+        format_given: args.format.is_some(),
     };
     let r = dispatch(&mut cx, args.cmd, stdin, out);
     r.map_err(|e| cx.store.explain(e))
@@ -238,8 +247,13 @@ fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> R
         Cmd::LastTick => tick::last_tick(cx, out),
         Cmd::OpenRoots => tick::open_roots(cx, out),
         Cmd::Status => queries::status(cx, out),
-        Cmd::Loops { recent } => queries::loops(cx, &recent, out),
-        Cmd::Alerts { since, kind, limit } => queries::alerts(cx, &since, kind, limit, out),
+        Cmd::Loops { recent, wide } => queries::loops(cx, &recent, wide, out),
+        Cmd::Alerts {
+            since,
+            kind,
+            limit,
+            wide,
+        } => queries::alerts(cx, &since, kind, limit, wide, out),
         Cmd::Verdicts {
             since,
             session,
