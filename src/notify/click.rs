@@ -111,50 +111,31 @@ fn is_helper(pid: u32) -> bool {
         .is_ok_and(|c| c.split(|b| *b == 0).any(|w| w == b"notify-on-action"))
 }
 
-/// Takes the helper's lock at `path`, ending the helper that holds it; the lock is held while
-/// the returned file is open (until this process ends). `None` when the holder would not let
-/// go within two seconds: this helper then shows its popup without waiting for clicks.
-pub fn take_over(path: &Path) -> Result<Option<std::fs::File>> {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .with_context(|| path.display().to_string())?;
-    let until = Instant::now() + Duration::from_secs(2);
-    let mut signalled = false;
-    loop {
-        match f.try_lock() {
-            Ok(()) => break,
-            Err(std::fs::TryLockError::WouldBlock) => {}
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(e).with_context(|| path.display().to_string())
-            }
-        }
-        if !signalled {
-            let mut held = String::new();
-            std::io::Read::read_to_string(&mut f, &mut held)?;
-            if let Ok(pid) = held.trim().parse::<u32>() {
-                if pid != std::process::id() && is_helper(pid) {
-                    let _ = Command::new("kill")
-                        .arg(pid.to_string())
-                        .stderr(Stdio::null())
-                        .status();
+/// Takes over the helper's pid file at `path`: ends the helper it names (after checking the
+/// pid is a helper's) and writes this one's pid. `false` when that helper would not end within
+/// two seconds: this one then shows its popup without waiting for clicks. (A pid file, not a
+/// file lock: the crate's minimum Rust has none; the desktop deliveries of one alerter are one
+/// after another, and alerters claim each delivery first.)
+pub fn take_over(path: &Path) -> Result<bool> {
+    let held = std::fs::read_to_string(path).unwrap_or_default();
+    if let Ok(pid) = held.trim().parse::<u32>() {
+        if pid != std::process::id() && is_helper(pid) {
+            let _ = Command::new("kill")
+                .arg(pid.to_string())
+                .stderr(Stdio::null())
+                .status();
+            let until = Instant::now() + Duration::from_secs(2);
+            while is_helper(pid) {
+                if Instant::now() > until {
+                    return Ok(false);
                 }
+                std::thread::sleep(Duration::from_millis(20));
             }
-            signalled = true;
         }
-        if Instant::now() > until {
-            return Ok(None);
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
-    f.set_len(0)?;
-    std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(0))?;
-    write!(f, "{}", std::process::id())?;
-    f.flush()?;
-    Ok(Some(f))
+    std::fs::write(path, std::process::id().to_string())
+        .with_context(|| path.display().to_string())?;
+    Ok(true)
 }
 
 /// What the helper does when an action is chosen.
@@ -181,8 +162,8 @@ pub fn notify_and_wait(
     input.read_line(&mut line)?;
     let note: Note = serde_json::from_str(&line).context("stdin")?;
     let held = take_over(lock)?;
-    let actions = held.is_some()
-        && notify_rust::get_capabilities().is_ok_and(|c| c.iter().any(|x| x == "actions"));
+    let actions =
+        held && notify_rust::get_capabilities().is_ok_and(|c| c.iter().any(|x| x == "actions"));
     let mut n = Notification::new();
     n.appname("oc-watchdog")
         .summary(&note.summary)
