@@ -14,6 +14,12 @@
 //! (per project instance): `opencode models` and the model pickers stop listing it, and asking
 //! for it (`opencode run -m`, a prompt naming it, an agent configured with it) fails with
 //! "model not found". A process already running keeps its list until restarted.
+//!
+//! So the model opencode runs with by default (the config's `model` or `small_model`, an
+//! agent's or a mode's `model`) is refused without `--force`, naming the setting: blocked,
+//! every new `opencode run` with that default fails ("UnknownError ... Unexpected server
+//! error"). An unblock leaves no backup behind: the file is what it was before the block, and
+//! the backup of that block goes once no other block of the file is in force.
 
 use crate::config::Config;
 use crate::jsonc::{self, Kind, Node};
@@ -316,14 +322,19 @@ fn lock(path: &Path) -> Result<rusqlite::Connection> {
 
 /// Writes `text` over `path` atomically (a temp file beside it, renamed), keeping its mode,
 /// after copying the old content to `<path>.oc-watchdog.bak`; only if the file still holds
-/// `old` (`None`: it still does not exist).
-fn replace(path: &Path, old: Option<&str>, text: &str) -> std::result::Result<PathBuf, Replace> {
+/// `old` (`None`: it still does not exist). `backup`: copy the old content first.
+fn replace(
+    path: &Path,
+    old: Option<&str>,
+    text: &str,
+    backup: bool,
+) -> std::result::Result<PathBuf, Replace> {
     let shown = path.display();
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let backup = PathBuf::from(format!("{}.oc-watchdog.bak", path.display()));
+    let copy = PathBuf::from(format!("{}.oc-watchdog.bak", path.display()));
     let mut tmp = tempfile::Builder::new()
         .prefix(".opencode-config.")
         .tempfile_in(dir)
@@ -339,12 +350,12 @@ fn replace(path: &Path, old: Option<&str>, text: &str) -> std::result::Result<Pa
     if read(path)?.as_deref() != old {
         return Err(Replace::Changed);
     }
-    if let Some(old) = old {
+    if let Some(old) = old.filter(|_| backup) {
         write_backup(path, old)?;
     }
     tmp.persist(path)
         .map_err(|e| anyhow!("{shown}: cannot replace it: {}", e.error))?;
-    Ok(backup)
+    Ok(copy)
 }
 
 /// How many times a block is applied again to a config edited meanwhile before giving up.
@@ -455,6 +466,38 @@ fn user_of(status: &str, passwd: &str) -> Option<String> {
     Some(name.unwrap_or_else(|| format!("uid {uid}")))
 }
 
+/// The settings of these opencode configs that make `model` a default (`model`, `small_model`,
+/// `agent.NAME.model`, `mode.NAME.model`), each as `SETTING in FILE`. A file that cannot be
+/// read or parsed names none (the edit itself reports the file it edits).
+pub fn defaults_naming(files: &[PathBuf], model: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        let Ok(root) = jsonc::parse(&text) else {
+            continue;
+        };
+        let is = |n: Option<&Node>| matches!(n.map(|n| &n.kind), Some(Kind::Str(m)) if m == model);
+        let mut hit = |setting: String| out.push(format!("`{setting}` in {}", f.display()));
+        for key in ["model", "small_model"] {
+            if is(root.get(key)) {
+                hit(key.to_string());
+            }
+        }
+        for group in ["agent", "mode"] {
+            if let Some(Kind::Object(ms)) = root.get(group).map(|n| &n.kind) {
+                for m in ms {
+                    if is(m.value.get("model")) {
+                        hit(format!("{group}.{}.model", m.key));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// What `block` did.
 #[derive(Debug)]
 pub struct Outcome {
@@ -472,6 +515,7 @@ pub fn block(
     model: &str,
     reason: Option<&str>,
     opencode_bin: &str,
+    force: bool,
     now: i64,
 ) -> Result<Outcome> {
     let (provider, id) = split(model)?;
@@ -494,6 +538,21 @@ pub fn block(
             ),
         });
     };
+    if !force {
+        let mut files = vec![path.clone()];
+        files.extend(
+            candidates()
+                .into_iter()
+                .filter(|c| std::fs::canonicalize(c).is_ok_and(|c| c != path)),
+        );
+        let uses = defaults_naming(&files, model);
+        if !uses.is_empty() {
+            bail!(
+                "{model} is opencode's default: {}; blocked, every new opencode that starts with it fails (\"Unexpected server error\"); nothing written (set another model there first, or block it anyway with --force)",
+                uses.join(", ")
+            );
+        }
+    }
     let known = opencode_models(opencode_bin, provider);
     match &known {
         Ok(list) if list.iter().any(|m| m == model) => {}
@@ -536,7 +595,7 @@ pub fn block(
             bail!("{shown}: {model} was added to provider.{provider}.blacklist meanwhile, by another hand; nothing written");
         };
         let created = if old.is_none() { Created::File } else { c };
-        match replace(&path, old.as_deref(), &text) {
+        match replace(&path, old.as_deref(), &text, true) {
             Ok(b) => break (b, created),
             Err(Replace::Failed(e)) => return Err(e),
             Err(Replace::Changed) if attempt < ATTEMPTS => old = read(&path)?,
@@ -587,12 +646,11 @@ pub fn unblock(store: &mut Store, model: &str, now: i64) -> Result<Outcome> {
         {
             None => format!("{model} is no longer in {file} (removed by hand); nothing written"),
             Some(text) if created == Created::File && text == NEW_FILE => {
-                write_backup(&path, &old)?;
                 std::fs::remove_file(&path).with_context(|| format!("{file}: cannot remove"))?;
                 format!("{model} unblocked: removed {file}, which block-model had created")
             }
             Some(text) => {
-                match replace(&path, Some(&old), &text) {
+                match replace(&path, Some(&old), &text, false) {
                     Ok(_) => {}
                     Err(Replace::Failed(e)) => return Err(e),
                     Err(Replace::Changed) => bail!(
@@ -608,7 +666,17 @@ pub fn unblock(store: &mut Store, model: &str, now: i64) -> Result<Outcome> {
         "UPDATE blocks SET unblocked = ?2, unblocked_by = ?3 WHERE id = ?1",
         params![rid, now, who()],
     )?;
+    let others: bool = tx.query_row(
+        "SELECT EXISTS (SELECT 1 FROM blocks WHERE file = ?1 AND unblocked IS NULL)",
+        params![file],
+        |r| r.get(0),
+    )?;
     tx.commit()?;
+    // the file is what it was before the block: its backup says nothing more, unless another
+    // block of the file still stands on it
+    if !others {
+        let _ = std::fs::remove_file(format!("{file}.oc-watchdog.bak"));
+    }
     Ok(Outcome {
         model: model.into(),
         file: path,
@@ -697,15 +765,15 @@ mod tests {
         let f = dir.path().join("opencode.json");
         std::fs::write(&f, "{\"edited\": true}").unwrap();
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let r = replace(&f, Some("{}"), "{\"provider\": {}}");
+        let r = replace(&f, Some("{}"), "{\"provider\": {}}", true);
         assert!(matches!(r, Err(Replace::Changed)), "{r:?}");
         assert_eq!(std::fs::read_to_string(&f).unwrap(), "{\"edited\": true}");
         assert!(!dir.path().join("opencode.json.oc-watchdog.bak").exists());
         // a file that appeared since a read that found none is not replaced either
-        let r = replace(&f, None, "{}");
+        let r = replace(&f, None, "{}", true);
         assert!(matches!(r, Err(Replace::Changed)), "{r:?}");
         // unchanged: replaced, the backup and the new file both 0600
-        let b = replace(&f, Some("{\"edited\": true}"), "{}").unwrap();
+        let b = replace(&f, Some("{\"edited\": true}"), "{}", true).unwrap();
         assert_eq!(std::fs::read_to_string(&f).unwrap(), "{}");
         assert_eq!(std::fs::read_to_string(&b).unwrap(), "{\"edited\": true}");
         for p in [&f, &b] {

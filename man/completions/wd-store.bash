@@ -182,7 +182,7 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__alerts)
-            opts="-h --since --kind --limit --db --config --format --now --help"
+            opts="-h --since --kind --limit --wide --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -224,7 +224,7 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__block__subcmd__model)
-            opts="-h --reason --opencode-config --opencode --db --config --format --now --help"
+            opts="-h --reason --opencode-config --opencode --force --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -760,7 +760,7 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__loops)
-            opts="-h --recent --db --config --format --now --help"
+            opts="-h --recent --wide --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

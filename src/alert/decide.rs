@@ -866,6 +866,7 @@ mod tests {
                 tick: &t,
                 answers: &HashMap::new(),
                 escalate: rule,
+                stopped: &HashMap::new(),
             });
             name(&got.steps[0])
         };

@@ -172,6 +172,8 @@ fn owed(store: &Store) -> Result<Vec<Owed>> {
 pub fn deliver_pending(store: &mut Store, chans: &[EffectiveChannel], now: i64) -> Result<()> {
     let hour = local_hour(now);
     let mut budgets: HashMap<String, Deadline> = HashMap::new();
+    // whether each channel's receiver answered this run's first question
+    let mut asked: HashMap<String, bool> = HashMap::new();
     for o in owed(store)? {
         let Some(c) = chans.iter().find(|c| c.cfg.name == o.channel) else {
             o.set(
@@ -212,11 +214,11 @@ pub fn deliver_pending(store: &mut Store, chans: &[EffectiveChannel], now: i64) 
                 .entry(c.cfg.name.clone())
                 .or_insert_with(|| Deadline::after(Duration::from_secs(c.cfg.timeout_secs.max(1))));
             let left = d.left();
-            if left < Duration::from_millis(50) {
+            if left < Duration::from_millis(50) || !answers(&mut asked, c, left) {
                 // not tried this run: stays owed for the next one
                 continue;
             }
-            left
+            d.left()
         } else {
             Duration::ZERO
         };
@@ -225,10 +227,46 @@ pub fn deliver_pending(store: &mut Store, chans: &[EffectiveChannel], now: i64) 
             // another alerter is sending it, or sent it
             continue;
         }
-        let sent = deliver(&c.cfg, &ev, now, left);
+        let earlier = earlier_answer(store, &ev, &o.channel, o.event)?;
+        let sent = deliver(&c.cfg, &ev, now, left, earlier.as_deref());
         record(store, &o, c, &ev, sent, now)?;
     }
     Ok(())
+}
+
+/// Does `c`'s receiver answer at all? Asked once per run (`asked` keeps the answer); when it
+/// does not, that is logged once and what the channel owes stays pending, untried.
+fn answers(asked: &mut HashMap<String, bool>, c: &EffectiveChannel, left: Duration) -> bool {
+    *asked
+        .entry(c.cfg.name.clone())
+        .or_insert_with(|| match c.cfg.unit().unanswered(left) {
+            Some(why) => {
+                eprintln!(
+                    "oc-watchdog: channel={} not tried this run, what it owes stays pending: {why}",
+                    c.cfg.name
+                );
+                false
+            }
+            None => true,
+        })
+}
+
+/// What `channel` answered for the latest earlier event of `ev`'s episode it delivered
+/// (the desktop's "notification 7"), for a receiver that updates what it showed.
+fn earlier_answer(store: &Store, ev: &Event, channel: &str, event: i64) -> Result<Option<String>> {
+    let Some(episode) = ev.episode else {
+        return Ok(None);
+    };
+    Ok(store
+        .conn
+        .query_row(
+            "SELECT d.detail FROM deliveries d JOIN events e ON e.id = d.event
+             WHERE e.episode = ?1 AND d.channel = ?2 AND d.status = 'sent' AND e.id < ?3
+             ORDER BY e.id DESC LIMIT 1",
+            params![episode, channel, event],
+            |r| r.get(0),
+        )
+        .optional()?)
 }
 
 /// Logs and records the outcome of one delivery.

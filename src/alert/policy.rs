@@ -582,7 +582,7 @@ mod tests {
             last: &last,
             tick: &tick,
             answers: &HashMap::new(),
-            escalate_after: 3,
+            escalate: super::super::decide::Escalate::Ticks(3),
             stopped: &stopped,
         });
         plan.steps

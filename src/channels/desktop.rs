@@ -1,6 +1,11 @@
 //! The desktop channel: a freedesktop notification (notify-rust over D-Bus) on the operator's
 //! session bus (shown by [`crate::notify`]); with a link, a click on it opens the page. The channel gets its `timeout_secs`
-//! once per run over all its notifications.
+//! once per run over all its notifications, and asks the bus first whether a server answers at
+//! all (`GetServerInformation`, at most a second): when none does, what is owed waits for the
+//! next run instead of spending the run on one popup. The later popups of an episode (the
+//! escalation, the resolve) replace its earlier one (`replaces_id`, the id the server gave,
+//! kept as the delivery's detail "notification ID"), so an episode has one popup on screen and
+//! the resolve takes the place of the critical "still looping" one.
 
 use super::{ChannelUnit, ChannelConfig, ChannelTable, Sent};
 use crate::alert::{AlertKind, Event, Transition};
@@ -18,7 +23,20 @@ impl ChannelUnit for Desktop {
     }
     fn check(&self, _: &str, _: &dyn Fn(&str) -> String, _: &mut Problems) {}
     fn deliver(&self, _: &ChannelConfig, ev: &Event, _: i64, left: Duration) -> Result<Sent, String> {
-        show(ev, left).map(Sent::from)
+        show(ev, left, None).map(Sent::from)
+    }
+    fn deliver_after(
+        &self,
+        _: &ChannelConfig,
+        ev: &Event,
+        _: i64,
+        left: Duration,
+        earlier: Option<&str>,
+    ) -> Result<Sent, String> {
+        show(ev, left, earlier.and_then(notification_id)).map(Sent::from)
+    }
+    fn unanswered(&self, wait: Duration) -> Option<String> {
+        crate::notify::unanswered(wait.min(PROBE))
     }
     fn run_budget(&self) -> bool {
         true
@@ -29,6 +47,14 @@ impl ChannelUnit for Desktop {
     fn unsent(&self, detail: &str) -> bool {
         !(detail.contains("no answer within") || detail.contains("ended without a word"))
     }
+}
+
+/// The longest the bus is asked whether a notification server answers.
+const PROBE: Duration = Duration::from_secs(1);
+
+/// The id in what a delivery answered ("notification 7").
+pub fn notification_id(detail: &str) -> Option<u32> {
+    detail.strip_prefix("notification ")?.trim().parse().ok()
 }
 
 /// The notification body: which session, agent and target, what the loop burned and why it
@@ -60,8 +86,11 @@ pub fn what_to_do(ev: &Event) -> Option<String> {
     Some(todo)
 }
 
-fn show(ev: &Event, wait: Duration) -> Result<String, String> {
+fn show(ev: &Event, wait: Duration, replaces: Option<u32>) -> Result<String, String> {
     let body = body(ev);
+    let stop = what_to_do(ev)
+        .and(ev.details.get("session"))
+        .and_then(|s| s.as_str());
     let notice = crate::notify::Notice {
         summary: &ev.title,
         body: &body,
@@ -71,6 +100,8 @@ fn show(ev: &Event, wait: Duration) -> Result<String, String> {
             Severity::Info => "low",
         },
         url: ev.link.as_deref(),
+        replaces,
+        stop,
     };
     crate::notify::show(&notice, wait)
 }

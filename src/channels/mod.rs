@@ -38,6 +38,27 @@ pub trait ChannelUnit {
         now: i64,
         left: Duration,
     ) -> Result<Sent, String>;
+    /// Delivers `ev` after what this channel answered for an earlier event of the same episode
+    /// (`earlier`, e.g. the desktop's "notification 7"), so a receiver that can update what it
+    /// showed does (one popup per episode); the others deliver anew.
+    fn deliver_after(
+        &self,
+        ch: &ChannelConfig,
+        ev: &Event,
+        now: i64,
+        left: Duration,
+        earlier: Option<&str>,
+    ) -> Result<Sent, String> {
+        let _ = earlier;
+        self.deliver(ch, ev, now, left)
+    }
+    /// Why this channel is not worth trying in this run, asked once per run within `wait`
+    /// before its first delivery (a receiver that does not answer a cheap question): what it
+    /// owes then stays pending, untried, for the next run. `None`: go ahead.
+    fn unanswered(&self, wait: Duration) -> Option<String> {
+        let _ = wait;
+        None
+    }
     /// Does the receiver group, dedup and silence by itself (so every transition goes, never
     /// rate limited nor held back by quiet hours)?
     fn routes_itself(&self) -> bool {
@@ -319,8 +340,18 @@ impl Deadline {
 /// Delivers `ev` through `ch`, its human-readable fields [`readable`]; `Err` carries what went
 /// wrong, for the log and the database. `left` bounds the time of a channel with a run budget
 /// in this run.
-pub fn deliver(ch: &ChannelConfig, ev: &Event, now: i64, left: Duration) -> Result<Sent, String> {
-    ch.unit().deliver(ch, &readable(ev), now, left)
+/// Delivers `ev` on `ch` with nothing raw in what a person reads ([`readable`]), after what the
+/// channel answered for an earlier event of its episode (`earlier`; see
+/// [`ChannelUnit::deliver_after`]).
+pub fn deliver(
+    ch: &ChannelConfig,
+    ev: &Event,
+    now: i64,
+    left: Duration,
+    earlier: Option<&str>,
+) -> Result<Sent, String> {
+    ch.unit()
+        .deliver_after(ch, &readable(ev), now, left, earlier)
 }
 
 /// `ev` with nothing raw in the fields a person reads wherever it lands (a chat room fed by a

@@ -168,6 +168,12 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let now = args.now.unwrap_or_else(now_ms);
     let path = args.db.clone().unwrap_or_else(|| cfg.store_db());
     let mut store = Store::open_with(&path, cfg.store_busy())?;
+    // the desktop channel's click helper serves this record and config
+    let mut helper: Vec<std::ffi::OsString> = vec!["--db".into(), path.clone().into()];
+    if let Some(c) = &args.config {
+        helper.extend(["--config".into(), c.clone().into()]);
+    }
+    let _ = crate::notify::click::HELPER_ARGS.set(helper);
     if args.test {
         return test(&store, &cfg, &args, now, out);
     }
@@ -311,7 +317,7 @@ fn test(store: &Store, cfg: &Config, args: &Args, now: i64, out: &mut Out) -> Re
         };
         out.line(&serde_json::to_string(&ev)?)?;
         let wait = Duration::from_secs(c.cfg.timeout_secs.max(1));
-        match deliver(&c.cfg, &ev, now, wait) {
+        match deliver(&c.cfg, &ev, now, wait, None) {
             Ok(s) => eprintln!("wd-alert: channel {}: sent ({})", c.cfg.name, s.detail),
             Err(e) => {
                 eprintln!("wd-alert: channel {}: failed: {e}", c.cfg.name);

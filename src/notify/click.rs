@@ -4,18 +4,29 @@
 //! the desktop channel shows it from a small child process, `wd-store notify-on-action`
 //! (hidden), which prints the notification id for the channel's record and then stays to wait
 //! for the click (at most an hour, or until the notification is closed), running
-//! `[report] open_with` (default `xdg-open`) with the URL. Under systemd the child is started
+//! `[report] open_with` (default `xdg-open`) with the URL. Where the server shows actions it
+//! offers two: open the page (the default, a click) and, for a loop that goes on, stop the
+//! session (`wd-store stop SESSION`, recorded like the operator's own command). One helper at
+//! a time per watchdog database: a new one takes over from the one before (whose popup it
+//! replaces, or which is older news), so a bus that never answers cannot pile them up. Under systemd the child is started
 //! through `systemd-run --user --scope`, so the tick's oneshot unit does not stop it on exit.
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::{mpsc, OnceLock};
+use std::time::{Duration, Instant};
 
 /// Label of the default action on notification servers that show one.
 pub const LABEL: &str = "Open the watchdog page";
+/// Label of the action that stops the session.
+pub const STOP_LABEL: &str = "Stop the session";
+
+/// The `--db` and `--config` of the alerter that starts the helper, so a stop from the popup
+/// acts on the same record (set once by `wd-alert`).
+pub static HELPER_ARGS: OnceLock<Vec<std::ffi::OsString>> = OnceLock::new();
 
 /// What the child shows (sent as one JSON line on its stdin).
 #[derive(Debug, Serialize, Deserialize)]
@@ -25,6 +36,12 @@ pub struct Note {
     /// `low`, `normal` or `critical`.
     pub urgency: String,
     pub url: String,
+    /// The earlier popup of the episode this one replaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<u32>,
+    /// The session the "stop" action stops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<String>,
 }
 
 /// Shows `note` from a child that waits for the click. `None` when no child can be started
@@ -50,6 +67,7 @@ pub fn show(note: &Note, timeout: Duration) -> Option<std::result::Result<u32, S
         Command::new(&bin)
     };
     let mut child = c
+        .args(HELPER_ARGS.get().into_iter().flatten())
         .arg("notify-on-action")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -79,27 +97,86 @@ pub fn show(note: &Note, timeout: Duration) -> Option<std::result::Result<u32, S
     })
 }
 
-/// `wd-store notify-on-action`: reads a [`Note`], shows it (with the default action where the
-/// server supports actions), prints `notification ID`, then waits up to `wait` for the click
-/// and runs `open_with URL`.
+/// The helper's lock beside the database it serves: `watchdog.db.click`, holding the pid of
+/// the helper that waits.
+pub fn lock_path(db: &Path) -> PathBuf {
+    let mut p = db.as_os_str().to_owned();
+    p.push(".click");
+    PathBuf::from(p)
+}
+
+/// Is `pid` a click helper (so a pid file left by a crash never ends another process)?
+fn is_helper(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| c.split(|b| *b == 0).any(|w| w == b"notify-on-action"))
+}
+
+/// Takes over the helper's pid file at `path`: ends the helper it names (after checking the
+/// pid is a helper's) and writes this one's pid. `false` when that helper would not end within
+/// two seconds: this one then shows its popup without waiting for clicks. (A pid file, not a
+/// file lock: the crate's minimum Rust has none; the desktop deliveries of one alerter are one
+/// after another, and alerters claim each delivery first.)
+pub fn take_over(path: &Path) -> Result<bool> {
+    let held = std::fs::read_to_string(path).unwrap_or_default();
+    if let Ok(pid) = held.trim().parse::<u32>() {
+        if pid != std::process::id() && is_helper(pid) {
+            let _ = Command::new("kill")
+                .arg(pid.to_string())
+                .stderr(Stdio::null())
+                .status();
+            let until = Instant::now() + Duration::from_secs(2);
+            while is_helper(pid) {
+                if Instant::now() > until {
+                    return Ok(false);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    std::fs::write(path, std::process::id().to_string())
+        .with_context(|| path.display().to_string())?;
+    Ok(true)
+}
+
+/// What the helper does when an action is chosen.
+pub struct OnAction<'a> {
+    /// `[report] open_with`, run with the URL.
+    pub open_with: &'a str,
+    /// Stops a session (`wd-store stop`).
+    pub stop: &'a mut dyn FnMut(&str) -> Result<()>,
+}
+
+/// `wd-store notify-on-action`: reads a [`Note`], takes over the lock at `lock`, shows the note
+/// (with its actions where the server supports actions), prints `notification ID`, then waits
+/// up to `wait` for an action: the default opens the URL with `open_with`, `stop` stops the
+/// note's session.
 pub fn notify_and_wait(
     input: &mut dyn BufRead,
     out: &mut dyn Write,
-    open_with: &str,
+    lock: &Path,
+    on: OnAction,
     wait: Duration,
 ) -> Result<()> {
     use notify_rust::Notification;
     let mut line = String::new();
     input.read_line(&mut line)?;
     let note: Note = serde_json::from_str(&line).context("stdin")?;
-    let actions = notify_rust::get_capabilities().is_ok_and(|c| c.iter().any(|x| x == "actions"));
+    let held = take_over(lock)?;
+    let actions =
+        held && notify_rust::get_capabilities().is_ok_and(|c| c.iter().any(|x| x == "actions"));
     let mut n = Notification::new();
     n.appname("oc-watchdog")
         .summary(&note.summary)
         .body(&note.body)
         .urgency(super::urgency(&note.urgency));
+    if let Some(id) = note.replaces {
+        n.id(id);
+    }
     if actions {
         n.action("default", LABEL);
+        if note.stop.is_some() {
+            n.action("stop", STOP_LABEL);
+        }
     }
     let h = match n.show() {
         Ok(h) => h,
@@ -117,20 +194,28 @@ pub fn notify_and_wait(
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         h.wait_for_action(|a| {
-            let _ = tx.send(a == "default");
+            let _ = tx.send(a.to_string());
         });
     });
-    if let Ok(true) = rx.recv_timeout(wait) {
-        let mut words = open_with.split_whitespace();
-        let Some(prog) = words.next() else {
-            bail!("[report] open_with is empty");
-        };
-        Command::new(prog)
-            .args(words)
-            .arg(&note.url)
-            .stdin(Stdio::null())
-            .status()
-            .with_context(|| format!("{prog} {}", note.url))?;
+    match rx.recv_timeout(wait).as_deref() {
+        Ok("default") => {
+            let mut words = on.open_with.split_whitespace();
+            let Some(prog) = words.next() else {
+                bail!("[report] open_with is empty");
+            };
+            Command::new(prog)
+                .args(words)
+                .arg(&note.url)
+                .stdin(Stdio::null())
+                .status()
+                .with_context(|| format!("{prog} {}", note.url))?;
+        }
+        Ok("stop") => {
+            if let Some(s) = &note.stop {
+                (on.stop)(s)?;
+            }
+        }
+        _ => {}
     }
     Ok(())
 }

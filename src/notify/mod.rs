@@ -14,6 +14,12 @@ pub struct Notice<'a> {
     pub urgency: &'a str,
     /// Opened by a click on the notification.
     pub url: Option<&'a str>,
+    /// The id of the earlier popup of the same episode, which this one takes the place of
+    /// (the spec's `replaces_id`): an episode has one popup on screen, never a pile.
+    pub replaces: Option<u32>,
+    /// A session the popup offers to stop (a "Stop the session" action running
+    /// `wd-store stop SESSION`, where the server shows actions).
+    pub stop: Option<&'a str>,
 }
 
 fn urgency(u: &str) -> notify_rust::Urgency {
@@ -36,6 +42,24 @@ fn body_markup(wait: Duration) -> Option<bool> {
         Ok(Ok(caps)) => Some(caps.iter().any(|c| c == "body-markup")),
         Ok(Err(_)) => Some(true),
         Err(_) => None,
+    }
+}
+
+/// Does a notification server answer on the session bus? Asks `GetServerInformation` (cheap,
+/// nothing shown) within `wait`: `None` when it answered or said no (a delivery then finds out
+/// why), else why it is not worth a delivery's time (a server that owns the name but is
+/// stopped or hung accepts every call and answers none).
+pub fn unanswered(wait: Duration) -> Option<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(notify_rust::get_server_information().map(|_| ()));
+    });
+    match rx.recv_timeout(wait) {
+        Ok(_) => None,
+        Err(_) => Some(format!(
+            "the notification server did not answer GetServerInformation within {:.1}s",
+            wait.as_secs_f64()
+        )),
     }
 }
 
@@ -64,6 +88,8 @@ pub fn show(n: &Notice, wait: Duration) -> Result<String, String> {
         body: &body,
         urgency: n.urgency,
         url: n.url,
+        replaces: n.replaces,
+        stop: n.stop,
     };
     // with a link: shown by a child that stays to open the page when the alert is clicked
     if let Some(url) = n.url {
@@ -72,6 +98,8 @@ pub fn show(n: &Notice, wait: Duration) -> Result<String, String> {
             body: n.body.to_string(),
             urgency: n.urgency.to_string(),
             url: url.to_string(),
+            replaces: n.replaces,
+            stop: n.stop.map(str::to_string),
         };
         if let Some(r) = click::show(&note, wait) {
             return r
@@ -84,6 +112,9 @@ pub fn show(n: &Notice, wait: Duration) -> Result<String, String> {
         .summary(n.summary)
         .body(n.body)
         .urgency(urgency(n.urgency));
+    if let Some(id) = n.replaces {
+        note.id(id);
+    }
     // a session bus that accepts but never answers must not hold the tick
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

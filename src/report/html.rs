@@ -19,7 +19,7 @@ article{background:#fff;border:1px solid #d5d9e0;border-left:6px solid #f79009;b
 article.critical{border-left-color:#d92d20}article.info{border-left-color:#98a2b3}article:target{outline:3px solid #2e90fa}
 .sev{display:inline-block;font-size:11px;text-transform:uppercase;padding:1px 6px;border-radius:3px;background:#f79009;color:#fff;margin-right:6px}
 .critical .sev,.sev.critical{background:#d92d20}.info .sev,.sev.info{background:#98a2b3}
-.kv td:first-child{color:#667085;white-space:nowrap}figure{margin:8px 0}figcaption{font-size:12px;color:#475467}
+.kv td:first-child{color:#667085;white-space:nowrap}.todo{background:#fffbeb;border-left:3px solid #f79009;padding:4px 10px;margin:6px 0}.todo p{margin:3px 0}figure{margin:8px 0}figcaption{font-size:12px;color:#475467}
 .pic{display:block;max-width:100%;height:auto;background:#f6f7f9;border-radius:4px}
 .pic path.c{fill:none;stroke:var(--c);stroke-width:14px}.pic path.r{fill:none;stroke:var(--c);stroke-width:22px;filter:drop-shadow(0 0 1px #101828)}.pic path.f{opacity:.45}
 .tr{--c:#2e90fa}.te{--c:#12b76a}.tb{--c:#7a5af8}.tg{--c:#ee46bc}.tt{--c:#f79009}.tw{--c:#06aed4}.to{--c:#98a2b3}
@@ -445,16 +445,24 @@ fn one_loop(s: &mut String, p: &PageData, l: &Loop, id: &str) {
 fn loop_facts(s: &mut String, p: &PageData, l: &Loop, id: &str) {
     let _ = write!(
         s,
-        "<article id=\"{}\" class=\"{}\" data-kind=\"{}\"><h3><span class=\"sev\">{}</span>{}</h3><table class=\"kv\">",
+        "<article id=\"{}\" class=\"{}\" data-kind=\"{}\"><h3><span class=\"sev\">{}</span>{}</h3>",
         esc(id),
         esc(&l.severity),
         esc(&l.kind),
         esc(&l.severity),
         esc(&l.title)
     );
+    what_to_do(s, l, id);
+    s.push_str("<table class=\"kv\">");
     let row = |s: &mut String, k: &str, v: String| {
         let _ = write!(s, "<tr><td>{k}</td><td>{v}</td></tr>");
     };
+    if let Some(t) = l.session_title.as_deref().filter(|t| !t.is_empty()) {
+        row(s, "session title", esc(t));
+    }
+    if let Some(d) = l.project.as_deref().filter(|d| !d.is_empty()) {
+        row(s, "project", format!("<code>{}</code>", esc(d)));
+    }
     row(s, "root session", format!("<code>{}</code>", esc(&l.root)));
     if !l.sessions.is_empty() {
         row(
@@ -521,6 +529,33 @@ fn loop_facts(s: &mut String, p: &PageData, l: &Loop, id: &str) {
         row(s, "evidence", esc(t));
     }
     s.push_str("</table>");
+}
+
+/// What to do about a loop, first thing under its heading: how to stop the session (Esc in
+/// its TUI, Ctrl-C for `opencode run`, or `wd-store stop`), how to keep its model away, and the
+/// anchor of this article (the one the alerts link to).
+fn what_to_do(s: &mut String, l: &Loop, id: &str) {
+    if l.kind != "loop" {
+        return;
+    }
+    let session = l.session.as_deref().unwrap_or(&l.root);
+    let _ = write!(
+        s,
+        "<div class=\"todo\"><p><b>Stop it:</b> Esc in its TUI, Ctrl-C for <code>opencode run</code>, or <code>wd-store stop {}</code> (it stays resumable).</p>",
+        esc(&crate::cli::shell_word(session))
+    );
+    if let Some(m) = l.model.as_deref().filter(|m| m.contains('/')) {
+        let _ = write!(
+            s,
+            "<p><b>Keep the model away:</b> <code>wd-store block-model {}</code> <small>(refused for opencode's default model without <code>--force</code>)</small></p>",
+            esc(&crate::cli::shell_word(m))
+        );
+    }
+    let _ = write!(
+        s,
+        "<p><b>This loop:</b> <a href=\"#{0}\">#{0}</a> (the link its alerts carry); look closer below.</p></div>",
+        esc(id)
+    );
 }
 
 /// The pictures of a loop's flagged sessions, and how many more are left without one.
@@ -696,10 +731,13 @@ fn rollup(s: &mut String, p: &PageData) {
     s.push_str("</section>");
 }
 
+/// What block-model will not do, said where the page offers it.
+const REFUSES_DEFAULT: &str = "block-model refuses opencode's default model (the config's <code>model</code> or <code>small_model</code>, an agent's or a mode's <code>model</code>), naming the setting: blocked, every new opencode starting with it would fail. Set another model there first, or pass <code>--force</code>.";
+
 fn blocked(s: &mut String, p: &PageData) {
     s.push_str("<section id=\"blocked\"><h2>Blocked models</h2>");
     if p.blocks.is_empty() {
-        s.push_str("<p class=\"muted\">None. <code>wd-store block-model PROVIDER/MODEL --reason \"...\"</code> adds a model to its provider's <code>blacklist</code> in your opencode config; new opencode processes then no longer offer it.</p></section>");
+        let _ = write!(s, "<p class=\"muted\">None. <code>wd-store block-model PROVIDER/MODEL --reason \"...\"</code> adds a model to its provider's <code>blacklist</code> in your opencode config; new opencode processes then no longer offer it. {REFUSES_DEFAULT}</p></section>");
         return;
     }
     s.push_str("<table><tr><th>model</th><th>blocked</th><th>by</th><th>reason</th><th>in</th><th>undo</th></tr>");
@@ -715,7 +753,7 @@ fn blocked(s: &mut String, p: &PageData) {
             esc(&b.model)
         );
     }
-    s.push_str("</table><p class=\"muted\">opencode reads the blacklist when a process starts: running servers and TUIs keep offering the model until restarted, and a session already on it keeps using it.</p></section>");
+    let _ = write!(s, "</table><p class=\"muted\">opencode reads the blacklist when a process starts: running servers and TUIs keep offering the model until restarted, and a session already on it keeps using it. {REFUSES_DEFAULT}</p></section>");
 }
 
 #[cfg(test)]

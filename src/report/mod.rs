@@ -141,6 +141,11 @@ pub struct Loop {
     pub base_calls: i64,
     pub base_cost: f64,
     pub sessions: Vec<Flagged>,
+    /// What its events tell of the session they are about: its id, project directory (as
+    /// written, `~/work/app`) and title.
+    pub session: Option<String>,
+    pub project: Option<String>,
+    pub session_title: Option<String>,
 }
 
 /// A flagged session of a loop's tree, at the latest tick that judged it.
@@ -304,7 +309,7 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
         hidden.1.saturating_sub(drawn_loops),
     );
     let week = now - 7 * 86_400_000;
-    let episodes = episodes(store, week)?;
+    let episodes = episodes(store, week, now)?;
     let all: usize = c.query_row(
         "SELECT count(*) FROM episodes WHERE state = 'open' OR resolved >= ?1 OR opened >= ?1",
         params![week],
@@ -401,8 +406,14 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
     let c = &store.conn;
     let mut st = c.prepare(
         "SELECT dedup_key, kind, root, severity, opened, last_fired, flagged_ticks, agent, model, title, top_target,
-                calls_since_landed, cost_since_landed, episode
-         FROM alerts WHERE state = 'open'
+                calls_since_landed, cost_since_landed, episode,
+                (SELECT json_extract(e.body, '$.details.session') FROM events e WHERE e.episode = a.episode
+                   AND json_extract(e.body, '$.details.session') IS NOT NULL ORDER BY e.id DESC LIMIT 1),
+                (SELECT json_extract(e.body, '$.details.directory') FROM events e WHERE e.episode = a.episode
+                   AND json_extract(e.body, '$.details.directory') IS NOT NULL ORDER BY e.id DESC LIMIT 1),
+                (SELECT json_extract(e.body, '$.details.title') FROM events e WHERE e.episode = a.episode
+                   AND json_extract(e.body, '$.details.title') IS NOT NULL ORDER BY e.id DESC LIMIT 1)
+         FROM alerts a WHERE state = 'open'
          ORDER BY severity = 'critical' DESC, kind = 'loop' DESC, opened DESC, dedup_key
          LIMIT ?1",
     )?;
@@ -425,6 +436,11 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
                     top_target: r.get(10)?,
                     calls_since_landed: r.get(11)?,
                     cost_since_landed: r.get(12)?,
+                    session: r.get(14)?,
+                    project: r
+                        .get::<_, Option<String>>(15)?
+                        .map(|d| crate::paths::short(&d)),
+                    session_title: r.get(16)?,
                     ..Loop::default()
                 },
             ))
@@ -562,16 +578,17 @@ fn picture(c: &rusqlite::Connection, loops: &mut [Loop]) -> Result<()> {
 }
 
 /// Episodes open now, or opened or resolved since `since`, newest first.
-fn episodes(store: &Store, since: i64) -> Result<Vec<EpisodeRow>> {
+fn episodes(store: &Store, since: i64, now: i64) -> Result<Vec<EpisodeRow>> {
     let mut st = store.conn.prepare(&format!(
         "SELECT id, kind, root, state, peak_severity, opened, last_fired, resolved, reason, flagged_ticks,
-                agent, model, calls, cost, duration_ms, {} AS stop
-         FROM episodes p WHERE state = 'open' OR resolved >= ?1 OR opened >= ?1
+                agent, model, calls, cost, {} AS duration_ms, {} AS stop
+         FROM episodes q WHERE state = 'open' OR resolved >= ?1 OR opened >= ?1
          ORDER BY coalesce(resolved, last_fired) DESC, id DESC
-         LIMIT ?2",
-        crate::store::episodes::STOP
+         LIMIT ?3",
+        crate::store::episodes::so_far("?2"),
+        crate::store::episodes::STOP.replace("p.id", "q.id")
     ))?;
-    let rows = st.query_map(params![since, EPISODES_SHOWN as i64], |r| {
+    let rows = st.query_map(params![since, now, EPISODES_SHOWN as i64], |r| {
         Ok(EpisodeRow {
             id: r.get(0)?,
             kind: r.get(1)?,
@@ -720,7 +737,7 @@ mod tests {
             Some("progress"),
             None,
         );
-        let eps = episodes(&store, now - 7 * day).unwrap();
+        let eps = episodes(&store, now - 7 * day, now).unwrap();
         let got: Vec<(&str, &str, Option<Reason>, Option<i64>)> = eps
             .iter()
             .map(|e| (e.root.as_str(), e.state.as_str(), e.reason, e.duration_ms))
@@ -728,7 +745,8 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                ("ses_a", "open", None, None),
+                // open: its duration runs until now
+                ("ses_a", "open", None, Some(3_600_000)),
                 ("ses_a", "resolved", Some(Reason::Stopped), Some(540_000)),
                 ("ses_c", "resolved", Some(Reason::Progress), None),
             ]

@@ -7,8 +7,9 @@ use super::Store;
 use anyhow::Result;
 use rusqlite::{params, types::Value as Sql, Transaction};
 
-/// "41 calls, $0.37, 12 min" from an episode's columns; the duration in the words of the events
-/// (`alert::text::duration`: "44 s", "12 min", "2 h 05 min").
+/// "41 calls, $0.37, 12 min" from an episode's columns (`duration_ms` the duration so far, see
+/// [`so_far`]); the duration in the words of the events (`alert::text::duration`: "44 s",
+/// "12 min", "2 h 05 min").
 pub const BURNED: &str =
     "CASE WHEN p.calls IS NOT NULL THEN printf('%d calls, $%.2f, %s', p.calls, p.cost,
        (SELECT CASE WHEN s < 60 THEN printf('%d s', s) WHEN s < 3600 THEN printf('%d min', s / 60)
@@ -25,44 +26,95 @@ pub const STOP: &str = "(SELECT CASE s.status
        ELSE printf('stop of session %s (%s) requested', s.session, s.reason) END
      FROM stops s WHERE s.episode = 'episode:' || p.id ORDER BY s.status = 'stopped' DESC, s.t DESC LIMIT 1)";
 
+/// An episode's duration so far, as SQL over `episodes q` with `now` the SQL of the current
+/// time (epoch ms): a closed one's as it resolved (a loop's first call to its last); an open
+/// loop's runs on from its last call until now (a loop whose opencode hangs or was killed is
+/// not "1 min" eight minutes later); an open episode without figures, since it opened.
+pub fn so_far(now: &str) -> String {
+    format!(
+        "CASE WHEN q.state = 'open' THEN max(
+             coalesce(q.duration_ms, 0) + {now} - coalesce(
+                 (SELECT max(s.last_call) FROM episode_sessions s WHERE s.episode = q.id AND s.flagged = 1), {now}),
+             {now} - q.opened)
+         ELSE q.duration_ms END"
+    )
+}
+
+/// What the latest event of episode `p` that says it tells of its session (`details.KEY`).
+fn told(key: &str) -> String {
+    format!(
+        "(SELECT json_extract(e.body, '$.details.{key}') FROM events e
+          WHERE e.episode = p.id AND json_extract(e.body, '$.details.{key}') IS NOT NULL
+          ORDER BY e.id DESC LIMIT 1)"
+    )
+}
+
+/// The episodes with `duration_ms` their duration so far (an SQL table expression, `p`).
+fn with_so_far(now: &str) -> String {
+    format!(
+        "(SELECT q.id, q.dedup_key, q.kind, q.root, q.state, q.severity, q.peak_severity, q.opened,
+                 q.last_fired, q.resolved, q.reason, q.flagged_ticks, q.agent, q.model, q.top_target,
+                 q.evidence, q.calls, q.cost, q.opinion, q.last_decision, q.title,
+                 {} AS duration_ms
+          FROM episodes q) p",
+        so_far(now)
+    )
+}
+
 /// Open episodes, and those resolved at `recent` or later, open and critical first.
-pub fn loops(store: &Store, recent: i64) -> Result<Rows> {
+pub fn loops(store: &Store, recent: i64, now: i64) -> Result<Rows> {
     Rows::query(
         store,
         "loop",
         &format!(
-            "SELECT p.severity, p.dedup_key, p.state, p.id AS episode, p.opened, p.flagged_ticks,
+            "SELECT CASE WHEN p.state = 'open' THEN p.severity ELSE 'resolved' END AS status,
+                p.severity, p.dedup_key, p.state, p.id AS episode, p.opened, p.flagged_ticks,
                 p.last_decision, p.reason, p.agent, p.model, p.top_target, p.calls, p.cost, p.duration_ms,
                 {BURNED} AS burned, p.evidence, p.opinion,
                 -- the last event each channel was sent for this episode (SQLite takes the row of max())
                 (SELECT group_concat(channel || ':' || state, ' ')
                    FROM (SELECT d.channel, e.state, max(e.id) FROM deliveries d JOIN events e ON e.id = d.event
                          WHERE e.episode = p.id AND d.status = 'sent' GROUP BY d.channel)) AS last_sent,
-                p.title, {STOP} AS stop
-         FROM episodes p WHERE p.state = 'open' OR p.resolved >= ?1
-         ORDER BY p.state = 'open' DESC, p.severity = 'critical' DESC, p.opened"
+                p.title, {STOP} AS stop, {} AS session, {} AS project, {} AS session_title
+         FROM {} WHERE p.state = 'open' OR p.resolved >= ?1
+         ORDER BY p.state = 'open' DESC, p.severity = 'critical' DESC, p.opened",
+            told("session"),
+            told("directory"),
+            told("title"),
+            with_so_far("?2")
         ),
-        &[Sql::Integer(recent)],
+        &[Sql::Integer(recent), Sql::Integer(now)],
     )
 }
 
 /// Episodes open at any time since `since` (of one alert kind, given its name), newest first.
-pub fn history(store: &Store, since: i64, kind: Option<&str>, limit: usize) -> Result<Rows> {
+pub fn history(
+    store: &Store,
+    since: i64,
+    kind: Option<&str>,
+    limit: usize,
+    now: i64,
+) -> Result<Rows> {
     Rows::query(
         store,
         "episode",
         &format!(
             "SELECT p.id AS episode, p.dedup_key, p.kind AS alert, p.state, p.peak_severity, p.opened, p.resolved, p.reason,
                 p.flagged_ticks, p.calls, p.cost, p.duration_ms, {BURNED} AS burned, p.agent, p.model, p.top_target,
-                p.evidence, p.title, {STOP} AS stop
-         FROM episodes p
+                p.evidence, p.title, {STOP} AS stop, {} AS session, {} AS project, {} AS session_title
+         FROM {}
          WHERE (p.state = 'open' OR p.resolved >= ?1 OR p.opened >= ?1) AND (?2 IS NULL OR p.kind = ?2)
-         ORDER BY p.opened DESC, p.id DESC LIMIT ?3"
+         ORDER BY p.opened DESC, p.id DESC LIMIT ?3",
+            told("session"),
+            told("directory"),
+            told("title"),
+            with_so_far("?4")
         ),
         &[
             Sql::Integer(since),
             kind.map(|k| Sql::Text(k.to_string())).unwrap_or(Sql::Null),
             Sql::Integer(limit as i64),
+            Sql::Integer(now),
         ],
     )
 }

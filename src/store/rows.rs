@@ -25,12 +25,24 @@ const TIME_COLS: &[&str] = &[
     "unblocked",
 ];
 
-/// Rows with named columns, printed as JSONL objects, a table, or CSV.
+/// Rows with named columns, printed as JSONL objects, a table, or CSV. A table writes times
+/// in local time, its zone named in the header (`opened CET`).
 pub struct Rows {
     pub kind: &'static str,
     pub cols: Vec<&'static str>,
     pub rows: Vec<Vec<Value>>,
+    /// A table at most this wide: the `flexible` columns are cut (with `…`) to fit.
+    pub fit: Option<Fit>,
 }
+
+/// How a table fits a terminal.
+pub struct Fit {
+    pub width: usize,
+    pub flexible: &'static [&'static str],
+}
+
+/// The default width of the operator's tables (`--wide` for all of it).
+pub const WIDTH: usize = 100;
 
 impl Rows {
     /// Runs `sql` with parameters `p`; each row becomes a record of kind `kind`.
@@ -59,7 +71,34 @@ impl Rows {
                 }
             }
         }
-        Ok(Rows { kind, cols, rows })
+        Ok(Rows {
+            kind,
+            cols,
+            rows,
+            fit: None,
+        })
+    }
+
+    /// Only the columns `keep`, in that order (the ones a narrow table shows).
+    pub fn only(mut self, keep: &[&'static str]) -> Rows {
+        let at: Vec<usize> = keep
+            .iter()
+            .filter_map(|k| self.cols.iter().position(|c| c == k))
+            .collect();
+        self.cols = at.iter().map(|&i| self.cols[i]).collect();
+        for r in &mut self.rows {
+            *r = at.iter().map(|&i| r[i].clone()).collect();
+        }
+        self
+    }
+
+    /// The value of column `col` in each row, changed by `f`.
+    pub fn map_col(&mut self, col: &str, f: impl Fn(&Value) -> Value) {
+        if let Some(i) = self.cols.iter().position(|c| *c == col) {
+            for r in &mut self.rows {
+                r[i] = f(&r[i]);
+            }
+        }
     }
 
     pub fn print(&self, format: Format, out: &mut Out) -> Result<()> {
@@ -75,12 +114,34 @@ impl Rows {
                 }
             }
             Format::Table => {
-                let rows: Vec<Vec<String>> = self
+                let clock = crate::report::Clock::system();
+                let mut rows: Vec<Vec<String>> = self
                     .rows
                     .iter()
-                    .map(|r| r.iter().zip(&self.cols).map(|(v, c)| shown(v, c)).collect())
+                    .map(|r| {
+                        r.iter()
+                            .zip(&self.cols)
+                            .map(|(v, c)| shown(v, c, &clock, self.fit.is_some()))
+                            .collect()
+                    })
                     .collect();
-                crate::cli::write_table(out, &self.cols, &rows)?;
+                let zone = clock.abbr(crate::cli::now_ms());
+                let mut head: Vec<String> = self
+                    .cols
+                    .iter()
+                    .map(|c| {
+                        if TIME_COLS.contains(c) {
+                            format!("{c} {zone}")
+                        } else {
+                            c.to_string()
+                        }
+                    })
+                    .collect();
+                if let Some(fit) = &self.fit {
+                    cut_to_fit(&mut head, &mut rows, &self.cols, fit);
+                }
+                let head: Vec<&str> = head.iter().map(String::as_str).collect();
+                crate::cli::write_table(out, &head, &rows)?;
             }
             Format::Csv => {
                 let mut w = csv::Writer::from_writer(out);
@@ -106,13 +167,50 @@ fn json_of(v: ValueRef<'_>) -> Value {
     }
 }
 
-/// A table cell: people read times, not epoch milliseconds.
-fn shown(v: &Value, col: &str) -> String {
+/// A table cell: people read times, not epoch milliseconds; in local time (the header names
+/// the zone).
+/// A narrow table writes `11-30 14:43`.
+fn shown(v: &Value, col: &str, clock: &crate::report::Clock, narrow: bool) -> String {
     match v.as_i64() {
+        Some(ms) if TIME_COLS.contains(&col) && ms > 1_000_000_000_000 && narrow => clock.short(ms),
         Some(ms) if TIME_COLS.contains(&col) && ms > 1_000_000_000_000 => {
-            crate::cli::iso_ms(ms)[..19].replace('T', " ")
+            clock.full(ms)[..19].to_string()
         }
         _ => cell(v),
+    }
+}
+
+/// Cuts the flexible columns of a table, a character at a time from the widest, until a line
+/// fits `fit.width` (never below 8 characters; a longer name is cut too).
+fn cut_to_fit(head: &mut [String], rows: &mut [Vec<String>], cols: &[&str], fit: &Fit) {
+    let count = |s: &String| s.chars().count();
+    let mut widths: Vec<usize> = (0..cols.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| count(&r[i]))
+                .fold(count(&head[i]), usize::max)
+        })
+        .collect();
+    let gaps = 2 * cols.len().saturating_sub(1);
+    while widths.iter().sum::<usize>() + gaps > fit.width {
+        let Some(i) = (0..cols.len())
+            .filter(|&i| fit.flexible.contains(&cols[i]) && widths[i] > 8)
+            .max_by_key(|&i| (widths[i], std::cmp::Reverse(i)))
+        else {
+            break;
+        };
+        widths[i] -= 1;
+    }
+    for (i, &to) in widths.iter().enumerate() {
+        let cut = |c: &mut String| {
+            if count(c) > to {
+                *c = c.chars().take(to - 1).collect::<String>() + "…";
+            }
+        };
+        cut(&mut head[i]);
+        for r in rows.iter_mut() {
+            cut(&mut r[i]);
+        }
     }
 }
 

@@ -339,3 +339,51 @@ fn two_blocks_at_once_keep_both_models() {
     assert_eq!(blocks(&home), 2);
     assert_eq!(models(&home), Vec::<String>::new());
 }
+
+#[test]
+fn opencodes_default_or_an_agents_model_is_refused_naming_the_setting_unless_forced() {
+    // issue 29: blocking the config's default `model` made every new `opencode run` fail with
+    // "UnknownError ... Unexpected server error"
+    refused(
+        CONFIG,
+        "sim/sim-model",
+        "sim/sim-model is opencode's default: `model` in ",
+        |_| {},
+    );
+    let agent = CONFIG.replace(
+        "\"autoupdate\": false,",
+        "\"autoupdate\": false,\n  \"agent\": { \"plan\": { \"model\": \"sim/gpt-5-sim\" } },",
+    );
+    refused(
+        &agent,
+        "sim/gpt-5-sim",
+        "sim/gpt-5-sim is opencode's default: `agent.plan.model` in ",
+        |_| {},
+    );
+    let (home, cfg) = setup(&agent);
+    let r = wd(&home, &["block-model", "sim/gpt-5-sim"]);
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains("or block it anyway with --force"),
+        "{}",
+        r.story()
+    );
+    // forced: blocked, and a real opencode no longer lists it
+    let r = wd(&home, &["block-model", "sim/gpt-5-sim", "--force"]);
+    r.ok();
+    assert_eq!(models(&home), ["sim/sim-model"]);
+    let backup = format!("{}.oc-watchdog.bak", cfg.display());
+    assert_eq!(std::fs::read_to_string(&backup).unwrap(), agent);
+    // the page's blocked-models section says it refuses a default
+    let p = wd(&home, &["report", "--out", "-"]).stdout();
+    assert!(
+        p.contains("refuses opencode's default model"),
+        "{}",
+        &p[p.find("id=\"blocked\"").unwrap_or(0)..][..600.min(p.len())]
+    );
+    // unblocked: the file is what it was, and no backup is left (it held that same text)
+    wd(&home, &["unblock-model", "sim/gpt-5-sim"]).ok();
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), agent);
+    assert!(!Path::new(&backup).exists(), "unblock-model left {backup}");
+    assert_eq!(models(&home), ["sim/gpt-5-sim", "sim/sim-model"]);
+}

@@ -539,8 +539,8 @@ fn prune_drops_old_ticks_but_never_open_alerts() {
         .args(["--db", &db(&home), "--format", "table", "loops"])
         .run();
     let out = r.stdout();
-    assert!(out.starts_with("severity  dedup_key"), "{out}");
-    assert!(out.contains("warning   opencode-loop:ses_a"), "{out}");
+    assert!(out.starts_with("status   session  opened "), "{out}");
+    assert!(out.contains("\nwarning  "), "{out}");
 }
 
 /// The page's calls come from the stream: `wd-store calls` passes the call stream on unchanged

@@ -757,3 +757,153 @@ fn opencode_run_killed_with_ctrl_c_resolves_the_process_ended_and_is_never_stall
         seen[0]
     );
 }
+
+/// Takes what the operator sees, when `OC_SHOTS` names a directory: the Xvfb screen with dunst's
+/// popups (`xwd`, where installed) and the page in Chromium.
+fn shots(desk: &Desktop, home: &Home, name: &str) {
+    let Some(dir) = std::env::var_os("OC_SHOTS").map(PathBuf::from) else {
+        return;
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    let xwd = dir.join(format!("{name}-dunst.xwd"));
+    let took = Command::new("xwd")
+        .args(["-root", "-silent", "-out"])
+        .arg(&xwd)
+        .env("DISPLAY", &desk.display)
+        .status()
+        .is_ok_and(|s| s.success());
+    if took {
+        let _ = Command::new("convert")
+            .arg(&xwd)
+            .arg(dir.join(format!("{name}-dunst.png")))
+            .status();
+        let _ = std::fs::remove_file(&xwd);
+    }
+    let page = home.join(".local/state/oc-watchdog/report.html");
+    let _ = crate::report::chromium(&[
+        &format!(
+            "--screenshot={}",
+            dir.join(format!("{name}-page.png")).display()
+        ),
+        "--window-size=1200,1600",
+        &format!("file://{}", page.display()),
+    ]);
+}
+
+#[test]
+fn an_operators_journey_trigger_escalation_ctrl_c_resolve_keeps_one_popup_on_screen() {
+    // issue 29's journey with real opencode run and a real dunst: the loop triggers, goes on and
+    // escalates, the operator presses Ctrl-C, the next tick resolves it. At each step the
+    // episode has one popup on screen, the later ones shown in the place of the first
+    let desk = &Desktop::private();
+    let mut sim = Sim::start();
+    sim.stop_server();
+    let home = installed_on_db(&sim);
+    let cfg = home.join(".config/oc-watchdog/watchdog.toml");
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text += "\n[alert]\nescalate_after_ticks = 2\n";
+    std::fs::write(&cfg, text).unwrap();
+    let w = Installed { home: &home, desk };
+    let displayed = || -> String {
+        let o = Command::new("dunstctl")
+            .args(["count", "displayed"])
+            .env("DBUS_SESSION_BUS_ADDRESS", &desk.bus)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let settle = || std::thread::sleep(std::time::Duration::from_millis(500));
+    let (mut run, id) = run_in_background(
+        &sim,
+        &["SCRIPT:lc_journey go"],
+        "the loop's first ten reads",
+        |(calls, _)| calls >= 10,
+    );
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert_eq!(mine(&w.tick(), &id), ["state=trigger severity=warning"]);
+    settle();
+    assert_eq!(displayed(), "1");
+    shots(desk, &home, "1-trigger");
+    // it goes on: new calls by the next tick, which escalates
+    let (before, _) = calls_in_db(&sim, &id);
+    wait_until("more reads", || calls_in_db(&sim, &id).0 >= before + 4);
+    let r = w.tick();
+    assert_eq!(
+        mine(&r, &id),
+        ["state=escalate severity=critical reason=still_looping"],
+        "{}",
+        r.story()
+    );
+    settle();
+    assert_eq!(
+        displayed(),
+        "1",
+        "the escalation replaced the trigger's popup"
+    );
+    shots(desk, &home, "2-escalate");
+    // Ctrl-C (twice if it must)
+    let mut presses = 0;
+    while run.try_wait().unwrap().is_none() {
+        assert!(presses < 3, "opencode run outlived three SIGINTs");
+        Command::new("kill")
+            .args(["-INT", &run.id().to_string()])
+            .status()
+            .unwrap();
+        presses += 1;
+        let t0 = std::time::Instant::now();
+        while run.try_wait().unwrap().is_none() && t0.elapsed().as_secs() < 5 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    eprintln!("journey: opencode run ended after {presses} SIGINT(s)");
+    // the reads made since the escalation's tick count once more: the resolve comes with the
+    // first tick that sees no new call (at most the second)
+    let r = w.tick();
+    let mut got = mine(&r, &id);
+    if got.is_empty() {
+        eprintln!("journey: the first tick after Ctrl-C counted the last reads; one more");
+        got = mine(&w.tick(), &id);
+    }
+    assert_eq!(
+        got,
+        ["state=resolve severity=info reason=stopped"],
+        "{}",
+        r.story()
+    );
+    settle();
+    assert_eq!(displayed(), "1", "the resolve replaced the critical popup");
+    shots(desk, &home, "3-resolve");
+    let seen = desk.wait_for(&id, 3);
+    assert_eq!(
+        seen.iter().map(|s| s.urgency).collect::<Vec<_>>(),
+        [Some(1), Some(2), Some(0)],
+        "{seen:?}"
+    );
+    for s in &seen {
+        eprintln!(
+            "journey popup: {} | {}",
+            s.summary,
+            s.body.replace('\n', " / ")
+        );
+    }
+    let details = w
+        .run("wd-store", &["alerts", "--format", "table", "--wide"])
+        .stdout();
+    eprintln!("journey: wd-store alerts --wide\n{details}");
+    let ids: Vec<String> = rusqlite::Connection::open(home.join(".local/state/oc-watchdog/watchdog.db"))
+        .unwrap()
+        .prepare("SELECT d.detail FROM deliveries d JOIN events e ON e.id = d.event WHERE e.dedup_key = ?1 ORDER BY e.id")
+        .unwrap()
+        .query_map([format!("opencode-loop:{id}")], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(ids.iter().all(|d| d == &ids[0]), "one popup id: {ids:?}");
+    // what stays on screen is the resolve, saying why
+    assert!(
+        seen[2].body.contains("the opencode process ended"),
+        "{:?}",
+        seen[2]
+    );
+}

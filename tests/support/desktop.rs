@@ -23,6 +23,8 @@ pub struct Seen {
     pub body: String,
     /// 0 low, 1 normal, 2 critical.
     pub urgency: Option<u8>,
+    /// Every string of the call: the four above, then the actions (id, label, ...) and hints.
+    pub strings: Vec<String>,
 }
 
 impl Desktop {
@@ -184,6 +186,7 @@ impl Desktop {
                 summary: strings.get(2).cloned().unwrap_or_default(),
                 body: strings.get(3).cloned().unwrap_or_default(),
                 urgency,
+                strings,
             });
         }
         out

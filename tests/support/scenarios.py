@@ -119,6 +119,8 @@ SCRIPTS["todo_stop"] = [t("todowrite", todos=[
 
 # a loop that goes on: one read of the spec every half second, for about half a minute
 SCRIPTS["lc_goes_on"] = [dict(t("read", filePath=SPEC), delay=0.5) for _ in range(50)] + [{"text": "Still reading."}]
+# the operator's journey: a loop long enough to trigger, escalate and be stopped by Ctrl-C
+SCRIPTS["lc_journey"] = [dict(t("read", filePath=SPEC), delay=0.5) for _ in range(200)] + [{"text": "Still reading."}]
 # a loop on a failing check, then (a later prompt) the fix that lands and the check that passes
 SCRIPTS["lc_fixed_loop"] = [t("bash", command="python3 tools/check.py") for _ in range(13)] + [
     {"text": "check.py keeps failing."}]

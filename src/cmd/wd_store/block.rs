@@ -14,6 +14,7 @@ pub fn block_model(
     reason: Option<String>,
     opencode_config: Option<PathBuf>,
     opencode: &str,
+    force: bool,
     out: &mut Out,
 ) -> Result<Exit> {
     let mut cfg = cx.cfg.clone();
@@ -26,6 +27,7 @@ pub fn block_model(
         model,
         reason.as_deref(),
         opencode,
+        force,
         cx.now,
     )?;
     eprintln!("wd-store: {}", o.message);

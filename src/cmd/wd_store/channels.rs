@@ -37,6 +37,7 @@ fn list(cx: &Ctx, out: &mut Out) -> Result<Exit> {
         kind: "channel",
         rows,
         cols,
+        fit: None,
     }
     .print(cx.format, out)?;
     Ok(Exit::Ok)

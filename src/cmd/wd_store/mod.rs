@@ -49,9 +49,9 @@ pub struct Args {
     /// Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists).
     #[arg(long, global = true, value_name = "PATH")]
     pub config: Option<PathBuf>,
-    /// Output format of the queries.
-    #[arg(long, global = true, value_enum, default_value_t = Format::Jsonl)]
-    pub format: Format,
+    /// Output format of the queries (default jsonl; `status` prints a table on a terminal).
+    #[arg(long, global = true, value_enum)]
+    pub format: Option<Format>,
     /// The current time in epoch ms (default: the clock).
     #[arg(long, global = true, value_name = "MS")]
     pub now: Option<i64>,
@@ -95,6 +95,9 @@ pub enum Cmd {
         /// Also list episodes resolved this long ago or less.
         #[arg(long, value_name = "DURATION", default_value = "1h")]
         recent: String,
+        /// With --format table: every column (the default table fits 100 columns).
+        #[arg(long)]
+        wide: bool,
     },
     /// The history of alert episodes, closed ones included: reason, duration, calls, cost.
     Alerts {
@@ -107,6 +110,9 @@ pub enum Cmd {
         /// At most this many rows, newest first.
         #[arg(long, default_value_t = 1000)]
         limit: usize,
+        /// With --format table: every column (the default table fits 100 columns).
+        #[arg(long)]
+        wide: bool,
     },
     /// Recorded verdicts, newest first.
     Verdicts {
@@ -174,6 +180,10 @@ pub enum Cmd {
             default_value = "opencode"
         )]
         opencode: String,
+        /// Block it even when it is opencode's default (the config's `model` or `small_model`,
+        /// an agent's or a mode's `model`): every new opencode starting with it then fails.
+        #[arg(long)]
+        force: bool,
     },
     /// Undo `block-model`: remove exactly what it added to the opencode config.
     UnblockModel { model: String },
@@ -227,6 +237,8 @@ pub struct Ctx {
     /// `--now` as given (a follow stage reads the clock at each tick without it).
     pub fixed_now: Option<i64>,
     pub format: Format,
+    /// `--format` was given (else `status` picks a table for a terminal).
+    pub format_given: bool,
 }
 
 pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
@@ -256,7 +268,8 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         store,
         now,
         fixed_now: args.now,
-        format: args.format,
+        format: args.format.unwrap_or_default(),
+        format_given: args.format.is_some(),
     };
     let r = dispatch(&mut cx, args.cmd, stdin, out);
     r.map_err(|e| cx.store.explain(e))
@@ -273,8 +286,13 @@ fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> R
         Cmd::LastTick => tick::last_tick(cx, out),
         Cmd::OpenRoots => tick::open_roots(cx, out),
         Cmd::Status => queries::status(cx, out),
-        Cmd::Loops { recent } => queries::loops(cx, &recent, out),
-        Cmd::Alerts { since, kind, limit } => queries::alerts(cx, &since, kind, limit, out),
+        Cmd::Loops { recent, wide } => queries::loops(cx, &recent, wide, out),
+        Cmd::Alerts {
+            since,
+            kind,
+            limit,
+            wide,
+        } => queries::alerts(cx, &since, kind, limit, wide, out),
         Cmd::Verdicts {
             since,
             session,
@@ -299,7 +317,8 @@ fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> R
             reason,
             opencode_config,
             opencode,
-        } => block::block_model(cx, &model, reason, opencode_config, &opencode, out),
+            force,
+        } => block::block_model(cx, &model, reason, opencode_config, &opencode, force, out),
         Cmd::UnblockModel { model } => block::unblock_model(cx, &model, out),
         Cmd::NotifyOnAction { wait_secs } => notify_on_action(cx, wait_secs, stdin, out),
     }
@@ -307,21 +326,34 @@ fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> R
 
 /// The desktop notification's click helper (see `crate::notify::click`).
 fn notify_on_action(
-    cx: &Ctx,
+    cx: &mut Ctx,
     wait_secs: u64,
     stdin: &mut dyn BufRead,
     out: &mut Out,
 ) -> Result<Exit> {
+    use crate::notify::click;
     let with = cx
         .cfg
         .report
         .open_with
         .clone()
         .filter(|w| !w.trim().is_empty());
-    crate::notify::click::notify_and_wait(
+    let lock = click::lock_path(&cx.store.path);
+    // the stop is recorded like the operator's command; its words go to the log, as the
+    // alerter that reads this helper's first line is gone by then
+    let mut stop = |session: &str| -> Result<()> {
+        let mut said = Out::new(Box::new(std::io::stderr()), false);
+        crate::stop::command(&mut cx.store, &cx.cfg, session, "15s", &mut said)?;
+        Ok(said.flush()?)
+    };
+    click::notify_and_wait(
         stdin,
         out,
-        with.as_deref().unwrap_or("xdg-open"),
+        &lock,
+        click::OnAction {
+            open_with: with.as_deref().unwrap_or("xdg-open"),
+            stop: &mut stop,
+        },
         std::time::Duration::from_secs(wait_secs),
     )?;
     Ok(Exit::Ok)

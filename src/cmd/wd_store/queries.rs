@@ -3,6 +3,7 @@
 
 use super::Ctx;
 use crate::cli::{parse_duration_ms, parse_when, Exit, Format, Out};
+use crate::store::rows::{self, Rows};
 use crate::store::{blocks, channels, episodes, ticks, verdicts};
 use anyhow::{bail, Result};
 use serde_json::json;
@@ -10,11 +11,16 @@ use serde_json::json;
 /// `wd-store status`: the last tick, open alerts, the channels (objects in JSONL, a
 /// `name:on|off:severity` summary in a table or CSV), and `state`: what keeps the state
 /// directory from recording ticks (full, not writable, deleted), null when nothing does.
+/// JSONL in a pipe, a table on a terminal, unless `--format` says.
 pub fn status(cx: &Ctx, out: &mut Out) -> Result<Exit> {
+    let format = match cx.format_given {
+        false if out.terminal => Format::Table,
+        _ => cx.format,
+    };
     let mut r = ticks::status(&cx.store)?;
     let ch = channels::effective(&cx.store, &cx.cfg)?;
     r.cols.push("channels");
-    let chv = if cx.format == Format::Jsonl {
+    let chv = if format == Format::Jsonl {
         serde_json::to_value(&ch)?
     } else {
         let summary: Vec<String> = ch
@@ -34,13 +40,44 @@ pub fn status(cx: &Ctx, out: &mut Out) -> Result<Exit> {
         row.push(chv.clone());
         row.push(state.clone());
     }
-    r.print(cx.format, out)?;
+    r.print(format, out)?;
     Ok(Exit::Ok)
 }
 
+/// The columns of the narrow `loops` table, and the ones cut to fit 100 columns.
+const LOOPS_NARROW: &[&str] = &[
+    "status",
+    "session",
+    "opened",
+    "burned",
+    "project",
+    "session_title",
+];
+const ALERTS_NARROW: &[&str] = &["opened", "alert", "reason", "burned", "session"];
+const CUT: &[&str] = &["project", "session_title"];
+
+/// Rows as the operator reads them: the project as `~/work/app`; a table without `--wide`
+/// only the `narrow` columns, fit to [`rows::WIDTH`].
+fn for_people(mut r: Rows, format: Format, wide: bool, narrow: &[&'static str]) -> Rows {
+    r.map_col("project", |v| match v.as_str() {
+        Some(d) => json!(crate::paths::short(d)),
+        None => v.clone(),
+    });
+    if format != Format::Table || wide {
+        return r;
+    }
+    let mut r = r.only(narrow);
+    r.fit = Some(rows::Fit {
+        width: rows::WIDTH,
+        flexible: CUT,
+    });
+    r
+}
+
 /// `wd-store loops`: open alerts, and those resolved within `recent`.
-pub fn loops(cx: &Ctx, recent: &str, out: &mut Out) -> Result<Exit> {
-    episodes::loops(&cx.store, cx.now - parse_duration_ms(recent)?)?.print(cx.format, out)?;
+pub fn loops(cx: &Ctx, recent: &str, wide: bool, out: &mut Out) -> Result<Exit> {
+    let r = episodes::loops(&cx.store, cx.now - parse_duration_ms(recent)?, cx.now)?;
+    for_people(r, cx.format, wide, LOOPS_NARROW).print(cx.format, out)?;
     Ok(Exit::Ok)
 }
 
@@ -50,6 +87,7 @@ pub fn alerts(
     since: &str,
     kind: Option<String>,
     limit: usize,
+    wide: bool,
     out: &mut Out,
 ) -> Result<Exit> {
     let since = parse_when(since, cx.now)?;
@@ -59,7 +97,8 @@ pub fn alerts(
             bail!("unknown alert kind {k:?} (loop, blind, stalled, retrying, waiting, interrupted, unfinished)");
         }
     }
-    episodes::history(&cx.store, since, kind.as_deref(), limit)?.print(cx.format, out)?;
+    let r = episodes::history(&cx.store, since, kind.as_deref(), limit, cx.now)?;
+    for_people(r, cx.format, wide, ALERTS_NARROW).print(cx.format, out)?;
     Ok(Exit::Ok)
 }
 
