@@ -27,7 +27,7 @@
 //!    compressed, and they end as sessions whose process is gone).
 //! 4. cost while idle: FOLLOW_IDLE_SECS (600), opencode serve idle, the database holding
 //!    FOLLOW_IDLE_SESSIONS (2,000) old sessions of FOLLOW_IDLE_CALLS (50) calls each (real rows of a
-//!    real `healthy` session, cloned with new ids) besides everything above.
+//!    real `healthy` session, cloned with new ids, added just before) besides everything above.
 //!
 //! ```text
 //! cargo bench --bench follow
@@ -966,6 +966,42 @@ fn cpu_over(tag: &str, f: impl FnOnce()) -> (f64, f64, usize, usize) {
     (100.0 * used / secs, secs, n0, n1)
 }
 
+/// Adds `n` sessions of `calls` steps each, two days old, cloned from `template`, in one
+/// transaction; prints what the database then holds. Returns its session count.
+fn old_history(m: &Machine, template: &str, n: u64, calls: u64) -> i64 {
+    let t = Instant::now();
+    {
+        let c = Connection::open(m.db()).unwrap();
+        c.busy_timeout(Duration::from_secs(5)).unwrap();
+        let cl = Cloner::new(&c, template);
+        let tx = c.unchecked_transaction().unwrap();
+        let old = now_ms() - 2 * 86_400_000;
+        for i in 0..n {
+            let sid = format!("ses_idle{i:05}xxxxxxxxxxxxxxxx");
+            let t0 = old + i as i64 * 60_000;
+            cl.session(&sid, &format!("idle {i}"), t0);
+            for k in 0..calls as usize {
+                cl.step(&sid, &format!("idle{i:05}"), k, t0 + k as i64 * 1000);
+            }
+        }
+        tx.commit().unwrap();
+    }
+    let (sessions, parts): (i64, i64) = m
+        .ro()
+        .query_row(
+            "SELECT (SELECT count(*) FROM session), (SELECT count(*) FROM part)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    println!(
+        "  opencode database: {sessions} sessions, {parts} parts, {} MiB ({n} old ones cloned from a real `healthy` run in {:.0} s)",
+        std::fs::metadata(m.db()).unwrap().len() >> 20,
+        t.elapsed().as_secs_f64()
+    );
+    sessions
+}
+
 fn main() {
     let s = Settings::from_env();
     let started = Instant::now();
@@ -1007,36 +1043,6 @@ fn main() {
     let healthy = m
         .session_of(&base, 0)
         .expect("opencode run healthy made no session");
-    let t = Instant::now();
-    {
-        let c = Connection::open(m.db()).unwrap();
-        c.busy_timeout(Duration::from_secs(5)).unwrap();
-        let cl = Cloner::new(&c, &healthy);
-        let tx = c.unchecked_transaction().unwrap();
-        let old = now_ms() - 2 * 86_400_000;
-        for i in 0..s.idle_sessions {
-            let sid = format!("ses_idle{i:05}xxxxxxxxxxxxxxxx");
-            let t0 = old + i as i64 * 60_000;
-            cl.session(&sid, &format!("idle {i}"), t0);
-            for k in 0..s.idle_calls as usize {
-                cl.step(&sid, &format!("idle{i:05}"), k, t0 + k as i64 * 1000);
-            }
-        }
-        tx.commit().unwrap();
-    }
-    let (sessions, parts): (i64, i64) = m
-        .ro()
-        .query_row(
-            "SELECT (SELECT count(*) FROM session), (SELECT count(*) FROM part)",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
-    println!(
-        "  opencode database: {sessions} sessions, {parts} parts, {} MiB (old ones cloned from a real `healthy` run in {:.0} s)",
-        std::fs::metadata(m.db()).unwrap().len() >> 20,
-        t.elapsed().as_secs_f64()
-    );
     let projects: Vec<PathBuf> = (0..s.loops.max(s.busy))
         .map(|i| m.project(&format!("loop{i:02}")))
         .collect();
@@ -1062,7 +1068,7 @@ fn main() {
                 Watched::new(&name, p, Some(child))
             })
             .collect();
-        watch(&m, &mut wave, Duration::from_secs(120), true);
+        watch(&m, &mut wave, Duration::from_secs(180), true);
         wave.iter_mut().for_each(Watched::stop);
         watched.extend(wave);
     }
@@ -1241,16 +1247,20 @@ fn main() {
         .count();
     println!("  Notify calls naming those sessions: {alerted}");
 
-    // 4. cost while idle
+    // 4. cost while idle, over a big history (added only now: `opencode run` starting on a
+    // 300 MB database under this machine's load made no call in two minutes)
     println!(
-        "\n4. cost while idle: {} s, opencode serve idle, {} sessions in the database",
-        s.idle_secs, sessions
+        "\n4. cost while idle: {} s, opencode serve idle, {} old sessions added to the database",
+        s.idle_secs, s.idle_sessions
     );
+    let sessions = old_history(&m, &healthy, s.idle_sessions, s.idle_calls);
+    std::thread::sleep(Duration::from_secs(15));
+    sampler.mark("history added");
     let (pct_idle, secs, n0, n1) = cpu_over(&m.tag, || {
         std::thread::sleep(Duration::from_secs(s.idle_secs))
     });
     println!(
-        "  pipeline CPU: {pct_idle:.3}% of one core over {secs:.0} s ({n0}->{n1} pipeline processes, load {})",
+        "  pipeline CPU: {pct_idle:.3}% of one core over {secs:.0} s, {sessions} sessions in the database ({n0}->{n1} pipeline processes, load {})",
         loadavg()
     );
     sampler.mark("after the idle period");
