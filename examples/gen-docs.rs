@@ -1,5 +1,6 @@
 //! Writes man/<command>.1 and man/completions/ from the clap definitions and src/docs.rs, and
-//! man/oc-watchdog-tick.1 (the tick script, which has no clap definition) from src/docs.rs alone.
+//! man/oc-watchdog-tick.1 and man/oc-watchdog-follow.1 (the scripts, which have no clap
+//! definition) from src/docs.rs alone.
 //!
 //!     cargo run --example gen-docs
 //!
@@ -33,7 +34,7 @@ fn see_also(name: &str) -> String {
     let pages: Vec<String> = oc_watchdog::docs::PAGES
         .iter()
         .map(|p| p.name)
-        .chain([oc_watchdog::docs::TICK.name])
+        .chain([oc_watchdog::docs::TICK.name, oc_watchdog::docs::FOLLOW.name])
         .filter(|n| *n != name)
         .map(|n| format!("{n}(1)"))
         .collect();
@@ -144,6 +145,7 @@ fn main() {
             std::fs::write(dir.join("completions").join(file), buf).unwrap();
         }
     }
-    let tick = &oc_watchdog::docs::TICK;
-    std::fs::write(dir.join(format!("{}.1", tick.name)), script_page(tick)).unwrap();
+    for script in [&oc_watchdog::docs::TICK, &oc_watchdog::docs::FOLLOW] {
+        std::fs::write(dir.join(format!("{}.1", script.name)), script_page(script)).unwrap();
+    }
 }

@@ -59,6 +59,24 @@ where
     }
 }
 
+/// Follow mode: SIGTERM (systemd stopping the service) ends the command at once with status
+/// 0 and no message, as the end of its input would; what it wrote up to its last sweep was
+/// flushed there.
+pub fn exit_quietly_on_sigterm() -> Result<()> {
+    let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    signal_hook::flag::register_conditional_shutdown(signal_hook::consts::SIGTERM, 0, armed)
+        .context("cannot handle SIGTERM")?;
+    Ok(())
+}
+
+/// Follow mode: a flag SIGTERM raises, for a loop that stops between reads.
+pub fn sigterm_flag() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, flag.clone())
+        .context("cannot handle SIGTERM")?;
+    Ok(flag)
+}
+
 /// True when any error in the chain is a broken pipe, including one wrapped by serde_json.
 pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {

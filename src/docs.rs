@@ -1,7 +1,8 @@
 //! The parts of each man page that clap does not know: exit status, the JSONL fields a command
 //! reads and writes, and examples with real output. `examples/gen-docs.rs` renders them with the
 //! clap definitions into `man/`, so help, man pages and completions share one source. The tick
-//! script (`deploy/oc-watchdog-tick`) has no clap definition: its page is [`TICK`], whole.
+//! and follow scripts (`deploy/oc-watchdog-tick`, `deploy/oc-watchdog-follow`) have no clap
+//! definition: their pages are [`TICK`] and [`FOLLOW`], whole.
 
 /// (command, exit status, fields, examples)
 pub struct Page {
@@ -63,6 +64,53 @@ $ journalctl --user -u oc-watchdog.service
 $ oc-watchdog-tick && wd-store status",
 };
 
+/// `oc-watchdog-follow(1)`. Its `--help` (in the script) is the synopsis and first paragraph.
+pub const FOLLOW: Script = Script {
+    name: "oc-watchdog-follow",
+    about: "oc-watchdog's follow mode: alert within seconds of a loop, idle at next to no cost",
+    synopsis: "\
+oc-watchdog-follow
+oc-watchdog-follow --help",
+    description: "\
+The tick's pipeline in follow mode, for as long as it runs: reads opencode as it writes (what
+changed every [follow] poll_ms, one PRAGMA data_version while nothing did; a full read, as a
+timer tick lists, every full_every_secs), judges the sessions that changed, records each batch
+as a tick (mode follow, full or partial), alerts on changes and keeps the operator's page
+current (rewritten at most every 2 s). oc-watchdog-follow.service runs it and restarts it when
+it fails. It takes no options: the config file says everything (see FILES).
+
+It is this pipeline, each stage a plain command reading and writing JSON Lines, a sweep record
+ending each batch (a tick record after wd-store tick):
+  oc-sessions --follow --also-open | oc-calls --follow | wd-store calls --follow |
+  progress-detect --follow | wd-store tick --follow | wd-alert --follow |
+  wd-store report --follow
+Its first read looks back as the first tick does (to the last tick, else 1 hour). A stage that
+fails without saying why in the stream blinds the tick (a blind record) and ends the pipeline.
+
+A loop triggers at the first tick that flags it, within seconds of its flagging call. It
+escalates when it goes on (new calls, nothing landed) escalate_after_minutes (default 5) or
+escalate_after_calls (default 100) after the trigger, whichever comes first: the timer's 3
+ticks at 5 minutes are 10 minutes, and 100 calls of a loop at 0.4 calls a second are 4 minutes.
+It resolves as a timer tick resolves it; a partial tick, which lists only what changed, never
+calls a session gone.
+
+The timer stays as the fallback: this holds the tick lock for its whole life, so a timer tick
+exits at once while it runs, and ticks again when it stops. Log lines (one per alert
+transition) go to stderr, the journal under systemd.",
+    files: "\
+$XDG_CONFIG_HOME/oc-watchdog/watchdog.toml      the config ([follow] for this mode)
+$XDG_STATE_HOME/oc-watchdog/watchdog.db         the record of ticks, verdicts and alerts
+$XDG_STATE_HOME/oc-watchdog/tick.lock           held for as long as it runs
+~/.config/systemd/user/oc-watchdog-follow.service   the unit that runs it",
+    exit: "\
+1  the pipeline ended by itself (a stage failed); systemd starts it again
+2  it could not start: the state directory could not be used",
+    examples: "\
+$ systemctl --user enable --now oc-watchdog-follow.service
+$ journalctl --user -u oc-watchdog-follow -f
+$ wd-store status --format table",
+};
+
 const STREAM: &str = "\
 session  {kind, id, parent, agent, title, directory, created, updated, status, source, sources, model}
          source: the server URL when a server lists it, else the database path (export:FILE
@@ -77,6 +125,8 @@ source   {kind, source, reader, found, version, sessions, ...}   one per source 
          projects); found: argument, configured, default, discovered
 activity {kind, session, last_progress, in_flight, running [{tool, t, timeout}], error}
          after each session's calls: times and states for the liveness judge, no content
+sweep    {kind, n, t, full}   --follow: the end of one read (full: what a tick lists, with the
+         source records; else only the sessions that changed); every stage passes it on, flushed
 session records from a server also carry retry {attempt, message, next},
 pending {permissions, questions} and todos_open
 Times are integer milliseconds since the epoch. Filters pass unknown kinds and fields through.";
@@ -84,8 +134,8 @@ Times are integer milliseconds since the epoch. Filters pass unknown kinds and f
 pub const PAGES: &[Page] = &[
     Page {
         name: "oc-sessions",
-        exit: "0  success, also when no opencode was found (nothing is printed)\n\
-               2  an error, or an opencode answered in a shape not understood (a blind record was printed)",
+        exit: "0  success, also when no opencode was found (nothing is printed); --follow: ended by SIGTERM or a closed stdout\n\
+               2  an error, or an opencode answered in a shape not understood (a blind record was printed; --follow goes on)",
         fields: STREAM,
         examples: "\
 $ oc-sessions --since 1h | head -3
@@ -95,7 +145,7 @@ $ oc-sessions --since 1h | head -3
     },
     Page {
         name: "oc-calls",
-        exit: "0  success\n\
+        exit: "0  success; --follow: its input ended (or SIGTERM)\n\
                2  an error, a bad input line (named by its number), or a session in a shape not understood (a blind record was printed)",
         fields: STREAM,
         examples: "\
@@ -117,9 +167,13 @@ include, subagent_type, timeout and workdir; other strings become sha1:<12 hex>:
         name: "progress-detect",
         exit: "0  success, also when sessions were flagged\n\
                1  --check: a label of the backtest does not hold; --flag-rate-max: more productive runs flagged than allowed\n\
-               2  an error, or a bad input line (named by its number and skipped; the rest is judged)",
+               2  an error, or a bad input line (named by its number and skipped; the rest is judged)\n\
+               --follow: 0 at the end of input; a bad line is named on stderr and in the stream as a\n\
+               blind record (source progress-detect), and the rest is judged",
         fields: "\
 reads    session and call records (see oc-calls(1)); other kinds pass through
+         --follow: also sweep records; at each, the verdicts of the sessions of its batch that
+         changed (of each one on a full sweep), judged at the sweep's t, then the sweep
 writes   verdict {kind, session, root, parent, agent, title, read_only, calls, flagged, reasons,
          signals {dup, top, top_target, slow, slow_call, coverage, coverage_file, run, run_call,
          cycle, same_failure, same_failure_call, circling, circling_file},
@@ -148,7 +202,8 @@ backtest: 18/18 labels hold",
 tick reads   verdict, source and blind records; passes every line through, then appends
              tick {kind, id, t, outcome (ok|flagged|no_opencode|blind), sessions, flagged, sources}
 calls reads  session and call records; passes every line through, then keeps each session's
-             latest calls (tool, time, landed, failed, target) until tick keeps its flagged ones
+             latest calls (tool, time, landed, failed, target) until tick keeps its flagged ones;
+             --follow: keeps them across batches and stages the batch's at each sweep record
 queries      status, loop, episode, verdict_row, rollup, channel, block records (JSONL), or
              --format table|csv",
         examples: "\

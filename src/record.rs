@@ -186,7 +186,7 @@ pub struct Running {
 }
 
 /// `{"kind":"tick", ...}`: what wd-store recorded of one tick, written last in its stream.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Tick {
     /// The tick's row id in the watchdog database.
     pub id: i64,
@@ -204,6 +204,63 @@ pub struct Tick {
     /// The sources read (their `source` records' `source`).
     #[serde(default)]
     pub sources: Vec<String>,
+    /// Did the tick list what a timer tick lists (absence = gone)? A follow mode's partial
+    /// tick (`full: false`) listed only what changed. Written only when false.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub full: bool,
+    /// Which pipeline wrote it. Written only in follow mode (older lines are timer ticks).
+    #[serde(default, skip_serializing_if = "TickMode::is_timer")]
+    pub mode: TickMode,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+impl Default for Tick {
+    fn default() -> Self {
+        Tick {
+            id: 0,
+            t: 0,
+            outcome: None,
+            sessions: 0,
+            flagged: 0,
+            sources: Vec::new(),
+            full: true,
+            mode: TickMode::Timer,
+        }
+    }
+}
+
+/// Which pipeline ran a tick: the timer's batch tick (`oc-watchdog-tick`) or the follow
+/// service's long-running one (`oc-watchdog-follow`, one tick per sweep).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TickMode {
+    #[default]
+    Timer,
+    Follow,
+}
+
+impl TickMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TickMode::Timer => "timer",
+            TickMode::Follow => "follow",
+        }
+    }
+    pub fn parse(s: &str) -> Option<TickMode> {
+        [TickMode::Timer, TickMode::Follow]
+            .into_iter()
+            .find(|m| m.as_str() == s)
+    }
+    fn is_timer(&self) -> bool {
+        *self == TickMode::Timer
+    }
 }
 
 /// `{"kind":"sweep","n":7,"t":1764756000000,"full":false}`: in follow mode (`--follow`), the end

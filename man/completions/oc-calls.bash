@@ -23,7 +23,7 @@ _oc__calls() {
 
     case "${cmd}" in
         oc__calls)
-            opts="-h -V --server --db --export --config --line-buffered --help --version"
+            opts="-h -V --server --db --export --config --line-buffered --follow --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

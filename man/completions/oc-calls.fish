@@ -3,5 +3,6 @@ complete -c oc-calls -l db -d 'opencode\'s database to read the given session id
 complete -c oc-calls -l export -d 'Read sessions from files `opencode export <id>` wrote (`-`: stdin; several documents may follow each other)' -r
 complete -c oc-calls -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
 complete -c oc-calls -l line-buffered -d 'Flush after every record'
+complete -c oc-calls -l follow -d 'Read a stream that does not end (oc-sessions --follow): for each session record, only the messages changed since it was last read; write each call that is new or whose record changed (a later line of a call replaces the earlier one), and the activity when it changed; pass each sweep on and flush. Sessions unlisted for 60 full sweeps are forgotten (read whole if they come back)'
 complete -c oc-calls -s h -l help -d 'Print help'
 complete -c oc-calls -s V -l version -d 'Print version'

@@ -23,7 +23,7 @@ _oc__sessions() {
 
     case "${cmd}" in
         oc__sessions)
-            opts="-h -V --server --db --no-db --no-discover --since --also --now --config --line-buffered --help --version"
+            opts="-h -V --server --db --no-db --no-discover --since --also --also-open --follow --now --config --line-buffered --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

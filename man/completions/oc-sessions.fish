@@ -6,6 +6,8 @@ complete -c oc-sessions -l now -d 'The current time in epoch ms (for --since dur
 complete -c oc-sessions -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
 complete -c oc-sessions -l no-db -d 'Do not read the database'
 complete -c oc-sessions -l no-discover -d 'Do not look for running opencode servers (read only those given or configured)'
+complete -c oc-sessions -l also-open -d 'With --follow, also list the trees of the watchdog\'s open alerts at every full read (the roots `wd-store open-roots` prints, asked of the store each time)'
+complete -c oc-sessions -l follow -d 'Keep reading: every [follow] poll_ms, the sessions that changed (one cheap query while nothing did) and a partial `sweep` record; every [follow] full_every_secs, and first, a full read as a tick\'s (sessions active since the previous full read, --also, the open alerts\' trees with --also-open, the `source` records) and a full `sweep`. The first read looks back to --since, else the watchdog\'s last tick, else 1h. Output is flushed after every sweep; SIGTERM ends it with status 0'
 complete -c oc-sessions -l line-buffered -d 'Flush after every record'
 complete -c oc-sessions -s h -l help -d 'Print help'
 complete -c oc-sessions -s V -l version -d 'Print version'

@@ -23,5 +23,6 @@ complete -c progress-detect -l read-only-agents -d 'Agents that never land (comm
 complete -c progress-detect -l check -d 'Backtest: check the `expect`/`flag_after` labels; print one summary line and exit 1 when any label fails'
 complete -c progress-detect -l every -d 'Also emit a verdict at every flag transition, as it happens'
 complete -c progress-detect -l line-buffered -d 'Flush after every record'
+complete -c progress-detect -l follow -d 'Follow a live stream (oc-sessions --follow ... | oc-calls --follow): keep every session\'s calls, and at each `sweep` record write the verdicts that changed (every listed session\'s on a full sweep), then the sweep, and flush. A later line of the same call replaces the earlier'
 complete -c progress-detect -s h -l help -d 'Print help'
 complete -c progress-detect -s V -l version -d 'Print version'

@@ -23,7 +23,7 @@ _wd__alert() {
 
     case "${cmd}" in
         wd__alert)
-            opts="-h -V --db --config --now --test --channel --severity --help --version"
+            opts="-h -V --db --config --now --test --channel --severity --follow --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -296,7 +296,7 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__calls)
-            opts="-h --db --config --format --now --help"
+            opts="-h --follow --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -926,7 +926,7 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__report)
-            opts="-h --out --db --config --format --now --help"
+            opts="-h --out --follow --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1062,7 +1062,7 @@ _wd__store() {
             return 0
             ;;
         wd__subcmd__store__subcmd__tick)
-            opts="-h --outcome --started --db --config --format --now --help"
+            opts="-h --outcome --started --follow --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

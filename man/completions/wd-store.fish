@@ -62,6 +62,7 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l format -d 'Ou
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l follow -d 'Follow mode: every `sweep` record ends one tick, recorded and its `tick` record written (and flushed) in the sweep\'s place; runs until end of input'
 complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand calls" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand calls" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
@@ -69,6 +70,7 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand calls" -l format -d 'O
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand calls" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand calls" -l follow -d 'Follow a live stream (oc-calls --follow): keep each session\'s latest calls across batches (a later line of a call replaces the earlier) and stage those of the sessions in each batch at its `sweep` record, before passing the sweep on'
 complete -c wd-store -n "__fish_wd_store_using_subcommand calls" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand last-tick" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand last-tick" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
@@ -176,6 +178,7 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l format -d '
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l now -d 'The current time in epoch ms (default: the clock)' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l follow -d 'Follow mode: read wd-alert --follow\'s stream (events, then each `tick` record) and rewrite the page as it comes, at most every 2 s and at least at every full tick; runs until end of input'
 complete -c wd-store -n "__fish_wd_store_using_subcommand report" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l reason -d 'Why (shown on the page)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l opencode-config -d 'The opencode config to edit (default: [report] opencode_config, else the global opencode.jsonc / opencode.json under $XDG_CONFIG_HOME/opencode)' -r -F

@@ -187,9 +187,9 @@ fn open_episode(tx: &Connection, p: &Prepared, s: &Staged) -> Result<i64> {
     tx.execute(
         "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired,
              flagged_ticks, asked, agent, model, title, top_target, evidence, calls, cost, duration_ms,
-             opinion, source, last_decision, sources)
+             opinion, source, last_decision, sources, trigger_calls)
          VALUES (?1, ?2, ?3, 'open', ?4, ?4, ?5, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-             'triggered', ?17)",
+             'triggered', ?17, coalesce(?12, 0))",
         params![
             key,
             kind.as_str(),

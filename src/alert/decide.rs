@@ -19,7 +19,40 @@ pub struct Input<'a> {
     pub tick: &'a TickView,
     /// Second opinions by root, when asked this tick.
     pub answers: &'a HashMap<String, Opinion>,
-    pub escalate_after: u32,
+    pub escalate: Escalate,
+}
+
+/// When a loop that goes on (new calls, nothing landed) becomes critical.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Escalate {
+    /// The timer's ticks: at this many flagged ticks (1 at the trigger), `[alert]
+    /// escalate_after_ticks`.
+    Ticks(u32),
+    /// Follow mode, whose ticks come every second or so: this many minutes after the trigger
+    /// (by the tick's time) or this many calls of the tree's flagged sessions made since it,
+    /// whichever comes first (`[follow] escalate_after_minutes`, `escalate_after_calls`).
+    After { minutes: u64, calls: u64 },
+}
+
+impl Escalate {
+    /// Does the loop escalate already at its trigger?
+    fn at_trigger(self) -> bool {
+        match self {
+            Escalate::Ticks(n) => n <= 1,
+            Escalate::After { minutes, calls } => minutes == 0 || calls == 0,
+        }
+    }
+
+    /// Is it due at `flagged_ticks`, `since_ms` after the trigger, `calls` calls since it?
+    fn due(self, flagged_ticks: u32, since_ms: i64, calls: u64) -> bool {
+        match self {
+            Escalate::Ticks(n) => flagged_ticks >= n,
+            Escalate::After {
+                minutes,
+                calls: most,
+            } => since_ms >= (minutes as i64).saturating_mul(60_000) || calls >= most,
+        }
+    }
 }
 
 /// Why a loop episode neither counts nor resolves this tick.
@@ -289,7 +322,7 @@ fn new_loops(
             }
         }
         let opinion = i.answers.get(*root).cloned();
-        let severity = if opinion.as_ref().is_some_and(Opinion::yes) || i.escalate_after <= 1 {
+        let severity = if opinion.as_ref().is_some_and(Opinion::yes) || i.escalate.at_trigger() {
             Severity::Critical
         } else {
             Severity::Warning
@@ -363,6 +396,8 @@ fn blind_step(i: &Input) -> Option<Step> {
             opinion: None,
             marks: Vec::new(),
         }),
+        // a partial tick read only what changed: the source that was blind may still be
+        (true, Some(_)) if tick.partial => None,
         (true, Some(a)) => Some(Step::Resolve {
             episode: a.id,
             key: a.key.clone(),
@@ -458,15 +493,17 @@ fn loop_step(i: &Input, a: &AlertEpisode, tree: Option<&Tree>) -> Option<Step> {
     })
 }
 
-/// The loop went on: count the tick, and escalate when it is the `escalate_after`th or the
-/// second opinion says yes.
+/// The loop went on: count the tick, and escalate when the [`Escalate`] rule says it is due
+/// or the second opinion says yes.
 fn count_step(i: &Input, a: &AlertEpisode, marks: Marks) -> Step {
     let n = a.flagged_ticks + 1;
     let critical = a.severity == Severity::Critical;
     let opinion = i.answers.get(&a.subject).cloned();
+    let figures = figures(flagged_of(&marks), a.opened, n);
+    let since_trigger = figures.calls.saturating_sub(a.trigger_calls);
     let escalate = if critical {
         None
-    } else if n >= i.escalate_after {
+    } else if i.escalate.due(n, i.tick.t - a.opened, since_trigger) {
         Some(Reason::StillLooping)
     } else if opinion.as_ref().is_some_and(Opinion::yes) {
         Some(Reason::SecondOpinion)
@@ -478,7 +515,7 @@ fn count_step(i: &Input, a: &AlertEpisode, marks: Marks) -> Step {
         root: a.subject.clone(),
         flagged_ticks: n,
         escalate,
-        figures: figures(flagged_of(&marks), a.opened, n),
+        figures,
         ask: !critical && a.asked == 1 && escalate != Some(Reason::StillLooping),
         opinion,
         marks,
@@ -602,7 +639,7 @@ mod tests {
             last: &last,
             tick: &t,
             answers: &answers,
-            escalate_after: 3,
+            escalate: Escalate::Ticks(3),
         })
         .steps
     }
@@ -755,7 +792,7 @@ mod tests {
             last: &HashMap::new(),
             tick: &t,
             answers: &HashMap::new(),
-            escalate_after: 3,
+            escalate: Escalate::Ticks(3),
         });
         assert_eq!(plan.questions(), ["r"]);
         let answers = HashMap::from([("r".to_string(), yes())]);
@@ -771,9 +808,57 @@ mod tests {
             last: &HashMap::new(),
             tick: &t,
             answers: &HashMap::new(),
-            escalate_after: 3,
+            escalate: Escalate::Ticks(3),
         });
         assert!(plan.questions().is_empty());
+    }
+
+    /// Follow mode escalates by the time since the trigger or the calls since it, whichever
+    /// first, however many ticks counted (hundreds, at one a second); the timer by ticks.
+    #[test]
+    fn follow_mode_escalates_by_minutes_or_calls_since_the_trigger_not_by_ticks() {
+        let follow = Escalate::After {
+            minutes: 5,
+            calls: 100,
+        };
+        let step = |ticks: u32, at: i64, calls: u64, rule: Escalate| {
+            // triggered at T with 30 calls since the last landing; one new call this tick
+            let mut a = open(ticks, Severity::Warning, &[("r", calls - 1)]);
+            a.trigger_calls = 30;
+            let mut t = tick(vec![v("r", true, calls, "active")]);
+            t.t = T + at;
+            let got = decide(&Input {
+                open: &[a],
+                last: &HashMap::new(),
+                tick: &t,
+                answers: &HashMap::new(),
+                escalate: rule,
+            });
+            name(&got.steps[0])
+        };
+        const MIN: i64 = 60_000;
+        // 400 ticks in, 4 min 59 s and 99 calls after the trigger: still counting
+        assert_eq!(step(400, 5 * MIN - 1000, 129, follow), "count 401");
+        // 5 minutes after it
+        assert_eq!(
+            step(400, 5 * MIN, 201, follow),
+            "escalate still_looping at 401"
+        );
+        // 100 calls after it (130 since the last landing, 30 of them before the trigger)
+        assert_eq!(step(2, 40_000, 130, follow), "escalate still_looping at 3");
+        // the timer's rule reads only the ticks
+        assert_eq!(
+            step(2, 40_000, 201, Escalate::Ticks(3)),
+            "escalate still_looping at 3"
+        );
+        assert_eq!(step(1, 20 * MIN, 500, Escalate::Ticks(3)), "count 2");
+        // zero of either: critical at the trigger, as escalate_after_ticks = 1 does
+        assert!(Escalate::After {
+            minutes: 0,
+            calls: 100
+        }
+        .at_trigger());
+        assert!(!follow.at_trigger());
     }
 
     #[test]

@@ -4,13 +4,14 @@
 //! and write it (`apply`); then send the nudges it recorded fresh (`outbox`).
 
 use super::apply::{self, Prepared};
-use super::decide::{self, Input, Plan};
+use super::decide::{self, Escalate, Input, Plan};
 use super::opinion::{self, Opinion};
 use super::stage::{self, Nudge, Staged, TickIndex, Wording};
 use super::{load, outbox, AlertEpisode, Event, TickView, Verdict};
 use crate::channels::route::local_hour;
 use crate::channels::EffectiveChannel;
 use crate::config::Config;
+use crate::record::TickMode;
 use crate::store::Store;
 use anyhow::Result;
 use rusqlite::Connection;
@@ -103,7 +104,18 @@ fn input<'a>(
         last,
         tick,
         answers,
-        escalate_after: cfg.alert.escalate_after_ticks,
+        escalate: escalate_rule(cfg, tick),
+    }
+}
+
+/// The timer's ticks escalate by their count; the follow service's by time or calls.
+fn escalate_rule(cfg: &Config, tick: &TickView) -> Escalate {
+    match tick.mode {
+        TickMode::Timer => Escalate::Ticks(cfg.alert.escalate_after_ticks),
+        TickMode::Follow => Escalate::After {
+            minutes: cfg.follow.escalate_after_minutes,
+            calls: cfg.follow.escalate_after_calls,
+        },
     }
 }
 

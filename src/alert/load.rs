@@ -22,7 +22,7 @@ pub fn processed(conn: &Connection, key: &str) -> Result<bool> {
         .is_some())
 }
 
-const EPISODE_COLS: &str = "id, dedup_key, kind, root, severity, flagged_ticks, asked, source, opened, title, agent, model, reason, sources";
+const EPISODE_COLS: &str = "id, dedup_key, kind, root, severity, flagged_ticks, asked, source, opened, title, agent, model, reason, sources, trigger_calls";
 
 fn episode_row(r: &rusqlite::Row) -> rusqlite::Result<AlertEpisode> {
     Ok(AlertEpisode {
@@ -47,6 +47,7 @@ fn episode_row(r: &rusqlite::Row) -> rusqlite::Result<AlertEpisode> {
             .and_then(|s| serde_json::from_str(&s).ok())
             .unwrap_or_default(),
         marks: HashMap::new(),
+        trigger_calls: r.get::<_, i64>(14)?.max(0) as u64,
     })
 }
 

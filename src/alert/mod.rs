@@ -11,7 +11,9 @@
 //! tick triggers (warning, critical on a "yes" second opinion). A later tick counts toward
 //! escalation only when the tree's flagged sessions made new calls since the previous tick and
 //! landed nothing; the episode escalates once, to critical, when `flagged_ticks` (1 at the
-//! trigger) reaches `escalate_after_ticks`, or at once on a "yes" to the second question. It
+//! trigger) reaches `escalate_after_ticks` (in follow mode, whose ticks come every second or so:
+//! `[follow] escalate_after_minutes` after the trigger or `escalate_after_calls` calls since it,
+//! whichever first; `decide::Escalate`), or at once on a "yes" to the second question. It
 //! resolves with a reason: `progress` (nothing in the tree is flagged any more), `stopped`
 //! (every flagged session is idle and made no call since the previous tick) or `gone` (the root
 //! is no longer in an opencode that was read). A busy session that makes no call (a long tool, a
@@ -21,6 +23,7 @@
 
 pub mod apply;
 pub mod decide;
+pub mod follow;
 pub mod lifecycle;
 pub mod load;
 pub mod opinion;
@@ -420,6 +423,8 @@ pub struct AlertEpisode {
     pub reason: Option<Reason>,
     /// What the last tick saw of each session of the tree, by session id.
     pub marks: HashMap<String, SessionMark>,
+    /// Loops: the episode's calls at its trigger (follow mode escalates by the calls since).
+    pub trigger_calls: u64,
 }
 
 impl AlertEpisode {
@@ -445,6 +450,12 @@ pub struct TickView {
     /// Sources that answered.
     pub sources: Vec<String>,
     pub t: i64,
+    /// Timer tick or follow mode's (which escalates by time and calls, not ticks).
+    pub mode: crate::record::TickMode,
+    /// A follow mode's partial tick: it listed only the sessions that changed (and, from
+    /// wd-alert's cache, the rest of their trees) and read no source as a whole, so nothing
+    /// absent is gone and a blind alert stays until a full tick reads.
+    pub partial: bool,
 }
 
 impl TickView {

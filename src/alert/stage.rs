@@ -7,6 +7,7 @@ use super::{text, AlertEpisode, AlertKind, Delivery, Event, TickView, Transition
 use crate::channels::route::{route, SentBefore};
 use crate::channels::EffectiveChannel;
 use crate::config::Config;
+use crate::record::TickMode;
 use crate::severity::Severity;
 use serde_json::json;
 use std::collections::HashMap;
@@ -119,6 +120,7 @@ fn event_of(w: &Wording, step: &Step) -> Option<Event> {
                 figures: figures.unwrap_or_default(),
                 reason: None,
                 again: again(marks),
+                since_trigger: None,
             };
             let mut ev = text::loop_event(cfg, news, &w.index.flagged(subject), now);
             if let Some(o) = opinion {
@@ -155,6 +157,12 @@ fn event_of(w: &Wording, step: &Step) -> Option<Event> {
                 figures: *figures,
                 reason: Some(*reason),
                 again: again(marks),
+                since_trigger: (w.tick.mode == TickMode::Follow).then(|| {
+                    let ep = w.open.get(episode);
+                    let at = ep.map_or(0, |e| e.trigger_calls);
+                    let opened = ep.map_or(w.tick.t, |e| e.opened);
+                    (w.tick.t - opened, figures.calls.saturating_sub(at))
+                }),
             };
             let mut ev = text::loop_event(cfg, news, &w.index.flagged(root), now);
             if let Some(o) = opinion {

@@ -63,6 +63,9 @@ pub struct LoopNews {
     /// The loop started again after an earlier episode, with nothing landed since: the figures
     /// count from there, not from the last landed change.
     pub again: bool,
+    /// Follow mode's escalation: how long after the trigger (by the tick's time) and how
+    /// many calls since it (it escalates by time and calls, not by ticks).
+    pub since_trigger: Option<(i64, u64)>,
 }
 
 /// A loop's trigger or escalation; `tree` is its flagged verdicts, the most telling first.
@@ -74,6 +77,7 @@ pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> 
         figures,
         reason,
         again,
+        since_trigger,
     } = news;
     let v = tree[0];
     let agent = v.agent.clone().unwrap_or_else(|| "agent".into());
@@ -84,10 +88,16 @@ pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> 
         String::new()
     };
     let lead = match reason {
-        Some(Reason::StillLooping) => format!(
-            "still looping after {} flagged ticks: ",
-            figures.flagged_ticks
-        ),
+        Some(Reason::StillLooping) => match since_trigger {
+            Some((ms, c)) => format!(
+                "still looping {} and {c} calls after the alert: ",
+                duration(ms)
+            ),
+            None => format!(
+                "still looping after {} flagged ticks: ",
+                figures.flagged_ticks
+            ),
+        },
         Some(Reason::SecondOpinion) => "the local model says it is looping: ".into(),
         _ => String::new(),
     };

@@ -9,6 +9,8 @@
 //! id is written once, whatever the input repeats. Never message text, tool output or file
 //! content.
 
+mod follow;
+
 use crate::cli::{Exit, Out};
 use crate::cmd::oc_sessions::blind;
 use crate::config::Config;
@@ -56,6 +58,13 @@ pub struct Args {
     /// Flush after every record.
     #[arg(long)]
     pub line_buffered: bool,
+    /// Read a stream that does not end (oc-sessions --follow): for each session record, only
+    /// the messages changed since it was last read; write each call that is new or whose record
+    /// changed (a later line of a call replaces the earlier one), and the activity when it
+    /// changed; pass each sweep on and flush. Sessions unlisted for 60 full sweeps are
+    /// forgotten (read whole if they come back).
+    #[arg(long, conflicts_with_all = ["sessions", "export"])]
+    pub follow: bool,
 }
 
 pub fn main() -> i32 {
@@ -134,6 +143,10 @@ impl Calls<'_> {
 pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     out.line_buffered_if(args.line_buffered);
     let cfg = Config::load(args.config.as_deref())?;
+    if args.follow {
+        crate::cli::exit_quietly_on_sigterm()?;
+        return follow::run(sources::Limits::of(&cfg.opencode), stdin, out);
+    }
     let mut c = Calls {
         out,
         lines: convert::LineCache::default(),

@@ -10,6 +10,8 @@
 //! per source that could not be read (exit 2), then the `session` records. With no opencode
 //! at all it prints nothing and exits 0.
 
+mod follow;
+
 use crate::cli::{now_ms, parse_when, Exit, Out};
 use crate::config::{Config, Discover};
 use crate::record::{to_line, Blind, SourceRead};
@@ -59,6 +61,18 @@ pub struct Args {
     /// and resolve when they are gone).
     #[arg(long, value_name = "IDS")]
     pub also: Option<String>,
+    /// With --follow, also list the trees of the watchdog's open alerts at every full read
+    /// (the roots `wd-store open-roots` prints, asked of the store each time).
+    #[arg(long, requires = "follow")]
+    pub also_open: bool,
+    /// Keep reading: every [follow] poll_ms, the sessions that changed (one cheap query while
+    /// nothing did) and a partial `sweep` record; every [follow] full_every_secs, and first, a
+    /// full read as a tick's (sessions active since the previous full read, --also, the open
+    /// alerts' trees with --also-open, the `source` records) and a full `sweep`. The first read
+    /// looks back to --since, else the watchdog's last tick, else 1h. Output is flushed after
+    /// every sweep; SIGTERM ends it with status 0.
+    #[arg(long, conflicts_with = "now")]
+    pub follow: bool,
     /// The current time in epoch ms (for --since durations; default: the clock).
     #[arg(long, value_name = "MS")]
     pub now: Option<i64>,
@@ -77,19 +91,15 @@ pub fn main() -> i32 {
 pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     out.line_buffered_if(args.line_buffered);
     let cfg = Config::load(args.config.as_deref())?;
+    if args.follow {
+        return follow::run(&args, &cfg, out);
+    }
     let now = args.now.unwrap_or_else(now_ms);
     let since = match &args.since {
         Some(w) => parse_when(w, now)?,
         None => 0,
     };
-    let also: Vec<String> = args
-        .also
-        .as_deref()
-        .unwrap_or("")
-        .split([',', ' ', '\n'])
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect();
+    let also = ids_of(args.also.as_deref());
     let mut seen = Seen::default();
     let (db_path, db_found) =
         crate::paths::opencode_db(args.db.as_deref(), cfg.opencode.db.as_deref());
@@ -105,6 +115,37 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
     };
     let (procs, plan) = sources::servers_to_read(&args.servers, &cfg, discover, &db_path);
     let limits = sources::Limits::of(&cfg.opencode);
+    let reads = collect(
+        db.as_ref(),
+        &plan,
+        &procs,
+        discover != Discover::Off,
+        (since, &also),
+        limits,
+        &mut seen,
+    );
+    if let Some(db) = &db {
+        let writers: Vec<u32> = procs.iter().map(|p| p.pid).collect();
+        write_db_source(out, db, db_found, &writers, &seen)?;
+    }
+    write_server_sources(out, &reads, &seen)?;
+    write_rest(out, &reads, &seen)
+}
+
+/// One read of the sources: the database (if open) and the servers `plan`ned, merged into
+/// `seen`, the sessions picked by `pick` (updated since, and these ids, with their trees),
+/// with the marks the processes (`procs`, looked for when `looked`) give them. Returns what
+/// each server gave.
+fn collect(
+    db: Option<&Db>,
+    plan: &[sources::Planned],
+    procs: &[sources::discover::Process],
+    looked: bool,
+    pick: (i64, &[String]),
+    limits: sources::Limits,
+    seen: &mut Seen,
+) -> Vec<ServerRead> {
+    let (since, also) = pick;
     let reads: Vec<ServerRead> = std::thread::scope(|s| {
         let handles: Vec<_> = plan
             .iter()
@@ -112,29 +153,33 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    if let Some(db) = &db {
-        if let Err(e) = read_db(db, since, &also, &reads, &mut seen) {
+    if let Some(db) = db {
+        if let Err(e) = read_db(db, since, also, &reads, seen) {
             seen.blind(&db.path.display().to_string(), &format!("{e:#}"));
         }
     } else {
-        seen.merge_servers(&reads, since, &also);
+        seen.merge_servers(&reads, since, also);
     }
     let asked: HashSet<u32> = reads
         .iter()
         .filter(|r| r.live.is_some())
         .flat_map(|r| r.plan.pids.iter().copied())
         .collect();
-    idle_is_unknown_where_unasked(&mut seen.sessions, &procs, &asked);
+    idle_is_unknown_where_unasked(&mut seen.sessions, procs, &asked);
     if db.is_some() {
-        let looked = discover != Discover::Off;
-        ended_where_no_process(&mut seen.sessions, &procs, &asked, looked);
+        ended_where_no_process(&mut seen.sessions, procs, &asked, looked);
     }
-    server_todos(&mut seen, &reads);
-    if let Some(db) = &db {
-        let writers: Vec<u32> = procs.iter().map(|p| p.pid).collect();
-        write_db_source(out, db, db_found, &writers, &seen)?;
-    }
-    write_rest(out, &reads, &seen)
+    server_todos(seen, &reads);
+    reads
+}
+
+/// Session ids separated by commas, spaces or newlines (`--also`).
+fn ids_of(list: Option<&str>) -> Vec<String> {
+    list.unwrap_or("")
+        .split([',', ' ', '\n'])
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// Opens the database to read: `None` when there is none yet (or none where the config says,
@@ -211,8 +256,8 @@ fn write_db_source(
     Ok(())
 }
 
-/// The servers' `source` records, then the blind records, then the sessions.
-fn write_rest(out: &mut Out, reads: &[ServerRead], seen: &Seen) -> Result<Exit> {
+/// The servers' `source` records.
+fn write_server_sources(out: &mut Out, reads: &[ServerRead], seen: &Seen) -> Result<()> {
     for r in reads {
         if let Some(live) = &r.live {
             let mut extra = Map::new();
@@ -238,6 +283,11 @@ fn write_rest(out: &mut Out, reads: &[ServerRead], seen: &Seen) -> Result<Exit> 
             )?)?;
         }
     }
+    Ok(())
+}
+
+/// The blind records (of the servers, then of the rest), then the sessions.
+fn write_rest(out: &mut Out, reads: &[ServerRead], seen: &Seen) -> Result<Exit> {
     let mut code = Exit::Ok;
     for r in reads {
         if let Some(why) = &r.error {

@@ -2,10 +2,11 @@
 //!
 //! In: contract-v1 JSONL (files or stdin). `session` and `call` records are consumed; every
 //! other line (unknown kinds, `source`, `blind`) passes through unchanged. Out: one `verdict`
-//! per session at the end of input (and one per flag transition with `--every`).
+//! per session at the end of input (and one per flag transition with `--every`); with
+//! `--follow`, at each `sweep` record the verdicts that changed (see [`follow`]).
 
 use crate::cli::{each_line, not_utf8, now_ms, Exit, Format, Out};
-use crate::config::{Config, DetectorConfig};
+use crate::config::{Config, DetectorConfig, LivenessConfig};
 use crate::detect::{target, thresholds, CallIn, Detector};
 use crate::liveness::{self, Activity, Evidence};
 use crate::record::{kind_of, to_line, Expect, Session, Signal, Verdict};
@@ -62,11 +63,19 @@ pub struct Args {
     /// Flush after every record.
     #[arg(long)]
     pub line_buffered: bool,
+    /// Follow a live stream (oc-sessions --follow ... | oc-calls --follow): keep every
+    /// session's calls, and at each `sweep` record write the verdicts that changed (every listed
+    /// session's on a full sweep), then the sweep, and flush. A later line of the same call
+    /// replaces the earlier.
+    #[arg(long, conflicts_with_all = ["check", "flag_rate_max", "every", "format"])]
+    pub follow: bool,
 }
 
 pub fn main() -> i32 {
     crate::cli::main("progress-detect", run)
 }
+
+pub mod follow;
 
 /// One input line, either kind, parsed once. Strings borrow from the line where they can
 /// (one allocation fewer per field and call; escaped strings are copied).
@@ -222,6 +231,9 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     // flags override the config: check them the way the config is checked
     crate::config::check_detector(&dcfg)
         .map_err(|e| anyhow::anyhow!("{e} (from the flag or the config)"))?;
+    if args.follow {
+        return follow::run(&args, &cfg, dcfg, stdin, out);
+    }
     let now = args.now.unwrap_or_else(now_ms);
     let mut d = Detector::new(dcfg);
     let mut intake = Intake {
@@ -266,39 +278,24 @@ impl Intake {
         line: &str,
         parsed: &serde_json::Result<Line>,
     ) -> Result<()> {
-        let parsed: &Line = match parsed {
-            Ok(l) => l,
-            Err(e) => {
-                // a line of another kind may use our field names differently: pass it on
-                match kind_of(line) {
-                    Ok(Some(k)) if k != "call" && k != "session" => {
-                        if !self.quiet {
-                            out.line(line)?;
-                        }
+        match input(line, parsed) {
+            Input::Session(s) => self.session(d, s),
+            Input::Call(c) => {
+                if d.call(&c) && self.every && !self.quiet {
+                    if let Some(v) = d.verdict(c.session) {
+                        out.line(&to_line("verdict", &v)?)?;
                     }
-                    _ => self.bad(name, n, e),
                 }
-                return Ok(());
             }
-        };
-        match parsed.kind.as_deref() {
-            Some("session") => match serde_json::from_str::<Session>(line) {
-                Ok(s) => self.session(d, s),
-                Err(e) => self.bad(name, n, e),
-            },
-            Some("call") => self.call(d, out, name, n, parsed)?,
-            Some("activity") => match serde_json::from_str::<Activity>(line) {
-                Ok(a) => {
-                    self.activity.insert(a.session.clone(), a);
-                }
-                Err(e) => self.bad(name, n, e),
-            },
-            Some(_) => {
+            Input::Activity(a) => {
+                self.activity.insert(a.session.clone(), a);
+            }
+            Input::Other(_) => {
                 if !self.quiet {
                     out.line(line)?;
                 }
             }
-            None => self.bad(name, n, "no \"kind\""),
+            Input::Bad(why) => self.bad(name, n, why),
         }
         Ok(())
     }
@@ -320,51 +317,101 @@ impl Intake {
             self.evidence[i] = ev;
         }
     }
+}
 
-    /// A call record: to the detector, once it has every field a call needs; with `--every`, a
-    /// verdict when its session's flag changes.
-    fn call(
-        &mut self,
-        d: &mut Detector,
-        out: &mut Out,
-        name: &str,
-        n: usize,
-        parsed: &Line,
-    ) -> Result<()> {
+/// One input line, as both ways of reading take it.
+enum Input<'p> {
+    Session(Session),
+    /// A call with every field a call needs, borrowing from the line's parse.
+    Call(CallIn<'p>),
+    Activity(Activity),
+    /// Any other kind (its name, if the line parsed): passed on, or acted on (a `sweep`).
+    Other(Option<&'p str>),
+    /// Why the line is not taken.
+    Bad(String),
+}
+
+/// Reads one line (`parsed`, its parse into [`Line`]) into what it is.
+fn input<'p>(line: &str, parsed: &'p serde_json::Result<Line>) -> Input<'p> {
+    let parsed: &Line = match parsed {
+        Ok(l) => l,
+        // a line of another kind may use our field names differently: pass it on
+        Err(e) => {
+            return match kind_of(line) {
+                Ok(Some(k)) if k != "call" && k != "session" => Input::Other(None),
+                _ => Input::Bad(e.to_string()),
+            }
+        }
+    };
+    match parsed.kind.as_deref() {
+        Some("session") => match serde_json::from_str::<Session>(line) {
+            Ok(s) => Input::Session(s),
+            Err(e) => Input::Bad(e.to_string()),
+        },
+        Some("call") => match call_in(parsed) {
+            Ok(c) => Input::Call(c),
+            Err(field) => Input::Bad(format!("call without {field:?}")),
+        },
+        Some("activity") => match serde_json::from_str::<Activity>(line) {
+            Ok(a) => Input::Activity(a),
+            Err(e) => Input::Bad(e.to_string()),
+        },
+        Some(k) => Input::Other(Some(k)),
+        None => Input::Bad("no \"kind\"".into()),
+    }
+}
+
+/// A call line as the detector takes it, once it has every field a call needs (else the first
+/// one missing).
+fn call_in<'p>(parsed: &'p Line) -> std::result::Result<CallIn<'p>, &'static str> {
+    let (Some(session), Some(id), Some(t), Some(tool)) = (
+        parsed.session.as_deref(),
+        parsed.id.as_deref(),
+        parsed.t,
+        parsed.tool.as_deref(),
+    ) else {
         let missing = [
             ("session", parsed.session.is_none()),
             ("id", parsed.id.is_none()),
             ("t", parsed.t.is_none()),
             ("tool", parsed.tool.is_none()),
-        ]
-        .into_iter()
-        .find(|(_, m)| *m);
-        if let Some((field, _)) = missing {
-            self.bad(name, n, format_args!("call without {field:?}"));
-            return Ok(());
-        }
-        let session = parsed.session.as_deref().unwrap();
-        let c = CallIn {
-            session,
-            id: parsed.id.as_deref().unwrap(),
-            t: parsed.t.unwrap(),
-            tool: parsed.tool.as_deref().unwrap(),
-            args: &parsed.args,
-            status: parsed.status.as_deref().unwrap_or(""),
-            landed: parsed.landed,
-            exit: parsed.exit,
-            file_lines: parsed.file_lines,
-            model: parsed.model.as_deref(),
-            cost: parsed.cost,
-            out: parsed.out.as_deref(),
-        };
-        if d.call(&c) && self.every && !self.quiet {
-            if let Some(v) = d.verdict(session) {
-                out.line(&to_line("verdict", &v)?)?;
-            }
-        }
-        Ok(())
+        ];
+        return Err(missing.into_iter().find(|(_, m)| *m).map_or("", |(f, _)| f));
+    };
+    Ok(CallIn {
+        session,
+        id,
+        t,
+        tool,
+        args: &parsed.args,
+        status: parsed.status.as_deref().unwrap_or(""),
+        landed: parsed.landed,
+        exit: parsed.exit,
+        file_lines: parsed.file_lines,
+        model: parsed.model.as_deref(),
+        cost: parsed.cost,
+        out: parsed.out.as_deref(),
+    })
+}
+
+/// A verdict with its session's liveness class at `now`, judged only on evidence: fixtures and
+/// hand-made streams without any get no class.
+fn with_liveness(
+    mut v: Verdict,
+    ev: Option<&Evidence>,
+    act: Option<&Activity>,
+    now: i64,
+    cfg: &LivenessConfig,
+) -> Verdict {
+    if act.is_some() || ev.is_some_and(|e| e.status.is_some()) {
+        v.liveness = Some(liveness::classify(
+            &ev.cloned().unwrap_or_default(),
+            act,
+            now,
+            cfg,
+        ));
     }
+    v
 }
 
 /// Reads every input line and judges it, in order: this thread reads and parses, another judges.
@@ -504,14 +551,10 @@ fn write_verdicts(
     if csv {
         csv_row(&HEAD, out)?;
     }
-    for (i, mut v) in d.verdicts() {
+    for (i, v) in d.verdicts() {
         let ev = intake.evidence.get(i).and_then(Option::as_ref);
         let act = intake.activity.get(&v.session);
-        // judged only on evidence: fixtures and hand-made streams without any get no class
-        if act.is_some() || ev.is_some_and(|e| e.status.is_some()) {
-            let l = liveness::classify(&ev.cloned().unwrap_or_default(), act, now, &cfg.liveness);
-            v.liveness = Some(l);
-        }
+        let v = with_liveness(v, ev, act, now, &cfg.liveness);
         if args.check {
             if v.expect.is_some() {
                 let from = d.labelled_start(&v.session);

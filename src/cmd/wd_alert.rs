@@ -7,19 +7,22 @@
 //! (`alert::lifecycle`); deliveries are attempted after it and their outcome recorded
 //! (`alert::outbox`). So the
 //! same tick twice sends nothing, and a crash can at worst repeat one notification, never lose a
-//! resolve. Out: each new event as JSONL; a log line per transition and per failed delivery on
+//! resolve. With `--follow` each `tick` record ends one tick, decided at once on whole trees
+//! (`alert::follow`), and its events are followed by the tick record, flushed, for `wd-store
+//! report --follow`. Out: each new event as JSONL; a log line per transition and per failed delivery on
 //! stderr.
 
-use crate::alert::{lifecycle, outbox, AlertKind, Event, TickView, Transition, TEST_KEY};
+use crate::alert::{follow, lifecycle, outbox, AlertKind, Event, TickView, Transition, TEST_KEY};
 use crate::channels::{deliver, effective_channels, EffectiveChannel};
-use crate::cli::{for_each_line, now_ms, Exit, Out};
+use crate::cli::{now_ms, Exit, Out};
 use crate::config::Config;
-use crate::record::{kind_of, Blind, Verdict};
+use crate::record::{Blind, Record};
 use crate::severity::Severity;
-use crate::store::Store;
+use crate::store::{episodes, Store};
 use anyhow::{Context, Result};
 use clap::Parser;
-use serde_json::{json, Value};
+use serde_json::json;
+use std::collections::HashSet;
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,6 +30,7 @@ use std::time::Duration;
 const EXAMPLES: &str = "\
 Examples:
   ... | progress-detect | wd-store tick | wd-alert
+  ... | wd-store tick --follow | wd-alert --follow | wd-store report --follow
   wd-alert --test                              # a test alert through every enabled channel
   wd-alert --test --channel desktop --severity critical";
 
@@ -52,89 +56,111 @@ pub struct Args {
     /// With --test: the test alert's severity.
     #[arg(long, value_name = "SEVERITY", default_value = "warning", value_parser = ["info", "warning", "critical"])]
     pub severity: String,
+    /// Follow mode: every `tick` record ends one tick, decided and delivered at once; its
+    /// events and then the tick record are written (and flushed) for `wd-store report
+    /// --follow`. Runs until end of input.
+    #[arg(long, conflicts_with = "test")]
+    pub follow: bool,
 }
 
 pub fn main() -> i32 {
     crate::cli::main("wd-alert", run)
 }
 
-/// Reads the tick stream.
-fn read_tick(stdin: &mut dyn BufRead, now: i64) -> Result<(TickView, Option<i64>, String, usize)> {
-    let mut tick = TickView {
-        t: now,
-        ..TickView::default()
-    };
-    let mut tick_id: Option<i64> = None;
-    let mut hasher = InputHash::default();
-    let mut bad = 0;
-    let skipped = for_each_line(&[], stdin, |name, n, line| {
-        let kind = match kind_of(line) {
-            Ok(k) => k,
-            Err(e) => {
-                eprintln!("wd-alert: {name}:{n}: {e}");
-                bad += 1;
-                return Ok(());
+/// One tick's lines as they come: its verdicts, blind sources, the sources read, and the
+/// `tick` record that names it.
+#[derive(Default)]
+struct Batch {
+    tick: TickView,
+    tick_id: Option<i64>,
+    hasher: InputHash,
+    bad: usize,
+}
+
+impl Batch {
+    fn new(now: i64) -> Batch {
+        Batch {
+            tick: TickView {
+                t: now,
+                ..TickView::default()
+            },
+            ..Batch::default()
+        }
+    }
+
+    /// Takes one input line; `true` when it was the `tick` record (the end of a follow tick).
+    fn take(&mut self, file: &str, n: usize, raw: std::result::Result<&str, usize>) -> bool {
+        let raw = match raw {
+            Ok(l) => l,
+            Err(col) => {
+                eprintln!("wd-alert: {file}:{n}: {}", crate::cli::not_utf8(col));
+                self.bad += 1;
+                return false;
             }
         };
-        match kind.as_deref() {
-            Some("verdict") => match serde_json::from_str::<Verdict>(line) {
-                Ok(v) => {
-                    hasher.push(line);
-                    tick.verdicts.push(v)
-                }
-                Err(e) => {
-                    eprintln!("wd-alert: {name}:{n}: {e}");
-                    bad += 1;
-                }
-            },
-            Some("blind") => {
-                let b = Blind::read(line);
-                hasher.push(line);
-                tick.blind.push((b.source, b.reason));
+        match Record::parse(raw) {
+            Ok(Record::Verdict(v)) => {
+                self.hasher.push(raw);
+                self.tick.verdicts.push(*v);
             }
-            Some("source") => {
-                let v: Value = match serde_json::from_str(line) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        eprintln!("wd-alert: {name}:{n}: {e}");
-                        bad += 1;
-                        return Ok(());
-                    }
-                };
-                if let Some(s) = v["source"].as_str() {
-                    tick.sources.push(s.to_string());
-                }
+            Ok(Record::Blind(b)) => self.blind(raw, b),
+            Err(e) if e.kind.as_deref() == Some("blind") => self.blind(raw, Blind::read(raw)),
+            Ok(Record::Source(s)) => self.tick.sources.push(s.source),
+            Ok(Record::Tick(t)) => {
+                self.tick_id = Some(t.id);
+                self.tick.t = t.t;
+                self.tick.mode = t.mode;
+                self.tick.partial = !t.full;
+                return true;
             }
-            Some("tick") => {
-                let v: Value = match serde_json::from_str(line) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        eprintln!("wd-alert: {name}:{n}: {e}");
-                        bad += 1;
-                        return Ok(());
-                    }
-                };
-                tick_id = v["id"].as_i64();
-                if let Some(t) = v["t"].as_i64() {
-                    tick.t = t;
-                }
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind.as_deref(),
+                    Some("verdict" | "source" | "tick") | None
+                ) =>
+            {
+                eprintln!("wd-alert: {file}:{n}: {e}");
+                self.bad += 1;
             }
-            _ => {}
+            Err(_) => {}
         }
+        false
+    }
+
+    fn blind(&mut self, raw: &str, b: Blind) {
+        self.hasher.push(raw);
+        self.tick.blind.push((b.source, b.reason));
+    }
+
+    /// The tick as the lifecycle sees it, its key (a rerun of it sends nothing), its id and
+    /// how many lines could not be read.
+    fn finish(mut self) -> (TickView, String, Option<i64>, usize) {
+        if self.bad > 0 && self.tick.blind.is_empty() {
+            self.tick.blind.push((
+                "wd-alert input".into(),
+                format!("{} unreadable line(s)", self.bad),
+            ));
+        }
+        // two verdicts for one session (a stream fed twice): the last one counts
+        self.tick.dedup();
+        let key = match self.tick_id {
+            Some(id) => format!("tick:{id}"),
+            None => format!("input:{}", self.hasher.finish()),
+        };
+        (self.tick, key, self.tick_id, self.bad)
+    }
+}
+
+/// Reads the tick stream (the timer's: one tick, to end of input).
+fn read_tick(stdin: &mut dyn BufRead, now: i64) -> Result<(TickView, Option<i64>, String, usize)> {
+    let mut batch = Batch::new(now);
+    crate::cli::each_line(&[], stdin, |file, n, raw| {
+        batch.take(file, n, raw);
         Ok(())
     })?;
-    bad += skipped;
-    if bad > 0 && tick.blind.is_empty() {
-        tick.blind
-            .push(("wd-alert input".into(), format!("{bad} unreadable line(s)")));
-    }
-    // two verdicts for one session (a stream fed twice): the last one counts
-    tick.dedup();
-    let key = match tick_id {
-        Some(id) => format!("tick:{id}"),
-        None => format!("input:{}", hasher.finish()),
-    };
-    Ok((tick, tick_id, key, bad))
+    let (tick, key, id, bad) = batch.finish();
+    Ok((tick, id, key, bad))
 }
 
 pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
@@ -145,23 +171,89 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     if args.test {
         return test(&store, &cfg, &args, now, out);
     }
+    if args.follow {
+        return follow(&mut store, &cfg, args.now, stdin, out);
+    }
     let (tick, tick_id, key, bad) = read_tick(stdin, now)?;
-    let r = (|| -> Result<Vec<Event>> {
-        // channel settings are read once per run, for deciding and for delivering
-        let chans = effective_channels(&store, &cfg.channels)?;
-        let events = lifecycle::run(&mut store, &cfg, &chans, &tick, &key, tick_id, now)?;
-        outbox::deliver_pending(&mut store, &chans, now)?;
-        outbox::repost_open(&store, &chans, now)?;
-        if let Some(p) = &cfg.store.metrics_file {
-            crate::metrics::write(&store, now, Some(p), out)?;
-        }
-        Ok(events)
-    })();
-    let events = r.map_err(|e| store.explain(e))?;
+    let events = one_tick(&mut store, &cfg, &tick, &key, tick_id, now, out)?;
     for ev in &events {
         out.line(&serde_json::to_string(ev)?)?;
     }
     Ok(if bad > 0 { Exit::Error } else { Exit::Ok })
+}
+
+/// `wd-alert --follow`: one lifecycle run per `tick` record, on the tick [`follow::Cache`]
+/// makes of it; writes each tick's events and then its `tick` record, flushed. `now`: the
+/// clock at each tick unless `--now` fixes it.
+fn follow(
+    store: &mut Store,
+    cfg: &Config,
+    fixed_now: Option<i64>,
+    stdin: &mut dyn BufRead,
+    out: &mut Out,
+) -> Result<Exit> {
+    out.line_buffered(false);
+    let mut cache = follow::Cache::default();
+    let mut batch = Batch::new(fixed_now.unwrap_or_else(now_ms));
+    let mut bad = 0;
+    crate::cli::each_line(&[], stdin, |file, n, raw| {
+        if !batch.take(file, n, raw) {
+            return Ok(());
+        }
+        let now = fixed_now.unwrap_or_else(now_ms);
+        let done = std::mem::replace(&mut batch, Batch::new(now));
+        let (tick, key, tick_id, b) = done.finish();
+        bad += b;
+        let tick = cache.view(tick);
+        let events = one_tick(store, cfg, &tick, &key, tick_id, now, out)?;
+        for ev in &events {
+            out.line(&serde_json::to_string(ev)?)?;
+        }
+        if let Ok(line) = raw {
+            out.line(line)?;
+        }
+        out.flush()?;
+        if !tick.partial {
+            let open: HashSet<String> = episodes::open_roots(store)?.into_iter().collect();
+            cache.forget(tick.t, &open);
+        }
+        Ok(())
+    })?;
+    // what came after the last tick record was never recorded by wd-store: nothing to decide
+    if !batch.tick.verdicts.is_empty() || !batch.tick.blind.is_empty() {
+        eprintln!("wd-alert: the input ended inside a tick (no `tick` record after its lines); not decided");
+    }
+    out.flush()?;
+    Ok(if bad > 0 { Exit::Error } else { Exit::Ok })
+}
+
+/// Runs the lifecycle on one tick, delivers what is pending, re-posts the open alerts where a
+/// channel wants that and writes the metrics file; the events recorded come back.
+fn one_tick(
+    store: &mut Store,
+    cfg: &Config,
+    tick: &TickView,
+    key: &str,
+    tick_id: Option<i64>,
+    now: i64,
+    out: &mut Out,
+) -> Result<Vec<Event>> {
+    let r = (|| -> Result<Vec<Event>> {
+        // channel settings are read once per tick, for deciding and for delivering
+        let chans = effective_channels(store, &cfg.channels)?;
+        let events = lifecycle::run(store, cfg, &chans, tick, key, tick_id, now)?;
+        outbox::deliver_pending(store, &chans, now)?;
+        // follow mode's partial ticks come every second or so: re-posting and the metrics
+        // go with the full ones ([follow] full_every_secs)
+        if !tick.partial {
+            outbox::repost_open(store, &chans, now)?;
+            if let Some(p) = &cfg.store.metrics_file {
+                crate::metrics::write(store, now, Some(p), out)?;
+            }
+        }
+        Ok(events)
+    })();
+    r.map_err(|e| store.explain(e))
 }
 
 /// A chained hash of the input's verdict and blind lines, to recognise a tick seen before

@@ -12,6 +12,10 @@
 //! session or any descendant; edits that undo each other cancel) empties the region and ends
 //! every loop but one (`same_failure`: edits that land but leave a check failing the same way).
 //! A call seen before (same id, fed twice) is skipped.
+//!
+//! The follow mode (`progress-detect --follow`) takes a call for good only once it can no longer
+//! change, and judges the calls that still may on a copy of the session's state
+//! ([`Detector::verdict_with`]); it forgets sessions gone for long ([`Detector::forget`]).
 
 pub mod progress;
 pub mod region;
@@ -49,7 +53,7 @@ const RECENT_IDS: usize = 16;
 
 /// What a verdict needs of a session record (not its pass-through fields: liveness evidence is
 /// read by `cmd`, and a session record's other fields would cost every session they sit in).
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Meta {
     parent: Option<Box<str>>,
     agent: Option<Box<str>>,
@@ -90,7 +94,7 @@ impl From<Session> for Meta {
 }
 
 /// A flagged session's first flag, and its loop (only flagged sessions carry it).
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Flag {
     first: Option<CallRef>,
     /// The case as it stood at the first flag.
@@ -104,7 +108,7 @@ struct Flag {
 /// 64 for a digest line) cost a session that much whatever the strings' length (the
 /// 200,000-session bench peaked at 559 MB with slots, 479 MB with one buffer). The buffer grows
 /// to what it holds, no more (a reallocation within the allocator's size class stays in place).
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Latest<const N: usize> {
     buf: Vec<u8>,
     n: u8,
@@ -165,7 +169,7 @@ impl<const N: usize> Latest<N> {
 
 /// The latest [`RECENT_IDS`] calls' ids, in full. A call is skipped only when its whole id is
 /// among them (a hash or a print of it once took `ses_a_18` for `ses_a_1`).
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Recent(Latest<RECENT_IDS>);
 
 impl Recent {
@@ -179,7 +183,7 @@ impl Recent {
     }
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct SessionState {
     meta: Option<Box<Meta>>,
     read_only: bool,
@@ -462,49 +466,80 @@ impl Detector {
     /// Takes one call; returns whether the session's flag state changed with it.
     pub fn call(&mut self, c: &CallIn) -> bool {
         let si = self.index(c.session);
-        let cfg = &self.cfg;
         let st = &mut self.sessions[si];
         // dedup
         if st.recent.seen(c.id) {
             self.repeated += 1;
             return false;
         }
-        st.count(c);
-        st.label(c.t);
-        // features: what the call works on, computed once for every signal
-        let mut args = target::CallArgs::of_list(c.tool, c.args);
-        let norm = self.commands.normalize(c.tool, &mut args);
-        args.command = &norm;
-        // lent to the call's features while the state changes, put back at the end
-        let dir = st.dir.take();
-        let mut obs = Obs::of(c, args, st.calls, dir.as_deref());
-        st.digest.push(&mut self.line, &obs);
-        // progress
-        let landed = c.landed && st.land(&obs);
-        if c.landed && !landed {
-            // a change that changed nothing new: what it answers (a file grown by one more copy
-            // of its block) moves with its own repeats, not with the work, so it is no outcome
-            obs.out = None;
-        }
-        // window and signals
-        let flagged = if landed {
-            st.landed();
-            st.signals.firing(&st.cx(cfg))
-        } else {
-            st.judge(&obs, cfg)
-        };
-        // flags
-        let changed = st.flag_now(flagged, &obs, cfg);
-        st.dir = dir;
+        let (changed, landed) = feed(st, &self.cfg, &mut self.commands, &mut self.line, c);
         if landed {
             self.credit_ancestors(c.session, c.t);
         }
         changed
     }
 
+    /// The verdict on session `id` as it would be with the calls `tail` after those taken, the
+    /// session's state left as it is (the follow mode's calls that may still change: a running
+    /// call completes, a step's cost and patch come after its calls). A landing in `tail`
+    /// credits no ancestor: that happens once the call is taken. None for a session never seen
+    /// (and given no calls).
+    pub fn verdict_with(&mut self, id: &str, tail: &[CallIn]) -> Option<Verdict> {
+        if tail.is_empty() {
+            return self.verdict(id);
+        }
+        let i = self.index(id);
+        let mut st = self.sessions[i].clone();
+        for c in tail {
+            if !st.recent.seen(c.id) {
+                feed(&mut st, &self.cfg, &mut self.commands, &mut self.line, c);
+            }
+        }
+        Some(self.verdict_of(id, &st))
+    }
+
+    /// Forgets a session (the follow mode's sessions gone for long); returns whether it was
+    /// held. The sessions' numbers change: the last one takes the forgotten one's.
+    pub fn forget(&mut self, id: &str) -> bool {
+        let Some(i) = self.by_id.remove(id) else {
+            return false;
+        };
+        self.sessions.swap_remove(i);
+        if let Some(moved) = self.sessions.get(i) {
+            self.by_id.insert(moved.id.as_str().into(), i);
+        }
+        true
+    }
+
+    /// How many sessions are held.
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+
+    /// The session's parent chain, nearest first, as far as it is known.
+    pub fn ancestors(&self, id: &str) -> Vec<String> {
+        let mut up: Vec<String> = Vec::new();
+        while up.len() < 1000 {
+            let cur = up.last().map_or(id, String::as_str);
+            match self.parent_of(cur) {
+                Some(p) if p != id => up.push(p.to_string()),
+                _ => break,
+            }
+        }
+        up
+    }
+
     /// The verdict on one session now.
     pub fn verdict(&self, id: &str) -> Option<Verdict> {
-        let st = self.get(id)?;
+        Some(self.verdict_of(id, self.get(id)?))
+    }
+
+    /// The verdict on session `id` whose state is `st`.
+    fn verdict_of(&self, id: &str, st: &SessionState) -> Verdict {
         let cfg = &self.cfg;
         let cx = st.cx(cfg);
         let reasons = st.signals.reasons(&cx);
@@ -538,7 +573,7 @@ impl Detector {
         } else {
             st.flag.as_ref().and_then(|f| f.first_case.clone())
         };
-        Some(Verdict {
+        Verdict {
             session: id.to_string(),
             root: self.root_of(id),
             parent: meta.and_then(|m| owned(&m.parent)),
@@ -571,7 +606,7 @@ impl Detector {
             expect,
             ok,
             ..Verdict::default()
-        })
+        }
     }
 
     /// Every session's verdict, one at a time, in the order first seen (with its number): a
@@ -584,9 +619,49 @@ impl Detector {
     }
 }
 
+/// Feeds one call (not seen before) to its session's state: its totals, the digest, the
+/// progress and the signals; returns whether the session's flag changed and whether the call
+/// landed a change (its ancestors are then the caller's to credit).
+fn feed(
+    st: &mut SessionState,
+    cfg: &DetectorConfig,
+    commands: &mut target::Commands,
+    line: &mut String,
+    c: &CallIn,
+) -> (bool, bool) {
+    st.count(c);
+    st.label(c.t);
+    // features: what the call works on, computed once for every signal
+    let mut args = target::CallArgs::of_list(c.tool, c.args);
+    let norm = commands.normalize(c.tool, &mut args);
+    args.command = &norm;
+    // lent to the call's features while the state changes, put back at the end
+    let dir = st.dir.take();
+    let mut obs = Obs::of(c, args, st.calls, dir.as_deref());
+    st.digest.push(line, &obs);
+    // progress
+    let landed = c.landed && st.land(&obs);
+    if c.landed && !landed {
+        // a change that changed nothing new: what it answers (a file grown by one more copy
+        // of its block) moves with its own repeats, not with the work, so it is no outcome
+        obs.out = None;
+    }
+    // window and signals
+    let flagged = if landed {
+        st.landed();
+        st.signals.firing(&st.cx(cfg))
+    } else {
+        st.judge(&obs, cfg)
+    };
+    // flags
+    let changed = st.flag_now(flagged, &obs, cfg);
+    st.dir = dir;
+    (changed, landed)
+}
+
 /// The last [`DIGEST_CALLS`] calls, one line each: what the call worked on and how it ended,
 /// never content.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Digest(Latest<DIGEST_CALLS>);
 
 impl Digest {
@@ -1116,6 +1191,34 @@ mod tests {
             pass(&mut g);
         }
         assert!(g.v("s").first_flag.is_none());
+    }
+
+    #[test]
+    fn a_verdict_with_calls_still_open_leaves_the_state_and_a_forgotten_session_the_others() {
+        let mut f = Feed::new();
+        for s in ["a", "b", "c"] {
+            f.session(s, None, "build");
+        }
+        for _ in 0..4 {
+            f.call("c", "read", json!({"filePath": "/x"}), false, Some(5));
+        }
+        let a: target::ArgList = serde_json::from_str(r#"{"filePath":"/x"}"#).unwrap();
+        let open = [f.call_in("c", "open_1", 9000, "read", &a)];
+        let with = f.d.verdict_with("c", &open).unwrap();
+        assert_eq!((with.calls, with.t), (5, Some(9000)));
+        assert_eq!(f.v("c").calls, 4, "the open call is not taken");
+        // taken for good, the same verdict
+        f.d.call(&open[0]);
+        assert_eq!(f.v("c"), with);
+        assert!(f.d.forget("a"));
+        assert!(!f.d.forget("a"));
+        assert_eq!(f.d.len(), 2);
+        assert!(f.d.verdict("a").is_none());
+        assert_eq!(f.v("c"), with);
+        // the moved session still takes its calls
+        f.call("c", "read", json!({"filePath": "/x"}), false, Some(5));
+        assert_eq!(f.v("c").calls, 6);
+        assert_eq!(f.v("b").calls, 0);
     }
 
     proptest::proptest! {

@@ -35,6 +35,7 @@ const LANDINGS: usize = 16;
 /// Undos in a row from which edits are churn.
 pub const CHURN: u32 = 2;
 
+#[derive(Clone)]
 struct Landing {
     index: u64,
     t: i64,
@@ -43,7 +44,7 @@ struct Landing {
     cost: f64,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Landings {
     /// Effective landings, latest last (bounded). Rings: dropping the oldest of a full vector
     /// moved the other fifteen, 14 cache lines on every landing (cachegrind).

@@ -165,6 +165,7 @@ impl<const N: usize> Small<N> {
 }
 
 /// A call in the region, as far as signals need it after the call has passed.
+#[derive(Clone)]
 pub struct Entry {
     pub index: u64,
     pub t: i64,
@@ -187,7 +188,7 @@ impl Entry {
 
 /// The calls since the last landed change, oldest first, at most `window`. The exact and target
 /// keys sit in their own columns so that a scan over them reads a few contiguous cache lines.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Region {
     pub exact: VecDeque<u64>,
     pub target: VecDeque<u64>,

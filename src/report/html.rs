@@ -117,6 +117,7 @@ fn num(n: Option<i64>) -> String {
 fn watchdog(s: &mut String, p: &PageData) {
     s.push_str("<section id=\"watchdog\"><h2>Watchdog</h2>");
     blind_banner(s, p);
+    not_running_banner(s, p);
     last_tick(s, p);
     channels(s, p);
     change_hint(s, p);
@@ -145,17 +146,117 @@ fn blind_banner(s: &mut String, p: &PageData) {
     }
 }
 
+/// How long after the last tick the page calls the watchdog stopped: twice what the pipeline
+/// that wrote it promises (the follow service a full tick every `full_every_secs`, the timer a
+/// tick every interval).
+fn stopped_after(p: &PageData, t: &crate::report::LastTick) -> i64 {
+    if t.mode == "follow" {
+        2 * p.follow_full_ms.max(1000)
+    } else {
+        2 * interval_ms(p).unwrap_or(300_000)
+    }
+}
+
+/// Nothing watches: no tick for twice the interval, or the user's systemd has neither the
+/// follow service nor the timer enabled.
+pub fn not_running(p: &PageData) -> Option<String> {
+    let stale = match &p.tick {
+        None => Some("no tick was ever recorded".to_string()),
+        Some(t) => {
+            let last = t.last_full.unwrap_or(t.t).max(t.t);
+            (p.now - last > stopped_after(p, t)).then(|| {
+                format!(
+                    "no tick for {} (the {} promises one every {})",
+                    span(p.now - last),
+                    if t.mode == "follow" {
+                        "follow service"
+                    } else {
+                        "timer"
+                    },
+                    span(stopped_after(p, t) / 2)
+                )
+            })
+        }
+    };
+    let units = p.services.neither_enabled().then(|| {
+        "systemctl --user has neither oc-watchdog-follow.service nor oc-watchdog.timer enabled"
+            .to_string()
+    });
+    match (stale, units) {
+        (None, None) => None,
+        (a, b) => Some(a.into_iter().chain(b).collect::<Vec<_>>().join("; ")),
+    }
+}
+
+fn not_running_banner(s: &mut String, p: &PageData) {
+    if let Some(why) = not_running(p) {
+        let _ = write!(
+            s,
+            "<div class=\"blind\" id=\"not-running\">NOTHING IS WATCHING: neither the follow service nor the timer is running ({}). Enable one: <code>systemctl --user enable --now oc-watchdog-follow.service</code> (alerts within seconds) or <code>systemctl --user enable --now oc-watchdog.timer</code> (every 5 minutes).</div>",
+            esc(&why)
+        );
+    }
+}
+
+/// Which pipeline runs, as the last tick says, and what the user's systemd has enabled.
+fn mode_text(p: &PageData, t: &crate::report::LastTick) -> String {
+    let enabled = |e: Option<bool>| match e {
+        Some(true) => " (enabled)",
+        Some(false) => " (not enabled)",
+        None => "",
+    };
+    if t.mode == "follow" {
+        format!(
+            "follow: <code>oc-watchdog-follow.service</code>{} reads opencode as it writes, a full read every {}{}",
+            enabled(p.services.follow_enabled),
+            span(p.follow_full_ms),
+            t.last_full
+                .map(|f| format!(", the last at {}", when(p, f)))
+                .unwrap_or_default()
+        )
+    } else {
+        format!(
+            "timer: <code>oc-watchdog.timer</code>{} runs one tick at a time",
+            enabled(p.services.timer_enabled)
+        )
+    }
+}
+
+/// A source as the page names it: a server by its address (the page holds no URL: nothing on
+/// it is fetched or followed), a database by its path.
+fn source_name(src: &str) -> String {
+    match src
+        .strip_prefix("http://")
+        .or_else(|| src.strip_prefix("https://"))
+    {
+        Some(host) => format!("server <code>{}</code>", esc(host)),
+        None => format!("<code>{}</code>", esc(src)),
+    }
+}
+
+/// When each source was last read, by the recent ticks.
+fn sources_text(p: &PageData) -> String {
+    if p.sources_read.is_empty() {
+        return "none read lately".into();
+    }
+    p.sources_read
+        .iter()
+        .map(|(src, t)| format!("{} {}", source_name(src), when(p, *t)))
+        .collect::<Vec<_>>()
+        .join("<br>")
+}
+
 /// The last tick: when, its outcome and figures, and the timer that runs it.
 fn last_tick(s: &mut String, p: &PageData) {
     match &p.tick {
         None => s.push_str("<p class=\"bad\">No tick recorded yet: the timer has not run. Run <code>oc-watchdog-tick</code> or enable the timer.</p>"),
         Some(t) => {
-            let stale = p.now - t.t > 3 * interval_ms(p).unwrap_or(300_000);
+            let stale = p.now - t.last_full.unwrap_or(t.t).max(t.t) > stopped_after(p, t);
             let _ = write!(
                 s,
                 "<table class=\"kv\"><tr><td>last tick</td><td>{}{}</td></tr><tr><td>outcome</td><td class=\"{}\">{}</td></tr><tr><td>sessions</td><td>{} judged, {} flagged</td></tr><tr><td>duration</td><td>{:.1} s</td></tr>",
                 when(p, t.t),
-                if stale { " <span class=\"bad\">(stale: the timer may have stopped)</span>" } else { "" },
+                if stale { " <span class=\"bad\">(stale: the watchdog may have stopped)</span>" } else { "" },
                 if matches!(t.outcome.as_str(), "ok" | "no_opencode") { "ok" } else { "bad" },
                 esc(&t.outcome),
                 t.sessions,
@@ -164,7 +265,9 @@ fn last_tick(s: &mut String, p: &PageData) {
             );
             let _ = write!(
                 s,
-                "<tr><td>timer</td><td>{}</td></tr></table>",
+                "<tr><td>mode</td><td>{}</td></tr><tr><td>sources last read</td><td>{}</td></tr><tr><td>timer</td><td>{}</td></tr></table>",
+                mode_text(p, t),
+                sources_text(p),
                 timer_text(p)
             );
         }
@@ -583,7 +686,80 @@ fn blocked(s: &mut String, p: &PageData) {
 
 #[cfg(test)]
 mod tests {
-    use super::reason_words;
+    use super::{not_running, reason_words, render};
+    use crate::report::{LastTick, PageData, Services};
+
+    const NOW: i64 = 1_796_000_000_000;
+
+    fn page(mode: &str, ago: i64, services: Services) -> PageData {
+        PageData {
+            now: NOW,
+            tick: Some(LastTick {
+                t: NOW - ago,
+                outcome: "ok".into(),
+                sessions: 2,
+                flagged: 0,
+                duration_ms: 40,
+                blind: None,
+                mode: mode.into(),
+                full: false,
+                last_full: Some(NOW - ago - 20_000),
+            }),
+            services,
+            sources_read: vec![
+                ("http://127.0.0.1:4096".into(), NOW - ago),
+                ("/h/opencode.db".into(), NOW - ago - 20_000),
+            ],
+            follow_full_ms: 60_000,
+            ..PageData::default()
+        }
+    }
+
+    /// The page says which mode runs, when each source was read, and loudly when nothing
+    /// watches: no tick for twice the interval of the mode that ran last, or neither unit
+    /// enabled where the user's systemd can say.
+    #[test]
+    fn the_page_says_the_mode_and_loudly_when_neither_the_service_nor_the_timer_runs() {
+        let enabled = Services {
+            follow_enabled: Some(true),
+            timer_enabled: Some(true),
+            ..Services::default()
+        };
+        let p = page("follow", 1000, enabled.clone());
+        assert_eq!(not_running(&p), None);
+        let html = render(&p);
+        assert!(html.contains("<td>mode</td><td>follow: <code>oc-watchdog-follow.service</code> (enabled) reads opencode as it writes, a full read every 1 min"), "{html}");
+        assert!(
+            html.contains("server <code>127.0.0.1:4096</code>"),
+            "{html}"
+        );
+        assert!(!html.contains("NOTHING IS WATCHING"));
+        // the follow service promises a full tick a minute: 2 min 1 s without one is stopped
+        let p = page("follow", 121_000, enabled.clone());
+        assert_eq!(
+            not_running(&p).as_deref(),
+            Some("no tick for 2 min (the follow service promises one every 1 min)")
+        );
+        assert!(render(&p).contains("NOTHING IS WATCHING"));
+        // the timer promises one every 5 minutes (no timer unit: its default)
+        assert_eq!(not_running(&page("timer", 540_000, enabled.clone())), None);
+        assert_eq!(
+            not_running(&page("timer", 620_000, enabled)).as_deref(),
+            Some("no tick for 10 min (the timer promises one every 5 min)")
+        );
+        // ticks come (by hand), but systemd has neither unit enabled
+        let off = Services {
+            follow_enabled: Some(false),
+            timer_enabled: Some(false),
+            ..Services::default()
+        };
+        assert_eq!(
+            not_running(&page("timer", 1000, off)).as_deref(),
+            Some("systemctl --user has neither oc-watchdog-follow.service nor oc-watchdog.timer enabled")
+        );
+        // no user manager to ask: the ticks alone tell
+        assert_eq!(not_running(&page("timer", 1000, Services::default())), None);
+    }
 
     /// The page said five signals in words of its own (dup: "exact repeats fill the window",
     /// ...) that differed from the detector's; it says every signal as the registry does.

@@ -36,6 +36,12 @@ pub struct PageData {
     pub blind: Option<BlindAlert>,
     pub channels: Vec<Channel>,
     pub timer: Timer,
+    /// The follow service and whether the user's systemd has either unit enabled.
+    pub services: Services,
+    /// Each source read lately, with the time of the last tick that read it, newest first.
+    pub sources_read: Vec<(String, i64)>,
+    /// `[follow] full_every_secs` in ms: a running follow service ticks fully at least this often.
+    pub follow_full_ms: i64,
     pub loops: Vec<Loop>,
     pub episodes: Vec<EpisodeRow>,
     pub rollups: Vec<Rollup>,
@@ -50,6 +56,28 @@ pub struct LastTick {
     pub flagged: i64,
     pub duration_ms: i64,
     pub blind: Option<String>,
+    /// `timer` or `follow`: which pipeline recorded it.
+    pub mode: String,
+    /// A follow mode's partial tick is false.
+    pub full: bool,
+    /// The last full tick (a timer tick is always full).
+    pub last_full: Option<i64>,
+}
+
+/// The follow service's unit as installed, and what `systemctl --user is-enabled` says of the
+/// two units (`None` where there is no user manager to ask).
+#[derive(Debug, Clone, Default)]
+pub struct Services {
+    pub follow_unit: Option<PathBuf>,
+    pub follow_enabled: Option<bool>,
+    pub timer_enabled: Option<bool>,
+}
+
+impl Services {
+    /// The user manager says neither the follow service nor the timer is enabled.
+    pub fn neither_enabled(&self) -> bool {
+        self.follow_enabled == Some(false) && self.timer_enabled == Some(false)
+    }
 }
 
 /// An open "watchdog is blind" alert.
@@ -203,7 +231,10 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
     let c = &store.conn;
     let tick = c
         .query_row(
-            "SELECT t, outcome, sessions, flagged, duration_ms, blind FROM ticks ORDER BY id DESC LIMIT 1",
+            "SELECT t, outcome, sessions, flagged, duration_ms, blind, mode, full,
+                    -- backwards by id: a follow service writes a full tick every minute or so
+                    (SELECT t FROM ticks WHERE full = 1 ORDER BY id DESC LIMIT 1)
+             FROM ticks ORDER BY id DESC LIMIT 1",
             [],
             |r| {
                 Ok(LastTick {
@@ -213,6 +244,9 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
                     flagged: r.get(3)?,
                     duration_ms: r.get(4)?,
                     blind: r.get(5)?,
+                    mode: r.get(6)?,
+                    full: r.get(7)?,
+                    last_full: r.get(8)?,
                 })
             },
         )
@@ -221,6 +255,15 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
         .prepare("SELECT t FROM ticks ORDER BY id DESC LIMIT 12")?
         .query_map([], |r| r.get(0))?
         .collect::<rusqlite::Result<Vec<i64>>>()?;
+    // the recent ticks only: a follow service writes one a second while sessions work
+    let sources_read = c
+        .prepare(
+            "SELECT j.value, max(t.t) FROM ticks t, json_each(t.sources) j
+             WHERE t.id > (SELECT max(id) - 5000 FROM ticks) AND j.type = 'text'
+             GROUP BY j.value ORDER BY 2 DESC, 1 LIMIT 50",
+        )?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<(String, i64)>>>()?;
     let blind = c
         .query_row(
             "SELECT opened, coalesce(top_target, title) FROM alerts WHERE kind = 'blind' AND state = 'open'",
@@ -250,6 +293,9 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
         blind,
         channels,
         timer: timer(),
+        services: services(),
+        sources_read,
+        follow_full_ms: cfg.follow.full_every_secs as i64 * 1000,
         loops,
         episodes,
         rollups,
@@ -285,6 +331,35 @@ fn timer() -> Timer {
         unit: unit.exists().then_some(unit),
         interval,
     }
+}
+
+/// The follow service's unit, and what the user's systemd says is enabled.
+fn services() -> Services {
+    let unit = crate::paths::systemd_user_dir().join(FOLLOW_UNIT);
+    Services {
+        follow_unit: unit.exists().then_some(unit),
+        follow_enabled: is_enabled(FOLLOW_UNIT),
+        timer_enabled: is_enabled("oc-watchdog.timer"),
+    }
+}
+
+pub const FOLLOW_UNIT: &str = "oc-watchdog-follow.service";
+
+/// `systemctl --user is-enabled UNIT`: its word (`enabled`, `disabled`, ...), a unit file that
+/// is not there is not enabled; `None` when there is no systemctl or no user manager to answer.
+fn is_enabled(unit: &str) -> Option<bool> {
+    let out = std::process::Command::new("systemctl")
+        .args(["--user", "is-enabled", unit])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let word = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !word.is_empty() {
+        return Some(matches!(word.as_str(), "enabled" | "enabled-runtime"));
+    }
+    String::from_utf8_lossy(&out.stderr)
+        .contains("No such file")
+        .then_some(false)
 }
 
 fn open_loops(store: &Store) -> Result<Vec<Loop>> {

@@ -16,6 +16,19 @@ use std::time::Duration;
 pub struct Db {
     conn: Connection,
     pub path: PathBuf,
+    /// `message` and `part` carry `time_updated` (opencode 1.18 does): what changed in a
+    /// session can be read alone ([`Db::message_rows_since`]).
+    incremental: bool,
+    /// The file opened (device, inode, birth time): a database deleted and recreated at the
+    /// same path is another file, which this connection does not see.
+    file: Option<(u64, u64, Option<std::time::SystemTime>)>,
+}
+
+/// What tells one file at a path from another that replaced it.
+fn file_identity(path: &Path) -> Option<(u64, u64, Option<std::time::SystemTime>)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.created().ok()))
 }
 
 /// Columns this reader needs, by table. A database without one of them is of a schema this
@@ -58,6 +71,7 @@ impl Db {
         if !path.exists() {
             return Ok(None);
         }
+        let file = file_identity(path);
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -67,6 +81,7 @@ impl Db {
             .map_err(|e| e.to_string())?;
         conn.pragma_update(None, "query_only", true)
             .map_err(|e| e.to_string())?;
+        let mut incremental = true;
         for (table, cols) in NEEDED {
             let mut st = conn
                 .prepare(&format!("PRAGMA table_info({table})"))
@@ -75,6 +90,9 @@ impl Db {
                 .query_map([], |r| r.get::<_, String>(1))
                 .and_then(|rows| rows.collect())
                 .map_err(|e| format!("cannot read: {e}"))?;
+            if matches!(*table, "message" | "part") {
+                incremental &= have.iter().any(|h| h == "time_updated");
+            }
             if have.is_empty() {
                 return Err(format!(
                     "not an opencode database of a known schema: no table {table}"
@@ -89,7 +107,15 @@ impl Db {
         Ok(Some(Db {
             conn,
             path: path.to_path_buf(),
+            incremental,
+            file,
         }))
+    }
+
+    /// Whether the file at the path is still the one this connection reads (not deleted,
+    /// not replaced by another database).
+    pub fn is_current(&self) -> bool {
+        self.file.is_some() && file_identity(&self.path) == self.file
     }
 
     /// The newest schema migration opencode applied (`migration.id`), if it keeps that table.
@@ -204,12 +230,83 @@ impl Db {
             .conn
             .unchecked_transaction()
             .with_context(|| self.err("cannot start a read"))?;
-        let mut msgs: Vec<(String, Map<String, Value>, Vec<Value>)> = Vec::new();
+        let msgs = self.read_messages(&tx, session, None)?;
+        tx.finish()?;
+        Ok(msgs)
+    }
+
+    /// The messages of a session that changed at or after `since` (ms, opencode's
+    /// `time_updated` of the message or of any of its parts), each whole with all its parts,
+    /// in order, and the newest `time_updated` among them (`None`: nothing changed). One
+    /// transaction. `part` is indexed by session only, so this scans the session's parts (not
+    /// their data); a database without `time_updated` columns gives every message.
+    pub fn message_rows_since(&self, session: &str, since: i64) -> Result<(Value, Option<i64>)> {
+        let tx = self
+            .conn
+            .unchecked_transaction()
+            .with_context(|| self.err("cannot start a read"))?;
+        if !self.incremental {
+            let msgs = self.read_messages(&tx, session, None)?;
+            tx.finish()?;
+            return Ok((msgs, None));
+        }
+        let mut changed: Vec<String> = Vec::new();
+        let mut newest: Option<i64> = None;
         {
             let mut st = tx.prepare(
-                "SELECT id, data FROM message WHERE session_id = ?1 ORDER BY time_created, id",
+                "SELECT id, time_updated FROM message WHERE session_id = ?1 AND time_updated >= ?2
+                 UNION
+                 SELECT message_id, max(time_updated) FROM part
+                  WHERE session_id = ?1 AND time_updated >= ?2 GROUP BY message_id",
             )?;
-            let mut rows = st.query([session])?;
+            let mut rows = st.query(rusqlite::params![session, since])?;
+            while let Some(r) = rows.next()? {
+                let id: String = r.get(0)?;
+                let t: Option<i64> = r.get(1)?;
+                newest = newest.max(t);
+                if !changed.contains(&id) {
+                    changed.push(id);
+                }
+            }
+        }
+        // many changed (a first read, a long-forgotten session): all of them, in the two
+        // queries of a whole read, under SQLite's limit on bound parameters
+        let msgs = match changed.len() {
+            0 => Value::Array(Vec::new()),
+            1..=500 => self.read_messages(&tx, session, Some(&changed))?,
+            _ => self.read_messages(&tx, session, None)?,
+        };
+        tx.finish()?;
+        Ok((msgs, newest))
+    }
+
+    /// The messages of a session (`only` these ids, or all), with their parts, as the API
+    /// serves them.
+    fn read_messages(
+        &self,
+        tx: &rusqlite::Transaction,
+        session: &str,
+        only: Option<&[String]>,
+    ) -> Result<Value> {
+        let mut msgs: Vec<(String, Map<String, Value>, Vec<Value>)> = Vec::new();
+        let ids: Vec<&str> = only.into_iter().flatten().map(String::as_str).collect();
+        let marks = vec!["?"; ids.len()].join(",");
+        let (msg_sql, part_sql) = match only {
+            None => (
+                "SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id"
+                    .to_string(),
+                "SELECT id, message_id, data FROM part WHERE session_id = ? ORDER BY message_id, id"
+                    .to_string(),
+            ),
+            Some(_) => (
+                format!("SELECT id, data FROM message WHERE session_id = ? AND id IN ({marks}) ORDER BY time_created, id"),
+                format!("SELECT id, message_id, data FROM part WHERE message_id IN ({marks}) ORDER BY message_id, id"),
+            ),
+        };
+        {
+            let mut st = tx.prepare(&msg_sql)?;
+            let args = std::iter::once(session).chain(ids.iter().copied());
+            let mut rows = st.query(rusqlite::params_from_iter(args))?;
             while let Some(r) = rows.next()? {
                 let id: String = r.get(0)?;
                 let data: String = r.get(1)?;
@@ -228,10 +325,11 @@ impl Db {
             .map(|(i, m)| (m.0.clone(), i))
             .collect();
         {
-            let mut st = tx.prepare(
-                "SELECT id, message_id, data FROM part WHERE session_id = ?1 ORDER BY message_id, id",
-            )?;
-            let mut rows = st.query([session])?;
+            let mut st = tx.prepare(&part_sql)?;
+            let mut rows = match only {
+                None => st.query([session])?,
+                Some(_) => st.query(rusqlite::params_from_iter(ids.iter()))?,
+            };
             while let Some(r) = rows.next()? {
                 let id: String = r.get(0)?;
                 let mid: String = r.get(1)?;
@@ -246,7 +344,6 @@ impl Db {
                 }
             }
         }
-        tx.finish()?;
         Ok(Value::Array(
             msgs.into_iter()
                 .map(|(_, info, parts)| json!({"info": info, "parts": parts}))
@@ -279,6 +376,27 @@ impl Db {
         Ok(self
             .conn
             .query_row("PRAGMA data_version", [], |r| r.get(0))?)
+    }
+
+    /// Where "what changed" stands now, without listing anything: the start of a follow.
+    pub fn cursor(&self) -> Result<Cursor> {
+        let mut c = Cursor {
+            data_version: self.data_version()?,
+            ..Cursor::default()
+        };
+        if self.has_table("event")? {
+            c.event = self
+                .conn
+                .query_row("SELECT max(id) FROM event", [], |r| r.get(0))?;
+        } else {
+            c.updated = self
+                .conn
+                .query_row("SELECT max(time_updated) FROM session", [], |r| {
+                    r.get::<_, Option<i64>>(0)
+                })?
+                .unwrap_or(i64::MIN);
+        }
+        Ok(c)
     }
 
     fn has_table(&self, table: &str) -> Result<bool> {
@@ -375,8 +493,16 @@ impl Source for Db {
         self.message_rows(id).map_err(broken)
     }
 
+    fn messages_since(&self, id: &str, since: i64) -> Result<(Value, Option<i64>), Fault> {
+        self.message_rows_since(id, since).map_err(broken)
+    }
+
     fn changes(&self, since: Option<&Cursor>) -> Result<Option<Changes>, Fault> {
         self.changes_since(since).map(Some).map_err(broken)
+    }
+
+    fn is_current(&self) -> bool {
+        Db::is_current(self)
     }
 }
 
@@ -474,6 +600,76 @@ mod tests {
             (next.sessions, next.cursor.updated),
             (vec!["ses_a".to_string()], 25)
         );
+    }
+
+    #[test]
+    fn messages_since_are_those_whose_row_or_a_part_changed_each_whole_and_a_replaced_file_is_not_current(
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("opencode.db");
+        let w = Connection::open(&path).unwrap();
+        w.pragma_update(None, "journal_mode", "wal").unwrap();
+        w.execute_batch(
+            "CREATE TABLE session (id TEXT PRIMARY KEY, parent_id TEXT, agent TEXT, title TEXT,
+                directory TEXT, model TEXT, version TEXT, time_created INTEGER, time_updated INTEGER);
+             CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER,
+                time_updated INTEGER, data TEXT);
+             CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT, session_id TEXT,
+                time_created INTEGER, time_updated INTEGER, data TEXT);
+             INSERT INTO message VALUES ('msg_1', 'ses_a', 10, 10, '{\"role\":\"user\"}');
+             INSERT INTO message VALUES ('msg_2', 'ses_a', 20, 20, '{\"role\":\"assistant\"}');
+             INSERT INTO message VALUES ('msg_3', 'ses_a', 30, 30, '{\"role\":\"assistant\"}');
+             INSERT INTO part VALUES ('prt_1', 'msg_2', 'ses_a', 21, 21, '{\"type\":\"tool\"}');
+             INSERT INTO part VALUES ('prt_2', 'msg_2', 'ses_a', 22, 45, '{\"type\":\"tool\"}');
+             INSERT INTO part VALUES ('prt_3', 'msg_3', 'ses_a', 31, 31, '{\"type\":\"text\"}');
+             INSERT INTO part VALUES ('prt_9', 'msg_9', 'ses_b', 50, 50, '{\"type\":\"text\"}');",
+        )
+        .unwrap();
+        let db = Db::open(&path).unwrap();
+        let ids = |v: &Value| -> Vec<(String, usize)> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|m| {
+                    (
+                        m["info"]["id"].as_str().unwrap().to_string(),
+                        m["parts"].as_array().unwrap().len(),
+                    )
+                })
+                .collect()
+        };
+        // msg_2 through its part updated at 45 (with its other part too), msg_3 by its row
+        let (msgs, newest) = db.message_rows_since("ses_a", 30).unwrap();
+        assert_eq!(ids(&msgs), [("msg_2".into(), 2), ("msg_3".into(), 1)]);
+        assert_eq!(newest, Some(45));
+        // at the newest update itself: read again (equal milliseconds are not lost)
+        let (msgs, newest) = db.message_rows_since("ses_a", 45).unwrap();
+        assert_eq!((ids(&msgs), newest), (vec![("msg_2".into(), 2)], Some(45)));
+        let (msgs, newest) = db.message_rows_since("ses_a", 46).unwrap();
+        assert_eq!((ids(&msgs), newest), (vec![], None));
+        // from the start: the whole session, as message_rows reads it
+        let (all, _) = db.message_rows_since("ses_a", i64::MIN).unwrap();
+        assert_eq!(all, db.message_rows("ses_a").unwrap());
+
+        assert!(db.is_current());
+        drop(w);
+        std::fs::remove_file(&path).unwrap();
+        assert!(!db.is_current());
+        let again = Connection::open(&path).unwrap();
+        again.execute_batch("CREATE TABLE t (x)").unwrap();
+        assert!(!db.is_current());
+    }
+
+    #[test]
+    fn without_time_updated_columns_messages_since_gives_them_all() {
+        let (_dir, w, db) = fixture(false);
+        w.execute(
+            "INSERT INTO message VALUES ('msg_1', 'ses_a', 11, '{\"role\":\"user\"}')",
+            [],
+        )
+        .unwrap();
+        let (msgs, newest) = db.message_rows_since("ses_a", i64::MAX).unwrap();
+        assert_eq!((msgs.as_array().unwrap().len(), newest), (1, None));
     }
 
     #[test]

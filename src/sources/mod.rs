@@ -153,6 +153,21 @@ pub trait Source {
     /// activity ([`convert::calls_of`], [`convert::activity_of`]). `NotFound`: gone since listed.
     fn messages(&self, id: &str) -> Result<Value, Fault>;
 
+    /// The messages of a session changed at or after `since` (ms, opencode's `time_updated`),
+    /// each whole with all its parts, in order, and the newest update among them (`None`: no
+    /// change, or a source that cannot tell). The calls of one message depend on that message
+    /// alone, so these give every call that may have changed. By default, every message.
+    fn messages_since(&self, id: &str, since: i64) -> Result<(Value, Option<i64>), Fault> {
+        let _ = since;
+        Ok((self.messages(id)?, None))
+    }
+
+    /// Whether what was opened is still what the source's name names (`false`: a database
+    /// deleted or replaced at its path since; open it again).
+    fn is_current(&self) -> bool {
+        true
+    }
+
     /// The sessions that changed since `since` (everything, with no cursor), cheaply enough to
     /// ask every second. `Ok(None)`: this source cannot tell; read it whole.
     fn changes(&self, since: Option<&Cursor>) -> Result<Option<Changes>, Fault> {

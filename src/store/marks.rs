@@ -35,6 +35,20 @@ pub struct CallMark {
 /// Replaces the staged calls with `sessions`' (each session's latest calls, in order).
 pub fn stage(tx: &Transaction<'_>, sessions: &[(String, Vec<CallMark>)]) -> Result<()> {
     tx.execute("DELETE FROM tick_calls", [])?;
+    insert(tx, sessions)
+}
+
+/// Replaces the staged calls of `sessions` alone (the follow mode stages each batch's sessions,
+/// leaving those of other sessions for the tick that has yet to take them).
+pub fn stage_sessions(tx: &Transaction<'_>, sessions: &[(String, Vec<CallMark>)]) -> Result<()> {
+    let mut del = tx.prepare_cached("DELETE FROM tick_calls WHERE session = ?1")?;
+    for (session, _) in sessions {
+        del.execute(params![session])?;
+    }
+    insert(tx, sessions)
+}
+
+fn insert(tx: &Transaction<'_>, sessions: &[(String, Vec<CallMark>)]) -> Result<()> {
     let mut ins = tx.prepare_cached(
         "INSERT OR REPLACE INTO tick_calls (session, seq, t, tool, landed, failed, target, target_key)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",

@@ -347,6 +347,14 @@ CREATE TABLE stops (
 ) WITHOUT ROWID;
 CREATE INDEX stops_session ON stops (session, t);
 "#,
+    // 9: follow mode (issue 27). A tick is the timer's batch or one sweep of the follow service,
+    // full (what a timer tick lists) or partial (only what changed); a loop episode keeps its
+    // calls at the trigger, as follow mode escalates by the calls made since then
+    r#"
+ALTER TABLE ticks ADD COLUMN mode TEXT NOT NULL DEFAULT 'timer' CHECK (mode IN ('timer', 'follow'));
+ALTER TABLE ticks ADD COLUMN full INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE episodes ADD COLUMN trigger_calls INTEGER NOT NULL DEFAULT 0;
+"#,
 ];
 
 pub fn latest() -> i64 {

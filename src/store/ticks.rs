@@ -3,7 +3,7 @@
 
 use super::rows::Rows;
 use super::Store;
-use crate::record::TickOutcome;
+use crate::record::{TickMode, TickOutcome};
 use anyhow::Result;
 use rusqlite::{params, Transaction};
 
@@ -18,13 +18,27 @@ pub struct TickRow {
     /// The sources read, as a JSON array of their strings.
     pub sources: String,
     pub blind: Option<String>,
+    pub mode: TickMode,
+    /// A follow mode's partial tick is false.
+    pub full: bool,
 }
 
 /// Records `tick`; returns its id.
 pub fn insert(tx: &Transaction<'_>, tick: &TickRow) -> Result<i64> {
     tx.execute(
-        "INSERT INTO ticks (t, duration_ms, sessions, flagged, outcome, sources, blind) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        params![tick.t, tick.duration_ms, tick.sessions, tick.flagged, tick.outcome.as_str(), tick.sources, tick.blind],
+        "INSERT INTO ticks (t, duration_ms, sessions, flagged, outcome, sources, blind, mode, full)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![
+            tick.t,
+            tick.duration_ms,
+            tick.sessions,
+            tick.flagged,
+            tick.outcome.as_str(),
+            tick.sources,
+            tick.blind,
+            tick.mode.as_str(),
+            tick.full
+        ],
     )?;
     Ok(tx.last_insert_rowid())
 }

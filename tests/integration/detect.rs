@@ -550,3 +550,58 @@ fn check_and_flag_rate_max_honour_format_csv() {
         r.stderr()
     );
 }
+
+#[test]
+fn follow_writes_a_sweeps_verdicts_and_the_sweep_with_the_stream_open_and_names_a_bad_line() {
+    // the five runs of a failing test flag at the sweep after them, not at the end of input; a
+    // call without an id (line 7) is named and costs nothing else
+    use std::io::{BufRead, Write};
+    let home = Home::new();
+    let mut child = home.cmd("progress-detect").args(["--follow"]).spawn();
+    let mut sin = child.stdin.take().unwrap();
+    writeln!(sin, r#"{{"kind":"session","id":"s","agent":"build"}}"#).unwrap();
+    for i in 0..5 {
+        writeln!(
+            sin,
+            r#"{{"kind":"call","session":"s","id":"p{i}","t":{i},"tool":"bash","args":{{"command":"make test"}},"status":"completed","exit":2}}"#
+        )
+        .unwrap();
+    }
+    writeln!(
+        sin,
+        r#"{{"kind":"call","session":"s","t":9,"tool":"bash"}}"#
+    )
+    .unwrap();
+    writeln!(sin, r#"{{"kind":"sweep","n":1,"t":10000,"full":false}}"#).unwrap();
+    sin.flush().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let _ = tx.send(line.unwrap());
+        }
+    });
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let l = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the sweep's lines did not come while the stream was open");
+        got.push(serde_json::from_str::<Value>(&l).unwrap());
+    }
+    drop(sin);
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let kinds: Vec<&str> = got.iter().map(|v| v["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["blind", "verdict", "sweep"]);
+    assert_eq!(
+        (
+            &got[1]["flagged"],
+            &got[1]["calls"],
+            &got[1]["first_flag"]["index"]
+        ),
+        (&Value::from(true), &Value::from(5), &Value::from(5))
+    );
+    assert_eq!(err, "progress-detect: stdin:7: call without \"id\"\n");
+    assert!(status.success());
+}

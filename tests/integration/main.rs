@@ -9,6 +9,8 @@ mod block;
 mod detect;
 mod fixtures;
 mod fleet;
+mod follow;
+mod follow_sources;
 mod hardening;
 mod liveness;
 mod man;

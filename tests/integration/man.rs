@@ -110,6 +110,7 @@ fn installed_man_pages_render_and_every_page_they_name_is_installed() {
         [
             "oc-calls.1",
             "oc-sessions.1",
+            "oc-watchdog-follow.1",
             "oc-watchdog-tick.1",
             "progress-detect.1",
             "wd-alert.1",
@@ -358,8 +359,77 @@ fn uninstall_stops_the_click_helper_and_removes_block_backups_but_not_while_a_mo
         ".local/bin/wd-store",
         ".local/bin/oc-watchdog-tick",
         ".local/share/man/man1/oc-watchdog-tick.1",
+        ".local/bin/oc-watchdog-follow",
+        ".local/share/man/man1/oc-watchdog-follow.1",
+        ".config/systemd/user/oc-watchdog-follow.service",
         ".local/share/man/man1/wd-store.1",
     ] {
         assert!(!home.join(f).exists(), "--uninstall left {f}");
     }
+}
+
+/// The follow service as installed: its unit passes `systemd-analyze verify` (its script and
+/// every man page it names are there), it runs one instance that restarts on failure, and its
+/// script answers --help without starting a pipeline; `--uninstall` removes both.
+#[test]
+fn the_follow_service_installs_verifies_and_uninstalls() {
+    let home = Home::new();
+    let h = home.path();
+    let o = install(h, &["--from", bins().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", story("deploy/install", &o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("systemctl --user enable --now oc-watchdog-follow.service oc-watchdog.timer"),
+        "{}",
+        story("deploy/install", &o)
+    );
+    let units = home.join(".config/systemd/user");
+    let unit = units.join("oc-watchdog-follow.service");
+    let o = cmd(h, "systemd-analyze")
+        .env(
+            "MANPATH",
+            format!("{}:", home.join(".local/share/man").display()),
+        )
+        .arg("verify")
+        .arg(&unit)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}",
+        story("systemd-analyze verify", &o)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "",
+        "{}",
+        story("verify", &o)
+    );
+    let text = std::fs::read_to_string(&unit).unwrap();
+    for line in [
+        "Type=simple",
+        "Restart=on-failure",
+        "RestartSec=10",
+        "StandardError=journal",
+        "ExecStart=%h/.local/bin/oc-watchdog-follow",
+        "WantedBy=default.target",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+    }
+    let follow = home.join(".local/bin/oc-watchdog-follow");
+    let o = cmd(h, &follow).arg("--help").output().unwrap();
+    assert!(o.status.success(), "{}", story("--help", &o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("\nUsage: oc-watchdog-follow\n"), "{out}");
+    assert!(out.contains("oc-watchdog-follow(1)"), "{out}");
+    let o = cmd(h, &follow).arg("--now").output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", story("--now", &o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "oc-watchdog-follow: unexpected argument '--now': it takes none (see oc-watchdog-follow --help)\n"
+    );
+    let o = install(h, &["--uninstall"]);
+    assert!(o.status.success(), "{}", story("--uninstall", &o));
+    assert!(!unit.exists(), "--uninstall left the follow unit");
+    assert!(!follow.exists(), "--uninstall left the follow script");
 }

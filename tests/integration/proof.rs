@@ -150,6 +150,11 @@ impl Machine {
 impl Drop for Machine {
     fn drop(&mut self) {
         for k in &mut self.kids {
+            // the follow service's script leads its own process group: the whole pipeline goes
+            let _ = std::process::Command::new("kill")
+                .args(["-INT", "--", &format!("-{}", k.id())])
+                .stderr(std::process::Stdio::null())
+                .status();
             // opencode serve ignores SIGTERM while busy; SIGINT stops it
             let _ = std::process::Command::new("kill")
                 .args(["-INT", &k.id().to_string()])
@@ -292,4 +297,147 @@ fn a_new_users_opencode_run_loop_and_an_unconfigured_serve_are_seen_with_no_conf
         r.story()
     );
     assert_eq!(m.last_outcome(), "flagged");
+}
+
+impl Machine {
+    /// The follow service's script as systemd runs it (its own process group, killed whole
+    /// when the machine is dropped), logging to `follow.err`.
+    fn follow(&mut self) {
+        use std::os::unix::process::CommandExt;
+        let child = self
+            .cmd(self.home.join(".local/bin/oc-watchdog-follow").to_str().unwrap())
+            .process_group(0)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(self.home.join("follow.err")).unwrap())
+            .spawn()
+            .expect("oc-watchdog-follow");
+        self.kids.push(child);
+    }
+
+    fn watchdog(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open(self.home.join(".local/state/oc-watchdog/watchdog.db")).unwrap()
+    }
+
+    /// The tool calls of `session` in opencode's database now.
+    fn calls_now(&self, session: &str) -> i64 {
+        rusqlite::Connection::open_with_flags(
+            self.db(),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM part WHERE session_id = ?1 AND data LIKE '%\"type\":\"tool\"%'",
+            [session],
+            |r| r.get(0),
+        )
+        .unwrap()
+    }
+
+    /// Waits (at most `secs`) for a notification about `session` whose summary starts so.
+    fn heard(&self, session: &str, summary: &str, secs: u64) -> crate::support::desktop::Seen {
+        let t0 = Instant::now();
+        loop {
+            if let Some(s) = self
+                .desk
+                .seen()
+                .into_iter()
+                .find(|s| s.summary.starts_with(summary) && s.body.contains(session))
+            {
+                return s;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(secs),
+                "no {summary:?} notification about {session} in {secs} s\n--- follow.err\n{}",
+                std::fs::read_to_string(self.home.join("follow.err")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Issue 27: a new user runs the follow service and hears of a looping `opencode run` within a
+/// few calls of the point where the detector flags it, from a partial read (full reads are set
+/// ten minutes apart, so nothing here waits for one), and of its end when it is interrupted
+/// with Ctrl-C; the same for a looping TUI session under tmux.
+#[test]
+fn a_new_user_following_hears_of_a_loop_within_calls_of_its_flag_point_and_of_its_end() {
+    let mut m = Machine::install();
+    let cfg = m.home.join(".config/oc-watchdog/watchdog.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    assert!(text.contains("full_every_secs = 60\n"), "the shipped [follow]");
+    std::fs::write(&cfg, text.replace("full_every_secs = 60\n", "full_every_secs = 600\n")).unwrap();
+    let fake = ocsim::Fake::start();
+    fake.configure(m.home.path());
+    m.follow();
+    // its first (full) read is recorded before any opencode runs
+    let t0 = Instant::now();
+    while m
+        .watchdog()
+        .query_row("SELECT count(*) FROM ticks", [], |r| r.get::<_, i64>(0))
+        .unwrap_or(0)
+        == 0
+    {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the follow service recorded no tick");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let a = m.project("proj_a");
+    let run = ocsim::opencode(m.home.path(), &a)
+        .args(["run", "SCRIPT:slow_reread40 go"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(m.home.join("run.out")).unwrap())
+        .stderr(std::fs::File::create(m.home.join("run.err")).unwrap())
+        .spawn()
+        .expect("opencode run");
+    let pid = run.id();
+    m.kids.push(run);
+    let looping = m.wait_calls(&a, 1);
+    let trigger = m.heard(&looping, "opencode loop", 120);
+    let at_notify = m.calls_now(&looping);
+    let (flag_index, full): (i64, bool) = m
+        .watchdog()
+        .query_row(
+            "SELECT v.first_flag_index, t.full FROM verdicts v JOIN ticks t ON t.id = v.tick
+             WHERE v.session = ?1 AND v.flagged = 1 ORDER BY v.tick LIMIT 1",
+            [&looping],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert!(!full, "the trigger came from a partial read");
+    assert!(
+        at_notify <= flag_index + 2,
+        "heard of the loop {} calls after its flag point (call {flag_index})",
+        at_notify - flag_index
+    );
+    assert!(trigger.body.contains("work/proj_a"), "{}", trigger.body);
+
+    // Ctrl-C: the episode resolves, the process ended, without waiting for a full read
+    let st = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let resolved = m.heard(&looping, "resolved", 60);
+    assert!(
+        resolved.body.contains("the opencode process ended"),
+        "{}",
+        resolved.body
+    );
+    let stderr = std::fs::read_to_string(m.home.join("follow.err")).unwrap();
+    let transitions: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("oc-watchdog: dedup=") && l.contains(&looping))
+        .map(|l| l.split(" title=").next().unwrap())
+        .collect();
+    assert_eq!(
+        transitions,
+        [
+            format!("oc-watchdog: dedup=opencode-loop:{looping} state=trigger severity=warning"),
+            format!(
+                "oc-watchdog: dedup=opencode-loop:{looping} state=resolve severity=info reason=stopped"
+            ),
+        ],
+        "{stderr}"
+    );
 }

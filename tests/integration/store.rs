@@ -593,3 +593,85 @@ fn the_calls_stage_passes_the_stream_on_and_the_tick_keeps_its_flagged_sessions_
         )
     );
 }
+
+#[test]
+fn calls_follow_stages_each_batch_at_its_sweep_with_the_stream_still_open() {
+    use std::io::BufRead;
+    let home = Home::new();
+    let db = db(&home);
+    let mut child = home
+        .cmd("wd-store")
+        .args(["--db", &db, "calls", "--follow"])
+        .spawn();
+    let mut sin = child.stdin.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let _ = tx.send(line.unwrap());
+        }
+    });
+    let call = |s: &str, id: &str, t: i64, status: &str| {
+        json!({"kind": "call", "session": s, "id": id, "t": t, "tool": "read",
+               "args": {"filePath": format!("/w/{id}.rs")}, "status": status})
+        .to_string()
+    };
+    // waits for the sweep `n` to come out: the batch before it is staged by then
+    let until_sweep = |n: u64| loop {
+        let l = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the sweep did not pass while the stream was open");
+        let v: Value = serde_json::from_str(&l).unwrap();
+        if v["kind"] == "sweep" {
+            assert_eq!(v["n"], n);
+            return;
+        }
+    };
+    let marks = |s: &str| -> Vec<(i64, String, bool)> {
+        let c = rusqlite::Connection::open(&db).unwrap();
+        let mut st = c
+            .prepare("SELECT seq, target, failed FROM tick_calls WHERE session = ?1 ORDER BY seq")
+            .unwrap();
+        st.query_map([s], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let batch1 = [
+        r#"{"kind":"session","id":"s","directory":"/w"}"#.to_string(),
+        call("s", "a", 1000, "completed"),
+        call("s", "b", 2000, "running"),
+        r#"{"kind":"sweep","n":1,"t":3000,"full":true}"#.to_string(),
+    ];
+    writeln!(sin, "{}", batch1.join("\n")).unwrap();
+    sin.flush().unwrap();
+    until_sweep(1);
+    assert_eq!(
+        marks("s"),
+        [
+            (0, "read a.rs".into(), false),
+            (1, "read b.rs".into(), false)
+        ]
+    );
+    // b ends in an error (its line replaces the running one), c is new; t is a second session
+    let batch2 = [
+        call("s", "b", 2000, "error"),
+        call("s", "c", 4000, "completed"),
+        call("t", "x", 4500, "completed"),
+        r#"{"kind":"sweep","n":2,"t":5000,"full":false}"#.to_string(),
+    ];
+    writeln!(sin, "{}", batch2.join("\n")).unwrap();
+    sin.flush().unwrap();
+    until_sweep(2);
+    assert_eq!(
+        marks("s"),
+        [
+            (0, "read a.rs".into(), false),
+            (1, "read b.rs".into(), true),
+            (2, "read c.rs".into(), false)
+        ]
+    );
+    assert_eq!(marks("t"), [(0, "read /w/x.rs".into(), false)]);
+    drop(sin);
+    assert!(child.wait().unwrap().success());
+}

@@ -127,7 +127,8 @@ fn the_installed_tick_alerts_once_resolves_stopped_and_gone_and_stays_honest() {
     )
     .arg("verify")
     .arg(units.join("oc-watchdog.service"))
-    .arg(units.join("oc-watchdog.timer"));
+    .arg(units.join("oc-watchdog.timer"))
+    .arg(units.join("oc-watchdog-follow.service"));
     let out = v.output().unwrap();
     assert!(
         out.status.success(),

@@ -91,6 +91,31 @@ impl Cmd {
             .spawn()
             .expect("spawn")
     }
+    /// Starts it reading `stdin` (another command's stdout, for a pipeline), stdout piped,
+    /// stderr where given.
+    pub fn spawn_from(
+        mut self,
+        stdin: std::process::Stdio,
+        stderr: std::fs::File,
+    ) -> std::process::Child {
+        self.inner
+            .stdin(stdin)
+            .stdout(std::process::Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn")
+    }
+    /// Starts it reading `stdin` (another command's stdout, for a pipeline), stdout and stderr
+    /// piped.
+    pub fn spawn_reading(mut self, stdin: std::process::Stdio) -> std::process::Child {
+        use std::process::Stdio;
+        self.inner
+            .stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    }
     pub fn run(mut self) -> Run {
         use std::io::Write;
         use std::process::Stdio;

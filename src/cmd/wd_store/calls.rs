@@ -1,11 +1,17 @@
 //! `wd-store calls`: the stage of the tick between oc-calls and progress-detect that keeps, for
 //! the operator's page, what a picture needs of each session's latest calls (see
 //! [`crate::store::marks`]). Every line passes on unchanged, as it comes.
+//!
+//! With `--follow` (the live pipeline): each session's latest [`KEEP`] calls are kept across
+//! batches, a later line of a call replacing the earlier (`oc-calls --follow` writes a call again
+//! when it changes), and at each `sweep` record those of the sessions in the batch are staged,
+//! then the sweep passes on and stdout is flushed. A session no batch named for
+//! [`FORGET_AFTER`] full sweeps is forgotten, so memory stays flat.
 
 use super::Ctx;
 use crate::cli::{Exit, Out};
 use crate::detect::target;
-use crate::record::{each_record, Call, Record};
+use crate::record::{each_record, Call, Record, Sweep};
 use crate::store::marks::{self, CallMark, KEEP};
 use anyhow::Result;
 use std::collections::HashMap;
@@ -60,14 +66,145 @@ fn latest(mut cs: Vec<Call>, dir: Option<&str>) -> Vec<CallMark> {
     cs.iter()
         .enumerate()
         .skip(skip)
-        .map(|(i, c)| CallMark {
-            seq: i as i64,
-            t: c.t,
-            tool: c.tool.clone(),
-            landed: c.landed,
-            failed: c.status == "error",
-            target: target::describe(&c.tool, &c.args, dir),
-            key: format!("{:016x}", target::keys(&c.tool, &c.args).target),
-        })
+        .map(|(i, c)| mark(c, i as i64, dir))
         .collect()
+}
+
+/// A call as the page draws it, at position `seq` of its session.
+fn mark(c: &Call, seq: i64, dir: Option<&str>) -> CallMark {
+    CallMark {
+        seq,
+        t: c.t,
+        tool: c.tool.clone(),
+        landed: c.landed,
+        failed: c.status == "error",
+        target: target::describe(&c.tool, &c.args, dir),
+        key: format!("{:016x}", target::keys(&c.tool, &c.args).target),
+    }
+}
+
+/// Full sweeps in a row without a line of a session before `--follow` forgets it: half an hour
+/// at the default 60 s between full reads, as progress-detect --follow does (a session resumed
+/// within it keeps its latest calls; its calls sent again replace themselves).
+pub const FORGET_AFTER: u32 = 30;
+
+/// What `--follow` keeps of one session.
+#[derive(Default)]
+struct Kept {
+    dir: Option<String>,
+    /// The latest [`KEEP`] calls by (start, id), with their ids; a mark's `seq` is set when staged.
+    marks: Vec<(String, CallMark)>,
+    /// Distinct calls seen, those no longer kept included (the marks' positions count from it).
+    seen: u64,
+    unlisted: u32,
+    touched: bool,
+}
+
+impl Kept {
+    /// Takes a call's line: a new call, or the latest line of one kept; a call older than every
+    /// kept one of a full window has dropped out already and stays out.
+    fn call(&mut self, c: &Call) {
+        let m = mark(c, 0, self.dir.as_deref());
+        if let Some(k) = self.marks.iter_mut().find(|(id, _)| *id == c.id) {
+            k.1 = m;
+            self.marks.sort_by(|a, b| (a.1.t, &a.0).cmp(&(b.1.t, &b.0)));
+            return;
+        }
+        let at = self
+            .marks
+            .partition_point(|(id, k)| (k.t, id.as_str()) < (c.t, c.id.as_str()));
+        if at == 0 && self.marks.len() >= KEEP {
+            return;
+        }
+        self.marks.insert(at, (c.id.clone(), m));
+        self.seen += 1;
+        if self.marks.len() > KEEP {
+            self.marks.remove(0);
+        }
+    }
+
+    /// The kept calls, numbered as the session's latest.
+    fn staged(&self) -> Vec<CallMark> {
+        let first = self.seen as i64 - self.marks.len() as i64;
+        self.marks
+            .iter()
+            .enumerate()
+            .map(|(i, (_, m))| CallMark {
+                seq: first + i as i64,
+                ..m.clone()
+            })
+            .collect()
+    }
+}
+
+/// `wd-store calls --follow`: passes the stream on as it comes, staging each batch's sessions'
+/// latest calls at its sweep.
+pub fn follow(cx: &mut Ctx, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
+    let mut held: HashMap<String, Kept> = HashMap::new();
+    let mut touched: Vec<String> = Vec::new();
+    each_record(&[], stdin, |line| {
+        match line.record {
+            Ok(Record::Session(s)) => touch(&mut held, &mut touched, &s.id).dir = s.directory,
+            Ok(Record::Call(c)) => touch(&mut held, &mut touched, &c.session).call(&c),
+            Ok(Record::Sweep(Sweep { full, .. })) => {
+                stage_batch(cx, &mut held, &std::mem::take(&mut touched), full);
+                out.line(line.raw)?;
+                out.flush()?;
+                return Ok(());
+            }
+            _ => {}
+        }
+        out.line(line.raw)?;
+        Ok(())
+    })?;
+    stage_batch(cx, &mut held, &touched, false);
+    out.flush()?;
+    Ok(Exit::Ok)
+}
+
+/// The session's holding, marked as in the batch.
+fn touch<'a>(
+    held: &'a mut HashMap<String, Kept>,
+    touched: &mut Vec<String>,
+    id: &str,
+) -> &'a mut Kept {
+    let k = held.entry(id.to_string()).or_default();
+    if !k.touched {
+        k.touched = true;
+        touched.push(id.to_string());
+    }
+    k
+}
+
+/// Stages the latest calls of the batch's sessions (`touched`); on a `full` sweep, forgets the
+/// sessions unnamed for [`FORGET_AFTER`] of them.
+fn stage_batch(cx: &mut Ctx, held: &mut HashMap<String, Kept>, touched: &[String], full: bool) {
+    let sessions: Vec<(String, Vec<CallMark>)> = touched
+        .iter()
+        .filter_map(|id| Some((id.clone(), held.get(id)?.staged())))
+        .filter(|(_, m)| !m.is_empty())
+        .collect();
+    if full {
+        held.retain(|_, k| {
+            k.unlisted = if k.touched { 0 } else { k.unlisted + 1 };
+            k.unlisted < FORGET_AFTER
+        });
+    }
+    for k in held.values_mut() {
+        k.touched = false;
+    }
+    if sessions.is_empty() {
+        return;
+    }
+    // as in the batch: the pictures are an aid, failing to keep them never stops the stream
+    let staged = cx
+        .store
+        .write()
+        .and_then(|tx| Ok((marks::stage_sessions(&tx, &sessions)?, tx.commit()?)));
+    if let Err(e) = staged {
+        eprintln!(
+            "wd-store: the calls for the page were not kept: {:#}",
+            cx.store.explain(e)
+        );
+    }
 }

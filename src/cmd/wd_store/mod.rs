@@ -67,12 +67,22 @@ pub enum Cmd {
         #[arg(long, value_parser = ["ok", "flagged", "no_opencode", "blind"])]
         outcome: Option<String>,
         /// When the tick started, epoch ms (default: when this command started).
-        #[arg(long, value_name = "MS")]
+        #[arg(long, value_name = "MS", conflicts_with = "follow")]
         started: Option<i64>,
+        /// Follow mode: every `sweep` record ends one tick, recorded and its `tick` record
+        /// written (and flushed) in the sweep's place; runs until end of input.
+        #[arg(long, conflicts_with = "outcome")]
+        follow: bool,
     },
     /// Pass a call stream (oc-calls output) through, keeping every session's latest calls for
     /// the operator's page; the next `tick` keeps those of the sessions it flags.
-    Calls,
+    Calls {
+        /// Follow a live stream (oc-calls --follow): keep each session's latest calls across
+        /// batches (a later line of a call replaces the earlier) and stage those of the
+        /// sessions in each batch at its `sweep` record, before passing the sweep on.
+        #[arg(long)]
+        follow: bool,
+    },
     /// Print the time of the last tick (epoch ms; nothing before the first tick).
     LastTick,
     /// Print the root sessions of open loop alerts, space-separated (for `oc-sessions --also`).
@@ -138,6 +148,11 @@ pub enum Cmd {
     Report {
         #[arg(long, value_name = "PATH")]
         out: Option<PathBuf>,
+        /// Follow mode: read wd-alert --follow's stream (events, then each `tick` record) and
+        /// rewrite the page as it comes, at most every 2 s and at least at every full tick;
+        /// runs until end of input.
+        #[arg(long)]
+        follow: bool,
     },
     /// Add PROVIDER/MODEL to its provider's `blacklist` in your opencode config, so new opencode
     /// processes no longer offer it; comments and formatting stay, a backup is kept.
@@ -209,6 +224,8 @@ pub struct Ctx {
     pub store: Store,
     /// `--now`, else when this command started.
     pub now: i64,
+    /// `--now` as given (a follow stage reads the clock at each tick without it).
+    pub fixed_now: Option<i64>,
     pub format: Format,
 }
 
@@ -221,6 +238,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
         cfg,
         store,
         now: args.now.unwrap_or(started),
+        fixed_now: args.now,
         format: args.format,
     };
     let r = dispatch(&mut cx, args.cmd, stdin, out);
@@ -229,8 +247,12 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
 
 fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     match cmd {
-        Cmd::Tick { outcome, started } => tick::tick(cx, stdin, out, outcome, started),
-        Cmd::Calls => calls::run(cx, stdin, out),
+        Cmd::Tick { follow: true, .. } => tick::follow(cx, stdin, out),
+        Cmd::Tick {
+            outcome, started, ..
+        } => tick::tick(cx, stdin, out, outcome, started),
+        Cmd::Calls { follow: false } => calls::run(cx, stdin, out),
+        Cmd::Calls { follow: true } => calls::follow(cx, stdin, out),
         Cmd::LastTick => tick::last_tick(cx, out),
         Cmd::OpenRoots => tick::open_roots(cx, out),
         Cmd::Status => queries::status(cx, out),
@@ -250,7 +272,11 @@ fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> R
         Cmd::Channels { set } => channels::run(cx, set, out),
         Cmd::Prune { older_than } => upkeep::prune(cx, older_than, out),
         Cmd::Metrics { output } => upkeep::metrics(cx, output.as_deref(), out),
-        Cmd::Report { out: path } => upkeep::report(cx, path, out),
+        Cmd::Report {
+            out: path,
+            follow: true,
+        } => upkeep::report_follow(cx, path, stdin, out),
+        Cmd::Report { out: path, .. } => upkeep::report(cx, path, out),
         Cmd::BlockModel {
             model,
             reason,

@@ -1,9 +1,17 @@
 //! `wd-store tick` (the pipeline stage), and `last-tick` and `open-roots`, which the tick script
 //! asks before it reads opencode.
+//!
+//! With `--follow` (the follow service's pipeline) every `sweep` record ends one tick: the lines
+//! before it are passed on as they come, the tick is recorded (mode `follow`, full or partial as
+//! the sweep says) and its `tick` record replaces the sweep, flushed, so wd-alert acts on it at
+//! once. End of input records what came after the last sweep (a stage that failed leaves a
+//! `blind` record there) and ends it.
 
 use super::Ctx;
 use crate::cli::{now_ms, Exit, Out};
-use crate::record::{each_record, Blind, Line, Record, Tick, TickOutcome, Verdict};
+use crate::record::{
+    each_record, Blind, Line, Record, Sweep, Tick, TickMode, TickOutcome, Verdict,
+};
 use crate::store::{episodes, marks, ticks, verdicts, Store};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
@@ -37,6 +45,23 @@ impl Seen {
     fn flagged(&self) -> usize {
         self.verdicts.iter().filter(|v| v.flagged).count()
     }
+
+    /// A partial tick's outcome: it read only what changed, so reading nothing is not
+    /// "no opencode".
+    fn partial_outcome(&self) -> TickOutcome {
+        match self.outcome() {
+            TickOutcome::NoOpencode => TickOutcome::Ok,
+            o => o,
+        }
+    }
+}
+
+/// How one tick was run: started when, in which mode, full or partial.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    started: i64,
+    mode: TickMode,
+    full: bool,
 }
 
 /// Records one tick from the verdict stream on `stdin`, passing every line on, then appends
@@ -67,20 +92,78 @@ pub fn tick(
         Some(o) => TickOutcome::parse(&o).with_context(|| format!("unknown outcome {o:?}"))?,
         None => seen.outcome(),
     };
-    let id = record(&mut cx.store, &seen, outcome, started)?;
+    let run = Run {
+        started,
+        mode: TickMode::Timer,
+        full: true,
+    };
+    let id = record(&mut cx.store, &seen, outcome, run)?;
     if let Some(e) = write_failed {
         return Err(anyhow::Error::new(e).context("passing the stream on"));
     }
-    let t = Tick {
-        id,
-        t: started,
-        outcome: Some(outcome),
-        sessions: seen.verdicts.len(),
-        flagged: seen.flagged(),
-        sources: seen.sources,
+    let bad = seen.bad;
+    out.line(&tick_line(&seen.into_tick(id, outcome, run))?)?;
+    Ok(if bad > 0 { Exit::Error } else { Exit::Ok })
+}
+
+/// `wd-store tick --follow`: one tick per sweep, as the module docs say.
+pub fn follow(cx: &mut Ctx, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
+    out.line_buffered(false);
+    let mut seen = Seen::default();
+    let mut any = false;
+    let mut bad = 0;
+    crate::cli::each_line(&[], stdin, |file, n, raw| {
+        let raw = match raw {
+            Ok(l) => l,
+            Err(col) => {
+                eprintln!("wd-store: {file}:{n}: {}", crate::cli::not_utf8(col));
+                seen.bad += 1;
+                any = true;
+                return Ok(());
+            }
+        };
+        let record = Record::parse(raw);
+        if let Ok(Record::Sweep(sw)) = record {
+            bad += seen.bad;
+            end_tick(cx, std::mem::take(&mut seen), Some(sw), out)?;
+            any = false;
+            return Ok(());
+        }
+        out.line(raw).context("passing the stream on")?;
+        any = true;
+        seen.take(Line {
+            file,
+            n,
+            raw,
+            record,
+        });
+        Ok(())
+    })?;
+    if any {
+        bad += seen.bad;
+        end_tick(cx, seen, None, out)?;
+    }
+    out.flush()?;
+    Ok(if bad > 0 { Exit::Error } else { Exit::Ok })
+}
+
+/// Records one follow tick and writes its `tick` record, flushed. `sweep`: the sweep that ends
+/// it, none for what came after the last one (a partial tick, now).
+fn end_tick(cx: &mut Ctx, seen: Seen, sweep: Option<Sweep>, out: &mut Out) -> Result<()> {
+    let run = Run {
+        started: sweep.map_or_else(now_ms, |s| s.t),
+        mode: TickMode::Follow,
+        full: sweep.is_some_and(|s| s.full),
     };
-    out.line(&tick_line(&t)?)?;
-    Ok(if seen.bad > 0 { Exit::Error } else { Exit::Ok })
+    let outcome = if run.full {
+        seen.outcome()
+    } else {
+        seen.partial_outcome()
+    };
+    let id = record(&mut cx.store, &seen, outcome, run)?;
+    out.line(&tick_line(&seen.into_tick(id, outcome, run))?)?;
+    out.flush().context("passing the stream on")?;
+    Ok(())
 }
 
 /// The `tick` record's line. Its keys are in alphabetical order, `kind` among them, as this
@@ -115,11 +198,25 @@ impl Seen {
     fn blind_by(&mut self, b: Blind) {
         self.blind.push(format!("{}: {}", b.source, b.reason));
     }
+
+    fn into_tick(self, id: i64, outcome: TickOutcome, run: Run) -> Tick {
+        Tick {
+            id,
+            t: run.started,
+            outcome: Some(outcome),
+            sessions: self.verdicts.len(),
+            flagged: self.flagged(),
+            sources: self.sources,
+            full: run.full,
+            mode: run.mode,
+        }
+    }
 }
 
 /// Writes the tick, its verdicts and the call marks of its flagged sessions in one
 /// transaction; returns the tick's id.
-fn record(store: &mut Store, seen: &Seen, outcome: TickOutcome, started: i64) -> Result<i64> {
+fn record(store: &mut Store, seen: &Seen, outcome: TickOutcome, run: Run) -> Result<i64> {
+    let started = run.started;
     let row = ticks::TickRow {
         t: started,
         duration_ms: (now_ms() - started).max(0),
@@ -128,6 +225,8 @@ fn record(store: &mut Store, seen: &Seen, outcome: TickOutcome, started: i64) ->
         outcome,
         sources: json!(seen.sources).to_string(),
         blind: (!seen.blind.is_empty()).then(|| seen.blind.join("; ")),
+        mode: run.mode,
+        full: run.full,
     };
     let tx = store.write()?;
     let id = ticks::insert(&tx, &row)?;
@@ -178,6 +277,7 @@ mod tests {
             sessions: 2,
             flagged: 1,
             sources: vec!["/o.db".into()],
+            ..Tick::default()
         };
         let line = tick_line(&t).unwrap();
         assert_eq!(

@@ -2,10 +2,13 @@
 //! database small and its views current.
 
 use super::Ctx;
-use crate::cli::{parse_duration_ms, Exit, Out};
+use crate::cli::{now_ms, parse_duration_ms, Exit, Out};
+use crate::record::Record;
 use anyhow::{Context, Result};
 use serde_json::json;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
 
 /// `wd-store prune`: deletes what is older than `older_than` (default `[store]
 /// retention_days`).
@@ -42,4 +45,97 @@ pub fn report(cx: &Ctx, path: Option<PathBuf>, out: &mut Out) -> Result<Exit> {
         }
     }
     Ok(Exit::Ok)
+}
+
+/// The page is rewritten at most this often in follow mode.
+const PAGE_EVERY: Duration = Duration::from_secs(2);
+
+/// `wd-store report --follow`: reads wd-alert --follow's stream and rewrites the page when it
+/// changed: on an event or a full tick (a partial tick without events changes nothing the
+/// page shows but its time), at most every [`PAGE_EVERY`], so within 2 s of each. The page is
+/// written from a second connection on its own thread, so reading never waits on it. End of
+/// input writes what is pending and ends.
+pub fn report_follow(
+    cx: &Ctx,
+    path: Option<PathBuf>,
+    stdin: &mut dyn std::io::BufRead,
+    _out: &mut Out,
+) -> Result<Exit> {
+    let path = path.unwrap_or_else(|| cx.cfg.report_file());
+    if path.as_os_str() == "-" {
+        anyhow::bail!("--follow rewrites a file; it does not write pages to stdout");
+    }
+    let (tx, rx) = mpsc::channel::<()>();
+    let (db, cfg, now) = (cx.store.path.clone(), cx.cfg.clone(), cx.fixed_now);
+    let writer = std::thread::spawn(move || -> Result<()> {
+        let store = crate::store::Store::open_with(&db, cfg.store_busy())?;
+        let mut last: Option<Instant> = None;
+        let mut pending = false;
+        loop {
+            let got = if pending {
+                let wait = last.map_or(Duration::ZERO, |l| PAGE_EVERY.saturating_sub(l.elapsed()));
+                rx.recv_timeout(wait)
+            } else {
+                rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+            };
+            match got {
+                Ok(()) => pending = true,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    if pending {
+                        page(&store, &cfg, now.unwrap_or_else(now_ms), &path)?;
+                    }
+                    return Ok(());
+                }
+            }
+            if pending && !last.is_some_and(|l| l.elapsed() < PAGE_EVERY) {
+                // a failed rewrite is said and retried with the next change: never fatal
+                if let Err(e) = page(&store, &cfg, now.unwrap_or_else(now_ms), &path) {
+                    eprintln!("wd-store: report {}: {e:#}", path.display());
+                }
+                last = Some(Instant::now());
+                pending = false;
+            }
+        }
+    });
+    let mut bad = 0;
+    crate::cli::each_line(&[], stdin, |file, n, raw| {
+        let changed = match raw.map(Record::parse) {
+            Ok(Ok(Record::Tick(t))) => t.full,
+            // anything else wd-alert writes is an event
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => {
+                eprintln!("wd-store: {file}:{n}: {e}");
+                bad += 1;
+                false
+            }
+            Err(col) => {
+                eprintln!("wd-store: {file}:{n}: {}", crate::cli::not_utf8(col));
+                bad += 1;
+                false
+            }
+        };
+        if changed {
+            // the writer ended only on an error, which join reports below
+            let _ = tx.send(());
+        }
+        Ok(())
+    })?;
+    drop(tx);
+    writer
+        .join()
+        .map_err(|_| anyhow::anyhow!("the page writer panicked"))??;
+    Ok(if bad > 0 { Exit::Error } else { Exit::Ok })
+}
+
+fn page(
+    store: &crate::store::Store,
+    cfg: &crate::config::Config,
+    now: i64,
+    p: &Path,
+) -> Result<()> {
+    let page = crate::report::gather(store, cfg, now)?;
+    let text = crate::report::html::render(&page);
+    crate::report::write_atomic(p, text.as_bytes())
+        .with_context(|| format!("report {}", p.display()))
 }

@@ -16,7 +16,7 @@ pub struct Circling;
 
 /// The files read since the last landed change (their lines over their length are passes), and
 /// whether one of them has been circled.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct State {
     files: Files,
     firing: bool,

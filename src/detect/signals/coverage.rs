@@ -13,7 +13,7 @@ const MIN_CALLS: usize = key("min_calls");
 pub struct Coverage;
 
 /// The files read in the window, and the most covered one.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct State(Files);
 
 impl Rule for Coverage {

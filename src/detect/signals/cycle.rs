@@ -18,7 +18,7 @@ pub struct Cycle;
 /// The longest block looked for.
 pub const PERIOD_MAX: usize = 12;
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct State {
     /// The last `PERIOD_MAX` calls: (exact, output).
     recent: VecDeque<(u64, Option<u64>)>,

@@ -12,7 +12,7 @@ const MIN_CALLS: usize = key("min_calls");
 
 pub struct Dup;
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct State {
     /// Distinct exact calls in the region.
     distinct: u32,

@@ -8,6 +8,7 @@ use crate::detect::region::{Entry, Obs, Read};
 use crate::record::Reading;
 
 /// One file read: the lines its reads requested, its latest known length, how many reads.
+#[derive(Clone)]
 pub struct File {
     pub key: u64,
     pub lines: i64,
@@ -25,7 +26,7 @@ impl File {
 
 /// The files read, first read first (a handful: a scan is cheaper than a map), and the leader
 /// kept as reads come and go.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Files {
     pub files: Vec<File>,
     leader: Option<(f64, u64)>,

@@ -80,7 +80,7 @@ pub trait Rule {
     const COUNT: bool = true;
     /// Whether `signals` carries a reading of it (else it is only ever a reason).
     const READING: bool = true;
-    type State: Default;
+    type State: Default + Clone;
     /// A call that did not land a change entered the region (it is already its last entry).
     fn call(st: &mut Self::State, c: &Obs, cx: &Cx);
     /// The oldest call left the full region.
@@ -124,7 +124,7 @@ macro_rules! registry {
         };
 
         /// Every signal's state for one session.
-        #[derive(Default)]
+        #[derive(Default, Clone)]
         pub struct States {
             $(pub $name: <$rule as Rule>::State,)*
         }

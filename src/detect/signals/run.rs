@@ -11,7 +11,7 @@ const RUN_MIN: usize = key("run_min");
 
 pub struct Run;
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct State {
     exact: u64,
     out: Option<u64>,

@@ -23,7 +23,7 @@ const CHECKS: usize = 4;
 /// Calls of a streak kept as evidence.
 const KEPT: usize = 12;
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Streak {
     exact: u64,
     out: u64,
@@ -32,7 +32,7 @@ pub struct Streak {
     described: Box<str>,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct State {
     /// By check (`exact`): its streak of one same output.
     checks: Vec<Streak>,

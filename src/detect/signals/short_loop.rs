@@ -15,7 +15,7 @@ const SHORT_SHARE_MIN: usize = key("short_share_min");
 
 pub struct ShortLoop;
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct State {
     /// Calls of the region's most-worked target, while the session is short.
     top: u32,

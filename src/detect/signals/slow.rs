@@ -11,7 +11,7 @@ const CUM_MIN: usize = key("cum_min");
 
 pub struct Slow;
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct State {
     counts: IdMap<u32>,
     /// Descriptions of exact calls repeated at least once.

@@ -13,7 +13,7 @@ const TOP_MIN_RO: usize = key("top_min_ro");
 
 pub struct Top;
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct State {
     /// How many targets have each count, so the top count is kept without a scan.
     count_hist: Vec<u32>,

@@ -1,0 +1,335 @@
+//! `oc-sessions --follow`: the same listing, read again and again, each read ended by a
+//! `sweep` record and a flush.
+//!
+//! Every `[follow] poll_ms` the database is asked what changed ([`Source::changes`]: one
+//! `PRAGMA data_version` while nothing did, then a range read of opencode's event log); the
+//! sessions that changed are listed with their trees, as the batch lists them (the servers that
+//! answered at the last full read read again for their live fields, the processes looked at
+//! again for the `process` mark), then a partial sweep. Every `full_every_secs`, and first, a
+//! full read: what a tick lists (sessions active since the previous full read, the trees of
+//! open alerts with `--also-open`), the `source` records, then a full sweep. A full read opens
+//! the database again and looks for the servers again, so a database deleted and recreated, or
+//! a server started or gone, is seen within one; a database replaced between full reads is seen
+//! at the next poll (its file is another). A read that fails is a `blind` record, as in the batch.
+//!
+//! Intervals are measured on the monotonic clock (a clock jump neither stops nor floods the
+//! polls); the wall clock only stamps records and picks what a full read lists.
+
+use super::{collect, open_db, write_db_source, write_rest, write_server_sources, Args};
+use crate::cli::{now_ms, parse_when, Exit, Out};
+use crate::config::{Config, Discover};
+use crate::paths::Found;
+use crate::record::{to_line, Sweep};
+use crate::sources::merge::Seen;
+use crate::sources::{self, db::Db, Cursor, Planned, Source};
+use crate::store::{episodes, Store};
+use anyhow::Result;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// How far before the previous full read a full read looks (ms): a session updated while that
+/// read ran, or stamped by a clock a little behind ours, is listed again rather than missed.
+const SLACK_MS: i64 = 2000;
+
+/// The first read, with no tick recorded, looks back this far (as the first timer tick does).
+const FIRST_LOOK_BACK: &str = "1h";
+
+enum Database {
+    Open(Box<Db>, Option<Cursor>),
+    /// No file (no opencode history yet, or deleted): looked for at every poll.
+    Missing,
+    /// There but unreadable (a schema this reader does not know, not a database): opened
+    /// again at every poll, quietly; one blind record per full read while it stays so.
+    Broken,
+    /// `--no-db`.
+    Off,
+}
+
+struct Follow<'a> {
+    args: &'a Args,
+    cfg: &'a Config,
+    db_path: PathBuf,
+    db_found: Found,
+    discover: Discover,
+    limits: sources::Limits,
+    db: Database,
+    /// The servers that answered at the last full read: read again when the database changed.
+    live: Vec<Planned>,
+    /// Sweeps written.
+    n: u64,
+    /// When the last full read began: monotonic, and by the wall clock.
+    last_full: Option<(Instant, i64)>,
+    /// The opencode processes found at the last read (pid, working directory): one that
+    /// ends is noticed at the next poll, and the sessions listed in its directory are listed
+    /// again then (a killed `opencode run` writes nothing more, so no change would say so).
+    procs: Vec<(u32, Option<PathBuf>)>,
+    /// Sessions listed since the last full read, with their directories.
+    listed: HashMap<String, Option<String>>,
+}
+
+pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
+    let stop = crate::cli::sigterm_flag()?;
+    let (db_path, db_found) =
+        crate::paths::opencode_db(args.db.as_deref(), cfg.opencode.db.as_deref());
+    if !args.no_db && db_found == Found::Argument && !db_path.exists() {
+        anyhow::bail!("opencode database {}: no such file", db_path.display());
+    }
+    let mut f = Follow {
+        args,
+        cfg,
+        db_path,
+        db_found,
+        discover: if args.no_discover {
+            Discover::Off
+        } else {
+            cfg.opencode.discover
+        },
+        limits: sources::Limits::of(&cfg.opencode),
+        db: if args.no_db {
+            Database::Off
+        } else {
+            Database::Missing
+        },
+        live: Vec::new(),
+        n: 0,
+        last_full: None,
+        procs: Vec::new(),
+        listed: HashMap::new(),
+    };
+    let poll = Duration::from_millis(cfg.follow.poll_ms.max(10));
+    let full_every = Duration::from_secs(cfg.follow.full_every_secs.max(1));
+    while !stop.load(Ordering::Relaxed) {
+        let due = f
+            .last_full
+            .map_or(true, |(at, _)| at.elapsed() >= full_every);
+        if due || f.database_moved() {
+            f.full(out)?;
+        } else {
+            f.partial(out)?;
+        }
+        std::thread::sleep(poll);
+    }
+    out.flush()?;
+    Ok(Exit::Ok)
+}
+
+impl Follow<'_> {
+    /// The database file changed under the open connection, appeared, or can be read now
+    /// (one half made when it was opened, a schema put right): read it anew now.
+    fn database_moved(&self) -> bool {
+        match &self.db {
+            Database::Open(db, _) => !db.is_current(),
+            Database::Missing => self.db_path.exists(),
+            Database::Broken => matches!(Db::open_if_there(&self.db_path), Ok(Some(_))),
+            Database::Off => false,
+        }
+    }
+
+    fn sweep(&mut self, out: &mut Out, t: i64, full: bool) -> Result<()> {
+        self.n += 1;
+        out.line(&to_line("sweep", &Sweep { n: self.n, t, full })?)?;
+        out.flush()?;
+        Ok(())
+    }
+
+    /// What the first full read looks back to: `--since`, else the last tick, else an hour.
+    fn first_since(&self, now: i64, seen: &mut Seen) -> Result<i64> {
+        if let Some(w) = &self.args.since {
+            return parse_when(w, now);
+        }
+        let last = self.with_store(seen, |s| s.last_tick(now)).flatten();
+        match last {
+            Some(t) => Ok(t),
+            None => parse_when(FIRST_LOOK_BACK, now),
+        }
+    }
+
+    /// Asks the watchdog's store, if there is one; a store that cannot be read is a blind
+    /// record (open alerts not read again could be taken for gone).
+    fn with_store<T>(&self, seen: &mut Seen, q: impl FnOnce(&Store) -> Result<T>) -> Option<T> {
+        let path = self.cfg.store_db();
+        if !path.exists() {
+            return None;
+        }
+        match Store::open(&path).and_then(|s| q(&s)) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                seen.blind(&path.display().to_string(), &format!("{e:#}"));
+                None
+            }
+        }
+    }
+
+    /// A full read: the database opened anew, the servers looked for again, what a tick lists.
+    fn full(&mut self, out: &mut Out) -> Result<()> {
+        let started = Instant::now();
+        let t = now_ms();
+        let mut seen = Seen::default();
+        let since = match self.last_full {
+            None => self.first_since(t, &mut seen)?,
+            // by both clocks, the earlier: a clock set back or a suspend loses nothing
+            Some((at, wall)) => {
+                let ran = at.elapsed().as_millis() as i64;
+                wall.min(t - ran) - SLACK_MS
+            }
+        };
+        let mut also: Vec<String> = super::ids_of(self.args.also.as_deref());
+        if self.args.also_open {
+            also.extend(
+                self.with_store(&mut seen, episodes::open_roots)
+                    .unwrap_or_default(),
+            );
+        }
+        if !matches!(self.db, Database::Off) {
+            // a fresh connection: the cursor of the old one means nothing to it
+            let before = seen.blind.len();
+            self.db = match open_db(&self.db_path, self.db_found, &mut seen) {
+                Ok(Some(db)) => match db.cursor() {
+                    Ok(c) => Database::Open(Box::new(db), Some(c)),
+                    Err(e) => {
+                        seen.blind(&self.db_path.display().to_string(), &format!("{e:#}"));
+                        Database::Broken
+                    }
+                },
+                Ok(None) if seen.blind.len() == before => Database::Missing,
+                Ok(None) => Database::Broken,
+                // `--db` named a file that is gone: say so each full read, follow on
+                Err(e) => {
+                    seen.blind(&self.db_path.display().to_string(), &format!("{e:#}"));
+                    Database::Missing
+                }
+            };
+        }
+        let (procs, plan) =
+            sources::servers_to_read(&self.args.servers, self.cfg, self.discover, &self.db_path);
+        let db = match &self.db {
+            Database::Open(db, _) => Some(&**db),
+            _ => None,
+        };
+        let reads = collect(
+            db,
+            &plan,
+            &procs,
+            self.discover != Discover::Off,
+            (since, &also),
+            self.limits,
+            &mut seen,
+        );
+        if let Some(db) = db {
+            let writers: Vec<u32> = procs.iter().map(|p| p.pid).collect();
+            write_db_source(out, db, self.db_found, &writers, &seen)?;
+        }
+        write_server_sources(out, &reads, &seen)?;
+        write_rest(out, &reads, &seen)?;
+        self.procs = procs.iter().map(|p| (p.pid, p.cwd.clone())).collect();
+        self.listed.clear();
+        self.note_listed(&seen);
+        self.live = reads
+            .into_iter()
+            .filter(|r| r.live.is_some())
+            .map(|r| r.plan)
+            .collect();
+        self.last_full = Some((started, t));
+        self.sweep(out, t, true)
+    }
+
+    /// A poll: nothing while the database did not change; else the sessions that did, with
+    /// their trees, and a partial sweep.
+    fn partial(&mut self, out: &mut Out) -> Result<()> {
+        let ended = self.where_a_process_ended();
+        let Database::Open(db, cursor) = &mut self.db else {
+            return Ok(());
+        };
+        let t = now_ms();
+        let mut seen = Seen::default();
+        let changed = match db.changes(cursor.as_ref()) {
+            Ok(Some(ch)) => {
+                *cursor = Some(ch.cursor);
+                ch.sessions
+            }
+            Ok(None) => return Ok(()),
+            Err(f) => {
+                // read again (one blind record each time) at the next full read
+                let name = db.path.display().to_string();
+                self.db = Database::Broken;
+                seen.blind(&name, &f.to_string());
+                write_rest(out, &[], &seen)?;
+                return self.sweep(out, t, false);
+            }
+        };
+        let mut changed = changed;
+        for id in ended {
+            if !changed.contains(&id) {
+                changed.push(id);
+            }
+        }
+        if changed.is_empty() {
+            return Ok(());
+        }
+        // a process started since the last full read runs some of these: look again
+        let procs = sources::discovered(
+            self.discover,
+            &self.db_path,
+            &self.cfg.opencode.discover_uids,
+        );
+        let reads = collect(
+            Some(&**db),
+            &self.live,
+            &procs,
+            self.discover != Discover::Off,
+            (i64::MAX, &changed),
+            self.limits,
+            &mut seen,
+        );
+        self.procs = procs.iter().map(|p| (p.pid, p.cwd.clone())).collect();
+        self.note_listed(&seen);
+        // a server gone since the last full read: one blind record, then left to the next one
+        self.live.retain(|p| {
+            !reads
+                .iter()
+                .any(|r| r.plan.url == p.url && r.error.is_some())
+        });
+        write_rest(out, &reads, &seen)?;
+        self.sweep(out, t, false)
+    }
+}
+
+impl Follow<'_> {
+    fn note_listed(&mut self, seen: &Seen) {
+        for x in &seen.sessions {
+            self.listed.insert(x.id.clone(), x.directory.clone());
+        }
+    }
+
+    /// The sessions to list again because an opencode process found at the last read has
+    /// ended: those listed since the last full read in its directory (all of them, when it
+    /// had none readable). One `stat` of `/proc/PID` per process and poll.
+    fn where_a_process_ended(&mut self) -> Vec<String> {
+        let gone: Vec<Option<PathBuf>> = self
+            .procs
+            .iter()
+            .filter(|(pid, _)| !Path::new(&format!("/proc/{pid}")).exists())
+            .map(|(_, cwd)| cwd.clone())
+            .collect();
+        if gone.is_empty() {
+            return Vec::new();
+        }
+        self.procs
+            .retain(|(pid, _)| Path::new(&format!("/proc/{pid}")).exists());
+        let mut ids: Vec<String> = self
+            .listed
+            .iter()
+            .filter(|(_, dir)| {
+                gone.iter().any(|cwd| match (cwd, dir) {
+                    (Some(c), Some(d)) => Path::new(d).starts_with(c),
+                    _ => true,
+                })
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+}
