@@ -427,7 +427,7 @@ impl Machine {
     /// The pipeline's command line, as printed and as run.
     fn pipeline_command(&self, follow: bool) -> String {
         if !follow {
-            return "while :; do oc-watchdog-tick; sleep 1; done".into();
+            return "sh -c 'while :; do oc-watchdog-tick; sleep 1; done'".into();
         }
         // as deploy/install installed it, else the repository's (finding ours on PATH)
         if self.home.join(".local/bin/oc-watchdog-follow").exists() {
@@ -443,9 +443,21 @@ impl Machine {
     fn start_pipeline(&mut self, follow: bool) {
         let script = self.pipeline_command(follow);
         let log = std::fs::File::create(self.home.join("pipeline.log")).unwrap();
-        let child = self
-            .cmd("sh")
-            .args(["-c", &script])
+        // the follow script itself leads the process group (as systemd starts it), the stand-in
+        // loop's shell leads its own
+        let mut c = if follow {
+            let exe = if script.contains('/') {
+                PathBuf::from(&script)
+            } else {
+                self.home.join(".local/bin").join(&script)
+            };
+            self.cmd(exe.to_str().unwrap())
+        } else {
+            let mut c = self.cmd("sh");
+            c.args(["-c", "while :; do oc-watchdog-tick; sleep 1; done"]);
+            c
+        };
+        let child = c
             .env("OCWD_BENCH", &self.tag)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -1048,7 +1060,7 @@ fn main() {
         .collect();
 
     println!(
-        "  pipeline under test: sh -c '{}' (env OCWD_BENCH=<tag> marks its processes)",
+        "  pipeline under test: {} (env OCWD_BENCH=<tag> marks its processes)",
         m.pipeline_command(s.follow)
     );
     m.start_pipeline(s.follow);
