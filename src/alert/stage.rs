@@ -177,10 +177,10 @@ fn event_of(w: &Wording, step: &Step) -> Option<Event> {
             why,
             figures,
             ..
-        } => w
-            .open
-            .get(episode)
-            .map(|ep| text::resolve_event(cfg, ep, *reason, why, *figures, now)),
+        } => w.open.get(episode).map(|ep| {
+            let counts_ticks = w.tick.mode == crate::record::TickMode::Timer;
+            text::resolve_event(cfg, ep, *reason, why, *figures, counts_ticks, now)
+        }),
         Step::Count { .. } | Step::Hold { .. } | Step::StillBlind { .. } => None,
     }
 }

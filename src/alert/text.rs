@@ -157,13 +157,15 @@ pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> 
     ev
 }
 
-/// The resolve of an episode.
+/// The resolve of an episode. `counts_ticks`: the timer's ticks, whose number says how long
+/// the loop went on; follow mode's come every second or so and say nothing to a person.
 pub fn resolve_event(
     cfg: &Config,
     ep: &AlertEpisode,
     reason: Reason,
     why: &str,
     figures: Option<Figures>,
+    counts_ticks: bool,
     now: i64,
 ) -> Event {
     let kind = ep.kind.unwrap_or(AlertKind::Loop);
@@ -172,12 +174,15 @@ pub fn resolve_event(
     ev.state = Transition::Resolve;
     ev.title = format!("resolved ({}): {}", reason.as_str(), ep.title);
     ev.summary = match (kind, figures) {
-        (AlertKind::Loop, Some(f)) => format!(
+        (AlertKind::Loop, Some(f)) if counts_ticks => format!(
             "{}: {why}; the loop burned {}, {} flagged tick(s)",
             ep.subject,
             burned(&f),
             f.flagged_ticks
         ),
+        (AlertKind::Loop, Some(f)) => {
+            format!("{}: {why}; the loop burned {}", ep.subject, burned(&f))
+        }
         _ => format!("{}: {why}", ep.subject),
     };
     ev.agent = ep.agent.clone();

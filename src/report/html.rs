@@ -658,9 +658,13 @@ fn episode_row(s: &mut String, p: &PageData, e: &EpisodeRow, linked: bool) {
     };
     let ended = match (e.state.as_str(), e.resolved) {
         ("open", _) => "<b>open</b>".to_string(),
+        // in the words its resolve said (the popup's), else the reason's
         (_, Some(t)) => format!(
             "{} <small>{}</small>",
-            e.reason.map(reason_text).unwrap_or("resolved"),
+            match (e.reason, &e.why) {
+                (Some(r), Some(why)) => format!("{}: {}", r.as_str(), esc(why)),
+                (r, _) => r.map(reason_text).unwrap_or("resolved").to_string(),
+            },
             clock(p, t)
         ),
         _ => esc(&e.state),

@@ -196,6 +196,8 @@ pub struct EpisodeRow {
     pub duration_ms: Option<i64>,
     /// Loops: its stop (issue 28) in one line, when one was asked.
     pub stop: Option<String>,
+    /// Why it resolved, as its resolve said it ("the opencode process ended: ...").
+    pub why: Option<String>,
 }
 
 /// The per-model rollup over one window.
@@ -581,7 +583,9 @@ fn picture(c: &rusqlite::Connection, loops: &mut [Loop]) -> Result<()> {
 fn episodes(store: &Store, since: i64, now: i64) -> Result<Vec<EpisodeRow>> {
     let mut st = store.conn.prepare(&format!(
         "SELECT id, kind, root, state, peak_severity, opened, last_fired, resolved, reason, flagged_ticks,
-                agent, model, calls, cost, {} AS duration_ms, {} AS stop
+                agent, model, calls, cost, {} AS duration_ms, {} AS stop,
+                (SELECT json_extract(e.body, '$.details.why') FROM events e
+                  WHERE e.episode = q.id AND e.state = 'resolve' ORDER BY e.id DESC LIMIT 1) AS why
          FROM episodes q WHERE state = 'open' OR resolved >= ?1 OR opened >= ?1
          ORDER BY coalesce(resolved, last_fired) DESC, id DESC
          LIMIT ?3",
@@ -609,6 +613,7 @@ fn episodes(store: &Store, since: i64, now: i64) -> Result<Vec<EpisodeRow>> {
             cost: r.get(13)?,
             duration_ms: r.get(14)?,
             stop: r.get(15)?,
+            why: r.get(16)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
