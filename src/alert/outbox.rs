@@ -61,6 +61,16 @@ struct Owed {
     state: String,
     /// When an alerter claimed it to send it (`detail = 'sending'`).
     claimed: Option<i64>,
+    /// When it was last tried and failed (owed again).
+    tried: Option<i64>,
+}
+
+/// How long after its `attempts`-th failed attempt a delivery is tried again: 10 s, then three
+/// times longer each time (30 s, 90 s, 270 s). A timer's runs, 5 minutes apart, each try it; the
+/// follow mode's, a second apart, would otherwise spend all [`ATTEMPTS`] in five seconds of an
+/// outage.
+fn retry_after_ms(attempts: i64) -> i64 {
+    10_000 * 3_i64.pow(attempts.clamp(1, 5) as u32 - 1)
 }
 
 /// How long a claim on `c` holds: twice the channel's timeout and a minute. An older claim is
@@ -142,7 +152,8 @@ impl Owed {
 fn owed(store: &Store) -> Result<Vec<Owed>> {
     let mut st = store.conn.prepare(
         "SELECT d.event, d.channel, d.status, e.body, d.attempts, e.dedup_key, e.state,
-             CASE WHEN d.detail = 'sending' THEN d.t END
+             CASE WHEN d.detail = 'sending' THEN d.t END,
+             CASE WHEN d.attempts > 0 AND coalesce(d.detail, '') != 'sending' THEN d.t END
          FROM deliveries d JOIN events e ON e.id = d.event
          WHERE d.status IN ('pending', 'deferred') OR (d.status = 'failed' AND e.state = 'resolve' AND d.attempts < ?1)
          ORDER BY d.event",
@@ -157,13 +168,14 @@ fn owed(store: &Store) -> Result<Vec<Owed>> {
             key: r.get(5)?,
             state: r.get(6)?,
             claimed: r.get(7)?,
+            tried: r.get(8)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 /// Delivers what is pending (and deferred deliveries whose quiet hours ended, and failed
-/// resolves, up to [`ATTEMPTS`] attempts; a delivery the channel certainly did not show, such
+/// resolves, up to [`ATTEMPTS`] attempts, each after the back-off of [`retry_after_ms`]; a delivery the channel certainly did not show, such
 /// as a desktop Notify call that failed, stays pending for as many), each claimed before it is sent, so two alerters running at
 /// once send it once. Each outcome is recorded as soon as it is known. A pending or
 /// deferred trigger or escalation that a newer event of its alert superseded is not sent. A
@@ -207,6 +219,12 @@ pub fn deliver_pending(store: &mut Store, chans: &[EffectiveChannel], now: i64) 
             }
         }
         if o.status == Delivery::Deferred && quiet(&c.cfg, hour) {
+            continue;
+        }
+        if o.tried
+            .is_some_and(|t| now - t < retry_after_ms(o.attempts))
+        {
+            // failed a moment ago: tried again after its back-off
             continue;
         }
         let left = if c.cfg.unit().run_budget() {

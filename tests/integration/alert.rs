@@ -827,7 +827,10 @@ fn a_resolve_that_could_not_be_delivered_or_was_cut_off_by_a_crash_is_never_lost
 #[test]
 fn a_desktop_trigger_whose_notify_call_failed_is_shown_the_next_run() {
     let d = Desktop::shared();
-    let rig = Rig::new("[[channels]]\nname = \"desk\"\ntype = \"desktop\"\n");
+    // (escalating late: the runs below are retries, not the loop going on)
+    let rig = Rig::new(
+        "[alert]\nescalate_after_ticks = 9\n[[channels]]\nname = \"desk\"\ntype = \"desktop\"\n",
+    );
     let root = format!("ses_nobus{}", std::process::id());
     let gone = "unix:path=/nonexistent/oc-watchdog-bus";
     let (_, r) = rig.tick(
@@ -848,13 +851,29 @@ fn a_desktop_trigger_whose_notify_call_failed_is_shown_the_next_run() {
         "{}",
         r.story()
     );
+    // a second later (the follow mode's next run) it is not tried again: it backs off 10 s
+    let (_, r) = rig.tick(
+        T0 + 1_000,
+        &[looping(&root, &root, true, 45, "")],
+        &[("DBUS_SESSION_BUS_ADDRESS", gone), ("DISPLAY", &d.display)],
+    );
+    r.ok();
+    assert_eq!(rows(), ["pending 1"], "{}", r.story());
+    assert!(!r.stderr().contains("delivery failed"), "{}", r.story());
+    let (_, r) = rig.tick(
+        T0 + 11_000,
+        &[looping(&root, &root, true, 46, "")],
+        &[("DBUS_SESSION_BUS_ADDRESS", gone), ("DISPLAY", &d.display)],
+    );
+    r.ok();
+    assert_eq!(rows(), ["pending 2"], "{}", r.story());
     // the bus is back: the loop goes on, nothing new is decided, and the owed trigger is shown
     let env = desktop_env(d);
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let (_, r) = rig.tick(T0 + MIN5, &[looping(&root, &root, true, 56, "")], &env);
     r.ok();
     assert_eq!(r.records().len(), 0, "{}", r.story());
-    assert_eq!(rows(), ["sent 2"], "{}", r.story());
+    assert_eq!(rows(), ["sent 3"], "{}", r.story());
     assert_eq!(d.wait_for(&format!("session {root},"), 1).len(), 1);
 }
 
