@@ -45,6 +45,32 @@ pub fn insert(tx: &Transaction<'_>, tick: i64, t: i64, verdicts: &[Verdict]) -> 
     Ok(())
 }
 
+/// Thins the history a partial follow tick `tick` adds to, for each session it judged: the
+/// session's previous verdict goes when it came from a partial tick too and only repeated the
+/// one before it (flagged as that was, and as this one is). Kept are every full tick's verdicts,
+/// the first of each flagged or unflagged stretch, and the latest: what the page, the rollups
+/// and `wd-store verdicts --flagged` read. Without it a followed loop wrote one row a second,
+/// 1.7 million a day for 20 loops.
+pub fn thin(tx: &Transaction<'_>, tick: i64, sessions: &[&str]) -> Result<usize> {
+    let mut last3 = tx.prepare(
+        "SELECT v.tick, v.flagged, t.full FROM verdicts v JOIN ticks t ON t.id = v.tick
+         WHERE v.session = ?1 AND v.tick <= ?2 ORDER BY v.tick DESC LIMIT 3",
+    )?;
+    let mut del = tx.prepare("DELETE FROM verdicts WHERE tick = ?1 AND session = ?2")?;
+    let mut n = 0;
+    for s in sessions {
+        let rows: Vec<(i64, bool, bool)> = last3
+            .query_map(params![s, tick], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        if let [(this, now, _), (prev, was, false), (_, before, _)] = rows[..] {
+            if this == tick && now == was && was == before {
+                n += del.execute(params![prev, s])?;
+            }
+        }
+    }
+    Ok(n)
+}
+
 /// Which verdicts `wd-store verdicts` lists.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
@@ -114,4 +140,51 @@ pub fn prune(tx: &Transaction<'_>, before: i64) -> Result<usize> {
         [],
     )?;
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::store::Store;
+
+    /// A followed session judged at ticks 1 (full) to 9 (partial), flagged at 5 to 8: kept are
+    /// the full tick's verdict, each stretch's first and last, and the latest.
+    #[test]
+    fn a_followed_sessions_repeated_verdicts_are_thinned_to_where_it_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("w.db")).unwrap();
+        let tx = store.write().unwrap();
+        let mut deleted = 0;
+        for tick in 1..=9_i64 {
+            tx.execute(
+                "INSERT INTO ticks (id, t, outcome, mode, full) VALUES (?1, ?1, 'ok', 'follow', ?2)",
+                rusqlite::params![tick, tick == 1],
+            )
+            .unwrap();
+            for s in ["a", "b"] {
+                tx.execute(
+                    "INSERT INTO verdicts (tick, t, session, root, flagged) VALUES (?1, ?1, ?2, ?2, ?3)",
+                    rusqlite::params![tick, s, s == "a" && (5..=8).contains(&tick)],
+                )
+                .unwrap();
+            }
+            let judged: &[&str] = if tick == 1 { &[] } else { &["a"] };
+            deleted += super::thin(&tx, tick, judged).unwrap();
+        }
+        let kept = |s: &str| -> Vec<i64> {
+            let mut st = tx
+                .prepare("SELECT tick FROM verdicts WHERE session = ?1 ORDER BY tick")
+                .unwrap();
+            st.query_map([s], |r| r.get(0))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap()
+        };
+        assert_eq!(kept("a"), [1, 4, 5, 8, 9]);
+        assert_eq!(
+            kept("b"),
+            (1..=9).collect::<Vec<_>>(),
+            "not judged: untouched"
+        );
+        assert_eq!(deleted, 4);
+    }
 }

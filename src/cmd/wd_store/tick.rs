@@ -234,6 +234,10 @@ fn record(store: &mut Store, seen: &Seen, outcome: TickOutcome, run: Run) -> Res
     let tx = store.write()?;
     let id = ticks::insert(&tx, &row)?;
     verdicts::insert(&tx, id, started, &seen.verdicts)?;
+    if run.mode == TickMode::Follow && !run.full {
+        let judged: Vec<&str> = seen.verdicts.iter().map(|v| v.session.as_str()).collect();
+        verdicts::thin(&tx, id, &judged)?;
+    }
     let flagged: std::collections::HashSet<String> = seen
         .verdicts
         .iter()
