@@ -483,16 +483,17 @@ fn loop_facts(s: &mut String, p: &PageData, l: &Loop, id: &str) {
     }
     row(s, "agent", opt(&l.agent));
     row(s, "model", opt(&l.model));
-    row(
-        s,
-        "since",
+    // the follow service's ticks come every second: how many there were says nothing
+    let ticks = if p.tick.as_ref().is_some_and(|t| t.mode == "follow") {
+        String::new()
+    } else {
         format!(
-            "{} <small>({} flagged tick{})</small>",
-            when(p, l.opened),
+            " <small>({} flagged tick{})</small>",
             l.flagged_ticks,
             if l.flagged_ticks == 1 { "" } else { "s" }
-        ),
-    );
+        )
+    };
+    row(s, "since", format!("{}{ticks}", when(p, l.opened)));
     if l.kind == "loop" && l.base_calls > 0 {
         // the loop went quiet (resolved as stopped) and resumed with nothing landed since: this
         // alert counts its own calls; the earlier ones are still since the last landed change
@@ -835,6 +836,37 @@ mod tests {
         );
         // no user manager to ask: the ticks alone tell
         assert_eq!(not_running(&page("timer", 1000, Services::default())), None);
+    }
+
+    /// A loop's "since" row counts its flagged ticks under the timer, not under the follow
+    /// service (whose ticks come every second).
+    #[test]
+    fn a_loops_since_counts_ticks_only_under_the_timer() {
+        let since = |mode: &str| {
+            let mut p = page(mode, 1000, Services::default());
+            p.loops = vec![crate::report::Loop {
+                kind: "loop".into(),
+                root: "ses_a".into(),
+                severity: "warning".into(),
+                opened: NOW - 120_000,
+                flagged_ticks: 97,
+                ..Default::default()
+            }];
+            let html = render(&p);
+            let at = html.find("<td>since</td>").expect("a since row");
+            html[at..].split("</tr>").next().unwrap().to_string()
+        };
+        assert!(
+            since("timer")
+                .ends_with("<small>(2 min ago)</small> <small>(97 flagged ticks)</small></td>"),
+            "{}",
+            since("timer")
+        );
+        assert!(
+            since("follow").ends_with("<small>(2 min ago)</small></td>"),
+            "{}",
+            since("follow")
+        );
     }
 
     /// The page said five signals in words of its own (dup: "exact repeats fill the window",
