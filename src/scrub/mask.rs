@@ -144,7 +144,14 @@ fn inner(out: &mut Vec<(usize, usize)>, w: &Word, sub: Vec<(usize, usize)>) {
     let st = lex_states(&w.text).1;
     for (a, b) in sub {
         if a < b && b <= w.text.len() {
-            let (a, b) = take_quotes(&w.text, &st, a, b);
+            // a range that starts and ends in the same quoting, over its quotes if it can: a
+            // quote taken on one side only is not put back here (as `apply` does for the whole
+            // command), so the masked word would no longer parse as the original did
+            let (qa, qb) = take_quotes(&w.text, &st, a, b);
+            let (a, b) = [(qa, qb), (a, b), (qa, b), (a, qb)]
+                .into_iter()
+                .find(|&(x, y)| st[x] == st[y])
+                .unwrap_or((qa, qb));
             out.push(w.orig(a, b));
         }
     }
@@ -1089,13 +1096,17 @@ fn substitutions(w: &Word, out: &mut Vec<(usize, usize)>) {
         let repl = &w.text[p_end + 1..r_end];
         let lead = BACKREF.find(repl).map_or(0, |m| m.end());
         let value = &repl[lead..];
-        let names_secret = IDENT.find_iter(pat).any(|m| {
-            placeholder(m.as_str())
-                || secret_name(m.as_str()) && KEY_THEN_SEP.is_match(&pat[m.end()..])
-        });
-        if !value.is_empty() && (names_secret || password_shaped(value)) {
+        let keyed = IDENT
+            .find_iter(pat)
+            .any(|m| secret_name(m.as_str()) && KEY_THEN_SEP.is_match(&pat[m.end()..]));
+        let names_secret = keyed || IDENT.find_iter(pat).any(|m| placeholder(m.as_str()));
+        // masked already (by shape, say, with the backreference's digit): kept as it is
+        let masked = repl.contains(MASK);
+        if !value.is_empty() && !masked && (names_secret || password_shaped(value)) {
             let at = p_end + 1 + lead;
-            match REPL_PAIR.captures(value) {
+            // a pattern of a setting replaced by a setting: `s/^password=.*/password=new/`; a
+            // placeholder's or a backreference's replacement is the value, all of it
+            match REPL_PAIR.captures(value).filter(|_| keyed && lead == 0) {
                 Some(c) if secret_name(&c[1]) => {
                     let v = c.get(2).unwrap();
                     mask(out, w, at + v.start(), at + v.end());
@@ -1820,15 +1831,45 @@ fn shapes(s: &str, out: &mut Vec<(usize, usize)>) {
             if randomish(seg) {
                 out.push((at, at + seg.len()));
             } else {
-                let mut p = at;
-                for piece in seg.split(['/', '-', '_', '+']) {
-                    if randomish(piece) {
-                        out.push((p, p + piece.len()));
-                    }
-                    p += piece.len() + 1;
-                }
+                pieces(seg, at, out);
             }
             at += seg.len() + 1;
+        }
+    }
+}
+
+/// The random-looking parts of a run that is not random as a whole (`x.com/<key>/hook`,
+/// `build-<key>`): each piece between separators, and each stretch of neighbouring pieces with
+/// no word in them (a base64 key's own `/` and `+` cut it into such pieces).
+fn pieces(seg: &str, at: usize, out: &mut Vec<(usize, usize)>) {
+    let wordy = |p: &str| {
+        p.as_bytes()
+            .windows(4)
+            .any(|w| w.iter().all(u8::is_ascii_lowercase))
+    };
+    // stretches of wordless pieces, as (start, end, pieces); empty pieces (`//`) neither
+    // break nor lengthen one
+    let mut stretches: Vec<(usize, usize, usize)> = Vec::new();
+    let mut open = false;
+    let mut p = at;
+    for piece in seg.split(['/', '-', '_', '+']) {
+        if randomish(piece) {
+            out.push((p, p + piece.len()));
+        }
+        if wordy(piece) {
+            open = false;
+        } else if !piece.is_empty() {
+            match stretches.last_mut() {
+                Some(s) if open => *s = (s.0, p + piece.len(), s.2 + 1),
+                _ => stretches.push((p, p + piece.len(), 1)),
+            }
+            open = true;
+        }
+        p += piece.len() + 1;
+    }
+    for (a, b, n) in stretches {
+        if n >= 2 && randomish(&seg[a - at..b - at]) {
+            out.push((a, b));
         }
     }
 }
@@ -1900,7 +1941,10 @@ pub fn randomish(s: &str) -> bool {
     let wordy = in_runs as f64 / n as f64;
     let ent = entropy(s);
     if u >= 2 && l >= 2 && d >= 2 {
-        return churn >= 0.45 && ent >= 3.6 && wordy < 0.45;
+        // a key with no word in it at all may churn less, as random strings sometimes do
+        // (one base64 key in ~1,000 drawn churns under 0.45), if its entropy says it is random
+        return (churn >= 0.45 && ent >= 3.6 && wordy < 0.45)
+            || (churn >= 0.3 && ent >= 4.0 && in_runs == 0);
     }
     if (u == 0 || l == 0) && d * 4 >= alnum && (u + l) * 4 >= alnum && n >= 24 {
         return churn >= 0.3 && ent >= 3.8;
