@@ -152,6 +152,55 @@ impl Rig {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The TUI's opencode process (tmux runs it as the pane's command; `env` execs it).
+    fn tui_pid(&self) -> u32 {
+        let out = Command::new("tmux")
+            .arg("-S")
+            .arg(self.tmux.as_ref().unwrap())
+            .args(["display-message", "-p", "-t", "oc", "#{pane_pid}"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    }
+
+    /// Waits until the TUI's pane says "interrupted", as it does when Esc stops a run.
+    fn wait_interrupted(&self) {
+        let t0 = Instant::now();
+        while !self.pane().contains("interrupted") {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the TUI does not say interrupted:\n{}",
+                self.pane()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Closes the TUI (its tmux server and all).
+    fn close_tui(&mut self) {
+        let _ = Command::new("tmux")
+            .arg("-S")
+            .arg(self.tmux.take().unwrap())
+            .arg("kill-server")
+            .status();
+    }
+
+    /// Tool calls that started from `from` to `to`, and the cost of the messages created then:
+    /// what a loop burned between two points, from opencode's database.
+    fn burned(&self, session: &str, from: i64, to: i64) -> (i64, f64) {
+        self.db()
+            .query_row(
+                "SELECT (SELECT count(*) FROM part WHERE session_id = ?1
+                           AND json_extract(data, '$.type') = 'tool'
+                           AND json_extract(data, '$.state.time.start') BETWEEN ?2 AND ?3),
+                        (SELECT coalesce(sum(json_extract(data, '$.cost')), 0) FROM message
+                          WHERE session_id = ?1 AND json_extract(data, '$.time.created') BETWEEN ?2 AND ?3)",
+                rusqlite::params![session, from, to],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap()
+    }
+
     fn db(&self) -> rusqlite::Connection {
         rusqlite::Connection::open_with_flags(
             self.home.join(".local/share/opencode/opencode.db"),
@@ -403,18 +452,7 @@ fn a_looping_opencode_run_is_stopped_through_the_plugin_and_resumes_with_run_s()
     assert_eq!(o["action_id"], format!("stop:{id}:episode:{episode}"));
     assert!(o["calls_after_request"].as_i64().unwrap() <= 2, "{o}");
     let stop_t = o["stopped"].as_i64().unwrap();
-    let (wasted, cost): (i64, f64) = rig
-        .db()
-        .query_row(
-            "SELECT (SELECT count(*) FROM part WHERE session_id = ?1
-                       AND json_extract(data, '$.type') = 'tool'
-                       AND json_extract(data, '$.state.time.start') BETWEEN ?2 AND ?3),
-                    (SELECT coalesce(sum(json_extract(data, '$.cost')), 0) FROM message
-                      WHERE session_id = ?1 AND json_extract(data, '$.time.created') BETWEEN ?2 AND ?3)",
-            rusqlite::params![id, flag_t, stop_t],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
+    let (wasted, cost) = rig.burned(&id, flag_t, stop_t);
     eprintln!(
         "stop figures: opencode run: from the flag to the stop (tick, then wd-store stop by hand): \
          {wasted} call(s), ${cost:.4}, {} ms",
@@ -525,15 +563,7 @@ fn a_looping_tui_session_under_tmux_is_stopped_through_the_plugin() {
     let r = rig.stop(&id);
     let o = stopped(&r, &id, "plugin", "TUI");
     // the TUI shows what Esc shows, and stays open with the session idle
-    let t0 = Instant::now();
-    while !rig.pane().contains("interrupted") {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "the TUI does not say interrupted:\n{}",
-            rig.pane()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    rig.wait_interrupted();
     std::thread::sleep(Duration::from_secs(3));
     let calls = rig.calls(&id);
     nothing_after(&calls, o["stopped"].as_i64().unwrap());
@@ -548,11 +578,7 @@ fn a_looping_tui_session_under_tmux_is_stopped_through_the_plugin() {
     idle.ok();
     assert_eq!(idle.kind("stop")[0]["status"], "already");
     // close the TUI, then resume the session with `opencode run -s`
-    let _ = Command::new("tmux")
-        .arg("-S")
-        .arg(rig.tmux.take().unwrap())
-        .arg("kill-server")
-        .status();
+    rig.close_tui();
     let before = calls.len();
     let out = rig.resume(&id, "reread");
     assert!(out.status.success());
@@ -1073,18 +1099,7 @@ fn the_policy_stops_a_looping_opencode_run_at_escalation_once_and_says_so_on_eve
     );
 
     // the figures for the closing note: from the flag point to the stop
-    let (wasted, cost): (i64, f64) = rig
-        .db()
-        .query_row(
-            "SELECT (SELECT count(*) FROM part WHERE session_id = ?1
-                       AND json_extract(data, '$.type') = 'tool'
-                       AND json_extract(data, '$.state.time.start') BETWEEN ?2 AND ?3),
-                    (SELECT coalesce(sum(json_extract(data, '$.cost')), 0) FROM message
-                      WHERE session_id = ?1 AND json_extract(data, '$.time.created') BETWEEN ?2 AND ?3)",
-            rusqlite::params![id, flag_t, stop_t],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
+    let (wasted, cost) = rig.burned(&id, flag_t, stop_t);
     eprintln!(
         "stop figures: policy at escalation (timer pipeline, 2 ticks): from the flag to the stop \
          {wasted} call(s), ${cost:.4}, {} ms",
@@ -1102,6 +1117,151 @@ fn the_policy_stops_a_looping_opencode_run_at_escalation_once_and_says_so_on_eve
     assert_eq!(rig.stops(&id).len(), 1);
     assert_eq!(alert_keys(&rig), [format!("opencode-loop:{id} resolved")]);
     assert_eq!(pol.hooked(&id).len(), 2);
+}
+
+/// The policy on a TUI under tmux, at escalation as for `opencode run` above (the same two-tick
+/// path, so the two runs' figures compare): the plugin in the TUI's own process stops it, the
+/// TUI stays open and idle, and the session resumes with `opencode run -s`.
+#[test]
+fn the_policy_stops_a_looping_tui_session_under_tmux_at_escalation_and_it_resumes_with_run_s() {
+    let mut rig = Rig::new(true);
+    let pol = Policy::on(&rig, "at_escalation = true");
+    rig.tui("lc_goes_on");
+    let id = rig.wait_calls(10);
+    let pid = rig.tui_pid();
+    let t1 = pol.tick(&rig);
+    assert_eq!(events_of(&rig, &id), ["trigger"], "{}", t1.story());
+    assert!(rig.stops(&id).is_empty(), "{}", t1.story());
+    let (episode, flag_t, flag_index): (i64, i64, i64) = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT e.id, v.first_flag_t, v.first_flag_index FROM episodes e
+             JOIN verdicts v ON v.session = e.root
+             WHERE e.root = ?1 AND e.state = 'open' ORDER BY v.tick LIMIT 1",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap_or_else(|e| panic!("no open episode for {id}: {e}\n{}", t1.story()));
+    // the loop goes on in the TUI: the second flagged tick escalates and the policy stops it
+    let n = rig.calls(&id).len();
+    rig.wait_calls(n + 3);
+    let t2 = pol.tick(&rig);
+    assert_eq!(
+        events_of(&rig, &id),
+        ["trigger", "escalate still_looping", "resolve stopped"],
+        "{}",
+        t2.story()
+    );
+    assert!(
+        t2.stderr().contains(&format!(
+            "oc-watchdog: stop session={id} episode={episode} reason=escalated status=stopped"
+        )),
+        "{}",
+        t2.story()
+    );
+    let rows = rig.stops(&id);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["reason"], "escalated");
+    assert_eq!(rows[0]["status"], "stopped");
+    assert_eq!(rows[0]["via"], "plugin");
+    assert_eq!(rows[0]["pid"], pid, "the plugin in the TUI's own process");
+    assert_eq!(rows[0]["action_id"], format!("stop:{id}:episode:{episode}"));
+    assert_eq!(rows[0]["episode"], format!("episode:{episode}"));
+    let stop_t: i64 = rig
+        .watchdog_db()
+        .query_row("SELECT stopped FROM stops WHERE session = ?1", [&id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+
+    // the TUI shows what Esc shows and stays open, its session idle: no call after the stop
+    rig.wait_interrupted();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        Path::new(&format!("/proc/{pid}")).exists(),
+        "the TUI exited:\n{}",
+        rig.pane()
+    );
+    assert!(rig.pane().contains("interrupted"), "{}", rig.pane());
+    let calls = rig.calls(&id);
+    nothing_after(&calls, stop_t);
+    assert!(calls.len() < 50, "the loop ran to its end: {}", calls.len());
+    assert!(calls.iter().all(|c| c.status != "running"), "{calls:?}");
+    assert_eq!(rig.last_error(&id).as_deref(), Some("MessageAbortedError"));
+    // the resolve says it, and so does the desktop
+    let summary: String = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT json_extract(body, '$.summary') FROM events
+             WHERE episode = ?1 AND state = 'resolve'",
+            [episode],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let (ep_calls, ep_cost): (i64, f64) = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT calls, cost FROM episodes WHERE id = ?1",
+            [episode],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        summary,
+        format!(
+            "session {id} stopped by the watchdog after {ep_calls} calls and ${ep_cost:.2}; resume with `opencode run -s {id}` (or open it in the TUI)"
+        )
+    );
+    let seen = pol
+        .desk
+        .wait_for(&format!("session {id} stopped by the watchdog"), 1);
+    assert_eq!(seen.len(), 1, "{:?}", pol.desk.seen());
+
+    // the figures for the closing note: from the flag point to the stop
+    let (wasted, cost) = rig.burned(&id, flag_t, stop_t);
+    let at_stop = calls.iter().filter(|c| c.start <= stop_t).count() as i64;
+    assert_eq!(
+        wasted,
+        at_stop - flag_index + 1,
+        "the verdict's flagged call #{flag_index} is not opencode's"
+    );
+    eprintln!(
+        "stop figures: policy at escalation, TUI under tmux (timer pipeline, 2 ticks): from the \
+         flag (call #{flag_index}) to the stop {wasted} call(s), ${cost:.4}, {} ms; {} call(s) \
+         after the request; {} call(s) in all",
+        stop_t - flag_t,
+        rows[0]["calls_after_request"],
+        calls.len()
+    );
+
+    // the next tick: nothing more of it (no second stop, no "interrupted", no new episode)
+    let t3 = pol.tick(&rig);
+    assert_eq!(
+        events_of(&rig, &id),
+        ["trigger", "escalate still_looping", "resolve stopped"],
+        "{}",
+        t3.story()
+    );
+    assert!(
+        !t3.stderr().contains("oc-watchdog: stop "),
+        "{}",
+        t3.story()
+    );
+    assert_eq!(rig.stops(&id).len(), 1);
+    assert_eq!(alert_keys(&rig), [format!("opencode-loop:{id} resolved")]);
+
+    // close the TUI, then the session resumes with `opencode run -s`
+    rig.close_tui();
+    let before = calls.len();
+    let out = rig.resume(&id, "reread");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = rig.calls(&id);
+    assert_eq!(after.len(), before + 8);
+    assert!(after[before..].iter().all(|c| c.status == "completed"));
 }
 
 #[test]
