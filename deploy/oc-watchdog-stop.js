@@ -51,6 +51,13 @@ export const OcWatchdogStop = async ({ client }) => {
     } catch (e) {
       error = String(e?.message ?? e).slice(0, 200)
     }
+    // the TUI says who stopped it (Esc's "interrupted" alone does not); elsewhere nobody shows it
+    if (aborted) {
+      try {
+        await client.tui?.showToast?.({ body: { title: "oc-watchdog", variant: "warning", duration: 30000,
+          message: "The watchdog stopped this session's loop (" + r.id + "). Type a message to resume it." } })
+      } catch {}
+    }
     write(path.join(dir, r.session + ".ack.json"), {
       id: r.id, session: r.session, pid: process.pid, version: VERSION, t: Date.now(),
       aborted, refused_call: refused, error,

@@ -199,7 +199,7 @@ pub fn carry_out(store: &mut Store, cfg: &Config, wanted: &[Wanted]) -> Result<V
         match crate::stop::stop(store, cfg, &req) {
             Ok(o) => {
                 eprintln!(
-                    "oc-watchdog: stop session={} episode={} reason={} status={} {}",
+                    "oc-watchdog: stop session={} episode={} reason={} status={}: {}",
                     w.session,
                     w.episode,
                     w.reason.as_str(),
@@ -213,7 +213,7 @@ pub fn carry_out(store: &mut Store, cfg: &Config, wanted: &[Wanted]) -> Result<V
             Err(e) => {
                 let why = format!("{e:#}");
                 eprintln!(
-                    "oc-watchdog: stop session={} episode={} reason={} status=refused {why}",
+                    "oc-watchdog: stop session={} episode={} reason={} status=refused: {why}",
                     w.session,
                     w.episode,
                     w.reason.as_str()

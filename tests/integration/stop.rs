@@ -163,13 +163,14 @@ impl Rig {
         String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
     }
 
-    /// Waits until the TUI's pane says "interrupted", as it does when Esc stops a run.
+    /// Waits until the TUI's pane says "interrupted", as it does when Esc stops a run, and shows
+    /// the stop plugin's toast saying the watchdog did it.
     fn wait_interrupted(&self) {
         let t0 = Instant::now();
-        while !self.pane().contains("interrupted") {
+        while !self.pane().contains("interrupted") || !self.pane().contains("oc-watchdog") {
             assert!(
                 t0.elapsed() < Duration::from_secs(10),
-                "the TUI does not say interrupted:\n{}",
+                "the TUI does not say interrupted, with the plugin's toast:\n{}",
                 self.pane()
             );
             std::thread::sleep(Duration::from_millis(200));
@@ -1398,7 +1399,7 @@ fn a_policy_stop_that_cannot_be_carried_out_is_recorded_once_and_the_loop_stays_
     );
     assert!(
         t2.stderr().contains(&format!(
-            "reason=escalated status=refused stop: session {id} runs in a TUI or `opencode run`, which listen on no port, and the stop plugin is not installed: "
+            "reason=escalated status=refused: stop: session {id} runs in a TUI or `opencode run`, which listen on no port, and the stop plugin is not installed: "
         )),
         "{}",
         t2.story()
