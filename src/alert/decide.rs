@@ -6,7 +6,7 @@ use super::opinion::Opinion;
 use super::{
     AlertEpisode, AlertKind, Figures, Occupancy, Reason, SessionMark, TickView, Verdict, BLIND_KEY,
 };
-use crate::record::LivenessClass;
+use crate::record::{LivenessClass, TickMode};
 use crate::severity::Severity;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -464,7 +464,15 @@ fn loop_step(i: &Input, a: &AlertEpisode, tree: Option<&Tree>) -> Option<Step> {
         new_calls += n;
         landed |= l;
     }
-    if new_calls > 0 && !landed {
+    let acts: Vec<Occupancy> = t.flagged.iter().map(|v| v.activity()).collect();
+    let all_idle = acts.iter().all(|x| *x == Occupancy::Idle);
+    // The timer's next tick comes anyway and resolves a loop that ended with these calls.
+    // Follow mode's next tick of this tree comes only when its rows change again, which an
+    // ended turn's do not, so waiting for "no call since the last tick" held the resolve to
+    // the next full read (a minute, by default), and a loop whose last calls and end came in
+    // one read (a poll after a suspend, a fast model) escalated as still looping meanwhile.
+    let ended_now = all_idle && i.tick.mode == TickMode::Follow;
+    if new_calls > 0 && !landed && !ended_now {
         return Some(count_step(i, a, marks));
     }
     if landed {
@@ -475,8 +483,7 @@ fn loop_step(i: &Input, a: &AlertEpisode, tree: Option<&Tree>) -> Option<Step> {
             marks,
         });
     }
-    let acts: Vec<Occupancy> = t.flagged.iter().map(|v| v.activity()).collect();
-    if acts.iter().all(|x| *x == Occupancy::Idle) {
+    if all_idle {
         let ended = t
             .flagged
             .iter()
@@ -485,6 +492,8 @@ fn loop_step(i: &Input, a: &AlertEpisode, tree: Option<&Tree>) -> Option<Step> {
             Reason::Stopped,
             if ended {
                 "the opencode process ended: no flagged session runs any more"
+            } else if new_calls > 0 {
+                "the loop stopped: every flagged session is idle, its turn over"
             } else {
                 "the loop stopped: every flagged session is idle and made no call since the last tick"
             },
@@ -773,6 +782,36 @@ mod tests {
                 vec![open(1, w, &[("r", 40)])],
                 tick(vec![v("r", true, 52, "idle")]),
                 "count 2",
+            ),
+            (
+                "follow mode: idle with its last calls in this tick: resolved stopped, not counted",
+                vec![open(1, w, &[("r", 40)])],
+                TickView {
+                    mode: TickMode::Follow,
+                    ..tick(vec![v("r", true, 52, "idle")])
+                },
+                "resolve stopped",
+            ),
+            (
+                "follow mode: still busy with new calls: counts",
+                vec![open(1, w, &[("r", 40)])],
+                TickView {
+                    mode: TickMode::Follow,
+                    ..tick(vec![v("r", true, 52, "active")])
+                },
+                "count 2",
+            ),
+            (
+                "follow mode: idle after a landed change: held, as the timer",
+                vec![open(1, w, &[("r", 40)])],
+                TickView {
+                    mode: TickMode::Follow,
+                    ..tick(vec![Verdict {
+                        calls_since_landed: 5,
+                        ..v("r", true, 52, "idle")
+                    }])
+                },
+                "hold Landed",
             ),
             (
                 "nothing flagged any more: resolved progress",
