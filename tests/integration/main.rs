@@ -10,6 +10,7 @@ mod detect;
 mod fixtures;
 mod fleet;
 mod follow;
+mod follow_faults;
 mod follow_sources;
 mod hardening;
 mod liveness;

@@ -1,0 +1,527 @@
+//! Follow mode's last two faults of issue 27: a burst of 50 sessions of one real
+//! `opencode serve` starting at once, and the whole follow pipeline stopped (SIGSTOP, what a
+//! laptop suspend looks like to it) while opencode runs on. Each runs the installed
+//! `oc-watchdog-follow` as systemd does (its own process group) in the serve's HOME, with the
+//! scripted fake model and a real desktop notification daemon, and judges by the watchdog's
+//! database: the verdicts, the events of each alert, the ticks.
+
+use crate::support::ocsim::{http, Sim};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// A fresh `opencode serve` with the watchdog installed into its HOME and the follow service
+/// running there.
+struct Rig {
+    sim: Sim,
+    follow: Option<Child>,
+}
+
+impl Rig {
+    /// Installs the watchdog with `follow` as its `[follow]` table.
+    fn start(follow: &str) -> Rig {
+        let sim = Sim::start();
+        let rig = Rig { sim, follow: None };
+        let bins = assert_cmd::cargo::cargo_bin("wd-store")
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let install = crate::support::repo().join("deploy/install");
+        let out = rig
+            .cmd(install.to_str().unwrap())
+            .args(["--from", bins.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cfg = rig.sim.home.join(".config/oc-watchdog/watchdog.toml");
+        let text = std::fs::read_to_string(&cfg).unwrap();
+        let shipped = "poll_ms = 1000\nfull_every_secs = 60\nescalate_after_minutes = 5\nescalate_after_calls = 100\n";
+        assert!(text.contains(shipped), "the shipped [follow] changed");
+        std::fs::write(&cfg, text.replace(shipped, follow)).unwrap();
+        rig
+    }
+
+    fn cmd(&self, prog: &str) -> Command {
+        let h = &self.sim.home;
+        let desk = crate::support::desktop::Desktop::shared();
+        let mut c = Command::new(prog);
+        c.env_clear()
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    h.join(".local/bin").display(),
+                    std::env::var("PATH").unwrap()
+                ),
+            )
+            .env("HOME", h)
+            .env("XDG_CONFIG_HOME", h.join(".config"))
+            .env("XDG_DATA_HOME", h.join(".local/share"))
+            .env("XDG_STATE_HOME", h.join(".local/state"))
+            .env("XDG_CACHE_HOME", h.join(".cache"))
+            .env("DBUS_SESSION_BUS_ADDRESS", &desk.bus)
+            .env("DISPLAY", &desk.display);
+        c
+    }
+
+    /// The follow service's script, leading its own process group as under systemd; waits for
+    /// its first tick.
+    fn follow(&mut self) {
+        use std::os::unix::process::CommandExt;
+        let script = self.sim.home.join(".local/bin/oc-watchdog-follow");
+        let child = self
+            .cmd(script.to_str().unwrap())
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.sim.home.join("follow.err")).unwrap())
+            .spawn()
+            .expect("oc-watchdog-follow");
+        self.follow = Some(child);
+        self.wait("the follow service's first tick", 60, || {
+            self.count("SELECT count(*) FROM ticks", &[]) > 0
+        });
+    }
+
+    fn pgid(&self) -> u32 {
+        self.follow.as_ref().unwrap().id()
+    }
+
+    fn signal_group(&self, sig: &str) {
+        let st = Command::new("kill")
+            .args([sig, "--", &format!("-{}", self.pgid())])
+            .status()
+            .unwrap();
+        assert!(st.success(), "kill {sig}");
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.sim.home.join("follow.err")).unwrap_or_default()
+    }
+
+    fn watchdog(&self) -> rusqlite::Connection {
+        let c = rusqlite::Connection::open_with_flags(
+            self.sim.home.join(".local/state/oc-watchdog/watchdog.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap();
+        c.busy_timeout(Duration::from_secs(5)).unwrap();
+        c
+    }
+
+    fn opencode_db(&self) -> rusqlite::Connection {
+        let c = rusqlite::Connection::open_with_flags(
+            self.sim.db_path(),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap();
+        c.busy_timeout(Duration::from_secs(5)).unwrap();
+        c
+    }
+
+    /// A count from the watchdog's database (0 while it is not there yet).
+    fn count(&self, sql: &str, params: &[&dyn rusqlite::ToSql]) -> i64 {
+        let path = self.sim.home.join(".local/state/oc-watchdog/watchdog.db");
+        if !path.exists() {
+            return 0;
+        }
+        self.watchdog()
+            .query_row(sql, params, |r| r.get(0))
+            .unwrap_or(0)
+    }
+
+    /// The tool parts of `session` in opencode's database, and how many of them are completed.
+    fn tool_parts(&self, session: &str) -> (i64, i64) {
+        self.opencode_db()
+            .query_row(
+                "SELECT count(*), coalesce(sum(json_extract(data, '$.state.status') = 'completed'), 0)
+                 FROM part WHERE session_id = ?1 AND json_extract(data, '$.type') = 'tool'",
+                [session],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap()
+    }
+
+    /// The events of the loop alert of `root`: (state, reason, t).
+    fn loop_events(&self, root: &str) -> Vec<(String, String, i64)> {
+        let c = self.watchdog();
+        let mut q = c
+            .prepare(
+                "SELECT state, coalesce(reason, ''), t FROM events WHERE dedup_key = ?1 ORDER BY id",
+            )
+            .unwrap();
+        q.query_map([format!("opencode-loop:{root}")], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+    }
+
+    fn states(&self, root: &str) -> Vec<String> {
+        self.loop_events(root).into_iter().map(|e| e.0).collect()
+    }
+
+    /// Every event's dedup key.
+    fn event_keys(&self) -> Vec<String> {
+        let c = self.watchdog();
+        let mut q = c
+            .prepare("SELECT dedup_key FROM events ORDER BY id")
+            .unwrap();
+        q.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    /// The detector's latest count of calls of `session`, and whether any verdict of it was
+    /// flagged.
+    fn judged(&self, session: &str) -> Option<(i64, bool)> {
+        let c = self.watchdog();
+        c.query_row(
+            "SELECT calls, (SELECT max(flagged) FROM verdicts WHERE session = ?1) FROM verdicts
+             WHERE session = ?1 ORDER BY tick DESC LIMIT 1",
+            [session],
+            |r| Ok((r.get(0)?, r.get::<_, i64>(1)? == 1)),
+        )
+        .ok()
+    }
+
+    fn session(&self) -> String {
+        let (code, ses) = http(
+            "POST",
+            &format!("{}/session", self.sim.url),
+            Some(&json!({})),
+        );
+        assert_eq!(code, 200, "create session: {ses}");
+        ses["id"].as_str().unwrap().to_string()
+    }
+
+    fn prompt(&self, id: &str, script: &str) {
+        self.sim.prompt(id, script, &Default::default());
+    }
+
+    /// The sessions opencode says are busy.
+    fn busy(&self) -> usize {
+        self.sim.get("/session/status").as_object().unwrap().len()
+    }
+
+    /// Waits (at most `secs`) until `f`, or panics with the pipeline's stderr.
+    #[track_caller]
+    fn wait(&self, what: &str, secs: u64, f: impl Fn() -> bool) {
+        let t0 = Instant::now();
+        while !f() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(secs),
+                "{what}: not within {secs} s\n--- follow.err\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The lines of the pipeline's stderr that are not alert transitions.
+    fn complaints(&self) -> Vec<String> {
+        self.stderr()
+            .lines()
+            .filter(|l| !l.starts_with("oc-watchdog: dedup="))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        if let Some(mut k) = self.follow.take() {
+            // a stopped group takes no TERM until continued
+            for sig in ["-CONT", "-TERM"] {
+                let _ = Command::new("kill")
+                    .args([sig, "--", &format!("-{}", k.id())])
+                    .stderr(Stdio::null())
+                    .status();
+            }
+            let t0 = Instant::now();
+            while k.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+    }
+}
+
+/// The resident memory of the process group `pgid`: its total and its largest process, KiB.
+fn group_rss(pgid: u32) -> (u64, u64) {
+    let (mut total, mut most) = (0, 0);
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let p = e.path();
+        let Ok(stat) = std::fs::read_to_string(p.join("stat")) else {
+            continue;
+        };
+        // after the command name: state, ppid, pgrp
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        if rest.split_whitespace().nth(2) != Some(&pgid.to_string()) {
+            continue;
+        }
+        let rss: u64 = std::fs::read_to_string(p.join("status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        total += rss;
+        most = most.max(rss);
+    }
+    (total, most)
+}
+
+fn read(path: &str) -> Value {
+    json!({"tool": "read", "args": {"filePath": path}})
+}
+
+/// Issue 27's burst: 50 sessions of one server prompted at once, 3 of them looping on a read
+/// of the spec, 47 doing short distinct work. Every one is judged on every call opencode
+/// wrote, each loop triggers once (and resolves once, when its session stops), nothing else
+/// alerts, and the pipeline says nothing but its transitions.
+#[test]
+fn a_burst_of_50_sessions_at_once_is_judged_whole_each_loop_alerting_once() {
+    let mut rig = Rig::start(
+        "poll_ms = 1000\nfull_every_secs = 60\nescalate_after_minutes = 5\nescalate_after_calls = 100\n",
+    );
+    rig.follow();
+    // productive: each writes its own file, reads it, runs it, changes it, and is done
+    for i in 0..47 {
+        let f = format!("{{ROOT}}/src/burst{i}.js");
+        let steps = json!([
+            {"tool": "write", "args": {"filePath": f, "content": format!("module.exports = {{ n: {i} }};\n")}},
+            read(&f),
+            {"tool": "bash", "args": {"command": format!("node -e \"console.log(require('./src/burst{i}.js').n)\"")}},
+            {"tool": "edit", "args": {"filePath": f, "oldString": format!("n: {i} "), "newString": format!("n: {} ", i + 1)}},
+            {"text": "Done."},
+        ]);
+        rig.sim.add_script(&format!("burst{i}"), &steps);
+    }
+    let ids: Vec<String> = (0..50).map(|_| rig.session()).collect();
+    let (loops, work) = ids.split_at(3);
+    let pgid = rig.pgid();
+    let sampling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let on = sampling.clone();
+        std::thread::spawn(move || {
+            let mut peak = (0, 0);
+            while on.load(std::sync::atomic::Ordering::Relaxed) {
+                let (t, m) = group_rss(pgid);
+                peak = (peak.0.max(t), peak.1.max(m));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            peak
+        })
+    };
+
+    // the burst: every prompt sent at once, from its own thread
+    let burst = now_ms();
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for (i, id) in ids.iter().enumerate() {
+            let rig = &rig;
+            s.spawn(move || {
+                if i < 3 {
+                    rig.prompt(id, "reread");
+                } else {
+                    rig.prompt(id, &format!("burst{}", i - 3));
+                }
+            });
+        }
+    });
+    // opencode did all of it: 8 reads of each loop, 4 calls of each worker, all completed
+    rig.wait("all 50 sessions done", 170, || {
+        rig.busy() == 0
+            && ids.iter().enumerate().all(|(i, id)| {
+                let n = if i < 3 { 8 } else { 4 };
+                rig.tool_parts(id) == (n, n)
+            })
+    });
+    let done = t0.elapsed();
+    // the watchdog judged every session on every call, and each loop ran its course
+    rig.wait("every session judged on all its calls", 60, || {
+        ids.iter()
+            .all(|id| rig.judged(id).map(|j| j.0) == Some(rig.tool_parts(id).0))
+            && loops.iter().all(|l| rig.states(l).len() == 2)
+    });
+    sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+    let (peak_total, peak_one) = sampler.join().unwrap();
+
+    for l in loops {
+        let evs = rig.loop_events(l);
+        let got: Vec<(&str, &str)> = evs.iter().map(|e| (e.0.as_str(), e.1.as_str())).collect();
+        assert_eq!(got, [("trigger", ""), ("resolve", "stopped")], "{l}");
+        assert_eq!(rig.judged(l), Some((8, true)));
+    }
+    for w in work {
+        assert_eq!(rig.judged(w), Some((4, false)), "{w}");
+    }
+    // nothing else alerted: the three loops' keys, twice each
+    let mut keys = rig.event_keys();
+    keys.sort();
+    keys.dedup();
+    let mut want: Vec<String> = loops.iter().map(|l| format!("opencode-loop:{l}")).collect();
+    want.sort();
+    assert_eq!(keys, want);
+    assert_eq!(rig.count("SELECT count(*) FROM events", &[]), 6);
+    // and nothing was lost nor blind: no tick outcome but ok and flagged
+    assert_eq!(
+        rig.count(
+            "SELECT count(*) FROM ticks WHERE outcome NOT IN ('ok', 'flagged')",
+            &[]
+        ),
+        0
+    );
+    assert_eq!(rig.complaints(), Vec::<String>::new());
+    let last_trigger = loops.iter().map(|l| rig.loop_events(l)[0].2).max().unwrap();
+    eprintln!(
+        "burst of 50: opencode done in {:.1} s; last trigger {:.1} s after the burst; \
+         follow service peak RSS {:.1} MiB in all ({:.1} MiB its largest process); {} ticks",
+        done.as_secs_f64(),
+        (last_trigger - burst) as f64 / 1000.0,
+        peak_total as f64 / 1024.0,
+        peak_one as f64 / 1024.0,
+        rig.count("SELECT count(*) FROM ticks", &[])
+    );
+}
+
+/// Issue 27's clock jump: the whole follow pipeline stopped (SIGSTOP to its process group)
+/// for 20 s while opencode runs on, then continued. A loop that started meanwhile triggers
+/// after the resume, once, from the calls written meanwhile, and escalates by calls once; a
+/// loop that ended meanwhile resolves once after it; nothing is sent twice.
+#[test]
+fn a_suspend_of_the_follow_pipeline_neither_repeats_nor_skips_an_alert() {
+    let mut rig = Rig::start(
+        "poll_ms = 500\nfull_every_secs = 10\nescalate_after_minutes = 5\nescalate_after_calls = 12\n",
+    );
+    rig.follow();
+    // B: 14 slow reads then done: it triggers, then ends during the suspend
+    rig.sim.add_script(
+        "susp_b",
+        &json!((0..14)
+            .map(|_| json!({"tool": "read", "args": {"filePath": "{ROOT}/docs/spec.md"}, "delay": 0.5}))
+            .chain([json!({"text": "Still reading."})])
+            .collect::<Vec<_>>()),
+    );
+    let b = rig.session();
+    rig.prompt(&b, "susp_b");
+    rig.wait("B's trigger", 90, || rig.states(&b) == ["trigger"]);
+    let (b_at_stop, _) = rig.tool_parts(&b);
+    assert!(
+        b_at_stop < 14,
+        "B ended before the suspend ({b_at_stop} calls)"
+    );
+
+    rig.signal_group("-STOP");
+    let stopped = now_ms();
+    let ticks_at_stop = rig.count("SELECT count(*) FROM ticks", &[]);
+    // A: a loop that starts while the watcher sleeps
+    let a = rig.session();
+    rig.prompt(&a, "lc_journey");
+    std::thread::sleep(Duration::from_secs(20));
+    let (a_at_resume, _) = rig.tool_parts(&a);
+    let b_at_resume = rig.tool_parts(&b);
+    assert_eq!(b_at_resume, (14, 14), "B did not end during the suspend");
+    assert!(
+        a_at_resume >= 6,
+        "A made {a_at_resume} calls during the suspend"
+    );
+    // nothing moved on the watchdog's side meanwhile
+    assert_eq!(rig.count("SELECT count(*) FROM ticks", &[]), ticks_at_stop);
+    let resumed = now_ms();
+    rig.signal_group("-CONT");
+
+    rig.wait("A's trigger and B's resolve after the resume", 60, || {
+        !rig.states(&a).is_empty() && rig.states(&b).len() == 2
+    });
+    let a_trigger = rig.loop_events(&a)[0].2;
+    let flag_t: i64 = rig
+        .watchdog()
+        .query_row(
+            "SELECT first_flag_t FROM verdicts WHERE session = ?1 AND flagged = 1 ORDER BY tick LIMIT 1",
+            [&a],
+            |r| r.get(0),
+        )
+        .unwrap();
+    // flagged on a call written while the watcher was stopped, alerted after it went on
+    assert!(
+        stopped < flag_t && flag_t < resumed,
+        "{stopped} {flag_t} {resumed}"
+    );
+    assert!(a_trigger >= resumed, "{a_trigger} < {resumed}");
+    let b_evs = rig.loop_events(&b);
+    assert_eq!(
+        b_evs
+            .iter()
+            .map(|e| (e.0.as_str(), e.1.as_str()))
+            .collect::<Vec<_>>(),
+        [("trigger", ""), ("resolve", "stopped")]
+    );
+    // from the first read after the resume, not the full read after it (10 s on)
+    assert!(
+        b_evs[1].2 >= resumed && b_evs[1].2 - resumed < 5000,
+        "B resolved {} ms after the resume",
+        b_evs[1].2 - resumed
+    );
+    let a_resume_lag = a_trigger - resumed;
+
+    // A escalates by calls (12 since the trigger), once
+    rig.wait("A's escalation", 90, || rig.states(&a).len() >= 2);
+    let escalated = now_ms();
+    // two full reads later, still nothing more
+    std::thread::sleep(Duration::from_secs(22));
+    assert_eq!(rig.states(&a), ["trigger", "escalate"]);
+    assert_eq!(rig.states(&b), ["trigger", "resolve"]);
+    // one notification per event: each delivered once on the desktop channel
+    let per_event: HashMap<i64, i64> = {
+        let c = rig.watchdog();
+        let mut q = c
+            .prepare("SELECT event, count(*) FROM deliveries GROUP BY event")
+            .unwrap();
+        q.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(per_event.len(), 4, "{per_event:?}");
+    assert!(per_event.values().all(|n| *n == 1), "{per_event:?}");
+    let unsent: Vec<(i64, String, String, Option<String>)> = {
+        let c = rig.watchdog();
+        let mut q = c
+            .prepare("SELECT event, channel, status, detail FROM deliveries WHERE status <> 'sent'")
+            .unwrap();
+        q.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(unsent, [], "{per_event:?}");
+    assert_eq!(rig.complaints(), Vec::<String>::new());
+    eprintln!(
+        "suspend of 20 s: A made {a_at_resume} calls meanwhile; its trigger came {:.1} s after \
+         the resume, B's resolve {:.1} s after it; A escalated {:.1} s after the resume",
+        a_resume_lag as f64 / 1000.0,
+        (b_evs[1].2 - resumed) as f64 / 1000.0,
+        (escalated - resumed) as f64 / 1000.0
+    );
+    http("POST", &format!("{}/session/{a}/abort", rig.sim.url), None);
+}
