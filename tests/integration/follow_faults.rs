@@ -262,9 +262,10 @@ impl Drop for Rig {
     }
 }
 
-/// The resident memory of the process group `pgid`: its total and its largest process, KiB.
-fn group_rss(pgid: u32) -> (u64, u64) {
-    let (mut total, mut most) = (0, 0);
+/// The resident memory of the process group `pgid`, KiB: its total, that of its seven
+/// commands (the rest are the script's shells), and its largest process.
+fn group_rss(pgid: u32) -> (u64, u64, u64) {
+    let (mut total, mut ours, mut most) = (0, 0, 0);
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let p = e.path();
         let Ok(stat) = std::fs::read_to_string(p.join("stat")) else {
@@ -286,8 +287,20 @@ fn group_rss(pgid: u32) -> (u64, u64) {
             .unwrap_or(0);
         total += rss;
         most = most.max(rss);
+        let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        if [
+            "oc-sessions",
+            "oc-calls",
+            "wd-store",
+            "progress-detect",
+            "wd-alert",
+        ]
+        .contains(&comm.trim())
+        {
+            ours += rss;
+        }
     }
-    (total, most)
+    (total, ours, most)
 }
 
 fn read(path: &str) -> Value {
@@ -323,10 +336,10 @@ fn a_burst_of_50_sessions_at_once_is_judged_whole_each_loop_alerting_once() {
     let sampler = {
         let on = sampling.clone();
         std::thread::spawn(move || {
-            let mut peak = (0, 0);
+            let mut peak = (0, 0, 0);
             while on.load(std::sync::atomic::Ordering::Relaxed) {
-                let (t, m) = group_rss(pgid);
-                peak = (peak.0.max(t), peak.1.max(m));
+                let (t, o, m) = group_rss(pgid);
+                peak = (peak.0.max(t), peak.1.max(o), peak.2.max(m));
                 std::thread::sleep(Duration::from_millis(100));
             }
             peak
@@ -364,7 +377,7 @@ fn a_burst_of_50_sessions_at_once_is_judged_whole_each_loop_alerting_once() {
             && loops.iter().all(|l| rig.states(l).len() == 2)
     });
     sampling.store(false, std::sync::atomic::Ordering::Relaxed);
-    let (peak_total, peak_one) = sampler.join().unwrap();
+    let (peak_total, peak_ours, peak_one) = sampler.join().unwrap();
 
     for l in loops {
         let evs = rig.loop_events(l);
@@ -393,12 +406,31 @@ fn a_burst_of_50_sessions_at_once_is_judged_whole_each_loop_alerting_once() {
     );
     assert_eq!(rig.complaints(), Vec::<String>::new());
     let last_trigger = loops.iter().map(|l| rig.loop_events(l)[0].2).max().unwrap();
+    // from the flagging call (its time in opencode) to the trigger, per loop
+    let lags: Vec<String> = loops
+        .iter()
+        .map(|l| {
+            let flag_t: i64 = rig
+                .watchdog()
+                .query_row(
+                    "SELECT first_flag_t FROM verdicts WHERE session = ?1 AND flagged = 1
+                     ORDER BY tick LIMIT 1",
+                    [l],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            format!("{:.1}", (rig.loop_events(l)[0].2 - flag_t) as f64 / 1000.0)
+        })
+        .collect();
     eprintln!(
-        "burst of 50: opencode done in {:.1} s; last trigger {:.1} s after the burst; \
-         follow service peak RSS {:.1} MiB in all ({:.1} MiB its largest process); {} ticks",
+        "burst of 50: opencode done in {:.1} s; last trigger {:.1} s after the burst; flagging \
+         call to trigger {} s; follow service peak RSS {:.1} MiB in all, {:.1} MiB its seven \
+         commands, {:.1} MiB its largest process; {} ticks",
         done.as_secs_f64(),
         (last_trigger - burst) as f64 / 1000.0,
+        lags.join(", "),
         peak_total as f64 / 1024.0,
+        peak_ours as f64 / 1024.0,
         peak_one as f64 / 1024.0,
         rig.count("SELECT count(*) FROM ticks", &[])
     );
@@ -425,6 +457,17 @@ fn a_suspend_of_the_follow_pipeline_neither_repeats_nor_skips_an_alert() {
     let b = rig.session();
     rig.prompt(&b, "susp_b");
     rig.wait("B's trigger", 90, || rig.states(&b) == ["trigger"]);
+    // and its notification shown first: a stop in the middle of the Notify call outlasts its
+    // timeout (by the monotonic clock, which runs on under SIGSTOP but not in a real suspend),
+    // and that delivery is then recorded failed, "no answer", though the popup came
+    let key = format!("opencode-loop:{b}");
+    rig.wait("B's trigger delivered", 30, || {
+        rig.count(
+            "SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event
+             WHERE e.dedup_key = ?1 AND d.status = 'sent'",
+            &[&key],
+        ) == 1
+    });
     let (b_at_stop, _) = rig.tool_parts(&b);
     assert!(
         b_at_stop < 14,
@@ -481,6 +524,22 @@ fn a_suspend_of_the_follow_pipeline_neither_repeats_nor_skips_an_alert() {
         b_evs[1].2 >= resumed && b_evs[1].2 - resumed < 5000,
         "B resolved {} ms after the resume",
         b_evs[1].2 - resumed
+    );
+    // what B's loop burned: all of its 14 reads, the last ones read after the resume
+    let body: Value = serde_json::from_str(
+        &rig.watchdog()
+            .query_row(
+                "SELECT body FROM events WHERE dedup_key = ?1 AND state = 'resolve'",
+                [&key],
+                |r| r.get::<_, String>(0),
+            )
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(body["figures"]["calls"], 14, "{body}");
+    assert_eq!(
+        body["details"]["why"], "the loop stopped: every flagged session is idle, its turn over",
+        "{body}"
     );
     let a_resume_lag = a_trigger - resumed;
 
