@@ -236,7 +236,12 @@ pub fn deliver_pending(store: &mut Store, chans: &[EffectiveChannel], now: i64) 
                 // not tried this run: stays owed for the next one
                 continue;
             }
-            d.left()
+            // the question may have spent the rest (a stop of this process inside it does)
+            let left = d.left();
+            if left < Duration::from_millis(50) {
+                continue;
+            }
+            left
         } else {
             Duration::ZERO
         };

@@ -87,7 +87,7 @@ pub fn show(note: &Note, timeout: Duration) -> Option<std::result::Result<u32, S
         // reap it whenever it ends, if we are still here
         let _ = child.wait();
     });
-    Some(match rx.recv_timeout(timeout) {
+    Some(match super::recv_within(&rx, timeout) {
         Ok(l) => match l.trim().strip_prefix("notification ") {
             Some(id) => id.parse().map_err(|_| l.trim().to_string()),
             None if l.trim().is_empty() => Err("the notifier ended without a word".into()),

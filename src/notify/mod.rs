@@ -5,7 +5,13 @@
 pub mod click;
 pub mod plain;
 
-use std::time::Duration;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// How far past its bound a wait must have run to be taken for a stop of this process.
+const OVERRUN: Duration = Duration::from_secs(1);
+/// The further wait then given to a reply.
+const REWAIT: Duration = Duration::from_secs(1);
 
 /// What to show. `urgency` is `low`, `normal` or `critical`.
 pub struct Notice<'a> {
@@ -38,7 +44,7 @@ fn body_markup(wait: Duration) -> Option<bool> {
     std::thread::spawn(move || {
         let _ = tx.send(notify_rust::get_capabilities());
     });
-    match rx.recv_timeout(wait) {
+    match recv_within(&rx, wait) {
         Ok(Ok(caps)) => Some(caps.iter().any(|c| c == "body-markup")),
         Ok(Err(_)) => Some(true),
         Err(_) => None,
@@ -54,7 +60,7 @@ pub fn unanswered(wait: Duration) -> Option<String> {
     std::thread::spawn(move || {
         let _ = tx.send(notify_rust::get_server_information().map(|_| ()));
     });
-    match rx.recv_timeout(wait) {
+    match recv_within(&rx, wait) {
         Ok(_) => None,
         Err(_) => Some(format!(
             "the notification server did not answer GetServerInformation within {:.1}s",
@@ -73,7 +79,7 @@ fn no_answer(wait: Duration) -> String {
 /// Shows `n` within `wait`: "notification ID", or what went wrong. Nothing raw reaches the
 /// popup ([`plain`]).
 pub fn show(n: &Notice, wait: Duration) -> Result<String, String> {
-    let until = std::time::Instant::now() + wait;
+    let until = Instant::now() + wait;
     let mut summary = plain::visible(n.summary, plain::SUMMARY_CAP, false);
     let mut body = plain::visible_lines(n.body, plain::LINE_CAP);
     // dunst formats the summary into its markup too (`<b>%s</b>\n%b`)
@@ -82,7 +88,12 @@ pub fn show(n: &Notice, wait: Duration) -> Result<String, String> {
         body = plain::escape_markup(&body);
     }
     let full = wait;
-    let wait = until.saturating_duration_since(std::time::Instant::now());
+    // a stop of this process inside the question spent the bound, not the server: the call
+    // gets its own REWAIT then
+    let wait = match until.checked_add(OVERRUN) {
+        Some(late) if Instant::now() > late => REWAIT,
+        _ => until.saturating_duration_since(Instant::now()),
+    };
     let n = &Notice {
         summary: &summary,
         body: &body,
@@ -120,9 +131,23 @@ pub fn show(n: &Notice, wait: Duration) -> Result<String, String> {
     std::thread::spawn(move || {
         let _ = tx.send(note.show().map(|h| h.id()).map_err(|e| e.to_string()));
     });
-    match rx.recv_timeout(wait) {
+    match recv_within(&rx, wait) {
         Ok(Ok(id)) => Ok(format!("notification {id}")),
         Ok(Err(e)) => Err(format!("desktop notification: {e}")),
         Err(_) => Err(no_answer(full)),
+    }
+}
+
+/// A reply on `rx` within `wait`. The bound is kept by the monotonic clock, which runs on
+/// while the process is stopped (SIGSTOP, a frozen cgroup, a paused VM) though the bus, the
+/// notification server and the reply's thread went on or were stopped with it: a stop inside
+/// the wait timed it out on waking, and a popup that came was recorded "no answer". A wait
+/// that ran over its bound by more than [`OVERRUN`] gets [`REWAIT`] more before it counts as
+/// unanswered; a server that never answers still costs `wait` alone.
+pub(crate) fn recv_within<T>(rx: &Receiver<T>, wait: Duration) -> Result<T, RecvTimeoutError> {
+    let t0 = Instant::now();
+    match rx.recv_timeout(wait) {
+        Err(RecvTimeoutError::Timeout) if t0.elapsed() > wait + OVERRUN => rx.recv_timeout(REWAIT),
+        r => r,
     }
 }
