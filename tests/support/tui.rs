@@ -2,7 +2,7 @@
 //! private socket, no user config), 160x48. The TUI takes its whole environment from the command
 //! that starts it (`ocsim::opencode`, so HOME, XDG dirs and the offline switches are the same as
 //! for `opencode run`): tmux's own environment is cleared and each variable handed to the pane.
-//! Dropping it kills its tmux server and with it the TUI.
+//! Dropping it kills its tmux server and waits for the TUI to end (SIGKILL after 10 s).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -79,9 +79,13 @@ impl Tui {
         self.tmux(&args);
     }
 
-    /// Whether the opencode process in the pane still runs.
+    /// Whether the opencode process in the pane still runs (a zombie nobody reaped yet, once
+    /// tmux is gone, does not).
     pub fn running(&self) -> bool {
-        std::path::Path::new(&format!("/proc/{}", self.pid)).exists()
+        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .ok()
+            .and_then(|s| Some(s[s.rfind(')')? + 1..].split_whitespace().next()? != "Z"))
+            .unwrap_or(false)
     }
 
     /// Waits (at most `secs`) for the opencode process to end; panics with the pane otherwise.
@@ -118,5 +122,16 @@ impl Tui {
 impl Drop for Tui {
     fn drop(&mut self) {
         self.tmux(&["kill-server"]);
+        // the TUI takes a few seconds to close its reply on the hangup: wait, so that it does
+        // not write into a HOME being removed, then make sure
+        let t0 = Instant::now();
+        while self.running() && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if self.running() {
+            let _ = Command::new("kill")
+                .args(["-KILL", &self.pid.to_string()])
+                .status();
+        }
     }
 }
