@@ -464,7 +464,13 @@ fn loop_step(i: &Input, a: &AlertEpisode, tree: Option<&Tree>) -> Option<Step> {
         new_calls += n;
         landed |= l;
     }
-    if new_calls > 0 && !landed {
+    // every flagged session's process ended: the loop cannot go on, whatever it did since the
+    // last tick, and the follow service may read nothing more of it (no change comes) to resolve
+    let all_ended = t
+        .flagged
+        .iter()
+        .all(|v| v.liveness_class() == Some(LivenessClass::Ended));
+    if new_calls > 0 && !landed && !all_ended {
         return Some(count_step(i, a, marks));
     }
     if landed {
@@ -773,6 +779,12 @@ mod tests {
                 vec![open(1, w, &[("r", 40)])],
                 tick(vec![v("r", true, 52, "idle")]),
                 "count 2",
+            ),
+            (
+                "every flagged session's process ended, with calls since the last tick: resolved stopped",
+                vec![open(1, w, &[("r", 40)])],
+                tick(vec![v("r", true, 52, "ended")]),
+                "resolve stopped",
             ),
             (
                 "nothing flagged any more: resolved progress",
