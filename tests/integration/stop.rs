@@ -1118,6 +1118,15 @@ fn the_policy_stops_a_looping_opencode_run_at_escalation_once_and_says_so_on_eve
     assert_eq!(rig.stops(&id).len(), 1);
     assert_eq!(alert_keys(&rig), [format!("opencode-loop:{id} resolved")]);
     assert_eq!(pol.hooked(&id).len(), 2);
+    // and the session resumes as the resolve says: `opencode run -s` runs its 8 reads
+    let before = rig.calls(&id).len();
+    let out = rig.resume(&id, "reread");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(rig.calls(&id).len(), before + 8);
 }
 
 /// The policy on a TUI under tmux, at escalation as for `opencode run` above (the same two-tick
