@@ -9,6 +9,7 @@ pub mod block;
 pub mod channels;
 pub mod check;
 pub mod cli;
+pub mod clock;
 pub mod cmd;
 pub mod config;
 pub mod detect;

@@ -15,9 +15,10 @@
 //! `[follow] escalate_after_minutes` after the trigger or `escalate_after_calls` calls since it,
 //! whichever first; `decide::Escalate`), or at once on a "yes" to the second question. It
 //! resolves with a reason: `progress` (nothing in the tree is flagged any more), `stopped`
-//! (every flagged session is idle and made no call since the previous tick; in follow mode as
-//! soon as every one is idle, since a turn that ended changes no row that would bring the tree
-//! into another tick before the next full read) or `gone` (the root
+//! (every flagged session is idle and made no call since the previous tick, or its opencode
+//! process ended, whatever it called before; in follow mode as soon as every one is idle, since
+//! a turn that ended changes no row that would bring the tree into another tick before the next
+//! full read; or a stop was carried out) or `gone` (the root
 //! is no longer in an opencode that was read). A busy session that makes no call (a long tool, a
 //! slow model) neither counts nor resolves. A tree that loops again after a resolve opens a new
 //! episode. A tick that could not read opencode raises one "watchdog is blind" alert instead
@@ -143,7 +144,8 @@ pub enum Reason {
     SecondOpinion,
     /// Resolve: a landed change; nothing in the tree is flagged any more.
     Progress,
-    /// Resolve: every flagged session is idle and made no call since the previous tick.
+    /// Resolve: every flagged session is idle and made no call since the previous tick, or its
+    /// process ended; or a stop was carried out.
     Stopped,
     /// Resolve: the root (or the session) is no longer in an opencode that was read.
     Gone,

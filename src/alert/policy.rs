@@ -1,25 +1,21 @@
 //! The stop policy (`[stop]`, issue 28, off by default) and the stop as an event of its episode.
 //!
-//! Two pure rules and one edge:
+//! One pure rule and one edge:
 //! * [`wanted`]: which loops this tick's plan asks to stop. A loop that went on this tick (a
 //!   `Count` step: new calls, nothing landed) is stopped when its episode escalates or is
 //!   critical (`at_escalation`), or once its calls or cost since the trigger pass a cap
 //!   (`after_calls`, `after_cost`); never when a change landed in its tree since the trigger,
 //!   never twice for one episode (a stop asked before, whatever became of it), and only its
 //!   flagged sessions that are active (a stalled, waiting or unknown session stays an alert).
-//! * [`stopped_step`]: an open loop episode whose stop was carried out (by the policy or by an
-//!   operator's `wd-store stop`, both in the `stops` table) resolves at once with reason
-//!   `stopped`, saying who stopped it, after how much, and how to resume. A loop that goes on
-//!   after it (someone resumed it) opens a new episode as any loop that starts again; calls made
-//!   before the stop was carried out do not ([`quiet_since_stop`]), and neither does the
-//!   interrupt the stop leaves in the session ([`interrupt_of_stop`]).
+//! * the stop as an event of its episode is the plan's ([`super::decide::stopped`]): an open loop
+//!   episode whose stop was carried out resolves at once with reason `stopped`.
 //! * [`carry_out`]: after the transaction that decided them commits, each wanted stop through
 //!   [`crate::stop::stop`], bounded by `[stop] wait_secs`; a refusal is recorded as a `failed`
 //!   stop of the episode, so the policy does not ask again, and logged.
 
-use super::decide::{figures, Marks, Step};
+use super::decide::Step;
 use super::stage::TickIndex;
-use super::{AlertEpisode, Reason, StopSeen, Verdict};
+use super::{AlertEpisode, Verdict};
 use crate::config::{Config, StopConfig};
 use crate::record::LivenessClass;
 use crate::severity::Severity;
@@ -48,16 +44,6 @@ impl StopReason {
             StopReason::CallsCap => "calls_cap",
             StopReason::CostCap => "cost_cap",
         }
-    }
-}
-
-/// Words for a recorded stop reason.
-fn reason_words(by: &str) -> &'static str {
-    match by {
-        "escalated" => " at its escalation ([stop] at_escalation)",
-        "calls_cap" => " past its calls cap ([stop] after_calls)",
-        "cost_cap" => " past its cost cap ([stop] after_cost)",
-        _ => "",
     }
 }
 
@@ -128,62 +114,6 @@ pub fn wanted(
     out
 }
 
-/// The resolve of an open loop episode whose stop was carried out; `marks` are this tick's of
-/// its tree (none when the tree is not in the tick: the previous tick's figures then).
-pub fn stopped_step(a: &AlertEpisode, marks: Option<Marks>) -> Option<Step> {
-    let stop = a.stop.as_ref()?;
-    let f = match &marks {
-        Some(m) => figures(
-            m.iter().map(|(_, m)| m).filter(|m| m.flagged),
-            a.opened,
-            a.flagged_ticks,
-        ),
-        None => figures(
-            a.marks.values().filter(|m| m.flagged),
-            a.opened,
-            a.flagged_ticks,
-        ),
-    };
-    Some(Step::Resolve {
-        episode: a.id,
-        key: a.key.clone(),
-        reason: Reason::Stopped,
-        why: stopped_why(stop),
-        figures: Some(f),
-        marks: marks.unwrap_or_default(),
-    })
-}
-
-/// The resolve's line: who stopped which session, why, and how.
-fn stopped_why(s: &StopSeen) -> String {
-    let how = match (s.via.as_deref(), s.pid) {
-        (Some("plugin"), Some(pid)) => format!(" through the plugin in opencode process {pid}"),
-        (Some("http"), _) => " over HTTP".to_string(),
-        _ => String::new(),
-    };
-    format!(
-        "session {} stopped by {}{}{how}, {} call(s) after the request",
-        s.session,
-        s.who(),
-        reason_words(&s.by),
-        s.calls_after_request.unwrap_or(0)
-    )
-}
-
-/// Has nothing of the tree called since the last episode's stop (its calls between the tick
-/// that decided it and the stop are the stopped loop's, not a new one)?
-pub fn quiet_since_stop(last: &AlertEpisode, flagged: &[&Verdict]) -> bool {
-    let Some(s) = &last.stop else { return false };
-    flagged.iter().all(|v| v.t.map_or(true, |t| t <= s.stopped))
-}
-
-/// Is this interrupted session's interrupt the one a stop left (no call since it)?
-pub fn interrupt_of_stop(stopped: &HashMap<String, i64>, v: &Verdict) -> bool {
-    stopped
-        .get(&v.session)
-        .is_some_and(|at| v.t.map_or(true, |t| t <= *at))
-}
-
 /// Carries out the wanted stops, one after the other, each bounded by `[stop] wait_secs`;
 /// the episodes whose stop was carried out.
 pub fn carry_out(store: &mut Store, cfg: &Config, wanted: &[Wanted]) -> Result<Vec<i64>> {
@@ -248,6 +178,8 @@ fn refused(store: &mut Store, w: &Wanted, episode: &str, why: &str) -> Result<()
 
 #[cfg(test)]
 mod tests {
+    use super::super::decide::stopped::{interrupt_of_stop, quiet_since_stop, stopped_step};
+    use super::super::{Reason, StopSeen};
     use super::*;
     use crate::alert::{Figures, TickView};
     use crate::record::Liveness;

@@ -21,7 +21,7 @@ pub mod progress;
 pub mod region;
 pub mod signals;
 pub mod target;
-pub mod thresholds;
+pub use signals::thresholds;
 
 use crate::record::{CallRef, Evidence, Expect, Session, Verdict, DIGEST_CALLS};
 use progress::{EditSig, Landings};

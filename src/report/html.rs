@@ -542,7 +542,7 @@ fn what_to_do(s: &mut String, l: &Loop, id: &str) {
     let session = l.session.as_deref().unwrap_or(&l.root);
     let _ = write!(
         s,
-        "<div class=\"todo\"><p><b>Stop it:</b> Esc in its TUI, Ctrl-C for <code>opencode run</code>, or <code>wd-store stop {}</code> (it stays resumable).</p>",
+        "<div class=\"todo\"><p><b>Stop it:</b> Esc twice in its TUI, Ctrl-C for <code>opencode run</code>, or <code>wd-store stop {}</code> (it stays resumable).</p>",
         esc(&crate::cli::shell_word(session))
     );
     if let Some(m) = l.model.as_deref().filter(|m| m.contains('/')) {

@@ -8,7 +8,6 @@
 //! ([`crate::store::marks`]). `wd-store report` writes the page atomically (the tick runs it after
 //! every tick), and every alert links to `#<root session id>` on it ([`crate::paths::page_link`]).
 
-pub mod clock;
 pub mod esc;
 pub mod html;
 pub mod svg;
@@ -19,9 +18,9 @@ use anyhow::{Context, Result};
 use rusqlite::{params, OptionalExtension};
 use std::path::{Path, PathBuf};
 
+pub use crate::clock::Clock;
 use crate::store::marks;
 pub use crate::store::marks::CallMark;
-pub use clock::Clock;
 
 /// Everything the page shows.
 #[derive(Debug, Default)]

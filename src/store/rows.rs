@@ -114,7 +114,7 @@ impl Rows {
                 }
             }
             Format::Table => {
-                let clock = crate::report::Clock::system();
+                let clock = crate::clock::Clock::system();
                 let mut rows: Vec<Vec<String>> = self
                     .rows
                     .iter()
@@ -170,7 +170,7 @@ fn json_of(v: ValueRef<'_>) -> Value {
 /// A table cell: people read times, not epoch milliseconds; in local time (the header names
 /// the zone).
 /// A narrow table writes `11-30 14:43`.
-fn shown(v: &Value, col: &str, clock: &crate::report::Clock, narrow: bool) -> String {
+fn shown(v: &Value, col: &str, clock: &crate::clock::Clock, narrow: bool) -> String {
     match v.as_i64() {
         Some(ms) if TIME_COLS.contains(&col) && ms > 1_000_000_000_000 && narrow => clock.short(ms),
         Some(ms) if TIME_COLS.contains(&col) && ms > 1_000_000_000_000 => {

@@ -1,9 +1,12 @@
 //! The proof of issue #11, as a new user meets it: the watchdog installed into a temp HOME that
 //! opencode shares, no watchdog configuration written, a real `opencode run` looping with the
 //! scripted model (no port: only the database shows it), then a real `opencode serve` on a
-//! random port nobody configured, in a second project.
+//! random port nobody configured, in a second project. Then the proof of issue #27: the follow
+//! service hears of a looping `opencode run` and of a looping TUI under tmux within calls of
+//! the flag point, and of each one's end.
 
 use crate::support::ocsim::{self, http};
+use crate::support::tui::Tui;
 use crate::support::Home;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -361,41 +364,91 @@ impl Machine {
     }
 }
 
+impl Machine {
+    /// Installed, with the follow service running as a new user enables it, and its first
+    /// (full) read recorded before any opencode runs. Full reads are set ten minutes apart, so
+    /// whatever the test hears after that came from a partial read.
+    fn following(fake: &ocsim::Fake) -> Machine {
+        let mut m = Machine::install();
+        fake.configure(m.home.path());
+        let cfg = m.home.join(".config/oc-watchdog/watchdog.toml");
+        let text = std::fs::read_to_string(&cfg).unwrap();
+        assert!(
+            text.contains("full_every_secs = 60\n"),
+            "the shipped [follow]"
+        );
+        std::fs::write(
+            &cfg,
+            text.replace("full_every_secs = 60\n", "full_every_secs = 600\n"),
+        )
+        .unwrap();
+        m.follow();
+        let t0 = Instant::now();
+        while m.full_reads() == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "the follow service recorded no tick"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        m
+    }
+
+    /// The follow service's full reads so far.
+    fn full_reads(&self) -> i64 {
+        self.watchdog()
+            .query_row("SELECT count(*) FROM ticks WHERE full = 1", [], |r| {
+                r.get(0)
+            })
+            .unwrap_or(0)
+    }
+
+    /// The trigger about `session` heard on the desktop, once it came from a partial read
+    /// within two calls of the detector's flag point.
+    fn heard_trigger_at_flag_point(&self, session: &str) -> crate::support::desktop::Seen {
+        let trigger = self.heard(session, "opencode loop", 120);
+        let at_notify = self.calls_now(session);
+        let (flag_index, full): (i64, bool) = self
+            .watchdog()
+            .query_row(
+                "SELECT v.first_flag_index, t.full FROM verdicts v JOIN ticks t ON t.id = v.tick
+                 WHERE v.session = ?1 AND v.flagged = 1 ORDER BY v.tick LIMIT 1",
+                [session],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert!(!full, "the trigger came from a partial read");
+        assert!(
+            at_notify <= flag_index + 2,
+            "heard of the loop {} calls after its flag point (call {flag_index})",
+            at_notify - flag_index
+        );
+        trigger
+    }
+
+    /// The follow service's log (its stderr).
+    fn follow_log(&self) -> String {
+        std::fs::read_to_string(self.home.join("follow.err")).unwrap()
+    }
+
+    /// The follow service's alert transitions about `session`, as its log has them.
+    fn follow_transitions(&self, session: &str) -> Vec<String> {
+        self.follow_log()
+            .lines()
+            .filter(|l| l.starts_with("oc-watchdog: dedup=") && l.contains(session))
+            .map(|l| l.split(" title=").next().unwrap().to_string())
+            .collect()
+    }
+}
+
 /// Issue 27: a new user runs the follow service and hears of a looping `opencode run` within a
 /// few calls of the point where the detector flags it, from a partial read (full reads are set
 /// ten minutes apart, so nothing here waits for one), and of its end when it is interrupted
-/// with Ctrl-C; the same for a looping TUI session under tmux.
+/// with Ctrl-C.
 #[test]
 fn a_new_user_following_hears_of_a_loop_within_calls_of_its_flag_point_and_of_its_end() {
-    let mut m = Machine::install();
-    let cfg = m.home.join(".config/oc-watchdog/watchdog.toml");
-    let text = std::fs::read_to_string(&cfg).unwrap();
-    assert!(
-        text.contains("full_every_secs = 60\n"),
-        "the shipped [follow]"
-    );
-    std::fs::write(
-        &cfg,
-        text.replace("full_every_secs = 60\n", "full_every_secs = 600\n"),
-    )
-    .unwrap();
     let fake = ocsim::Fake::start();
-    fake.configure(m.home.path());
-    m.follow();
-    // its first (full) read is recorded before any opencode runs
-    let t0 = Instant::now();
-    while m
-        .watchdog()
-        .query_row("SELECT count(*) FROM ticks", [], |r| r.get::<_, i64>(0))
-        .unwrap_or(0)
-        == 0
-    {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "the follow service recorded no tick"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let mut m = Machine::following(&fake);
 
     let a = m.project("proj_a");
     let run = ocsim::opencode(m.home.path(), &a)
@@ -408,23 +461,7 @@ fn a_new_user_following_hears_of_a_loop_within_calls_of_its_flag_point_and_of_it
     let pid = run.id();
     m.kids.push(run);
     let looping = m.wait_calls(&a, 1);
-    let trigger = m.heard(&looping, "opencode loop", 120);
-    let at_notify = m.calls_now(&looping);
-    let (flag_index, full): (i64, bool) = m
-        .watchdog()
-        .query_row(
-            "SELECT v.first_flag_index, t.full FROM verdicts v JOIN ticks t ON t.id = v.tick
-             WHERE v.session = ?1 AND v.flagged = 1 ORDER BY v.tick LIMIT 1",
-            [&looping],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
-    assert!(!full, "the trigger came from a partial read");
-    assert!(
-        at_notify <= flag_index + 2,
-        "heard of the loop {} calls after its flag point (call {flag_index})",
-        at_notify - flag_index
-    );
+    let trigger = m.heard_trigger_at_flag_point(&looping);
     assert!(trigger.body.contains("work/proj_a"), "{}", trigger.body);
 
     // Ctrl-C: the episode resolves, the process ended, without waiting for a full read
@@ -441,20 +478,74 @@ fn a_new_user_following_hears_of_a_loop_within_calls_of_its_flag_point_and_of_it
     );
     // follow mode's ticks come every second: their count says nothing to a person
     assert!(!resolved.body.contains("flagged tick"), "{}", resolved.body);
-    let stderr = std::fs::read_to_string(m.home.join("follow.err")).unwrap();
-    let transitions: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.starts_with("oc-watchdog: dedup=") && l.contains(&looping))
-        .map(|l| l.split(" title=").next().unwrap())
-        .collect();
     assert_eq!(
-        transitions,
+        m.follow_transitions(&looping),
         [
             format!("oc-watchdog: dedup=opencode-loop:{looping} state=trigger severity=warning"),
             format!(
                 "oc-watchdog: dedup=opencode-loop:{looping} state=resolve severity=info reason=stopped"
             ),
         ],
-        "{stderr}"
+        "{}",
+        m.follow_log()
+    );
+}
+
+/// Issue 27, the TUI half: a new user runs the follow service, then the opencode TUI in a tmux
+/// pane on a looping prompt. The desktop notification names the project within two calls of the
+/// flag point, from a partial read; quitting the TUI (one Ctrl-C quits opencode 1.18.33's TUI,
+/// even mid-reply, and records the reply as aborted) resolves the episode with the process gone,
+/// still without a full read.
+#[test]
+fn a_new_user_following_hears_of_a_looping_tui_session_under_tmux_and_of_its_quit() {
+    let fake = ocsim::Fake::start();
+    let m = Machine::following(&fake);
+    let p = m.project("proj_t");
+    let tui = Tui::start(
+        ocsim::opencode(m.home.path(), &p).args(["--prompt", "SCRIPT:slow_reread40 go"]),
+    );
+    let looping = m.wait_calls(&p, 1);
+    let trigger = m.heard_trigger_at_flag_point(&looping);
+    assert!(trigger.body.contains("work/proj_t"), "{}", trigger.body);
+    assert!(tui.running(), "the TUI quit before the trigger");
+    assert!(tui.pane().contains("Read docs/spec.md"), "{}", tui.pane());
+    let calls = m.calls_now(&looping);
+    assert!(
+        calls < 40,
+        "the loop ran out ({calls} calls) before the trigger"
+    );
+
+    tui.keys(&["C-c"]);
+    tui.wait_gone(10);
+    let resolved = m.heard(&looping, "resolved", 60);
+    assert!(
+        resolved.body.contains("the opencode process ended"),
+        "{}",
+        resolved.body
+    );
+    // the read that saw the process gone was a partial one (the full reads here are the first
+    // and those of opencode's database appearing, before the TUI's first call)
+    let full: bool = m
+        .watchdog()
+        .query_row(
+            "SELECT t.full FROM verdicts v JOIN ticks t ON t.id = v.tick
+             WHERE v.session = ?1 AND json_extract(v.liveness, '$.class') = 'ended'
+             ORDER BY v.tick LIMIT 1",
+            [&looping],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(!full, "the process's end was seen by a full read");
+    assert!(m.calls_now(&looping) < 40);
+    assert_eq!(
+        m.follow_transitions(&looping),
+        [
+            format!("oc-watchdog: dedup=opencode-loop:{looping} state=trigger severity=warning"),
+            format!(
+                "oc-watchdog: dedup=opencode-loop:{looping} state=resolve severity=info reason=stopped"
+            ),
+        ],
+        "{}",
+        m.follow_log()
     );
 }

@@ -710,7 +710,7 @@ fn a_loop_whose_process_has_no_stop_plugin_and_no_server_is_refused_with_what_to
     assert_eq!(
         r.stderr(),
         format!(
-            "wd-store: stop: session {id} runs in a TUI or `opencode run`, which listen on no port, and the stop plugin is not installed: press Esc in its TUI, or Ctrl-C its `opencode run`, or install the plugin (deploy/install --with-stop-plugin) for the next ones\n"
+            "wd-store: stop: session {id} runs in a TUI or `opencode run`, which listen on no port, and the stop plugin is not installed: press Esc twice in its TUI, or Ctrl-C its `opencode run`, or install the plugin (deploy/install --with-stop-plugin) for the next ones\n"
         )
     );
     assert_eq!(r.stdout(), "");
@@ -723,7 +723,7 @@ fn a_loop_whose_process_has_no_stop_plugin_and_no_server_is_refused_with_what_to
     assert_eq!(
         r.stderr(),
         format!(
-            "wd-store: stop: session {id} runs in a TUI or `opencode run` that has not loaded the stop plugin (started before it was installed?) and no server lists it: press Esc in its TUI, or Ctrl-C its `opencode run`; opencode processes started from now on load the plugin\n"
+            "wd-store: stop: session {id} runs in a TUI or `opencode run` that has not loaded the stop plugin (started before it was installed?) and no server lists it: press Esc twice in its TUI, or Ctrl-C its `opencode run`; opencode processes started from now on load the plugin\n"
         )
     );
     // nothing was stopped: the loop goes on
@@ -1118,6 +1118,15 @@ fn the_policy_stops_a_looping_opencode_run_at_escalation_once_and_says_so_on_eve
     assert_eq!(rig.stops(&id).len(), 1);
     assert_eq!(alert_keys(&rig), [format!("opencode-loop:{id} resolved")]);
     assert_eq!(pol.hooked(&id).len(), 2);
+    // and the session resumes as the resolve says: `opencode run -s` runs its 8 reads
+    let before = rig.calls(&id).len();
+    let out = rig.resume(&id, "reread");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(rig.calls(&id).len(), before + 8);
 }
 
 /// The policy on a TUI under tmux, at escalation as for `opencode run` above (the same two-tick

@@ -7,6 +7,7 @@ pub mod desktop;
 pub mod ocsim;
 pub mod secrets;
 pub mod stub;
+pub mod tui;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -310,14 +310,13 @@ impl Follow<'_> {
         let gone: Vec<Option<PathBuf>> = self
             .procs
             .iter()
-            .filter(|(pid, _)| !Path::new(&format!("/proc/{pid}")).exists())
+            .filter(|(pid, _)| !alive(*pid))
             .map(|(_, cwd)| cwd.clone())
             .collect();
         if gone.is_empty() {
             return Vec::new();
         }
-        self.procs
-            .retain(|(pid, _)| Path::new(&format!("/proc/{pid}")).exists());
+        self.procs.retain(|(pid, _)| alive(*pid));
         let mut ids: Vec<String> = self
             .listed
             .iter()
@@ -331,5 +330,43 @@ impl Follow<'_> {
             .collect();
         ids.sort();
         ids
+    }
+}
+
+/// Whether process `pid` still runs: a zombie (exited, its parent has not reaped it yet) has
+/// ended too. An `opencode run` whose parent waits for it late stays a zombie for as long.
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+        // the state is the first field after the command name's closing parenthesis
+        let state = st
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.bytes().next());
+        !matches!(state, Some(b'Z' | b'X'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::alive;
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+
+    /// A process that exited but is not reaped yet (a zombie) has ended; one that runs has not.
+    #[test]
+    fn a_zombie_has_ended_and_a_running_process_has_not() {
+        let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+        let mut done = Command::new("true").spawn().unwrap();
+        let t0 = Instant::now();
+        while alive(done.id()) {
+            assert!(t0.elapsed() < Duration::from_secs(10), "true never ended");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", done.id())).unwrap();
+        assert!(stat.contains(") Z "), "not reaped yet, a zombie: {stat}");
+        assert!(alive(sleeper.id()));
+        assert!(!alive(u32::MAX));
+        done.wait().unwrap();
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
     }
 }

@@ -57,7 +57,7 @@ fn write_page(cfg: &Config, path: Option<PathBuf>, text: &str, out: &mut Out) ->
 pub fn unreadable_page(cfg: &Config, path: Option<PathBuf>, why: &str, now: i64, out: &mut Out) {
     let page = crate::report::PageData {
         now,
-        clock: crate::report::clock::Clock::system(),
+        clock: crate::clock::Clock::system(),
         state: Some(why.to_string()),
         ..Default::default()
     };

@@ -4,9 +4,9 @@
 //! that only circles a file is seen on its third pass.
 
 use super::files::Files;
+use super::thresholds::{key, Key};
 use super::{Case, Cx, Rule};
 use crate::detect::region::Obs;
-use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
 
 const CIRCLE_PASSES_MIN: usize = key("circle_passes_min");

@@ -2,9 +2,9 @@
 //! over its length; flags strictly above `cover_min`, once `min_calls` calls are in the window.
 
 use super::files::Files;
+use super::thresholds::{key, Key};
 use super::{Case, Cx, Rule};
 use crate::detect::region::{Entry, Obs};
-use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
 
 const COVER_MIN: usize = key("cover_min");

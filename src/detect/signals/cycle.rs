@@ -5,9 +5,9 @@
 //! only give the same answers. Known outputs that differ from the round before are polling and
 //! break the cycle; unknown outputs prove nothing either way.
 
+use super::thresholds::{key, Key};
 use super::{Case, Cx, Rule};
 use crate::detect::region::{room_ring, Obs};
-use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
 use std::collections::VecDeque;
 

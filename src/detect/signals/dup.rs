@@ -2,9 +2,9 @@
 //! earlier one exactly. Needs `min_calls` such calls; read-only agents are exempt (they re-read
 //! by trade).
 
+use super::thresholds::{key, Key};
 use super::{round3, Case, Cx, Rule};
 use crate::detect::region::{Entry, Obs};
-use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
 
 const DUP_MIN: usize = key("dup_min");

@@ -19,11 +19,12 @@ mod run;
 mod same_failure;
 mod short_loop;
 mod slow;
+pub mod thresholds;
 mod top;
 
 use super::region::{Entry, Obs, Region};
-use super::thresholds::{DetectorConfig, Key, GENERAL};
 use crate::record::{CallRef, Reading, Signal, Signals};
+use thresholds::{DetectorConfig, Key, GENERAL};
 
 /// What a signal may look at besides its own state.
 pub struct Cx<'a> {

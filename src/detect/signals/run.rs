@@ -2,9 +2,9 @@
 //! A call whose known output differs from the previous one's is polling, not a repeat: it
 //! starts a new run. An unknown output (null) proves nothing either way.
 
+use super::thresholds::{key, Key};
 use super::{Case, Cx, Rule};
 use crate::detect::region::Obs;
-use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
 
 const RUN_MIN: usize = key("run_min");

@@ -9,9 +9,9 @@
 //! streak. Different checks answered with one same failure count alike (58 malformed commands
 //! failing with one of two shell errors: only the outputs repeat), since the last landed change.
 
+use super::thresholds::{key, Key};
 use super::{Case, Cx, Rule};
 use crate::detect::region::{room, Obs};
-use crate::detect::thresholds::{key, Key};
 use crate::record::{CallRef, Reading, Signal};
 
 const SAME_FAILURE_MIN: usize = key("same_failure_min");

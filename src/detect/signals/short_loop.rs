@@ -3,9 +3,9 @@
 //! covers). While it applies the region is short: a call counts its own target in it, and only
 //! a call leaving the window (a window under `min_calls`) makes it count them all again.
 
+use super::thresholds::{key, Key};
 use super::{Case, Cx, Rule};
 use crate::detect::region::{Entry, Obs};
-use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
 
 const MIN_CALLS: usize = key("min_calls");

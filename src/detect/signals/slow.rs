@@ -1,10 +1,10 @@
 //! `slow`: one exact call repeated since the last landed change, however spread out (`cum_min`).
 //! The counts are bounded: past `2 x window` distinct calls the ones seen once are forgotten.
 
+use super::thresholds::{key, Key};
 use super::{Case, Cx, Rule};
 use crate::detect::region::Obs;
 use crate::detect::target::IdMap;
-use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
 
 const CUM_MIN: usize = key("cum_min");

@@ -2,10 +2,10 @@
 //! pattern and path for grep and glob, the file for edits) was worked since the last landed
 //! change, within the window. `top_min`, or `top_min_ro` for read-only agents.
 
+use super::thresholds::{key, Key};
 use super::{Case, Cx, Rule};
 use crate::detect::region::{Entry, Obs};
 use crate::detect::target::IdMap;
-use crate::detect::thresholds::{key, Key};
 use crate::record::{Reading, Signal};
 
 const TOP_MIN: usize = key("top_min");

@@ -8,8 +8,12 @@
 //! Values live in one fixed array, [`DetectorConfig::t`], in table order; a signal reads its
 //! threshold by an index resolved when the program is compiled ([`key`]), so a lookup on the
 //! per-call path is an array read, not a hash of a name.
+//!
+//! The table is the signal registry's, so this module is a part of it (`detect::signals`, which
+//! declares the keys with the rules and gathers them); `detect::thresholds` names it for the
+//! config and the flags.
 
-pub use super::signals::{KEYS, N};
+pub use super::{KEYS, N};
 use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

@@ -10,6 +10,8 @@ use crate::record::{LivenessClass, TickMode};
 use crate::severity::Severity;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+pub mod stopped;
+
 /// Everything a decision depends on.
 pub struct Input<'a> {
     /// The open episodes.
@@ -20,7 +22,7 @@ pub struct Input<'a> {
     /// Second opinions by root, when asked this tick.
     pub answers: &'a HashMap<String, Opinion>,
     pub escalate: Escalate,
-    /// Sessions whose run a stop carried out, and when (`policy::interrupt_of_stop`).
+    /// Sessions whose run a stop carried out, and when (`stopped::interrupt_of_stop`).
     pub stopped: &'a HashMap<String, i64>,
 }
 
@@ -320,7 +322,7 @@ fn new_loops(
         let last = i.last.get(&key);
         if let Some(last) = last {
             if !t.flagged.iter().any(|v| moved(v, &last.marks).0 > 0)
-                || super::policy::quiet_since_stop(last, &t.flagged)
+                || stopped::quiet_since_stop(last, &t.flagged)
             {
                 continue;
             }
@@ -356,7 +358,7 @@ fn new_live(i: &Input, open_keys: &HashSet<&str>, steps: &mut Vec<Step>) {
                 continue;
             }
             // the interrupt a stop leaves is the stop's event, not news
-            if kind == AlertKind::Interrupted && super::policy::interrupt_of_stop(i.stopped, v) {
+            if kind == AlertKind::Interrupted && stopped::interrupt_of_stop(i.stopped, v) {
                 continue;
             }
             // a person's own Esc is news only about a session already alerted on
@@ -466,12 +468,18 @@ fn loop_step(i: &Input, a: &AlertEpisode, tree: Option<&Tree>) -> Option<Step> {
     }
     let acts: Vec<Occupancy> = t.flagged.iter().map(|v| v.activity()).collect();
     let all_idle = acts.iter().all(|x| *x == Occupancy::Idle);
+    // every flagged session's process ended: the loop cannot go on, whatever it did since the
+    // last tick, and the follow service may read nothing more of it (no change comes) to resolve
+    let all_ended = t
+        .flagged
+        .iter()
+        .all(|v| v.liveness_class() == Some(LivenessClass::Ended));
     // The timer's next tick comes anyway and resolves a loop that ended with these calls.
     // Follow mode's next tick of this tree comes only when its rows change again, which an
     // ended turn's do not, so waiting for "no call since the last tick" held the resolve to
     // the next full read (a minute, by default), and a loop whose last calls and end came in
     // one read (a poll after a suspend, a fast model) escalated as still looping meanwhile.
-    let ended_now = all_idle && i.tick.mode == TickMode::Follow;
+    let ended_now = all_ended || (all_idle && i.tick.mode == TickMode::Follow);
     if new_calls > 0 && !landed && !ended_now {
         return Some(count_step(i, a, marks));
     }
@@ -516,7 +524,7 @@ fn loop_step(i: &Input, a: &AlertEpisode, tree: Option<&Tree>) -> Option<Step> {
 /// The episode's stop was carried out: it resolves, with this tick's marks of its tree.
 fn stopped_step(a: &AlertEpisode, tree: Option<&Tree>) -> Option<Step> {
     let marks = tree.map(|t| marks_of(&t.all, |s| a.marks.get(s), |_| None));
-    super::policy::stopped_step(a, marks)
+    stopped::stopped_step(a, marks)
 }
 
 /// The steps of the episodes `ids` whose stop was carried out since the plan of this tick was
@@ -812,6 +820,12 @@ mod tests {
                     }])
                 },
                 "hold Landed",
+            ),
+            (
+                "every flagged session's process ended, with calls since the last tick: resolved stopped",
+                vec![open(1, w, &[("r", 40)])],
+                tick(vec![v("r", true, 52, "ended")]),
+                "resolve stopped",
             ),
             (
                 "nothing flagged any more: resolved progress",

@@ -1,6 +1,6 @@
-//! How the page writes times: in the local time zone of the machine that writes it, with the
-//! zone's abbreviation, because the page is read at that desktop next to its clock and its
-//! desktop alerts; the `<time datetime>` attribute keeps the instant in UTC. When the zone
+//! How the page and the tables write times: in the local time zone of the machine that writes
+//! them, with the zone's abbreviation, because they are read at that desktop next to its clock
+//! and its desktop alerts; the `<time datetime>` attribute keeps the instant in UTC. When the zone
 //! cannot be found (no `TZ`, no `/etc/localtime`), times are UTC and say so.
 
 use jiff::tz::TimeZone;
