@@ -165,24 +165,7 @@ fn main() {
         .unwrap();
     let run = |prog: &str, args: &[&str]| {
         let h = home.path();
-        let out = Command::new(prog)
-            .args(args)
-            .env_clear()
-            .env(
-                "PATH",
-                format!(
-                    "{}:{}",
-                    h.join(".local/bin").display(),
-                    std::env::var("PATH").unwrap()
-                ),
-            )
-            .env("HOME", h)
-            .env("XDG_CONFIG_HOME", h.join(".config"))
-            .env("XDG_DATA_HOME", h.join(".local/share"))
-            .env("XDG_STATE_HOME", h.join(".local/state"))
-            .env("XDG_CACHE_HOME", h.join(".cache"))
-            .output()
-            .unwrap();
+        let out = support::installed_cmd(prog, h).args(args).output().unwrap();
         assert!(
             out.status.success(),
             "{prog}: {}",

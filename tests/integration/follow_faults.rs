@@ -56,22 +56,8 @@ impl Rig {
     fn cmd(&self, prog: &str) -> Command {
         let h = &self.sim.home;
         let desk = crate::support::desktop::Desktop::shared();
-        let mut c = Command::new(prog);
-        c.env_clear()
-            .env(
-                "PATH",
-                format!(
-                    "{}:{}",
-                    h.join(".local/bin").display(),
-                    std::env::var("PATH").unwrap()
-                ),
-            )
-            .env("HOME", h)
-            .env("XDG_CONFIG_HOME", h.join(".config"))
-            .env("XDG_DATA_HOME", h.join(".local/share"))
-            .env("XDG_STATE_HOME", h.join(".local/state"))
-            .env("XDG_CACHE_HOME", h.join(".cache"))
-            .env("DBUS_SESSION_BUS_ADDRESS", &desk.bus)
+        let mut c = crate::support::installed_cmd(prog, h);
+        c.env("DBUS_SESSION_BUS_ADDRESS", &desk.bus)
             .env("DISPLAY", &desk.display);
         c
     }

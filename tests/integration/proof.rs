@@ -43,22 +43,8 @@ impl Machine {
 
     fn cmd(&self, prog: &str) -> std::process::Command {
         let h = self.home.path();
-        let mut c = std::process::Command::new(prog);
-        c.env_clear()
-            .env(
-                "PATH",
-                format!(
-                    "{}:{}",
-                    h.join(".local/bin").display(),
-                    std::env::var("PATH").unwrap()
-                ),
-            )
-            .env("HOME", h)
-            .env("XDG_CONFIG_HOME", h.join(".config"))
-            .env("XDG_DATA_HOME", h.join(".local/share"))
-            .env("XDG_STATE_HOME", h.join(".local/state"))
-            .env("XDG_CACHE_HOME", h.join(".cache"))
-            .env("DBUS_SESSION_BUS_ADDRESS", &self.desk.bus)
+        let mut c = crate::support::installed_cmd(prog, h);
+        c.env("DBUS_SESSION_BUS_ADDRESS", &self.desk.bus)
             .env("DISPLAY", &self.desk.display);
         c
     }

@@ -16,22 +16,8 @@ fn installed(home: &Home, prog: &str, args: &[&str]) -> Run {
 /// [`installed`], with more environment (a time zone, a desktop).
 fn installed_env(home: &Home, prog: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
     let h = home.path();
-    let out = Command::new(prog)
-        .env_clear()
+    let out = crate::support::installed_cmd(prog, h)
         .envs(env.iter().copied())
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                h.join(".local/bin").display(),
-                std::env::var("PATH").unwrap()
-            ),
-        )
-        .env("HOME", h)
-        .env("XDG_CONFIG_HOME", h.join(".config"))
-        .env("XDG_DATA_HOME", h.join(".local/share"))
-        .env("XDG_STATE_HOME", h.join(".local/state"))
-        .env("XDG_CACHE_HOME", h.join(".cache"))
         .args(args)
         .output()
         .unwrap();

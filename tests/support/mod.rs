@@ -38,6 +38,27 @@ impl Home {
     }
 }
 
+/// `prog` as a user who installed the watchdog into `home` runs it: a cleared environment but
+/// for HOME, the XDG directories under it, and PATH with `~/.local/bin` first.
+pub fn installed_cmd(prog: &str, home: &Path) -> std::process::Command {
+    let mut c = std::process::Command::new(prog);
+    c.env_clear()
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                home.join(".local/bin").display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_STATE_HOME", home.join(".local/state"))
+        .env("XDG_CACHE_HOME", home.join(".cache"));
+    c
+}
+
 pub struct Cmd {
     inner: std::process::Command,
     shown: String,
