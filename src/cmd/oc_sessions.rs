@@ -65,8 +65,10 @@ pub struct Args {
     /// (the roots `wd-store open-roots` prints, asked of the store each time).
     #[arg(long, requires = "follow")]
     pub also_open: bool,
-    /// Keep reading: every [follow] poll_ms, the sessions that changed (one cheap query while
-    /// nothing did) and a partial `sweep` record; every [follow] full_every_secs, and first, a
+    /// Keep reading: every [follow] poll_ms, the sessions that changed (one cheap query of the
+    /// database while nothing did; the sessions named by the event stream, GET /global/event, of
+    /// each server read, connected again with backoff when it drops) and a partial `sweep`
+    /// record; every [follow] full_every_secs, first, and after a server's stream came back, a
     /// full read as a tick's (sessions active since the previous full read, --also, the open
     /// alerts' trees with --also-open, the `source` records) and a full `sweep`. The first read
     /// looks back to --since, else the watchdog's last tick, else 1h. Output is flushed after

@@ -387,6 +387,62 @@ impl Client {
         }
     }
 
+    /// GET a stream of lines (opencode's `text/event-stream`) for as long as it lasts: `opened`
+    /// once the server answered 200, then `line` with each line's first `cap` bytes (the rest
+    /// of a longer line is dropped unread into memory), until `line` returns false or the
+    /// stream ends (`Ok`). No overall deadline, unlike [`Client::get`]: a stream that sends
+    /// nothing for `idle` is taken for dead (opencode sends a heartbeat every 10 s or so).
+    pub fn stream_lines(
+        &self,
+        path: &str,
+        idle: Duration,
+        cap: usize,
+        opened: &mut dyn FnMut(),
+        line: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Result<(), Fault> {
+        let url = format!("{}{}", self.base, path);
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(CONNECT_TIMEOUT)
+            .timeout_read(idle)
+            .redirects(0)
+            .build();
+        let resp = loop {
+            let mut req = agent.get(&url);
+            if let Some(a) = self.credentials() {
+                req = req.set("Authorization", a);
+            }
+            match req.call() {
+                Ok(r) if r.status() == 200 => break r,
+                Ok(r) => return Err(Fault::Broken(format!("GET {url}: HTTP {}", r.status()))),
+                Err(ureq::Error::Status(401, _)) if self.ask() => continue,
+                Err(ureq::Error::Status(404, _)) => {
+                    return Err(Fault::NotFound(format!("GET {url}: HTTP 404")))
+                }
+                Err(ureq::Error::Status(code, _)) => {
+                    return Err(Fault::Broken(format!("GET {url}: HTTP {code}")))
+                }
+                Err(ureq::Error::Transport(t)) => {
+                    return Err(match self.transport(&url, t) {
+                        Fault::Absent(m) => Fault::Absent(m),
+                        _ => Fault::Broken(format!("GET {url}: the stream could not be opened")),
+                    })
+                }
+            }
+        };
+        opened();
+        let mut body = std::io::BufReader::with_capacity(64 << 10, resp.into_reader());
+        let mut buf = Vec::with_capacity(4096);
+        loop {
+            buf.clear();
+            match read_line_capped(&mut body, &mut buf, cap) {
+                Ok(0) => return Ok(()),
+                Ok(_) if line(&buf) => {}
+                Ok(_) => return Ok(()),
+                Err(e) => return Err(Fault::Broken(format!("GET {url}: {e}"))),
+            }
+        }
+    }
+
     /// POST a JSON body; returns the HTTP status.
     pub fn post(&self, path: &str, body: &Value) -> Result<u16> {
         let url = format!("{}{}", self.base, path);
@@ -409,9 +465,61 @@ impl Client {
     }
 }
 
+/// Reads one line (with its `\n`, if any) into `buf`, keeping its first `cap` bytes and
+/// passing over the rest; the bytes the line took, 0 at the end of the stream.
+fn read_line_capped(
+    r: &mut impl std::io::BufRead,
+    buf: &mut Vec<u8>,
+    cap: usize,
+) -> std::io::Result<usize> {
+    let mut took = 0;
+    loop {
+        let chunk = r.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(took);
+        }
+        let (used, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        let keep = used.min(cap.saturating_sub(buf.len()));
+        buf.extend_from_slice(&chunk[..keep]);
+        r.consume(used);
+        took += used;
+        if done {
+            return Ok(took);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_is_kept_up_to_its_cap_and_the_next_line_is_whole() {
+        let long = "x".repeat(100_000);
+        let text = format!("data: a\n{long}\ndata: b");
+        let mut r = std::io::BufReader::with_capacity(1024, text.as_bytes());
+        let mut buf = Vec::new();
+        let mut lines = Vec::new();
+        loop {
+            buf.clear();
+            let n = read_line_capped(&mut r, &mut buf, 10).unwrap();
+            if n == 0 {
+                break;
+            }
+            lines.push((n, String::from_utf8(buf.clone()).unwrap()));
+        }
+        assert_eq!(
+            lines,
+            [
+                (8, "data: a\n".to_string()),
+                (100_001, "x".repeat(10)),
+                (7, "data: b".to_string())
+            ]
+        );
+    }
 
     #[test]
     fn a_body_parses_as_serde_json_does_and_stops_at_the_value_cap() {

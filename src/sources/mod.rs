@@ -11,6 +11,7 @@
 pub mod convert;
 pub mod db;
 pub mod discover;
+pub mod events;
 pub mod export;
 pub mod http;
 pub mod merge;

@@ -521,3 +521,79 @@ fn the_first_full_read_looks_back_to_the_last_tick_and_lists_the_open_alerts_tre
     assert_eq!(listed(true), ["ses_alerted", "ses_recent"]);
     assert_eq!(listed(false), ["ses_recent"]);
 }
+
+/// Issue 27's server restart and dropped stream: a server followed by its event stream alone
+/// (`--no-db`, as a server in a container or on another host is), with full reads an hour
+/// apart. A session's calls come from the polls its events bring, not from a full read; the
+/// server restarted on its port, the stream is connected again and a full read follows at
+/// once (what the server said meanwhile is lost); a session run after it comes as before.
+#[test]
+fn a_server_is_followed_by_its_event_stream_and_again_after_it_restarts() {
+    let mut sim = Sim::start();
+    let name = format!("follow_ev_{}", std::process::id());
+    let read = json!({"tool": "read", "args": {"filePath": "{ROOT}/docs/spec.md"}});
+    sim.add_script(&name, &json!([read, read, read, {"text": "Done."}]));
+    let home = Home::new();
+    write_config(&home, 200, 3600);
+    let url = sim.url.clone();
+    let p = Pipeline::start(&home, None, &["--no-db", "--server", &url, "--since", "5s"]);
+    p.wait_for("the first sweep", |v| v["kind"] == "sweep");
+    let completed = |p: &Pipeline, id: &str| {
+        p.all()
+            .iter()
+            .filter(|v| v["kind"] == "call" && v["session"] == id && v["status"] == "completed")
+            .map(|v| v["id"].as_str().unwrap().to_string())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    };
+    let wait_calls = |p: &Pipeline, id: &str| {
+        let t0 = Instant::now();
+        while completed(p, id) < 3 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{id}: {} of 3 calls\n{}",
+                completed(p, id),
+                p.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let full_sweeps = |p: &Pipeline| {
+        p.all()
+            .iter()
+            .filter(|v| v["kind"] == "sweep" && v["full"] == true)
+            .count()
+    };
+    let first = sim.run(&name);
+    wait_calls(&p, &first.id);
+    assert_eq!(full_sweeps(&p), 1, "only the first read was full");
+
+    sim.restart_server();
+    // the stream connects again within its backoff (1 s, then 2, 4, 8, 10...) and asks for a
+    // full read
+    let t0 = Instant::now();
+    while full_sweeps(&p) < 2 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(40),
+            "no full read after the restart\n{}",
+            p.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(full_sweeps(&p), 2);
+    let second = sim.run(&name);
+    wait_calls(&p, &second.id);
+    assert_eq!(
+        full_sweeps(&p),
+        2,
+        "the second session came from its events"
+    );
+    // nothing blind: the server was read whenever the watchdog asked
+    assert!(
+        !p.all().iter().any(|v| v["kind"] == "blind"),
+        "{:?}",
+        p.all()
+    );
+    p.stop();
+    sim.stop();
+}

@@ -188,6 +188,34 @@ pub fn http(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
     }
 }
 
+/// `opencode serve` on `port` for this HOME and project, its log to `log`.
+fn serve(home: &Path, proj: &Path, port: u16, log: &Path) -> Child {
+    Command::new(std::env::var("OPENCODE_BIN").unwrap_or_else(|_| "opencode".into()))
+        .args([
+            "serve",
+            "--hostname",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--print-logs",
+        ])
+        .current_dir(proj)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_STATE_HOME", home.join(".local/state"))
+        .env("XDG_CACHE_HOME", home.join(".cache"))
+        .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+        .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+        .env("OPENCODE_DISABLE_LSP_DOWNLOAD", "1")
+        .env("OPENCODE_DISABLE_SHARE", "1")
+        .env_remove("OPENCODE_SERVER_PASSWORD")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("opencode serve (npm install -g opencode-ai@1.18.33)")
+}
+
 impl Sim {
     /// Starts a fresh opencode server and fake model.
     pub fn start() -> Sim {
@@ -240,30 +268,7 @@ impl Sim {
         )
         .unwrap();
         let port = free_port();
-        let oc = Command::new(std::env::var("OPENCODE_BIN").unwrap_or_else(|_| "opencode".into()))
-            .args([
-                "serve",
-                "--hostname",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--print-logs",
-            ])
-            .current_dir(&proj)
-            .env("HOME", &home)
-            .env("XDG_CONFIG_HOME", home.join(".config"))
-            .env("XDG_DATA_HOME", home.join(".local/share"))
-            .env("XDG_STATE_HOME", home.join(".local/state"))
-            .env("XDG_CACHE_HOME", home.join(".cache"))
-            .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
-            .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
-            .env("OPENCODE_DISABLE_LSP_DOWNLOAD", "1")
-            .env("OPENCODE_DISABLE_SHARE", "1")
-            .env_remove("OPENCODE_SERVER_PASSWORD")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("serve.log")).unwrap())
-            .spawn()
-            .expect("opencode serve (npm install -g opencode-ai@1.18.33)");
+        let oc = serve(&home, &proj, port, &dir.path().join("serve.log"));
         // If the test process dies without dropping us, take the servers down with it.
         let _ = Command::new("sh")
             .arg("-c")
@@ -461,6 +466,19 @@ impl Sim {
             let _ = oc.kill();
             let _ = oc.wait();
         }
+    }
+
+    /// Stops `opencode serve` and starts it again on the same port, HOME and database (its
+    /// event streams end; what it holds only in memory, such as session statuses, is gone).
+    pub fn restart_server(&mut self) {
+        self.stop_server();
+        self.oc = Some(serve(
+            &self.home,
+            &self.proj,
+            self.port,
+            &self._dir.path().join("serve-again.log"),
+        ));
+        self.wait_healthy();
     }
 
     pub fn proj(&self) -> &Path {

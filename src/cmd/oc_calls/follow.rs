@@ -139,6 +139,9 @@ impl Follow<'_> {
     /// read every session whole next time.
     fn sweep(&mut self, sw: Sweep) {
         self.batch.clear();
+        // a server's client has one overall deadline for all its requests (as a batch command
+        // has): a fresh one for each batch, or every read after the first seconds times out
+        self.opened.retain(|id, _| !matches!(id, SourceId::Server(_)));
         if sw.full {
             self.full_sweeps += 1;
             let now = self.full_sweeps;

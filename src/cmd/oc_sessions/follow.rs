@@ -12,6 +12,13 @@
 //! a server started or gone, is seen within one; a database replaced between full reads is seen
 //! at the next poll (its file is another). A read that fails is a `blind` record, as in the batch.
 //!
+//! Each server that answered at the last full read is also followed by its event stream
+//! ([`events`]): the sessions its events name are listed at the next poll, as the database's
+//! changed sessions are (a server whose database the watchdog cannot read, in a container or
+//! on another host, is followed within a poll, not a full read). A stream connected again after
+//! it dropped (a server restarted) brings a full read at the next poll, since what the server
+//! said meanwhile is lost.
+//!
 //! Intervals are measured on the monotonic clock (a clock jump neither stops nor floods the
 //! polls); the wall clock only stamps records and picks what a full read lists.
 
@@ -21,7 +28,7 @@ use crate::config::{Config, Discover};
 use crate::paths::Found;
 use crate::record::{to_line, Sweep};
 use crate::sources::merge::Seen;
-use crate::sources::{self, db::Db, Cursor, Planned, Source};
+use crate::sources::{self, db::Db, events, Cursor, Planned, Source};
 use crate::store::{episodes, Store};
 use anyhow::Result;
 use std::collections::HashMap;
@@ -67,6 +74,10 @@ struct Follow<'a> {
     procs: Vec<(u32, Option<PathBuf>)>,
     /// Sessions listed since the last full read, with their directories.
     listed: HashMap<String, Option<String>>,
+    /// The event streams of the servers that answered at the last full read.
+    streams: Vec<events::Stream>,
+    /// A stream was connected again: a full read at the next poll.
+    full_soon: bool,
 }
 
 pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
@@ -97,6 +108,8 @@ pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
         last_full: None,
         procs: Vec::new(),
         listed: HashMap::new(),
+        streams: Vec::new(),
+        full_soon: false,
     };
     let poll = Duration::from_millis(cfg.follow.poll_ms.max(10));
     let full_every = Duration::from_secs(cfg.follow.full_every_secs.max(1));
@@ -104,7 +117,7 @@ pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
         let due = f
             .last_full
             .map_or(true, |(at, _)| at.elapsed() >= full_every);
-        if due || f.database_moved() {
+        if due || f.full_soon || f.database_moved() {
             f.full(out)?;
         } else {
             f.partial(out)?;
@@ -167,6 +180,7 @@ impl Follow<'_> {
         let started = Instant::now();
         let t = now_ms();
         let mut seen = Seen::default();
+        self.full_soon = false;
         let since = match self.last_full {
             None => self.first_since(t, &mut seen)?,
             // by both clocks, the earlier: a clock set back or a suspend loses nothing
@@ -226,6 +240,7 @@ impl Follow<'_> {
         self.procs = procs.iter().map(|p| (p.pid, p.cwd.clone())).collect();
         self.listed.clear();
         self.note_listed(&seen);
+        self.follow_streams(&reads);
         self.live = reads
             .into_iter()
             .filter(|r| r.live.is_some())
@@ -239,28 +254,28 @@ impl Follow<'_> {
     /// their trees, and a partial sweep.
     fn partial(&mut self, out: &mut Out) -> Result<()> {
         let ended = self.where_a_process_ended();
-        let Database::Open(db, cursor) = &mut self.db else {
-            return Ok(());
-        };
+        let heard = self.heard();
         let t = now_ms();
         let mut seen = Seen::default();
-        let changed = match db.changes(cursor.as_ref()) {
-            Ok(Some(ch)) => {
-                *cursor = Some(ch.cursor);
-                ch.sessions
+        let mut changed = Vec::new();
+        if let Database::Open(db, cursor) = &mut self.db {
+            match db.changes(cursor.as_ref()) {
+                Ok(Some(ch)) => {
+                    *cursor = Some(ch.cursor);
+                    changed = ch.sessions;
+                }
+                Ok(None) => {}
+                Err(f) => {
+                    // read again (one blind record each time) at the next full read
+                    let name = db.path.display().to_string();
+                    self.db = Database::Broken;
+                    seen.blind(&name, &f.to_string());
+                    write_rest(out, &[], &seen)?;
+                    return self.sweep(out, t, false);
+                }
             }
-            Ok(None) => return Ok(()),
-            Err(f) => {
-                // read again (one blind record each time) at the next full read
-                let name = db.path.display().to_string();
-                self.db = Database::Broken;
-                seen.blind(&name, &f.to_string());
-                write_rest(out, &[], &seen)?;
-                return self.sweep(out, t, false);
-            }
-        };
-        let mut changed = changed;
-        for id in ended {
+        }
+        for id in ended.into_iter().chain(heard) {
             if !changed.contains(&id) {
                 changed.push(id);
             }
@@ -268,6 +283,10 @@ impl Follow<'_> {
         if changed.is_empty() {
             return Ok(());
         }
+        let db = match &self.db {
+            Database::Open(db, _) => Some(&**db),
+            _ => None,
+        };
         // a process started since the last full read runs some of these: look again
         let procs = sources::discovered(
             self.discover,
@@ -275,7 +294,7 @@ impl Follow<'_> {
             &self.cfg.opencode.discover_uids,
         );
         let reads = collect(
-            Some(&**db),
+            db,
             &self.live,
             &procs,
             self.discover != Discover::Off,
@@ -297,6 +316,33 @@ impl Follow<'_> {
 }
 
 impl Follow<'_> {
+    /// Follows the event stream of each server that answered this full read, and no other.
+    fn follow_streams(&mut self, reads: &[sources::server::ServerRead]) {
+        let clients: Vec<&sources::Client> = reads
+            .iter()
+            .filter_map(|r| r.live.as_ref().map(|l| &l.client))
+            .collect();
+        self.streams
+            .retain(|s| clients.iter().any(|c| c.base == s.url));
+        for c in clients {
+            if !self.streams.iter().any(|s| s.url == c.base) {
+                self.streams.push(events::Stream::follow(c.clone()));
+            }
+        }
+    }
+
+    /// The sessions the servers' streams named since the last poll; a stream connected again
+    /// after a drop asks for a full read.
+    fn heard(&mut self) -> Vec<String> {
+        let mut ids = Vec::new();
+        for s in &self.streams {
+            let h = s.take();
+            self.full_soon |= h.resumed;
+            ids.extend(h.sessions);
+        }
+        ids
+    }
+
     fn note_listed(&mut self, seen: &Seen) {
         for x in &seen.sessions {
             self.listed.insert(x.id.clone(), x.directory.clone());

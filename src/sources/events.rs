@@ -1,0 +1,188 @@
+//! A server's event stream, followed: `GET /global/event` (every project of that opencode
+//! process) read in a thread of its own for as long as the server is followed, so that
+//! `oc-sessions --follow` reads a session of a server at the next poll after the server said it
+//! changed, as it does for a database row (a server with no database the watchdog can read: in
+//! a container, on another host). Only which session an event names is kept, found in the
+//! line's text; nothing of its content is parsed or kept (parts carry tool output).
+//!
+//! A stream that ends, fails, or says nothing for [`IDLE`] (opencode sends a heartbeat every
+//! 10 s or so) is connected again after 1 s, then twice as long each time up to
+//! [`BACKOFF_MAX`]. Once connected again it says so ([`Heard::resumed`]): what the server said
+//! meanwhile is lost, so the follower reads everything anew. A server without the stream (404)
+//! is read at full reads only, as before.
+
+use super::http::{Client, Fault};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A stream silent this long is dead: connected again.
+pub const IDLE: Duration = Duration::from_secs(30);
+/// The longest wait between two attempts to connect.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// What is kept of a line: the session id comes in its first hundred bytes.
+const LINE_CAP: usize = 4096;
+
+/// What a stream said since it was last asked.
+#[derive(Debug, Default, PartialEq)]
+pub struct Heard {
+    /// The sessions its events named.
+    pub sessions: BTreeSet<String>,
+    /// It was connected again after it ended or failed: events may have been missed.
+    pub resumed: bool,
+}
+
+/// One server's stream, followed until this is dropped.
+pub struct Stream {
+    pub url: String,
+    heard: Arc<Mutex<Heard>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Stream {
+    /// Follows `client`'s server in a thread of its own.
+    pub fn follow(client: Client) -> Stream {
+        let heard = Arc::new(Mutex::new(Heard::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let url = client.base.clone();
+        let (h, s) = (heard.clone(), stop.clone());
+        std::thread::spawn(move || follow(&client, &h, &s));
+        Stream { url, heard, stop }
+    }
+
+    /// What it said since the last call.
+    pub fn take(&self) -> Heard {
+        std::mem::take(&mut *self.heard.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// The thread ends at its next line, silence or attempt.
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn follow(client: &Client, heard: &Mutex<Heard>, stop: &AtomicBool) {
+    let note = |f: &dyn Fn(&mut Heard)| f(&mut heard.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut wait = Duration::from_secs(1);
+    let mut connected_before = false;
+    while !stop.load(Ordering::Relaxed) {
+        let ended = client.stream_lines(
+            "/global/event",
+            IDLE,
+            LINE_CAP,
+            &mut || {
+                if connected_before {
+                    note(&|h| h.resumed = true);
+                }
+                connected_before = true;
+                wait = Duration::from_secs(1);
+            },
+            &mut |line| {
+                if let Some(id) = session_of(line) {
+                    note(&|h| {
+                        h.sessions.insert(id.clone());
+                    });
+                }
+                !stop.load(Ordering::Relaxed)
+            },
+        );
+        if let Err(Fault::NotFound(_)) = ended {
+            return;
+        }
+        let until = Instant::now() + wait;
+        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        wait = (wait * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// The session an event line names (`data: {..."sessionID":"ses_..."...}`), if any.
+pub fn session_of(line: &[u8]) -> Option<String> {
+    const KEY: &[u8] = b"\"sessionID\":\"";
+    let text = line.strip_prefix(b"data:")?;
+    let at = text.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let id: &[u8] = &text[at..];
+    let len = id
+        .iter()
+        .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_')
+        .count();
+    let ok = id.get(len) == Some(&b'"') && id.starts_with(b"ses_") && len <= 64;
+    ok.then(|| String::from_utf8_lossy(&id[..len]).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines as opencode 1.18.33's `GET /global/event` sends them (captures/sse, compacted).
+    #[test]
+    fn the_session_of_an_event_line_is_read_from_its_text() {
+        let part = r#"data: {"directory":"/tmp/ocsim/proj","project":"107cdeae0cf2fdf11ca82e17c7e8c754d22fc55a","payload":{"id":"evt_22e1572ca001rP83eQQ8QupmFi","type":"message.part.updated","properties":{"sessionID":"ses_dd1ea8e13ffeJWKqM6AZARTDSd","part":{"type":"text","text":"SCRIPT:smoke Read the README."}}}}"#;
+        assert_eq!(
+            session_of(part.as_bytes()).as_deref(),
+            Some("ses_dd1ea8e13ffeJWKqM6AZARTDSd")
+        );
+        let status = r#"data: {"directory":"/tmp/ocsim/proj","project":"107c","payload":{"id":"evt_22e1572f2001iKsrf3nElPnr34","type":"session.status","properties":{"sessionID":"ses_dd1ea8e13ffeJWKqM6AZARTDSd","status":{"type":"busy"}}}}"#;
+        assert_eq!(
+            session_of(status.as_bytes()).as_deref(),
+            Some("ses_dd1ea8e13ffeJWKqM6AZARTDSd")
+        );
+        for none in [
+            r#"data: {"payload":{"id":"evt_22e156ddf001aVqk7JobSqvH8G","type":"server.connected","properties":{}}}"#,
+            r#"data: {"payload":{"type":"server.heartbeat","properties":{}}}"#,
+            "",
+            ": a comment",
+            // cut short by the line cap, or not an id
+            r#"data: {"payload":{"properties":{"sessionID":"ses_dd1ea8e13ffe"#,
+            r#"data: {"payload":{"properties":{"sessionID":"x\"y"}}}"#,
+        ] {
+            assert_eq!(session_of(none.as_bytes()), None, "{none}");
+        }
+    }
+
+    /// A server that ends the stream: the thread connects again and says so; dropped, it stops
+    /// trying. A stand-in server speaking HTTP/1.1 over a real socket.
+    #[test]
+    fn a_stream_that_ends_is_connected_again_and_says_it_resumed() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let served = std::thread::spawn(move || {
+            for id in ["ses_a", "ses_b"] {
+                let (mut c, _) = listener.accept().unwrap();
+                let mut req = [0u8; 1024];
+                let n = c.read(&mut req).unwrap();
+                assert!(String::from_utf8_lossy(&req[..n]).starts_with("GET /global/event "));
+                let body = format!(
+                    "data: {{\"payload\":{{\"type\":\"session.idle\",\"properties\":{{\"sessionID\":\"{id}\"}}}}}}\n\n"
+                );
+                write!(
+                    c,
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .unwrap();
+            }
+        });
+        let s = Stream::follow(Client::new(&url));
+        let t0 = Instant::now();
+        let mut all = Heard::default();
+        while !(all.resumed && all.sessions.len() == 2) {
+            assert!(t0.elapsed() < Duration::from_secs(10), "{all:?}");
+            let h = s.take();
+            all.sessions.extend(h.sessions);
+            all.resumed |= h.resumed;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(
+            all.sessions.into_iter().collect::<Vec<_>>(),
+            ["ses_a", "ses_b"]
+        );
+        served.join().unwrap();
+        drop(s);
+    }
+}
