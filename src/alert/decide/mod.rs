@@ -496,10 +496,18 @@ fn loop_step(i: &Input, a: &AlertEpisode, tree: Option<&Tree>) -> Option<Step> {
             .flagged
             .iter()
             .any(|v| v.liveness_class() == Some(LivenessClass::Ended));
+        // Ctrl-C to `opencode run` records the abort before the process exits: which of the
+        // two a read sees first is a race
+        let by_user = t
+            .flagged
+            .iter()
+            .any(|v| v.liveness_evidence() == crate::liveness::BY_THE_USER);
         return Some(resolve(
             Reason::Stopped,
             if ended {
                 "the opencode process ended: no flagged session runs any more"
+            } else if by_user {
+                "interrupted by the user (Esc in the TUI, Ctrl-C to opencode run): no flagged session runs any more"
             } else if new_calls > 0 {
                 "the loop stopped: every flagged session is idle, its turn over"
             } else {
@@ -1015,6 +1023,17 @@ mod tests {
             .map(name)
             .collect();
         assert_eq!(got, ["resolve stopped", "open interrupted info"]);
+        // and the resolve says who stopped it (Ctrl-C's abort can be read before its process
+        // is seen gone)
+        let mut r = interrupted("r", by_user);
+        r.flagged = true;
+        match &run(vec![open(1, Severity::Warning, &[("r", 5)])], tick(vec![r]))[0] {
+            Step::Resolve { why, .. } => assert_eq!(
+                why,
+                "interrupted by the user (Esc in the TUI, Ctrl-C to opencode run): no flagged session runs any more"
+            ),
+            other => panic!("{other:?}"),
+        }
         // a provider's error is news either way
         let got: Vec<String> = run(
             vec![],

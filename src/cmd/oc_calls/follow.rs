@@ -141,7 +141,8 @@ impl Follow<'_> {
         self.batch.clear();
         // a server's client has one overall deadline for all its requests (as a batch command
         // has): a fresh one for each batch, or every read after the first seconds times out
-        self.opened.retain(|id, _| !matches!(id, SourceId::Server(_)));
+        self.opened
+            .retain(|id, _| !matches!(id, SourceId::Server(_)));
         if sw.full {
             self.full_sweeps += 1;
             let now = self.full_sweeps;
