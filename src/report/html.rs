@@ -13,7 +13,7 @@ h1{font-size:20px;margin:18px 0 4px}h2{font-size:17px;margin:28px 0 8px;border-b
 h3{font-size:15px;margin:0 0 6px}small,.muted{color:#667085}code{font:12px ui-monospace,monospace;background:#eef1f5;padding:1px 4px;border-radius:3px}
 nav a{margin-right:12px}table{border-collapse:collapse;margin:6px 0}td,th{padding:3px 10px 3px 0;text-align:left;vertical-align:top}
 th{font-weight:600;color:#475467;border-bottom:1px solid #d5d9e0}.num{text-align:right;font-variant-numeric:tabular-nums}
-.blind{background:#b42318;color:#fff;padding:12px 16px;border-radius:6px;font-size:16px;font-weight:600;margin:12px 0}
+.blind{background:#b42318;color:#fff;padding:12px 16px;border-radius:6px;font-size:16px;font-weight:600;margin:12px 0}.blind code{background:#fff;color:#7a271a}
 .ok{color:#067647}.bad{color:#b42318;font-weight:600}
 article{background:#fff;border:1px solid #d5d9e0;border-left:6px solid #f79009;border-radius:6px;padding:10px 14px;margin:10px 0}
 article.critical{border-left-color:#d92d20}article.info{border-left-color:#98a2b3}article:target{outline:3px solid #2e90fa}
@@ -185,7 +185,10 @@ pub fn not_running(p: &PageData) -> Option<String> {
             })
         }
     };
-    let units = p.services.neither_enabled().then(|| {
+    // ticks of the follow service that are not stale come from a pipeline running now (one
+    // started by hand, in a container, under a user without a systemd manager): it watches
+    let following = stale.is_none() && p.tick.as_ref().is_some_and(|t| t.mode == "follow");
+    let units = (p.services.neither_enabled() && !following).then(|| {
         "systemctl --user has neither oc-watchdog-follow.service nor oc-watchdog.timer enabled"
             .to_string()
     });
@@ -623,8 +626,12 @@ fn episodes(s: &mut String, p: &PageData) {
     }
     s.push_str("<p class=\"muted\">Every alert episode opened or closed in the last 7 days, latest first: a loop that stopped and started again is two episodes. Loops: the episode's calls and cost since the last landed change (less what an earlier episode of the same loop already counted, when it resumed after going quiet), and its length from its start to its last call.</p><table class=\"ep\"><tr><th>opened</th><th>kind</th><th>peak</th><th>root</th><th>agent · model</th><th>ended</th><th>duration</th><th>calls</th><th>cost</th></tr>");
     let open: std::collections::HashSet<&str> = p.loops.iter().map(|l| l.root.as_str()).collect();
+    // a popup links to its root (`#ses_...`): where no loop is drawn any more (a resolve's
+    // popup), the root's latest episode is the place to land
+    let mut anchored = open.clone();
     for e in &p.episodes {
-        episode_row(s, p, e, open.contains(e.root.as_str()));
+        let anchor = anchored.insert(e.root.as_str());
+        episode_row(s, p, e, open.contains(e.root.as_str()), anchor);
     }
     s.push_str("</table>");
     if p.episodes_hidden > 0 {
@@ -651,7 +658,7 @@ pub fn reason_text(r: Reason) -> &'static str {
     }
 }
 
-fn episode_row(s: &mut String, p: &PageData, e: &EpisodeRow, linked: bool) {
+fn episode_row(s: &mut String, p: &PageData, e: &EpisodeRow, linked: bool, anchor: bool) {
     let root = if linked && e.state == "open" {
         format!("<a href=\"#{0}\"><code>{0}</code></a>", esc(&e.root))
     } else {
@@ -681,7 +688,12 @@ fn episode_row(s: &mut String, p: &PageData, e: &EpisodeRow, linked: bool) {
         .unwrap_or_else(|| e.resolved.unwrap_or(p.now.max(e.last_fired)) - e.opened);
     let _ = write!(
         s,
-        "<tr><td>{}</td><td>{}</td><td><span class=\"sev {}\">{}</span></td><td>{root}</td><td>{} · {}</td><td>{ended}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        "<tr{}><td>{}</td><td>{}</td><td><span class=\"sev {}\">{}</span></td><td>{root}</td><td>{} · {}</td><td>{ended}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        if anchor {
+            format!(" id=\"{}\"", esc(&e.root))
+        } else {
+            String::new()
+        },
         clock(p, e.opened),
         esc(&e.kind),
         esc(&e.peak_severity),
@@ -836,6 +848,49 @@ mod tests {
         );
         // no user manager to ask: the ticks alone tell
         assert_eq!(not_running(&page("timer", 1000, Services::default())), None);
+        // the follow pipeline run by hand (no unit enabled) whose ticks come: it watches
+        let off = Services {
+            follow_enabled: Some(false),
+            timer_enabled: Some(false),
+            ..Services::default()
+        };
+        assert_eq!(not_running(&page("follow", 1000, off.clone())), None);
+        assert_eq!(
+            not_running(&page("follow", 121_000, off)).as_deref(),
+            Some("no tick for 2 min (the follow service promises one every 1 min); systemctl --user has neither oc-watchdog-follow.service nor oc-watchdog.timer enabled")
+        );
+    }
+
+    /// A popup's link (`page#ROOT`) lands somewhere after its loop is no longer drawn: the
+    /// root's latest episode row carries the id, once, and never beside a loop's article.
+    #[test]
+    fn a_root_whose_loop_is_not_drawn_is_anchored_at_its_latest_episode() {
+        let mut p = page("follow", 1000, Services::default());
+        let ep = |id: i64, root: &str, state: &str| crate::report::EpisodeRow {
+            id,
+            kind: "loop".into(),
+            root: root.into(),
+            state: state.into(),
+            peak_severity: "critical".into(),
+            opened: NOW - id * 60_000,
+            last_fired: NOW - id * 60_000,
+            resolved: (state != "open").then_some(NOW - 1000),
+            ..crate::report::EpisodeRow::default()
+        };
+        p.episodes = vec![ep(1, "ses_gone", "resolved"), ep(2, "ses_gone", "resolved")];
+        let html = render(&p);
+        assert_eq!(html.matches("id=\"ses_gone\"").count(), 1, "{html}");
+        assert!(html.contains("<tr id=\"ses_gone\"><td>"), "{html}");
+        // a root drawn as a loop keeps its article's id alone
+        p.loops = vec![crate::report::Loop {
+            kind: "loop".into(),
+            root: "ses_gone".into(),
+            severity: "warning".into(),
+            ..crate::report::Loop::default()
+        }];
+        let html = render(&p);
+        assert_eq!(html.matches("id=\"ses_gone\"").count(), 1, "{html}");
+        assert!(html.contains("<article id=\"ses_gone\""), "{html}");
     }
 
     /// A loop's "since" row counts its flagged ticks under the timer, not under the follow
