@@ -180,7 +180,7 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l format -d '
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l now -d 'The current time in epoch ms (default: the clock)' -r
-complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l follow -d 'Follow mode: read wd-alert --follow\'s stream (events, then each `tick` record) and rewrite the page as it comes, at most every 2 s and at least at every full tick; runs until end of input'
+complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l follow -d 'Follow mode: read wd-alert --follow\'s stream (events, then each `tick` record) and rewrite the page as it comes, at most every 2 s: at every event and full tick, and every 10 s while partial ticks flag sessions; runs until end of input'
 complete -c wd-store -n "__fish_wd_store_using_subcommand report" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l reason -d 'Why (shown on the page)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l opencode-config -d 'The opencode config to edit (default: [report] opencode_config, else the global opencode.jsonc / opencode.json under $XDG_CONFIG_HOME/opencode)' -r -F

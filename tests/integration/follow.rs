@@ -385,9 +385,11 @@ fn a_followed_loop_escalates_by_minutes_after_its_trigger() {
 }
 
 /// `wd-store report --follow` rewrites the page within 2 s of a full tick or an event, while
-/// its input is still open, and not for a partial tick that brought no event.
+/// its input is still open, and not for a partial tick that brought no event and flagged
+/// nothing; one that flagged sessions rewrites it at most every 10 s (found trying it as an
+/// operator: the page showed a loop's first 5 calls while it had made 22).
 #[test]
-fn the_followed_page_is_rewritten_within_seconds_of_a_full_tick_or_an_event() {
+fn the_followed_page_is_rewritten_within_seconds_of_a_full_tick_an_event_or_a_loops_growth() {
     let home = Home::new();
     let db = home.join("wd.db").display().to_string();
     let page = home.join("page.html");
@@ -449,10 +451,17 @@ fn the_followed_page_is_rewritten_within_seconds_of_a_full_tick_or_an_event() {
     let ev = json!({"dedup_key": format!("opencode-loop:{z}"), "state": "trigger"}).to_string();
     writeln!(input, "{ev}").unwrap();
     input.flush().unwrap();
-    assert!(
-        wait_page(Some(first)).is_some(),
-        "not rewritten for an event"
-    );
+    let second = wait_page(Some(first)).expect("not rewritten for an event");
+    // a partial tick that flagged sessions: the loops' figures grew, rewritten, but at most
+    // every 10 s
+    let mut flagged: Value = serde_json::from_str(&lines[1]).unwrap();
+    flagged["flagged"] = json!(1);
+    writeln!(input, "{flagged}").unwrap();
+    input.flush().unwrap();
+    let third = wait_page(Some(second)).expect("not rewritten for a flagged partial tick");
+    writeln!(input, "{flagged}").unwrap();
+    input.flush().unwrap();
+    assert_eq!(wait_page(Some(third)), None, "rewritten twice within 10 s");
     drop(input);
     let out = rep.wait_with_output().unwrap();
     assert_eq!(

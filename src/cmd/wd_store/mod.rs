@@ -155,8 +155,8 @@ pub enum Cmd {
         #[arg(long, value_name = "PATH")]
         out: Option<PathBuf>,
         /// Follow mode: read wd-alert --follow's stream (events, then each `tick` record) and
-        /// rewrite the page as it comes, at most every 2 s and at least at every full tick;
-        /// runs until end of input.
+        /// rewrite the page as it comes, at most every 2 s: at every event and full tick, and
+        /// every 10 s while partial ticks flag sessions; runs until end of input.
         #[arg(long)]
         follow: bool,
     },

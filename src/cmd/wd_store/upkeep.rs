@@ -69,10 +69,15 @@ pub fn unreadable_page(cfg: &Config, path: Option<PathBuf>, why: &str, now: i64,
 
 /// The page is rewritten at most this often in follow mode.
 const PAGE_EVERY: Duration = Duration::from_secs(2);
+/// How often a partial tick that flagged sessions rewrites the page: a loop's calls, cost and
+/// picture grow with each, and a page a minute behind them misleads, yet one every 2 s for
+/// every looping agent costs more than it shows.
+const LOOPS_EVERY: Duration = Duration::from_secs(10);
 
 /// `wd-store report --follow`: reads wd-alert --follow's stream and rewrites the page when it
-/// changed: on an event or a full tick (a partial tick without events changes nothing the
-/// page shows but its time), at most every [`PAGE_EVERY`], so within 2 s of each. The page is
+/// changed: on an event or a full tick, at most every [`PAGE_EVERY`], so within 2 s of each,
+/// and on a partial tick that flagged sessions (the loops' figures grew) every [`LOOPS_EVERY`];
+/// other partial ticks change nothing the page shows but its time. The page is
 /// written from a second connection on its own thread, so reading never waits on it. End of
 /// input writes what is pending and ends.
 pub fn report_follow(
@@ -119,9 +124,17 @@ pub fn report_follow(
         }
     });
     let mut bad = 0;
+    let mut loops_shown: Option<Instant> = None;
     crate::cli::each_line(&[], stdin, |file, n, raw| {
         let changed = match raw.map(Record::parse) {
-            Ok(Ok(Record::Tick(t))) => t.full,
+            Ok(Ok(Record::Tick(t))) if t.full => true,
+            Ok(Ok(Record::Tick(t))) => {
+                let due = t.flagged > 0 && !loops_shown.is_some_and(|l| l.elapsed() < LOOPS_EVERY);
+                if due {
+                    loops_shown = Some(Instant::now());
+                }
+                due
+            }
             // anything else wd-alert writes is an event
             Ok(Ok(_)) => true,
             Ok(Err(e)) => {
