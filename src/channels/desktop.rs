@@ -81,7 +81,10 @@ pub fn what_to_do(ev: &Event) -> Option<String> {
         "Stop it: Esc twice in its TUI, Ctrl-C for `opencode run`, or wd-store stop {session}"
     );
     if let Some(m) = &ev.model {
-        todo += &format!("; keep the model away: wd-store block-model {m}");
+        // block-model refuses opencode's default model (blocked, no new opencode could start)
+        todo += &format!(
+            "; keep the model away: wd-store block-model {m} (not while it is opencode's default model)"
+        );
     }
     Some(todo)
 }
