@@ -64,15 +64,7 @@ impl Stub {
             for s in l.incoming().flatten() {
                 let (lg, rt, au, inf, sn) =
                     (lg.clone(), rt.clone(), au.clone(), inf.clone(), sn.clone());
-                std::thread::spawn(move || {
-                    {
-                        let mut f = inf.lock().unwrap();
-                        f.0 += 1;
-                        f.1 = f.1.max(f.0);
-                    }
-                    serve(s, lg, rt, au, sn);
-                    inf.lock().unwrap().0 -= 1;
-                });
+                std::thread::spawn(move || serve(s, lg, rt, au, sn, &inf));
             }
         });
         Stub {
@@ -111,6 +103,7 @@ fn serve(
     routes: Arc<Mutex<HashMap<String, Reply>>>,
     auth: Arc<Mutex<Option<String>>>,
     sent: Arc<std::sync::atomic::AtomicU64>,
+    inflight: &Mutex<(usize, usize)>,
 ) {
     let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
     let mut r = BufReader::new(s.try_clone().unwrap());
@@ -145,6 +138,13 @@ fn serve(
         headers: headers.clone(),
         body,
     });
+    // in flight from its request read to its reply's first byte: counted by connection, the
+    // next request of a client answered could come before this thread was scheduled again
+    {
+        let mut f = inflight.lock().unwrap();
+        f.0 += 1;
+        f.1 = f.1.max(f.0);
+    }
     let need = auth.lock().unwrap().clone();
     let reply = if need.is_some() && headers.get("authorization") != need.as_ref() {
         Reply::Json(401, "{\"error\":\"unauthorized\"}".into())
@@ -163,6 +163,7 @@ fn serve(
         }
         r => r,
     };
+    inflight.lock().unwrap().0 -= 1;
     match reply {
         Reply::Hang => std::thread::sleep(Duration::from_secs(60)),
         Reply::Trickle(ms) => {
