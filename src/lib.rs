@@ -14,6 +14,7 @@ pub mod cmd;
 pub mod config;
 pub mod detect;
 pub mod docs;
+pub mod event;
 pub mod jsonc;
 pub mod liveness;
 pub mod metrics;

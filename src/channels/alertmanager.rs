@@ -5,7 +5,7 @@
 
 use super::http::post;
 use super::{ChannelUnit, ChannelConfig, ChannelTable, Sent};
-use crate::alert::{Event, AlertKind, Transition};
+use crate::event::{Event, AlertKind, Transition};
 use crate::check::Problems;
 use crate::cli::iso_ms as iso;
 use crate::severity::Severity;
@@ -91,7 +91,7 @@ pub fn am_alert(ev: &Event, ends: Option<i64>, severity: Option<Severity>, host:
         a["annotations"]["reason"] = json!(r.as_str());
     }
     if let Some(f) = &ev.figures {
-        a["annotations"]["burned"] = json!(crate::alert::burned(f));
+        a["annotations"]["burned"] = json!(crate::event::burned(f));
     }
     if let Some(l) = &ev.link {
         a["generatorURL"] = json!(l);

@@ -8,7 +8,7 @@
 //! the resolve takes the place of the critical "still looping" one.
 
 use super::{ChannelUnit, ChannelConfig, ChannelTable, Sent};
-use crate::alert::{AlertKind, Event, Transition};
+use crate::event::{AlertKind, Event, Transition};
 use crate::check::Problems;
 use crate::severity::Severity;
 use serde::Serialize;

@@ -13,10 +13,9 @@ pub mod route;
 
 mod http;
 
-use crate::alert::Event;
 use crate::check::{Problems, YEAR};
+use crate::event::Event;
 use crate::severity::Severity;
-use crate::store::Store;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
@@ -388,29 +387,6 @@ pub struct EffectiveChannel {
     pub min: Severity,
     /// A run-time setting differs from the config's.
     pub overridden: bool,
-}
-
-/// The configured channels with their run-time settings applied: what wd-alert routes and
-/// delivers by, and what the page shows.
-pub fn effective_channels(
-    store: &Store,
-    channels: &[ChannelConfig],
-) -> Result<Vec<EffectiveChannel>> {
-    channels
-        .iter()
-        .map(|c| {
-            let (en, sev) = store.channel_override(&c.name)?;
-            Ok(EffectiveChannel {
-                cfg: c.clone(),
-                overridden: en.is_some() || sev.is_some(),
-                enabled: en.unwrap_or(c.enabled),
-                min: sev
-                    .map(|s| Severity::parse(&s))
-                    .transpose()?
-                    .unwrap_or(c.min_severity),
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use super::http::{env_secret, post};
 use super::{env_name, ChannelUnit, ChannelConfig, ChannelTable, Sent};
-use crate::alert::{Event, Transition};
+use crate::event::{Event, Transition};
 use crate::check::Problems;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -81,7 +81,7 @@ pub fn body(ev: &Event, routing_key: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alert::{AlertKind, Reason};
+    use crate::event::{AlertKind, Reason};
     use crate::severity::Severity;
 
     #[test]

@@ -2,7 +2,7 @@
 //! resolves, as a pure function of the channel, the event and what was sent before.
 
 use super::{ChannelConfig, EffectiveChannel};
-use crate::alert::{Delivery, Event, Transition};
+use crate::event::{Delivery, Event, Transition};
 
 /// What has been sent for an alert on one channel before this tick.
 #[derive(Debug, Clone, Copy, Default)]

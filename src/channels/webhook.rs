@@ -3,7 +3,7 @@
 
 use super::http::{env_secret, post};
 use super::{env_name, ChannelUnit, ChannelConfig, ChannelTable, Sent};
-use crate::alert::Event;
+use crate::event::Event;
 use crate::check::Problems;
 use serde::Serialize;
 use std::time::Duration;

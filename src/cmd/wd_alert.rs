@@ -13,11 +13,12 @@
 //! stderr.
 
 use crate::alert::{follow, lifecycle, outbox, AlertKind, Event, TickView, Transition, TEST_KEY};
-use crate::channels::{deliver, effective_channels, EffectiveChannel};
+use crate::channels::{deliver, EffectiveChannel};
 use crate::cli::{now_ms, Exit, Out};
 use crate::config::Config;
 use crate::record::{Blind, Record};
 use crate::severity::Severity;
+use crate::store::channels::effective_channels;
 use crate::store::{episodes, Store};
 use anyhow::{Context, Result};
 use clap::Parser;

@@ -4,7 +4,7 @@
 use super::esc::esc;
 use super::svg;
 use super::{EpisodeRow, Loop, PageData};
-use crate::alert::Reason;
+use crate::event::Reason;
 use std::fmt::Write;
 
 const CSS: &str = r#"

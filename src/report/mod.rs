@@ -184,7 +184,7 @@ pub struct EpisodeRow {
     pub last_fired: i64,
     pub resolved: Option<i64>,
     /// Why it resolved.
-    pub reason: Option<crate::alert::Reason>,
+    pub reason: Option<crate::event::Reason>,
     pub flagged_ticks: i64,
     pub agent: Option<String>,
     pub model: Option<String>,
@@ -604,7 +604,7 @@ fn episodes(store: &Store, since: i64, now: i64) -> Result<Vec<EpisodeRow>> {
             reason: r
                 .get::<_, Option<String>>(8)?
                 .as_deref()
-                .and_then(crate::alert::Reason::parse),
+                .and_then(crate::event::Reason::parse),
             flagged_ticks: r.get(9)?,
             agent: r.get(10)?,
             model: r.get(11)?,
@@ -670,7 +670,7 @@ pub fn write_atomic(path: &Path, text: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alert::Reason;
+    use crate::event::Reason;
 
     /// Issue 30, point 5: the page names sessions and commands; it is the user's alone.
     #[test]

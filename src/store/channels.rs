@@ -2,7 +2,7 @@
 //! channel's, and the channels as they are in effect: the config merged with those overrides.
 
 use super::Store;
-use crate::channels::ChannelType;
+use crate::channels::{ChannelConfig, ChannelType, EffectiveChannel};
 use crate::config::{Config, Severity};
 use anyhow::{bail, Context, Result};
 use rusqlite::{params, OptionalExtension};
@@ -33,9 +33,9 @@ impl ChannelRow {
 }
 
 /// The config's channels, in config order, with their run-time overrides applied: the rows of
-/// [`crate::channels::effective_channels`], which wd-alert routes by, as wd-store and the page show them.
+/// [`effective_channels`], which wd-alert routes by, as wd-store and the page show them.
 pub fn effective(store: &Store, cfg: &Config) -> Result<Vec<ChannelRow>> {
-    Ok(crate::channels::effective_channels(store, &cfg.channels)?
+    Ok(effective_channels(store, &cfg.channels)?
         .into_iter()
         .map(|e| ChannelRow {
             name: e.cfg.name.clone(),
@@ -46,6 +46,29 @@ pub fn effective(store: &Store, cfg: &Config) -> Result<Vec<ChannelRow>> {
             overridden: e.overridden,
         })
         .collect())
+}
+
+/// The configured channels with their run-time settings applied: what wd-alert routes and
+/// delivers by, and what the page shows.
+pub fn effective_channels(
+    store: &Store,
+    channels: &[ChannelConfig],
+) -> Result<Vec<EffectiveChannel>> {
+    channels
+        .iter()
+        .map(|c| {
+            let (en, sev) = store.channel_override(&c.name)?;
+            Ok(EffectiveChannel {
+                cfg: c.clone(),
+                overridden: en.is_some() || sev.is_some(),
+                enabled: en.unwrap_or(c.enabled),
+                min: sev
+                    .map(|s| Severity::parse(&s))
+                    .transpose()?
+                    .unwrap_or(c.min_severity),
+            })
+        })
+        .collect()
 }
 
 /// Changes a configured channel's run-time settings (at least one of them).

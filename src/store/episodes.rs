@@ -148,8 +148,8 @@ pub fn prune(tx: &Transaction<'_>, before: i64) -> Result<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::BURNED;
-    use crate::alert::text::{burned, duration};
-    use crate::alert::Figures;
+    use crate::event::Figures;
+    use crate::event::{burned, duration};
 
     /// The `burned` column says the duration as the events do (seconds under a minute).
     #[test]

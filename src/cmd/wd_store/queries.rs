@@ -92,7 +92,7 @@ pub fn alerts(
 ) -> Result<Exit> {
     let since = parse_when(since, cx.now)?;
     if let Some(k) = &kind {
-        if !matches!(crate::alert::AlertKind::parse(k), Some(k) if k != crate::alert::AlertKind::Test)
+        if !matches!(crate::event::AlertKind::parse(k), Some(k) if k != crate::event::AlertKind::Test)
         {
             bail!("unknown alert kind {k:?} (loop, blind, stalled, retrying, waiting, interrupted, unfinished)");
         }
