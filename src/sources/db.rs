@@ -5,7 +5,7 @@
 //! Rows are rebuilt into the same JSON shapes the HTTP API serves (a part's `data` plus its
 //! `id`, `sessionID`, `messageID` columns), so one converter serves both sources.
 
-use super::{convert, Changes, Cursor, Entry, Fault, Source, SourceId};
+use super::{convert, Changes, Cursor, Entry, Fault, Limits, Source, SourceId, SourceKind};
 use crate::record::Session;
 use anyhow::{bail, Context, Result};
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
@@ -454,6 +454,20 @@ impl Db {
         };
         tx.finish()?;
         Ok(Changes { sessions, cursor })
+    }
+}
+
+impl SourceKind for Db {
+    type Name = PathBuf;
+    const PHRASE: &'static str = "a database";
+    fn claim(wire: &str) -> Option<PathBuf> {
+        Some(PathBuf::from(wire))
+    }
+    fn write(path: &PathBuf, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", path.display())
+    }
+    fn open(path: &PathBuf, _: Limits) -> std::result::Result<Option<Box<dyn Source>>, String> {
+        Ok(Some(Box::new(Db::open(path).map_err(|e| format!("{e:#}"))?)))
     }
 }
 

@@ -2,7 +2,7 @@
 //! same objects the HTTP API serves. Several documents may follow each other in one input
 //! (`cat a.json b.json | oc-calls --export -`); each is parsed as it streams in.
 
-use super::{convert, Entry, Fault, Source, SourceId};
+use super::{convert, Entry, Fault, Source, SourceId, SourceKind};
 use crate::record::Session;
 use serde_json::Value;
 
@@ -62,6 +62,22 @@ pub struct ExportFile {
 impl ExportFile {
     fn doc(&self, id: &str) -> Option<&Export> {
         self.docs.iter().find(|d| d.info["id"] == id)
+    }
+}
+
+impl SourceKind for ExportFile {
+    /// The file as it was named (`-`: stdin).
+    type Name = String;
+    const PHRASE: &'static str = "an export";
+    fn claim(wire: &str) -> Option<String> {
+        wire.strip_prefix("export:").map(str::to_string)
+    }
+    fn write(file: &String, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "export:{file}")
+    }
+    /// Not opened again: its sessions and calls are in the stream that named it.
+    fn open(_: &String, _: super::Limits) -> Result<Option<Box<dyn Source>>, String> {
+        Ok(None)
     }
 }
 

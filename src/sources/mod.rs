@@ -5,17 +5,15 @@
 //! apart. What a source holds (opencode's API objects) becomes records in [`convert`], along the
 //! tool and argument vocabulary of [`vocab`].
 //!
-//! Adding a kind of source: a file with its type implementing [`Source`], a variant of
-//! [`SourceId`] and its arm in [`open`].
+//! Adding a kind of source: a file with its type implementing [`Source`] and [`SourceKind`]
+//! (how its `source` string reads, what a message calls it, how it is opened), and its line in
+//! [`registry!`] below, which makes its [`SourceId`] variant.
 
 pub mod convert;
-pub mod db;
 pub mod discover;
 pub mod events;
-pub mod export;
 pub mod http;
 pub mod merge;
-pub mod server;
 pub mod vocab;
 
 use crate::record::Session;
@@ -27,52 +25,85 @@ pub use crate::paths::Found;
 pub use http::{Client, Fault, Limits};
 pub use server::{discovered, plan_servers, probe, Live, Planned};
 
-/// What a source is, by the string `source` fields carry: a server's URL (`http://...`,
-/// `https://...`), an export (`export:FILE`, `export:-` for stdin), else a database path.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum SourceId {
-    Database(PathBuf),
-    Server(String),
-    /// The file as it was named (`-`: stdin).
-    Export(String),
+/// A kind of source: how a `source` string names one, what a message calls it, how it is
+/// opened. One implementation per kind, beside its [`Source`], listed once in [`registry!`].
+pub trait SourceKind {
+    /// What names one source of this kind: a path, a URL, a file as it was named.
+    type Name;
+    /// How a message says where a session was read (`a database`, `a server`, `an export`).
+    const PHRASE: &'static str;
+    /// The name in `wire` if it is a `source` string of this kind. Kinds are asked in the
+    /// registry's order, and the last one takes every string.
+    fn claim(wire: &str) -> Option<Self::Name>;
+    /// The `source` string naming it (what [`SourceKind::claim`] reads back).
+    fn write(name: &Self::Name, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result;
+    /// Opens it for reading one session after another (`None`: nothing to open again, as an
+    /// export whose sessions and calls are in the stream that named it).
+    fn open(name: &Self::Name, limits: Limits) -> Result<Option<Box<dyn Source>>, String>;
+}
+
+/// The kinds of source, each `Variant(Name) = module::Type`: the module is declared, and the
+/// variant of [`SourceId`] parses, prints, says its phrase and opens through the type's
+/// [`SourceKind`].
+macro_rules! registry {
+    ($($var:ident($name:ty) = $module:ident :: $ty:ident),* $(,)?) => {
+        $(pub mod $module;)*
+
+        /// What a source is, by the string `source` fields carry: one variant per kind of
+        /// source, in the registry's order.
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        pub enum SourceId {
+            $($var($name),)*
+        }
+
+        impl SourceId {
+            /// Reads a `source` string. Every string names some source: the kinds are asked in
+            /// order, and the last (a database path) takes what no other kind claims.
+            pub fn parse(wire: &str) -> SourceId {
+                $(if let Some(name) = <$module::$ty as SourceKind>::claim(wire) {
+                    return SourceId::$var(name);
+                })*
+                unreachable!("the last kind of source takes every string")
+            }
+
+            /// How a message says where a session was read (`a database`, `a server`, ...).
+            pub fn kind_phrase(&self) -> &'static str {
+                match self {
+                    $(SourceId::$var(_) => <$module::$ty as SourceKind>::PHRASE,)*
+                }
+            }
+
+            /// Opens the source it names, for reading one session after another (`None`:
+            /// nothing to open again).
+            fn open(&self, limits: Limits) -> Result<Option<Box<dyn Source>>, String> {
+                match self {
+                    $(SourceId::$var(name) => <$module::$ty as SourceKind>::open(name, limits),)*
+                }
+            }
+        }
+
+        impl std::fmt::Display for SourceId {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                match self {
+                    $(SourceId::$var(name) => <$module::$ty as SourceKind>::write(name, f),)*
+                }
+            }
+        }
+    };
+}
+
+registry! {
+    Server(String) = server::Server,
+    Export(String) = export::ExportFile,
+    // last: what is neither a URL nor an export is a database path
+    Database(PathBuf) = db::Db,
 }
 
 impl SourceId {
-    /// Reads a `source` string. Every string names some source: what is neither a URL nor an
-    /// export is a database path.
-    pub fn parse(wire: &str) -> SourceId {
-        if wire.starts_with("http://") || wire.starts_with("https://") {
-            SourceId::Server(wire.to_string())
-        } else if let Some(file) = wire.strip_prefix("export:") {
-            SourceId::Export(file.to_string())
-        } else {
-            SourceId::Database(PathBuf::from(wire))
-        }
-    }
-
     /// A local file that can be read again at will (a database), as opposed to a server
     /// that may be gone or an export whose calls are already in the stream.
     pub fn is_database(&self) -> bool {
         matches!(self, SourceId::Database(_))
-    }
-
-    /// How a message says where a session was read (`a database`, `a server`, `an export`).
-    pub fn kind_phrase(&self) -> &'static str {
-        match self {
-            SourceId::Database(_) => "a database",
-            SourceId::Server(_) => "a server",
-            SourceId::Export(_) => "an export",
-        }
-    }
-}
-
-impl std::fmt::Display for SourceId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SourceId::Database(p) => write!(f, "{}", p.display()),
-            SourceId::Server(url) => f.write_str(url),
-            SourceId::Export(file) => write!(f, "export:{file}"),
-        }
     }
 }
 
@@ -207,19 +238,11 @@ pub fn refusal(id: &SourceId) -> String {
     )
 }
 
-/// Opens the source a `source` string names, for reading one session after another. The one
-/// place that tells the kinds apart. An export is not opened again: its sessions and calls are
-/// in the stream that named it.
+/// Opens the source a `source` string names, for reading one session after another, as its
+/// kind opens it ([`SourceKind::open`]). An export is not opened again: its sessions and calls
+/// are in the stream that named it.
 pub fn open(id: &SourceId, limits: Limits) -> Result<Option<Box<dyn Source>>, String> {
-    Ok(match id {
-        SourceId::Database(path) => {
-            Some(Box::new(db::Db::open(path).map_err(|e| format!("{e:#}"))?))
-        }
-        SourceId::Server(url) => Some(Box::new(server::Server {
-            client: Client::with_limits(url, limits),
-        })),
-        SourceId::Export(_) => None,
-    })
+    id.open(limits)
 }
 
 /// Sends a nudge to the session read from `source` (a `source` string): a server's

@@ -4,7 +4,7 @@
 //! is [`super::http`], finding servers in `/proc` is [`super::discover`].
 
 use super::http::{Client, Fault, Limits};
-use super::{convert, discover, Changes, Cursor, Entry, Source, SourceId};
+use super::{convert, discover, Changes, Cursor, Entry, Source, SourceId, SourceKind};
 use crate::config::Discover;
 use crate::paths::Found;
 use crate::record::Session;
@@ -279,6 +279,22 @@ fn list_server(c: &Client, url: &str) -> Result<(usize, Vec<Session>), String> {
 /// nudge goes.
 pub struct Server {
     pub client: Client,
+}
+
+impl SourceKind for Server {
+    type Name = String;
+    const PHRASE: &'static str = "a server";
+    fn claim(wire: &str) -> Option<String> {
+        (wire.starts_with("http://") || wire.starts_with("https://")).then(|| wire.to_string())
+    }
+    fn write(url: &String, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(url)
+    }
+    fn open(url: &String, limits: Limits) -> Result<Option<Box<dyn Source>>, String> {
+        Ok(Some(Box::new(Server {
+            client: Client::with_limits(url, limits),
+        })))
+    }
 }
 
 impl Source for Server {
