@@ -145,7 +145,7 @@ fn best_of(rounds: usize, fs: &[&dyn Fn() -> usize]) -> Vec<(usize, f64, f64)> {
     best
 }
 
-/// The floor: every line parsed the way progress-detect parses it (its `Line`), and nothing
+/// The floor: every line parsed the way progress-detect parses it (its `ParsedLine`), and nothing
 /// more. Also parsing into `record::Call`, the contract's type, which copies every string.
 fn floor(path: &Path, contract: bool) -> usize {
     let mut n = 0;
@@ -161,7 +161,7 @@ fn floor(path: &Path, contract: bool) -> usize {
                     std::hint::black_box(&c);
                 }
             } else {
-                let c: cmd::Line = serde_json::from_str(line).unwrap();
+                let c: cmd::ParsedLine = serde_json::from_str(line).unwrap();
                 std::hint::black_box(&c);
             }
             n += call as usize;

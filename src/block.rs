@@ -500,7 +500,7 @@ pub fn defaults_naming(files: &[PathBuf], model: &str) -> Vec<String> {
 
 /// What `block` did.
 #[derive(Debug)]
-pub struct Outcome {
+pub struct BlockOutcome {
     pub model: String,
     pub file: PathBuf,
     pub backup: Option<PathBuf>,
@@ -517,7 +517,7 @@ pub fn block(
     opencode_bin: &str,
     force: bool,
     now: i64,
-) -> Result<Outcome> {
+) -> Result<BlockOutcome> {
     let (provider, id) = split(model)?;
     let path = config_file(cfg, provider)?;
     // edit the file a symlink points to, not the link
@@ -528,7 +528,7 @@ pub fn block(
     let base = old.clone().unwrap_or_else(|| NEW_FILE.to_string());
     let edit = add(&base, provider, id).map_err(|e| anyhow!("{shown}: {e:#}; nothing written"))?;
     let Some(_) = edit else {
-        return Ok(Outcome {
+        return Ok(BlockOutcome {
             model: model.into(),
             file: path,
             backup: None,
@@ -610,7 +610,7 @@ pub fn block(
         params![model, shown, created.as_str(), reason, who(), now],
     )?;
     tx.commit()?;
-    Ok(Outcome {
+    Ok(BlockOutcome {
         model: model.into(),
         file: path,
         backup: old.is_some().then_some(backup),
@@ -622,7 +622,7 @@ pub fn block(
 }
 
 /// `wd-store unblock-model`: undoes the latest block of `model` still in force.
-pub fn unblock(store: &mut Store, model: &str, now: i64) -> Result<Outcome> {
+pub fn unblock(store: &mut Store, model: &str, now: i64) -> Result<BlockOutcome> {
     let (provider, id) = split(model)?;
     let rec: Option<(i64, String, String)> = store
         .conn
@@ -677,7 +677,7 @@ pub fn unblock(store: &mut Store, model: &str, now: i64) -> Result<Outcome> {
     if !others {
         let _ = std::fs::remove_file(format!("{file}.oc-watchdog.bak"));
     }
-    Ok(Outcome {
+    Ok(BlockOutcome {
         model: model.into(),
         file: path,
         backup: None,

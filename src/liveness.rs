@@ -17,7 +17,7 @@ pub use crate::record::{Activity, Running};
 
 /// The evidence a session record carries.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct Evidence {
+pub struct SessionEvidence {
     pub status: Option<String>,
     #[serde(default)]
     pub retry: Option<Value>,
@@ -42,7 +42,7 @@ pub struct Pending {
 fn live(
     class: LivenessClass,
     silence: Option<i64>,
-    ev: &Evidence,
+    ev: &SessionEvidence,
     evidence: String,
     alert: Option<Severity>,
 ) -> Liveness {
@@ -64,7 +64,12 @@ pub const USER_ABORT: &str = "MessageAbortedError";
 pub const BY_THE_USER: &str = "interrupted by the user";
 
 /// Classifies one session at time `now` (ms).
-pub fn classify(ev: &Evidence, act: Option<&Activity>, now: i64, cfg: &LivenessConfig) -> Liveness {
+pub fn classify(
+    ev: &SessionEvidence,
+    act: Option<&Activity>,
+    now: i64,
+    cfg: &LivenessConfig,
+) -> Liveness {
     let silence = act
         .and_then(|a| a.last_progress)
         .map(|t| ((now - t) / 1000).max(0));
@@ -273,10 +278,10 @@ mod tests {
 
     const T: i64 = 1_796_000_000_000;
 
-    fn busy() -> Evidence {
-        Evidence {
+    fn busy() -> SessionEvidence {
+        SessionEvidence {
             status: Some("busy".into()),
-            ..Evidence::default()
+            ..SessionEvidence::default()
         }
     }
 
@@ -289,7 +294,11 @@ mod tests {
         }
     }
 
-    fn class_at(ev: &Evidence, a: &Activity, secs: i64) -> (LivenessClass, Option<Severity>) {
+    fn class_at(
+        ev: &SessionEvidence,
+        a: &Activity,
+        secs: i64,
+    ) -> (LivenessClass, Option<Severity>) {
         let l = classify(ev, Some(a), T + secs * 1000, &LivenessConfig::default());
         (l.class, l.alert)
     }
@@ -344,9 +353,9 @@ mod tests {
             t: T,
             timeout: None,
         });
-        let ev = Evidence {
+        let ev = SessionEvidence {
             process: Some("ended".into()),
-            ..Evidence::default()
+            ..SessionEvidence::default()
         };
         let l = classify(&ev, Some(&a), T + 2000 * 1000, &LivenessConfig::default());
         assert_eq!(
@@ -359,7 +368,7 @@ mod tests {
         );
         // without the mark, the same evidence is a stall
         let l = classify(
-            &Evidence::default(),
+            &SessionEvidence::default(),
             Some(&a),
             T + 2000 * 1000,
             &LivenessConfig::default(),
@@ -395,13 +404,13 @@ mod tests {
             class_at(&ev, &act(T), 5000),
             (LivenessClass::AwaitingUser, Some(Severity::Info))
         );
-        let ev = Evidence {
+        let ev = SessionEvidence {
             status: Some("retry".into()),
             retry: Some(serde_json::json!({"attempt": 2, "message": "overloaded"})),
-            ..Evidence::default()
+            ..SessionEvidence::default()
         };
         assert_eq!(class_at(&ev, &act(T), 10), (LivenessClass::Retrying, None));
-        let ev5 = Evidence {
+        let ev5 = SessionEvidence {
             retry: Some(serde_json::json!({"attempt": 5})),
             ..ev
         };
@@ -409,10 +418,10 @@ mod tests {
             class_at(&ev5, &act(T), 10),
             (LivenessClass::Retrying, Some(Severity::Warning))
         );
-        let idle = Evidence {
+        let idle = SessionEvidence {
             status: Some("idle".into()),
             todos_open: Some(2),
-            ..Evidence::default()
+            ..SessionEvidence::default()
         };
         let mut a = act(T);
         a.in_flight = false;

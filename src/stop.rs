@@ -92,9 +92,9 @@ pub struct Facts {
     pub previous: Option<Previous>,
 }
 
-/// What to do.
+/// What [`stop`] is to do about a session.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Plan {
+pub enum StopPlan {
     /// Nothing: the same action was requested before.
     Already(Previous),
     /// Nothing: why not, and what the operator can do instead.
@@ -107,34 +107,34 @@ const BY_HAND: &str = "press Esc twice in its TUI, or Ctrl-C its `opencode run`"
 
 /// The rule: once per action id; a server that runs the session first (it says so itself);
 /// then the plugin in a process that runs it; else a refusal saying what to do instead.
-pub fn decide(session: &str, f: &Facts) -> Plan {
+pub fn decide(session: &str, f: &Facts) -> StopPlan {
     if let Some(p) = &f.previous {
         if p.status != "failed" {
-            return Plan::Already(p.clone());
+            return StopPlan::Already(p.clone());
         }
     }
     if !f.found {
-        return Plan::Refuse(format!(
+        return StopPlan::Refuse(format!(
             "no session {session} in opencode's database: check the id (`oc-sessions --since 1h` lists them)"
         ));
     }
     if let Some(url) = f.servers.first() {
-        return Plan::Http(url.clone());
+        return StopPlan::Http(url.clone());
     }
     if !f.running {
-        return Plan::Refuse(format!(
+        return StopPlan::Refuse(format!(
             "session {session} is idle already: its last run has ended, nothing to stop"
         ));
     }
     if !f.plugin_pids.is_empty() {
-        return Plan::Plugin(f.plugin_pids.clone());
+        return StopPlan::Plugin(f.plugin_pids.clone());
     }
     if f.plugin_installed {
-        Plan::Refuse(format!(
+        StopPlan::Refuse(format!(
             "session {session} runs in a TUI or `opencode run` that has not loaded the stop plugin (started before it was installed?) and no server lists it: {BY_HAND}; opencode processes started from now on load the plugin"
         ))
     } else {
-        Plan::Refuse(format!(
+        StopPlan::Refuse(format!(
             "session {session} runs in a TUI or `opencode run`, which listen on no port, and the stop plugin is not installed: {BY_HAND}, or install the plugin (deploy/install --with-stop-plugin) for the next ones"
         ))
     }
@@ -142,7 +142,7 @@ pub fn decide(session: &str, f: &Facts) -> Plan {
 
 /// What a carried-out (or already recorded) stop reports.
 #[derive(Debug, Clone, Serialize)]
-pub struct Outcome {
+pub struct StopOutcome {
     pub kind: &'static str,
     pub session: String,
     pub action_id: String,
@@ -318,7 +318,7 @@ fn server_lists(cfg: &Config, url: &str, session: &str, dir: &str) -> bool {
 
 fn record(
     store: &mut Store,
-    o: &Outcome,
+    o: &StopOutcome,
     turn: &str,
     reason: &str,
     detail: Option<&str>,
@@ -379,7 +379,7 @@ fn wait_for<T>(wait: Duration, mut done: impl FnMut() -> Option<T>) -> Option<T>
 /// Stops the session's current run, once per action id, and records it. Refusals (not found,
 /// idle, no way to reach it) are errors that say what to do instead and record nothing; an
 /// earlier request under the same action id is an `already` outcome that does nothing.
-pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
+pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<StopOutcome> {
     // the calls made while this looks the session up count as calls after the request
     let asked = crate::cli::now_ms();
     let session = req.session;
@@ -387,7 +387,7 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
     let (db_path, _) = crate::paths::opencode_db(None, cfg.opencode.db.as_deref());
     let db = Db::open(&db_path)?;
     let found = look_up(store, cfg, req, &db, &db_path)?;
-    let mut o = Outcome {
+    let mut o = StopOutcome {
         kind: "stop",
         session: session.to_string(),
         action_id: found.action.clone(),
@@ -404,13 +404,13 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<Outcome> {
         message: String::new(),
     };
     let via = match decide(session, &found.facts) {
-        Plan::Already(p) => return Ok(already(o, &p)),
-        Plan::Refuse(why) => bail!("stop: {why}"),
-        Plan::Http(url) => {
+        StopPlan::Already(p) => return Ok(already(o, &p)),
+        StopPlan::Refuse(why) => bail!("stop: {why}"),
+        StopPlan::Http(url) => {
             o.server = Some(url.clone());
             (Via::Http, url)
         }
-        Plan::Plugin(_) => (Via::Plugin, String::new()),
+        StopPlan::Plugin(_) => (Via::Plugin, String::new()),
     };
     o.via = Some(via.0.as_str().into());
     record(store, &o, &found.turn, req.reason, None)?;
@@ -431,7 +431,7 @@ fn check_id(session: &str) -> Result<()> {
 }
 
 /// What [`stop`] found about a session before deciding.
-struct Found {
+struct StopTarget {
     /// The session's working directory (opencode's server asks for it).
     directory: String,
     turn: String,
@@ -445,7 +445,13 @@ struct Found {
 
 /// Looks the session up: in opencode's database, in the store (its episode, an earlier request)
 /// and, unless that request stands, among the servers and processes that could stop it.
-fn look_up(store: &Store, cfg: &Config, req: &Request, db: &Db, db_path: &Path) -> Result<Found> {
+fn look_up(
+    store: &Store,
+    cfg: &Config,
+    req: &Request,
+    db: &Db,
+    db_path: &Path,
+) -> Result<StopTarget> {
     let session = req.session;
     let info = db.session(session)?;
     let messages = match &info {
@@ -495,7 +501,7 @@ fn look_up(store: &Store, cfg: &Config, req: &Request, db: &Db, db_path: &Path) 
             .is_some();
         facts.plugin_pids = plugin_pids(&dir, &procs);
     }
-    Ok(Found {
+    Ok(StopTarget {
         directory,
         turn,
         episode,
@@ -506,7 +512,7 @@ fn look_up(store: &Store, cfg: &Config, req: &Request, db: &Db, db_path: &Path) 
 }
 
 /// The `already` outcome: the earlier request's, and nothing done.
-fn already(mut o: Outcome, p: &Previous) -> Outcome {
+fn already(mut o: StopOutcome, p: &Previous) -> StopOutcome {
     o.status = "already".into();
     o.action_id = p.action_id.clone();
     o.requested = p.t;
@@ -530,8 +536,8 @@ fn carry_out(
     cfg: &Config,
     req: &Request,
     db: &Db,
-    found: &Found,
-    o: &Outcome,
+    found: &StopTarget,
+    o: &StopOutcome,
     via: (Via, String),
 ) -> Result<Option<(u32, Option<String>)>> {
     let session = req.session;
@@ -568,11 +574,11 @@ fn carry_out(
 fn finish(
     store: &mut Store,
     req: &Request,
-    mut o: Outcome,
+    mut o: StopOutcome,
     turn: &str,
     carried: Result<Option<(u32, Option<String>)>>,
     messages: &Value,
-) -> Result<Outcome> {
+) -> Result<StopOutcome> {
     let session = req.session;
     match carried {
         Ok(by) => {
@@ -608,7 +614,7 @@ fn finish(
 /// go idle in the database. The request and acknowledgement files are removed either way.
 fn plugin_stop(
     dir: &Path,
-    o: &Outcome,
+    o: &StopOutcome,
     wait: Duration,
     db: &Db,
     session: &str,
@@ -708,13 +714,13 @@ mod tests {
             previous: Some(prev.clone()),
             ..running()
         };
-        assert_eq!(decide("ses_a", &f), Plan::Already(prev.clone()));
+        assert_eq!(decide("ses_a", &f), StopPlan::Already(prev.clone()));
         // even once the session is gone or idle
         let f = Facts {
             previous: Some(prev.clone()),
             ..Facts::default()
         };
-        assert_eq!(decide("ses_a", &f), Plan::Already(prev));
+        assert_eq!(decide("ses_a", &f), StopPlan::Already(prev));
     }
 
     #[test]
@@ -729,7 +735,7 @@ mod tests {
             }),
             ..running()
         };
-        assert_eq!(decide("ses_a", &f), Plan::Plugin(vec![42]));
+        assert_eq!(decide("ses_a", &f), StopPlan::Plugin(vec![42]));
     }
 
     #[test]
@@ -740,14 +746,14 @@ mod tests {
         };
         assert_eq!(
             decide("ses_a", &f),
-            Plan::Http("http://127.0.0.1:4096".into())
+            StopPlan::Http("http://127.0.0.1:4096".into())
         );
     }
 
     #[test]
     fn refusals_say_why_and_what_to_do_instead() {
         let refusal = |f: &Facts| match decide("ses_a", f) {
-            Plan::Refuse(why) => why,
+            StopPlan::Refuse(why) => why,
             other => panic!("{other:?}"),
         };
         assert!(refusal(&Facts::default()).starts_with("no session ses_a in opencode's database"));

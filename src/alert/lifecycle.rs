@@ -6,7 +6,7 @@
 //! resolve the episodes whose stop was carried out, so the stop is this tick's event.
 
 use super::apply::{self, Prepared};
-use super::decide::{self, Escalate, Input, Plan};
+use super::decide::{self, DecisionInput, Escalate, Plan};
 use super::opinion::{self, Opinion};
 use super::policy::{self, Wanted};
 use super::stage::{self, Nudge, Staged, TickIndex, Wording};
@@ -156,8 +156,8 @@ fn input<'a>(
     last: &'a HashMap<String, AlertEpisode>,
     answers: &'a HashMap<String, Opinion>,
     stopped: &'a HashMap<String, i64>,
-) -> Input<'a> {
-    Input {
+) -> DecisionInput<'a> {
+    DecisionInput {
         open,
         last,
         tick,

@@ -259,7 +259,7 @@ mod tests {
     }
 
     /// (what, policy, episode, step, tree, the sessions stopped and why)
-    type Row = (
+    type RuleRow = (
         &'static str,
         StopConfig,
         AlertEpisode,
@@ -283,7 +283,7 @@ mod tests {
         let stopped = |s: &str, r: &'static str| vec![(s.to_string(), r)];
         let none: Vec<(String, &str)> = Vec::new();
         // (what, policy, episode, step, tree, stopped)
-        let rows: Vec<Row> = vec![
+        let rows: Vec<RuleRow> = vec![
             (
                 "off by default",
                 StopConfig::default(),
@@ -509,7 +509,7 @@ mod tests {
             t: 5_000,
             ..TickView::default()
         };
-        let plan = super::super::decide::decide(&super::super::decide::Input {
+        let plan = super::super::decide::decide(&super::super::decide::DecisionInput {
             open: &open,
             last: &last,
             tick: &tick,

@@ -260,11 +260,11 @@ impl Stream {
 /// read whole, so that even such a line is written once.
 fn dedup_key(kind: Option<&str>, raw: &str) -> Option<(String, Option<String>)> {
     #[derive(serde::Deserialize)]
-    struct Key {
+    struct DedupKey {
         session: String,
         id: Option<Value>,
     }
-    let k: Key = serde_json::from_str(raw).ok()?;
+    let k: DedupKey = serde_json::from_str(raw).ok()?;
     match (kind, k.id) {
         (Some("call"), Some(Value::String(id))) => Some((k.session, Some(id))),
         (Some("activity"), _) => Some((k.session, None)),
@@ -291,7 +291,7 @@ fn read_export(c: &mut Calls, file: &str, stdin: &mut dyn BufRead) -> Result<()>
     };
     let source = SourceId::Export(file.to_string()).to_string();
     // the good documents before a bad one are kept; the bad one (or an empty input) is blind
-    let export::Read { docs, bad } = docs;
+    let export::ExportDocs { docs, bad } = docs;
     for d in docs {
         let s = match convert::session_of(&d.info, None, &source) {
             Ok(s) => s,

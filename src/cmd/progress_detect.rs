@@ -8,7 +8,7 @@
 use crate::cli::{each_line, not_utf8, now_ms, Exit, Format, Out};
 use crate::config::{Config, DetectorConfig, LivenessConfig};
 use crate::detect::{target, thresholds, CallIn, Detector};
-use crate::liveness::{self, Activity, Evidence};
+use crate::liveness::{self, Activity, SessionEvidence};
 use crate::record::{kind_of, to_line, Expect, Session, Signal, Verdict};
 use anyhow::Result;
 use clap::Parser;
@@ -81,7 +81,9 @@ pub mod follow;
 /// (one allocation fewer per field and call; escaped strings are copied).
 /// Public for the bench, whose parse floor parses lines into it, the detector's own path.
 #[derive(Deserialize, Default)]
-pub struct Line<'a> {
+// what a line that is not an object is told on stderr (serde would name the Rust struct)
+#[serde(expecting = "struct Line")]
+pub struct ParsedLine<'a> {
     #[serde(default, borrow, deserialize_with = "text")]
     kind: Option<Cow<'a, str>>,
     // call
@@ -118,19 +120,19 @@ const DEPTH: usize = 4;
 /// number, span, and for a line that is not UTF-8 the column of its first invalid byte, else
 /// 0) of each.
 #[derive(Default)]
-struct Batch {
+struct LineBatch {
     name: String,
     text: String,
     lines: Vec<(usize, std::ops::Range<usize>, usize)>,
 }
 
 /// A batch's lines parsed, each borrowing from the batch's text.
-type Parses<'a> = Vec<serde_json::Result<Line<'a>>>;
+type Parses<'a> = Vec<serde_json::Result<ParsedLine<'a>>>;
 
 self_cell::self_cell!(
     /// A batch and its lines parsed: what the reading thread hands the judging one.
     struct Parsed {
-        owner: Batch,
+        owner: LineBatch,
         #[covariant]
         dependent: Parses,
     }
@@ -193,7 +195,7 @@ impl clap::FromArgMatches for KeyFlags {
 
 /// A session's liveness evidence, from its record (parsed once: the evidence's fields other than
 /// `status` are among its pass-through ones).
-fn evidence_of(s: &Session) -> Option<Evidence> {
+fn evidence_of(s: &Session) -> Option<SessionEvidence> {
     let field = |k: &str| s.extra.get(k).cloned().unwrap_or(serde_json::Value::Null);
     serde_json::from_value(serde_json::json!({
         "status": s.status,
@@ -256,7 +258,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
 #[derive(Default)]
 struct Intake {
     /// Liveness evidence by session number (the detector keeps only what verdicts need).
-    evidence: Vec<Option<Evidence>>,
+    evidence: Vec<Option<SessionEvidence>>,
     activity: std::collections::HashMap<String, Activity>,
     /// Lines reported as bad.
     bad: usize,
@@ -276,7 +278,7 @@ impl Intake {
         name: &str,
         n: usize,
         line: &str,
-        parsed: &serde_json::Result<Line>,
+        parsed: &serde_json::Result<ParsedLine>,
     ) -> Result<()> {
         match input(line, parsed) {
             Input::Session(s) => self.session(d, s),
@@ -331,9 +333,9 @@ enum Input<'p> {
     Bad(String),
 }
 
-/// Reads one line (`parsed`, its parse into [`Line`]) into what it is.
-fn input<'p>(line: &str, parsed: &'p serde_json::Result<Line>) -> Input<'p> {
-    let parsed: &Line = match parsed {
+/// Reads one line (`parsed`, its parse into [`ParsedLine`]) into what it is.
+fn input<'p>(line: &str, parsed: &'p serde_json::Result<ParsedLine>) -> Input<'p> {
+    let parsed: &ParsedLine = match parsed {
         Ok(l) => l,
         // a line of another kind may use our field names differently: pass it on
         Err(e) => {
@@ -363,7 +365,7 @@ fn input<'p>(line: &str, parsed: &'p serde_json::Result<Line>) -> Input<'p> {
 
 /// A call line as the detector takes it, once it has every field a call needs (else the first
 /// one missing).
-fn call_in<'p>(parsed: &'p Line) -> std::result::Result<CallIn<'p>, &'static str> {
+fn call_in<'p>(parsed: &'p ParsedLine) -> std::result::Result<CallIn<'p>, &'static str> {
     let (Some(session), Some(id), Some(t), Some(tool)) = (
         parsed.session.as_deref(),
         parsed.id.as_deref(),
@@ -398,7 +400,7 @@ fn call_in<'p>(parsed: &'p Line) -> std::result::Result<CallIn<'p>, &'static str
 /// hand-made streams without any get no class.
 fn with_liveness(
     mut v: Verdict,
-    ev: Option<&Evidence>,
+    ev: Option<&SessionEvidence>,
     act: Option<&Activity>,
     now: i64,
     cfg: &LivenessConfig,
@@ -451,9 +453,9 @@ fn read_and_judge(
             }
             Ok(())
         });
-        let mut batch = Batch::default();
+        let mut batch = LineBatch::default();
         // parses the batch and hands it on, leaving an empty one (of the same input) in its place
-        let send = |b: &mut Batch| -> Result<()> {
+        let send = |b: &mut LineBatch| -> Result<()> {
             if b.lines.is_empty() {
                 return Ok(());
             }
@@ -487,7 +489,7 @@ fn read_and_judge(
     })
 }
 
-impl Batch {
+impl LineBatch {
     /// Adds line `n`: its text, or for a line that is not UTF-8 the column of its first invalid byte.
     fn push(&mut self, n: usize, line: std::result::Result<&str, usize>) {
         let at = self.text.len();
@@ -502,7 +504,7 @@ impl Batch {
     }
 
     /// The batch, empty, for input `name`.
-    fn named(mut self, name: &str) -> Batch {
+    fn named(mut self, name: &str) -> LineBatch {
         self.name.clear();
         self.name.push_str(name);
         self
@@ -510,7 +512,7 @@ impl Batch {
 }
 
 /// A batch the judge gave back, emptied for the reader to fill again (its buffers kept).
-fn reuse(p: Parsed) -> Batch {
+fn reuse(p: Parsed) -> LineBatch {
     let mut b = p.into_owner();
     b.text.clear();
     b.lines.clear();
@@ -519,7 +521,7 @@ fn reuse(p: Parsed) -> Batch {
 
 /// Parses every line of a batch; a line that is not UTF-8 gets its error here, said by the judge
 /// in its turn among the other lines' errors.
-fn parse(full: Batch) -> Parsed {
+fn parse(full: LineBatch) -> Parsed {
     Parsed::new(full, |b| {
         b.lines
             .iter()
@@ -903,5 +905,18 @@ mod tests {
         assert_eq!(first["session"], "s0");
         assert_eq!(first["first_flag"]["index"], 5);
         assert_eq!(batched, one_by_one);
+    }
+
+    #[test]
+    fn a_line_that_is_not_an_object_is_told_it_is_not_a_line() {
+        // the message reaches stderr; it names `Line`, as it did before the parse's type was
+        // renamed `ParsedLine` (#25)
+        let e = serde_json::from_str::<ParsedLine>(r#""foo""#)
+            .err()
+            .unwrap();
+        assert_eq!(
+            e.to_string(),
+            r#"invalid type: string "foo", expected struct Line at line 1 column 5"#
+        );
     }
 }

@@ -71,21 +71,21 @@ pub fn main() -> i32 {
 /// One tick's lines as they come: its verdicts, blind sources, the sources read, and the
 /// `tick` record that names it.
 #[derive(Default)]
-struct Batch {
+struct TickBatch {
     tick: TickView,
     tick_id: Option<i64>,
     hasher: InputHash,
     bad: usize,
 }
 
-impl Batch {
-    fn new(now: i64) -> Batch {
-        Batch {
+impl TickBatch {
+    fn new(now: i64) -> TickBatch {
+        TickBatch {
             tick: TickView {
                 t: now,
                 ..TickView::default()
             },
-            ..Batch::default()
+            ..TickBatch::default()
         }
     }
 
@@ -155,7 +155,7 @@ impl Batch {
 
 /// Reads the tick stream (the timer's: one tick, to end of input).
 fn read_tick(stdin: &mut dyn BufRead, now: i64) -> Result<(TickView, Option<i64>, String, usize)> {
-    let mut batch = Batch::new(now);
+    let mut batch = TickBatch::new(now);
     crate::cli::each_line(&[], stdin, |file, n, raw| {
         batch.take(file, n, raw);
         Ok(())
@@ -201,14 +201,14 @@ fn follow(
 ) -> Result<Exit> {
     out.line_buffered(false);
     let mut cache = follow::Cache::default();
-    let mut batch = Batch::new(fixed_now.unwrap_or_else(now_ms));
+    let mut batch = TickBatch::new(fixed_now.unwrap_or_else(now_ms));
     let mut bad = 0;
     crate::cli::each_line(&[], stdin, |file, n, raw| {
         if !batch.take(file, n, raw) {
             return Ok(());
         }
         let now = fixed_now.unwrap_or_else(now_ms);
-        let done = std::mem::replace(&mut batch, Batch::new(now));
+        let done = std::mem::replace(&mut batch, TickBatch::new(now));
         let (tick, key, tick_id, b) = done.finish();
         bad += b;
         let tick = cache.view(tick);

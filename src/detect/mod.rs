@@ -109,12 +109,12 @@ struct Flag {
 /// 200,000-session bench peaked at 559 MB with slots, 479 MB with one buffer). The buffer grows
 /// to what it holds, no more (a reallocation within the allocator's size class stays in place).
 #[derive(Default, Clone)]
-struct Latest<const N: usize> {
+struct LatestStrings<const N: usize> {
     buf: Vec<u8>,
     n: u8,
 }
 
-/// The string at the start of `buf` (as [`Latest::push`] wrote it), and the rest.
+/// The string at the start of `buf` (as [`LatestStrings::push`] wrote it), and the rest.
 fn take_one(buf: &[u8]) -> (&[u8], &[u8]) {
     let (mut len, mut shift, mut at) = (0usize, 0, 0);
     while let Some(&b) = buf.get(at) {
@@ -129,7 +129,7 @@ fn take_one(buf: &[u8]) -> (&[u8], &[u8]) {
     (&buf[at..end], &buf[end..])
 }
 
-impl<const N: usize> Latest<N> {
+impl<const N: usize> LatestStrings<N> {
     /// Adds `s`, forgetting the oldest when `N` are held.
     fn push(&mut self, s: &str) {
         const { assert!(N <= u8::MAX as usize) };
@@ -170,7 +170,7 @@ impl<const N: usize> Latest<N> {
 /// The latest [`RECENT_IDS`] calls' ids, in full. A call is skipped only when its whole id is
 /// among them (a hash or a print of it once took `ses_a_18` for `ses_a_1`).
 #[derive(Default, Clone)]
-struct Recent(Latest<RECENT_IDS>);
+struct Recent(LatestStrings<RECENT_IDS>);
 
 impl Recent {
     /// Whether `id` is among the latest; remembers it when it is not.
@@ -662,7 +662,7 @@ fn feed(
 /// The last [`DIGEST_CALLS`] calls, one line each: what the call worked on and how it ended,
 /// never content.
 #[derive(Default, Clone)]
-struct Digest(Latest<DIGEST_CALLS>);
+struct Digest(LatestStrings<DIGEST_CALLS>);
 
 impl Digest {
     /// `line` is the caller's buffer for the line, kept from call to call.
@@ -1009,7 +1009,7 @@ mod tests {
         // lengths of one, two and three LEB128 bytes, and one string the other's prefix
         let long = "x".repeat(300);
         let longer = "y".repeat(20_000);
-        let mut l = Latest::<3>::default();
+        let mut l = LatestStrings::<3>::default();
         for s in ["a", &long, "ab", &longer, ""] {
             l.push(s);
         }

@@ -21,7 +21,7 @@ pub struct Obs<'a> {
     /// What the call works on.
     pub target: u64,
     /// A read with a known file length.
-    pub read: Option<Read>,
+    pub read: Option<ReadSpan>,
     /// A hash of the call's output; `None` is unknown, which never matches anything.
     pub out: Option<u64>,
     /// The call failed (an error, or a non-zero exit).
@@ -42,7 +42,7 @@ impl<'a> Obs<'a> {
     ) -> Obs<'a> {
         let keys = super::target::keys_of(c.tool, &args);
         let read = match (c.tool, c.file_lines) {
-            ("read", Some(n)) if n > 0 => Some(Read {
+            ("read", Some(n)) if n > 0 => Some(ReadSpan {
                 file: args.file_h,
                 lines: super::target::lines_of(&args, n).min(u32::MAX as i64) as u32,
                 total: n.min(u32::MAX as i64) as u32,
@@ -107,7 +107,7 @@ pub fn room_ring<T>(v: &mut VecDeque<T>) {
 
 /// The lines one read requests from its file.
 #[derive(Clone, Copy)]
-pub struct Read {
+pub struct ReadSpan {
     pub file: u64,
     pub lines: u32,
     pub total: u32,
@@ -166,17 +166,17 @@ impl<const N: usize> Small<N> {
 
 /// A call in the region, as far as signals need it after the call has passed.
 #[derive(Clone)]
-pub struct Entry {
+pub struct RegionEntry {
     pub index: u64,
     pub t: i64,
     pub id: Id,
-    pub read: Option<Read>,
+    pub read: Option<ReadSpan>,
     /// The call's output hash: signals compare outcomes across the region.
     pub out: Option<u64>,
     pub failed: bool,
 }
 
-impl Entry {
+impl RegionEntry {
     pub fn at(&self) -> CallRef {
         CallRef {
             index: self.index,
@@ -192,7 +192,7 @@ impl Entry {
 pub struct Region {
     pub exact: VecDeque<u64>,
     pub target: VecDeque<u64>,
-    pub entries: VecDeque<Entry>,
+    pub entries: VecDeque<RegionEntry>,
     /// How many calls of the region work on the latest call's target, itself included (counted
     /// once by [`Region::push`] for the signals that need it; kept up without a scan while the
     /// calls keep to one target, as a loop does).
@@ -214,7 +214,7 @@ impl Region {
         room_ring(&mut self.entries);
         self.exact.push_back(c.exact);
         self.target.push_back(c.target);
-        self.entries.push_back(Entry {
+        self.entries.push_back(RegionEntry {
             index: c.index,
             t: c.t,
             id: Id::new(c.id),
@@ -237,7 +237,7 @@ impl Region {
         self.target.iter().filter(|&&t| t == target).count()
     }
     /// Takes the oldest call out; returns its (exact, target, entry).
-    pub fn pop(&mut self) -> Option<(u64, u64, Entry)> {
+    pub fn pop(&mut self) -> Option<(u64, u64, RegionEntry)> {
         let out = (
             self.exact.pop_front()?,
             self.target.pop_front()?,
@@ -270,7 +270,7 @@ impl Region {
         self.entries
             .iter()
             .filter(|e| e.index >= from)
-            .map(Entry::at)
+            .map(RegionEntry::at)
             .collect()
     }
 }

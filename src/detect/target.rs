@@ -305,11 +305,11 @@ fn command_target(cmd: &str, ascii: bool, h: &mut Fx) {
 /// (callgrind, the bench corpus). In name order, a repeated name's last value kept, as the map
 /// has them, so [`CallArgs::of_list`] reads exactly what [`CallArgs::of`] reads.
 #[derive(Default)]
-pub struct ArgList<'a>(Vec<(Cow<'a, str>, Arg<'a>)>);
+pub struct ArgList<'a>(Vec<(Cow<'a, str>, ArgValue<'a>)>);
 
 /// One argument's value: a string, or (for anything else, and always for `offset` and
 /// `limit`, which are described as values) the value.
-pub enum Arg<'a> {
+pub enum ArgValue<'a> {
     Str(Cow<'a, str>),
     Val(Value),
 }
@@ -319,8 +319,8 @@ pub struct Text<'a>(pub Cow<'a, str>);
 
 impl<'de> Deserialize<'de> for Text<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
+        struct TextVisitor;
+        impl<'de> Visitor<'de> for TextVisitor {
             type Value = Text<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a string")
@@ -335,67 +335,67 @@ impl<'de> Deserialize<'de> for Text<'de> {
                 Ok(Text(Cow::Owned(v)))
             }
         }
-        d.deserialize_str(V)
+        d.deserialize_str(TextVisitor)
     }
 }
 
-impl<'de> Deserialize<'de> for Arg<'de> {
+impl<'de> Deserialize<'de> for ArgValue<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Arg<'de>;
+        struct ArgValueVisitor;
+        impl<'de> Visitor<'de> for ArgValueVisitor {
+            type Value = ArgValue<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("any valid JSON value")
             }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Arg<'de>, E> {
-                Ok(Arg::Str(Cow::Borrowed(v)))
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<ArgValue<'de>, E> {
+                Ok(ArgValue::Str(Cow::Borrowed(v)))
             }
-            fn visit_str<E>(self, v: &str) -> Result<Arg<'de>, E> {
-                Ok(Arg::Str(Cow::Owned(v.to_string())))
+            fn visit_str<E>(self, v: &str) -> Result<ArgValue<'de>, E> {
+                Ok(ArgValue::Str(Cow::Owned(v.to_string())))
             }
-            fn visit_string<E>(self, v: String) -> Result<Arg<'de>, E> {
-                Ok(Arg::Str(Cow::Owned(v)))
+            fn visit_string<E>(self, v: String) -> Result<ArgValue<'de>, E> {
+                Ok(ArgValue::Str(Cow::Owned(v)))
             }
-            fn visit_bool<E>(self, v: bool) -> Result<Arg<'de>, E> {
-                Ok(Arg::Val(Value::Bool(v)))
+            fn visit_bool<E>(self, v: bool) -> Result<ArgValue<'de>, E> {
+                Ok(ArgValue::Val(Value::Bool(v)))
             }
-            fn visit_i64<E>(self, v: i64) -> Result<Arg<'de>, E> {
-                Ok(Arg::Val(Value::from(v)))
+            fn visit_i64<E>(self, v: i64) -> Result<ArgValue<'de>, E> {
+                Ok(ArgValue::Val(Value::from(v)))
             }
-            fn visit_u64<E>(self, v: u64) -> Result<Arg<'de>, E> {
-                Ok(Arg::Val(Value::from(v)))
+            fn visit_u64<E>(self, v: u64) -> Result<ArgValue<'de>, E> {
+                Ok(ArgValue::Val(Value::from(v)))
             }
-            fn visit_f64<E>(self, v: f64) -> Result<Arg<'de>, E> {
-                Ok(Arg::Val(Value::from(v)))
+            fn visit_f64<E>(self, v: f64) -> Result<ArgValue<'de>, E> {
+                Ok(ArgValue::Val(Value::from(v)))
             }
-            fn visit_unit<E>(self) -> Result<Arg<'de>, E> {
-                Ok(Arg::Val(Value::Null))
+            fn visit_unit<E>(self) -> Result<ArgValue<'de>, E> {
+                Ok(ArgValue::Val(Value::Null))
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> Result<Arg<'de>, A::Error> {
-                Value::deserialize(SeqAccessDeserializer::new(a)).map(Arg::Val)
+            fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> Result<ArgValue<'de>, A::Error> {
+                Value::deserialize(SeqAccessDeserializer::new(a)).map(ArgValue::Val)
             }
-            fn visit_map<A: MapAccess<'de>>(self, a: A) -> Result<Arg<'de>, A::Error> {
-                Value::deserialize(MapAccessDeserializer::new(a)).map(Arg::Val)
+            fn visit_map<A: MapAccess<'de>>(self, a: A) -> Result<ArgValue<'de>, A::Error> {
+                Value::deserialize(MapAccessDeserializer::new(a)).map(ArgValue::Val)
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_any(ArgValueVisitor)
     }
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for ArgList<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
+        struct ArgListVisitor;
+        impl<'de> Visitor<'de> for ArgListVisitor {
             type Value = ArgList<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a map")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<ArgList<'de>, A::Error> {
-                let mut v: Vec<(Cow<'de, str>, Arg<'de>)> = Vec::with_capacity(4);
+                let mut v: Vec<(Cow<'de, str>, ArgValue<'de>)> = Vec::with_capacity(4);
                 while let Some(Text(k)) = m.next_key::<Text<'de>>()? {
                     let arg = if k == "offset" || k == "limit" {
-                        Arg::Val(m.next_value()?)
+                        ArgValue::Val(m.next_value()?)
                     } else {
                         m.next_value()?
                     };
@@ -413,7 +413,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for ArgList<'a> {
                 Ok(ArgList(v))
             }
         }
-        d.deserialize_map(V)
+        d.deserialize_map(ArgListVisitor)
     }
 }
 
@@ -479,8 +479,8 @@ impl<'a> CallArgs<'a> {
         CallArgs::pick(
             tool,
             list.0.iter().map(|(k, v)| match v {
-                Arg::Str(t) => (k.as_ref(), Some(t.as_ref()), None),
-                Arg::Val(v) => (k.as_ref(), v.as_str(), Some(v)),
+                ArgValue::Str(t) => (k.as_ref(), Some(t.as_ref()), None),
+                ArgValue::Val(v) => (k.as_ref(), v.as_str(), Some(v)),
             }),
         )
     }
@@ -887,8 +887,8 @@ mod tests {
             .0
             .iter()
             .map(|(k, v)| match v {
-                Arg::Str(s) => (matches!(k, Cow::Borrowed(_)), matches!(s, Cow::Borrowed(_))),
-                Arg::Val(_) => (false, false),
+                ArgValue::Str(s) => (matches!(k, Cow::Borrowed(_)), matches!(s, Cow::Borrowed(_))),
+                ArgValue::Val(_) => (false, false),
             })
             .collect();
         assert_eq!(kinds, [(true, true), (true, false)]);

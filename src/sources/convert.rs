@@ -11,14 +11,15 @@ use std::collections::{HashMap, HashSet};
 /// opencode versions whose shapes these readers were proven against.
 pub const KNOWN_VERSIONS: &str = "1.18.x (tested on 1.18.33)";
 
-type Shape<T> = Result<T, String>;
+/// What reading one of opencode's shapes gives: the value, or why the shape is not as expected.
+type ShapeResult<T> = Result<T, String>;
 
-fn obj<'a>(v: &'a Value, what: &str) -> Shape<&'a Map<String, Value>> {
+fn obj<'a>(v: &'a Value, what: &str) -> ShapeResult<&'a Map<String, Value>> {
     v.as_object()
         .ok_or_else(|| format!("{what} is not an object"))
 }
 
-fn str_field<'a>(o: &'a Map<String, Value>, key: &str, what: &str) -> Shape<&'a str> {
+fn str_field<'a>(o: &'a Map<String, Value>, key: &str, what: &str) -> ShapeResult<&'a str> {
     o.get(key)
         .and_then(Value::as_str)
         .ok_or_else(|| format!("{what} has no string {key:?}"))
@@ -33,7 +34,7 @@ fn model_of(v: Option<&Value>) -> Option<String> {
 }
 
 /// A session record from an API `Session` object.
-pub fn session_of(v: &Value, status: Option<&str>, source: &str) -> Shape<Session> {
+pub fn session_of(v: &Value, status: Option<&str>, source: &str) -> ShapeResult<Session> {
     let o = obj(v, "session")?;
     let id = str_field(o, "id", "session")?;
     let time = o
@@ -285,7 +286,7 @@ fn explained_files<'a>(tools: &[&'a Map<String, Value>]) -> HashSet<&'a str> {
 }
 
 /// The calls of one session from its messages (`[{info, parts}]`, in order).
-pub fn calls_of(session: &str, messages: &Value, lines: &mut LineCache) -> Shape<Vec<Call>> {
+pub fn calls_of(session: &str, messages: &Value, lines: &mut LineCache) -> ShapeResult<Vec<Call>> {
     let msgs = messages
         .as_array()
         .ok_or_else(|| format!("messages of {session} are not a list"))?;
@@ -420,7 +421,7 @@ fn call_of(
     patched: &HashSet<&str>,
     unexplained: &[&str],
     lines: &mut LineCache,
-) -> Shape<Call> {
+) -> ShapeResult<Call> {
     let id = str_field(p, "id", "tool part")?;
     let tool = str_field(p, "tool", &format!("tool part {id}"))?;
     let state = p

@@ -5,7 +5,7 @@
 //! Rows are rebuilt into the same JSON shapes the HTTP API serves (a part's `data` plus its
 //! `id`, `sessionID`, `messageID` columns), so one converter serves both sources.
 
-use super::{convert, Changes, Cursor, Entry, Fault, Limits, Source, SourceId, SourceKind};
+use super::{convert, Changes, Cursor, IndexEntry, Fault, Limits, Source, SourceId, SourceKind};
 use crate::record::Session;
 use anyhow::{bail, Context, Result};
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
@@ -476,12 +476,12 @@ impl Source for Db {
         SourceId::Database(self.path.clone())
     }
 
-    fn index(&self) -> Result<Vec<Entry>, Fault> {
+    fn index(&self) -> Result<Vec<IndexEntry>, Fault> {
         Ok(self
             .index_rows()
             .map_err(broken)?
             .into_iter()
-            .map(|(id, parent, updated)| Entry {
+            .map(|(id, parent, updated)| IndexEntry {
                 id,
                 parent,
                 updated: Some(updated),

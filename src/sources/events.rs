@@ -34,21 +34,21 @@ pub struct Heard {
 }
 
 /// One server's stream, followed until this is dropped.
-pub struct Stream {
+pub struct EventStream {
     pub url: String,
     heard: Arc<Mutex<Heard>>,
     stop: Arc<AtomicBool>,
 }
 
-impl Stream {
+impl EventStream {
     /// Follows `client`'s server in a thread of its own.
-    pub fn follow(client: Client) -> Stream {
+    pub fn follow(client: Client) -> EventStream {
         let heard = Arc::new(Mutex::new(Heard::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let url = client.base.clone();
         let (h, s) = (heard.clone(), stop.clone());
         std::thread::spawn(move || follow(&client, &h, &s));
-        Stream { url, heard, stop }
+        EventStream { url, heard, stop }
     }
 
     /// What it said since the last call.
@@ -58,7 +58,7 @@ impl Stream {
 }
 
 /// The thread ends at its next line, silence or attempt.
-impl Drop for Stream {
+impl Drop for EventStream {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
@@ -168,7 +168,7 @@ mod tests {
                 .unwrap();
             }
         });
-        let s = Stream::follow(Client::new(&url));
+        let s = EventStream::follow(Client::new(&url));
         let t0 = Instant::now();
         let mut all = Heard::default();
         while !(all.resumed && all.sessions.len() == 2) {

@@ -2,7 +2,7 @@
 //! same objects the HTTP API serves. Several documents may follow each other in one input
 //! (`cat a.json b.json | oc-calls --export -`); each is parsed as it streams in.
 
-use super::{convert, Entry, Fault, Source, SourceId, SourceKind};
+use super::{convert, IndexEntry, Fault, Source, SourceId, SourceKind};
 use crate::record::Session;
 use serde_json::Value;
 
@@ -16,19 +16,19 @@ pub struct Export {
 /// why that one is bad (its number, 1-based), or that there was no document at all. Reading
 /// stops at a bad document (after broken JSON the stream has no next document to find), but
 /// what came before it is kept.
-pub struct Read {
+pub struct ExportDocs {
     pub docs: Vec<Export>,
     pub bad: Option<String>,
 }
 
 /// Every export document in `input`, in order, up to the first bad one.
-pub fn read(input: impl std::io::Read) -> Read {
+pub fn read(input: impl std::io::Read) -> ExportDocs {
     let mut docs = Vec::new();
     let bad = read_into(input, &mut docs).err().or_else(|| {
         docs.is_empty()
             .then(|| "no export document (the input is empty)".to_string())
     });
-    Read { docs, bad }
+    ExportDocs { docs, bad }
 }
 
 fn read_into(input: impl std::io::Read, out: &mut Vec<Export>) -> Result<(), String> {
@@ -86,13 +86,13 @@ impl Source for ExportFile {
         SourceId::Export(self.file.clone())
     }
 
-    fn index(&self) -> Result<Vec<Entry>, Fault> {
+    fn index(&self) -> Result<Vec<IndexEntry>, Fault> {
         let all: Vec<&str> = self
             .docs
             .iter()
             .filter_map(|d| d.info["id"].as_str())
             .collect();
-        Ok(self.sessions(&all)?.iter().map(Entry::of).collect())
+        Ok(self.sessions(&all)?.iter().map(IndexEntry::of).collect())
     }
 
     /// The documents' sessions named in `ids`, in file order.

@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 /// A session in the selection graph: enough to pick what to list without reading it all.
-pub struct Node<'a> {
+pub struct SessionNode<'a> {
     pub id: &'a str,
     pub parent: Option<&'a str>,
     pub updated: Option<i64>,
@@ -22,9 +22,9 @@ pub struct Node<'a> {
     pub active: bool,
 }
 
-impl<'a> Node<'a> {
-    pub fn of(s: &'a Session) -> Node<'a> {
-        Node {
+impl<'a> SessionNode<'a> {
+    pub fn of(s: &'a Session) -> SessionNode<'a> {
+        SessionNode {
             id: &s.id,
             parent: s.parent.as_deref(),
             updated: s.updated,
@@ -36,8 +36,8 @@ impl<'a> Node<'a> {
 /// The ids worth listing: sessions updated at or after `since`, those not idle, those named in
 /// `also`, and for each of them its ancestors and descendants (so each session can be judged
 /// on its own calls and a parent credited with what its subagents landed).
-pub fn select<'a>(nodes: &[Node<'a>], since: i64, also: &[String]) -> HashSet<&'a str> {
-    let by_id: HashMap<&str, &Node> = nodes.iter().map(|n| (n.id, n)).collect();
+pub fn select<'a>(nodes: &[SessionNode<'a>], since: i64, also: &[String]) -> HashSet<&'a str> {
+    let by_id: HashMap<&str, &SessionNode> = nodes.iter().map(|n| (n.id, n)).collect();
     let mut children: HashMap<&str, Vec<&'a str>> = HashMap::new();
     for n in nodes {
         if let Some(p) = n.parent {
@@ -79,7 +79,7 @@ pub fn select<'a>(nodes: &[Node<'a>], since: i64, also: &[String]) -> HashSet<&'
 /// [`select`] over session records, keeping the input order.
 pub fn select_trees(all: Vec<Session>, since: i64, also: &[String]) -> Vec<Session> {
     let keep: HashSet<String> = {
-        let nodes: Vec<Node> = all.iter().map(Node::of).collect();
+        let nodes: Vec<SessionNode> = all.iter().map(SessionNode::of).collect();
         select(&nodes, since, also)
             .into_iter()
             .map(String::from)
@@ -170,12 +170,12 @@ pub fn read_db(
     let index = db.index().map_err(|f| anyhow::anyhow!("{f}"))?;
     let live = Seen::by_id(reads);
     let in_db: HashSet<&str> = index.iter().map(|e| e.id.as_str()).collect();
-    let mut nodes: Vec<Node> = index
+    let mut nodes: Vec<SessionNode> = index
         .iter()
         .map(|e| {
             let srv = live.get(&e.id);
             let srv_updated = srv.and_then(|s| s.updated);
-            Node {
+            SessionNode {
                 id: &e.id,
                 parent: e.parent.as_deref(),
                 // the later of the two
@@ -194,7 +194,7 @@ pub fn read_db(
     nodes.extend(
         live.values()
             .filter(|s| !in_db.contains(s.id.as_str()))
-            .map(|s| Node {
+            .map(|s| SessionNode {
                 id: &s.id,
                 parent: s.parent.as_deref(),
                 updated: s.updated,

@@ -142,7 +142,7 @@ pub struct Changes {
 
 /// One row of a source's session index: what picks the sessions to list without reading them.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Entry {
+pub struct IndexEntry {
     pub id: String,
     pub parent: Option<String>,
     pub updated: Option<i64>,
@@ -150,9 +150,9 @@ pub struct Entry {
     pub active: bool,
 }
 
-impl Entry {
-    pub fn of(s: &Session) -> Entry {
-        Entry {
+impl IndexEntry {
+    pub fn of(s: &Session) -> IndexEntry {
+        IndexEntry {
             id: s.id.clone(),
             parent: s.parent.clone(),
             updated: s.updated,
@@ -168,7 +168,7 @@ pub trait Source {
     fn id(&self) -> SourceId;
 
     /// The cheap index of every session: id, parent, last update, whether active.
-    fn index(&self) -> Result<Vec<Entry>, Fault>;
+    fn index(&self) -> Result<Vec<IndexEntry>, Fault>;
 
     /// These sessions (picked from the index, see [`select`]) as records, newest update first.
     fn sessions(&self, ids: &[&str]) -> Result<Vec<Session>, Fault>;

@@ -4,7 +4,7 @@
 //! is [`super::http`], finding servers in `/proc` is [`super::discover`].
 
 use super::http::{Client, Fault, Limits};
-use super::{convert, discover, Changes, Cursor, Entry, Source, SourceId, SourceKind};
+use super::{convert, discover, Changes, Cursor, IndexEntry, Source, SourceId, SourceKind};
 use crate::config::Discover;
 use crate::paths::Found;
 use crate::record::Session;
@@ -304,9 +304,9 @@ impl Source for Server {
 
     /// Every session of every project the server knows; servers report no time of the last
     /// change cheaper than the whole list.
-    fn index(&self) -> Result<Vec<Entry>, Fault> {
+    fn index(&self) -> Result<Vec<IndexEntry>, Fault> {
         let (_, sessions) = list_server(&self.client, &self.client.base).map_err(Fault::Broken)?;
-        Ok(sessions.iter().map(Entry::of).collect())
+        Ok(sessions.iter().map(IndexEntry::of).collect())
     }
 
     fn sessions(&self, ids: &[&str]) -> Result<Vec<Session>, Fault> {

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 pub mod stopped;
 
 /// Everything a decision depends on.
-pub struct Input<'a> {
+pub struct DecisionInput<'a> {
     /// The open episodes.
     pub open: &'a [AlertEpisode],
     /// The last closed episode of a key, for flagged trees without an open one.
@@ -253,7 +253,7 @@ pub fn figures<'a>(
 }
 
 /// The lifecycle rules.
-pub fn decide(i: &Input) -> Plan {
+pub fn decide(i: &DecisionInput) -> Plan {
     let tick = i.tick;
     let trees = trees_of(tick);
     let sessions: HashMap<&str, &Verdict> = tick
@@ -309,7 +309,7 @@ fn trees_of(tick: &TickView) -> BTreeMap<&str, Tree<'_>> {
 
 /// New loop episodes: flagged trees without one, unless it is the last one, unmoved.
 fn new_loops(
-    i: &Input,
+    i: &DecisionInput,
     trees: &BTreeMap<&str, Tree>,
     open_loops: &HashSet<&str>,
     steps: &mut Vec<Step>,
@@ -349,7 +349,7 @@ fn new_loops(
 }
 
 /// New liveness episodes, one per key.
-fn new_live(i: &Input, open_keys: &HashSet<&str>, steps: &mut Vec<Step>) {
+fn new_live(i: &DecisionInput, open_keys: &HashSet<&str>, steps: &mut Vec<Step>) {
     let mut live_new: HashSet<String> = HashSet::new();
     for v in &i.tick.verdicts {
         if let Some((kind, severity)) = v.live_alert() {
@@ -387,7 +387,7 @@ fn new_live(i: &Input, open_keys: &HashSet<&str>, steps: &mut Vec<Step>) {
 }
 
 /// Blind: one alert while any source is unreadable; resolved by the next tick that reads.
-fn blind_step(i: &Input) -> Option<Step> {
+fn blind_step(i: &DecisionInput) -> Option<Step> {
     let tick = i.tick;
     let blind_open = i.open.iter().find(|a| a.key == BLIND_KEY);
     match (tick.blind.is_empty(), blind_open) {
@@ -420,7 +420,7 @@ fn blind_step(i: &Input) -> Option<Step> {
     }
 }
 
-fn loop_step(i: &Input, a: &AlertEpisode, tree: Option<&Tree>) -> Option<Step> {
+fn loop_step(i: &DecisionInput, a: &AlertEpisode, tree: Option<&Tree>) -> Option<Step> {
     if a.stop.is_some() {
         return stopped_step(a, tree);
     }
@@ -537,7 +537,7 @@ fn stopped_step(a: &AlertEpisode, tree: Option<&Tree>) -> Option<Step> {
 
 /// The steps of the episodes `ids` whose stop was carried out since the plan of this tick was
 /// applied: each resolves now (`policy`), on this tick's verdicts.
-pub fn decide_stopped(i: &Input, ids: &[i64]) -> Plan {
+pub fn decide_stopped(i: &DecisionInput, ids: &[i64]) -> Plan {
     let trees = trees_of(i.tick);
     let steps = i
         .open
@@ -550,7 +550,7 @@ pub fn decide_stopped(i: &Input, ids: &[i64]) -> Plan {
 
 /// The loop went on: count the tick, and escalate when the [`Escalate`] rule says it is due
 /// or the second opinion says yes.
-fn count_step(i: &Input, a: &AlertEpisode, marks: Marks) -> Step {
+fn count_step(i: &DecisionInput, a: &AlertEpisode, marks: Marks) -> Step {
     let n = a.flagged_ticks + 1;
     let critical = a.severity == Severity::Critical;
     let opinion = i.answers.get(&a.subject).cloned();
@@ -577,7 +577,12 @@ fn count_step(i: &Input, a: &AlertEpisode, marks: Marks) -> Step {
     }
 }
 
-fn live_step(i: &Input, a: &AlertEpisode, kind: AlertKind, v: Option<&Verdict>) -> Option<Step> {
+fn live_step(
+    i: &DecisionInput,
+    a: &AlertEpisode,
+    kind: AlertKind,
+    v: Option<&Verdict>,
+) -> Option<Step> {
     let resolve = |reason: Reason, why: String| Step::Resolve {
         episode: a.id,
         key: a.key.clone(),
@@ -689,7 +694,7 @@ mod tests {
         t: TickView,
         answers: HashMap<String, Opinion>,
     ) -> Vec<Step> {
-        decide(&Input {
+        decide(&DecisionInput {
             open: &open,
             last: &last,
             tick: &t,
@@ -879,7 +884,7 @@ mod tests {
         let mut a = open(1, Severity::Warning, &[("r", 40)]);
         a.asked = 1;
         let t = tick(vec![v("r", true, 52, "active")]);
-        let plan = decide(&Input {
+        let plan = decide(&DecisionInput {
             open: std::slice::from_ref(&a),
             last: &HashMap::new(),
             tick: &t,
@@ -896,7 +901,7 @@ mod tests {
         );
         a.asked = 2;
         let t = tick(vec![v("r", true, 64, "active")]);
-        let plan = decide(&Input {
+        let plan = decide(&DecisionInput {
             open: &[a],
             last: &HashMap::new(),
             tick: &t,
@@ -921,7 +926,7 @@ mod tests {
             a.trigger_calls = 30;
             let mut t = tick(vec![v("r", true, calls, "active")]);
             t.t = T + at;
-            let got = decide(&Input {
+            let got = decide(&DecisionInput {
                 open: &[a],
                 last: &HashMap::new(),
                 tick: &t,

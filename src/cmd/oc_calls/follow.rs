@@ -67,7 +67,9 @@ struct Merged {
     hash: u64,
 }
 
-struct Follow<'a> {
+/// `oc-calls --follow`'s state: where it writes, the sources it opened, and what it knows of
+/// each session listed.
+struct CallsFollow<'a> {
     out: &'a mut Out,
     opened: HashMap<SourceId, Box<dyn Source>>,
     limits: sources::Limits,
@@ -80,7 +82,7 @@ struct Follow<'a> {
 
 /// Reads the stream until its end; each sweep passes on and flushes.
 pub fn run(limits: sources::Limits, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
-    let mut f = Follow {
+    let mut f = CallsFollow {
         out,
         opened: HashMap::new(),
         limits,
@@ -105,7 +107,7 @@ fn hash_of(s: &str) -> u64 {
     h.finish()
 }
 
-impl Follow<'_> {
+impl CallsFollow<'_> {
     fn line(&mut self, line: Line, bad: &mut bool) -> Result<()> {
         let at = line.at();
         match line.record {

@@ -54,7 +54,9 @@ enum Database {
     Off,
 }
 
-struct Follow<'a> {
+/// `oc-sessions --follow`'s state: the database and servers it reads, and what its last reads
+/// found.
+struct SessionsFollow<'a> {
     args: &'a Args,
     cfg: &'a Config,
     db_path: PathBuf,
@@ -75,7 +77,7 @@ struct Follow<'a> {
     /// Sessions listed since the last full read, with their directories.
     listed: HashMap<String, Option<String>>,
     /// The event streams of the servers that answered at the last full read.
-    streams: Vec<events::Stream>,
+    streams: Vec<events::EventStream>,
     /// A stream was connected again: a full read at the next poll.
     full_soon: bool,
 }
@@ -87,7 +89,7 @@ pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
     if !args.no_db && db_found == Found::Argument && !db_path.exists() {
         anyhow::bail!("opencode database {}: no such file", db_path.display());
     }
-    let mut f = Follow {
+    let mut f = SessionsFollow {
         args,
         cfg,
         db_path,
@@ -128,7 +130,7 @@ pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
-impl Follow<'_> {
+impl SessionsFollow<'_> {
     /// The database file changed under the open connection, appeared, or can be read now
     /// (one half made when it was opened, a schema put right): read it anew now.
     fn database_moved(&self) -> bool {
@@ -315,7 +317,7 @@ impl Follow<'_> {
     }
 }
 
-impl Follow<'_> {
+impl SessionsFollow<'_> {
     /// Follows the event stream of each server that answered this full read, and no other.
     fn follow_streams(&mut self, reads: &[sources::server::ServerRead]) {
         let clients: Vec<&sources::Client> = reads
@@ -326,7 +328,7 @@ impl Follow<'_> {
             .retain(|s| clients.iter().any(|c| c.base == s.url));
         for c in clients {
             if !self.streams.iter().any(|s| s.url == c.base) {
-                self.streams.push(events::Stream::follow(c.clone()));
+                self.streams.push(events::EventStream::follow(c.clone()));
             }
         }
     }

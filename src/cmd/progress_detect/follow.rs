@@ -20,11 +20,11 @@
 //! Memory stays flat over hours: a session is forgotten when [`FORGET_AFTER`] full sweeps in a
 //! row did not list it and its last activity shows nothing running.
 
-use super::{evidence_of, input, with_liveness, Args, Input, Line};
+use super::{evidence_of, input, with_liveness, Args, Input, ParsedLine};
 use crate::cli::{each_line, not_utf8, now_ms, Exit, Out};
 use crate::config::{Config, DetectorConfig, LivenessConfig};
 use crate::detect::{CallIn, Detector};
-use crate::liveness::{Activity, Evidence};
+use crate::liveness::{Activity, SessionEvidence};
 use crate::record::{to_line, Blind, Sweep};
 use anyhow::Result;
 use std::collections::{HashMap, HashSet};
@@ -64,7 +64,7 @@ struct Open {
 /// What the judge holds of one session beside the detector's state.
 #[derive(Default)]
 struct Held {
-    evidence: Option<Evidence>,
+    evidence: Option<SessionEvidence>,
     activity: Option<Activity>,
     /// Calls not yet taken for good, in the order first seen.
     open: Vec<Open>,
@@ -96,7 +96,7 @@ fn id_hash(id: &str) -> u64 {
 }
 
 /// The follow mode's state: the detector and what it holds of each session.
-pub struct Follow {
+pub struct DetectFollow {
     d: Detector,
     held: HashMap<String, Held>,
     /// The sessions touched since the previous sweep, in the order first touched.
@@ -108,9 +108,9 @@ pub struct Follow {
     pub late: u64,
 }
 
-impl Follow {
-    pub fn new(dcfg: DetectorConfig, liveness: LivenessConfig) -> Follow {
-        Follow {
+impl DetectFollow {
+    pub fn new(dcfg: DetectorConfig, liveness: LivenessConfig) -> DetectFollow {
+        DetectFollow {
             d: Detector::new(dcfg),
             held: HashMap::new(),
             touched: Vec::new(),
@@ -146,7 +146,7 @@ impl Follow {
     /// Takes one line (`name`:`n`): a record for the judge, a sweep that ends a batch, or any
     /// other line, passed on.
     pub fn line(&mut self, out: &mut Out, name: &str, n: usize, line: &str) -> Result<()> {
-        let parsed = serde_json::from_str::<Line>(line);
+        let parsed = serde_json::from_str::<ParsedLine>(line);
         match input(line, &parsed) {
             Input::Session(s) => {
                 let ev = evidence_of(&s);
@@ -271,7 +271,7 @@ impl Follow {
         h.taken.extend(taken.iter().map(|o| id_hash(&o.id)));
         let mut landed = false;
         for o in &taken {
-            let parsed = serde_json::from_str::<Line>(&o.line);
+            let parsed = serde_json::from_str::<ParsedLine>(&o.line);
             if let Input::Call(c) = input(&o.line, &parsed) {
                 landed |= c.landed;
                 self.d.call(&c);
@@ -293,7 +293,7 @@ impl Follow {
             return Ok(());
         };
         h.touched = false;
-        let lines: Vec<serde_json::Result<Line>> = h
+        let lines: Vec<serde_json::Result<ParsedLine>> = h
             .open
             .iter()
             .map(|o| serde_json::from_str(&o.line))
@@ -357,7 +357,7 @@ pub fn run(
     stdin: &mut dyn BufRead,
     out: &mut Out,
 ) -> Result<Exit> {
-    let mut f = Follow::new(dcfg, cfg.liveness.clone());
+    let mut f = DetectFollow::new(dcfg, cfg.liveness.clone());
     each_line(&args.files, stdin, |name, n, line| match line {
         Ok(line) => f.line(out, name, n, line),
         Err(col) => f.bad(out, name, n, not_utf8(col)),
@@ -601,7 +601,7 @@ mod tests {
 
     #[test]
     fn a_session_unlisted_for_half_an_hour_of_full_sweeps_is_forgotten_unless_it_runs() {
-        let mut f = Follow::new(DetectorConfig::default(), LivenessConfig::default());
+        let mut f = DetectFollow::new(DetectorConfig::default(), LivenessConfig::default());
         let (mut out, _buf) = Out::buffer();
         for l in [
             session("idle"),
@@ -625,7 +625,7 @@ mod tests {
         assert!(f.held.contains_key("busy"));
         assert!(f.d.verdict("idle").is_none());
         // a line of a call already taken is not judged again
-        let mut g = Follow::new(DetectorConfig::default(), LivenessConfig::default());
+        let mut g = DetectFollow::new(DetectorConfig::default(), LivenessConfig::default());
         g.line(&mut out, "stdin", 1, &call("s", "p1", 1, "completed"))
             .unwrap();
         g.sweep(&mut out, 1000, false).unwrap();

@@ -21,7 +21,7 @@ use std::io::BufRead;
 /// Passes the stream on, then stages the latest calls of every session in it for the next tick.
 pub fn run(cx: &mut Ctx, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let mut dirs: HashMap<String, Option<String>> = HashMap::new();
-    let mut calls: HashMap<String, Latest> = HashMap::new();
+    let mut calls: HashMap<String, LatestCalls> = HashMap::new();
     each_record(&[], stdin, |line| {
         out.line(line.raw)?;
         // unreadable lines are progress-detect's to report: it judges the same stream
@@ -62,12 +62,12 @@ pub fn run(cx: &mut Ctx, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit>
 /// `KEEP` calls and about 16 bytes per distinct call id (a 2M-call session is not held whole). A call
 /// re-read from a second source is the same call (counted once, kept once).
 #[derive(Default)]
-struct Latest {
+struct LatestCalls {
     ids: HashSet<u64>,
     keep: BTreeMap<(i64, String), Call>,
 }
 
-impl Latest {
+impl LatestCalls {
     fn add(&mut self, c: Call) {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         c.id.hash(&mut h);
@@ -120,7 +120,7 @@ pub const FORGET_AFTER: u32 = 30;
 
 /// What `--follow` keeps of one session.
 #[derive(Default)]
-struct Kept {
+struct KeptSession {
     dir: Option<String>,
     /// The latest [`KEEP`] calls by (start, id), with their ids; a mark's `seq` is set when staged.
     marks: Vec<(String, CallMark)>,
@@ -130,7 +130,7 @@ struct Kept {
     touched: bool,
 }
 
-impl Kept {
+impl KeptSession {
     /// Takes a call's line: a new call, or the latest line of one kept; a call older than every
     /// kept one of a full window has dropped out already and stays out.
     fn call(&mut self, c: &Call) {
@@ -170,7 +170,7 @@ impl Kept {
 /// `wd-store calls --follow`: passes the stream on as it comes, staging each batch's sessions'
 /// latest calls at its sweep.
 pub fn follow(cx: &mut Ctx, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
-    let mut held: HashMap<String, Kept> = HashMap::new();
+    let mut held: HashMap<String, KeptSession> = HashMap::new();
     let mut touched: Vec<String> = Vec::new();
     each_record(&[], stdin, |line| {
         match line.record {
@@ -194,10 +194,10 @@ pub fn follow(cx: &mut Ctx, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Ex
 
 /// The session's holding, marked as in the batch.
 fn touch<'a>(
-    held: &'a mut HashMap<String, Kept>,
+    held: &'a mut HashMap<String, KeptSession>,
     touched: &mut Vec<String>,
     id: &str,
-) -> &'a mut Kept {
+) -> &'a mut KeptSession {
     let k = held.entry(id.to_string()).or_default();
     if !k.touched {
         k.touched = true;
@@ -208,7 +208,12 @@ fn touch<'a>(
 
 /// Stages the latest calls of the batch's sessions (`touched`); on a `full` sweep, forgets the
 /// sessions unnamed for [`FORGET_AFTER`] of them.
-fn stage_batch(cx: &mut Ctx, held: &mut HashMap<String, Kept>, touched: &[String], full: bool) {
+fn stage_batch(
+    cx: &mut Ctx,
+    held: &mut HashMap<String, KeptSession>,
+    touched: &[String],
+    full: bool,
+) {
     let sessions: Vec<(String, Vec<CallMark>)> = touched
         .iter()
         .filter_map(|id| Some((id.clone(), held.get(id)?.staged())))

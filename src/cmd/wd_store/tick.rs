@@ -19,7 +19,7 @@ use std::io::BufRead;
 
 /// What a tick read from its input.
 #[derive(Debug, Default)]
-struct Seen {
+struct TickInput {
     verdicts: Vec<Verdict>,
     sources: Vec<String>,
     blind: Vec<String>,
@@ -27,7 +27,7 @@ struct Seen {
     bad: usize,
 }
 
-impl Seen {
+impl TickInput {
     /// The tick's outcome when none is forced: blind when any source or line was, then
     /// no_opencode when nothing was read, then flagged or ok.
     fn outcome(&self) -> TickOutcome {
@@ -58,7 +58,7 @@ impl Seen {
 
 /// How one tick was run: started when, in which mode, full or partial.
 #[derive(Debug, Clone, Copy)]
-struct Run {
+struct TickRun {
     started: i64,
     mode: TickMode,
     full: bool,
@@ -77,7 +77,7 @@ pub fn tick(
     out.line_buffered(false);
     // a downstream that stops reading must not cost the tick: keep reading, record, then report
     let mut write_failed: Option<std::io::Error> = None;
-    let mut seen = Seen::default();
+    let mut seen = TickInput::default();
     let skipped = each_record(&[], stdin, |line| {
         if write_failed.is_none() {
             if let Err(e) = out.line(line.raw) {
@@ -92,7 +92,7 @@ pub fn tick(
         Some(o) => TickOutcome::parse(&o).with_context(|| format!("unknown outcome {o:?}"))?,
         None => seen.outcome(),
     };
-    let run = Run {
+    let run = TickRun {
         started,
         mode: TickMode::Timer,
         full: true,
@@ -112,7 +112,7 @@ pub fn tick(
 /// `wd-store tick --follow`: one tick per sweep, as the module docs say.
 pub fn follow(cx: &mut Ctx, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     out.line_buffered(false);
-    let mut seen = Seen::default();
+    let mut seen = TickInput::default();
     let mut any = false;
     let mut bad = 0;
     crate::cli::each_line(&[], stdin, |file, n, raw| {
@@ -152,8 +152,8 @@ pub fn follow(cx: &mut Ctx, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Ex
 
 /// Records one follow tick and writes its `tick` record, flushed. `sweep`: the sweep that ends
 /// it, none for what came after the last one (a partial tick, now).
-fn end_tick(cx: &mut Ctx, seen: Seen, sweep: Option<Sweep>, out: &mut Out) -> Result<()> {
-    let run = Run {
+fn end_tick(cx: &mut Ctx, seen: TickInput, sweep: Option<Sweep>, out: &mut Out) -> Result<()> {
+    let run = TickRun {
         started: sweep.map_or_else(now_ms, |s| s.t),
         mode: TickMode::Follow,
         full: sweep.is_some_and(|s| s.full),
@@ -180,7 +180,7 @@ fn tick_line(t: &Tick) -> Result<String> {
     Ok(v.to_string())
 }
 
-impl Seen {
+impl TickInput {
     /// Takes what the tick needs from one input line: verdicts, the sources read, blind
     /// sources. A verdict that cannot be read is named on stderr and counted; a malformed
     /// `blind` line still blinds the tick; other kinds are not the tick's to judge.
@@ -202,7 +202,7 @@ impl Seen {
         self.blind.push(format!("{}: {}", b.source, b.reason));
     }
 
-    fn into_tick(self, id: i64, outcome: TickOutcome, run: Run) -> Tick {
+    fn into_tick(self, id: i64, outcome: TickOutcome, run: TickRun) -> Tick {
         Tick {
             id,
             t: run.started,
@@ -218,7 +218,7 @@ impl Seen {
 
 /// Writes the tick, its verdicts and the call marks of its flagged sessions in one
 /// transaction; returns the tick's id.
-fn record(store: &mut Store, seen: &Seen, outcome: TickOutcome, run: Run) -> Result<i64> {
+fn record(store: &mut Store, seen: &TickInput, outcome: TickOutcome, run: TickRun) -> Result<i64> {
     let started = run.started;
     let row = ticks::TickRow {
         t: started,
@@ -310,7 +310,7 @@ mod tests {
             r#"{"kind":"zzz"}"#,
         ]
         .join("\n");
-        let mut seen = Seen::default();
+        let mut seen = TickInput::default();
         each_record(&[], &mut input.as_bytes(), |l| {
             seen.take(l);
             Ok(())

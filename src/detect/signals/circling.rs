@@ -17,7 +17,7 @@ pub struct Circling;
 /// The files read since the last landed change (their lines over their length are passes), and
 /// whether one of them has been circled.
 #[derive(Default, Clone)]
-pub struct State {
+pub struct CirclingState {
     files: Files,
     firing: bool,
 }
@@ -37,9 +37,9 @@ impl Rule for Circling {
         "full passes over one file in many reads, since the last landed change";
     const WHAT: Option<&'static str> = Some("circling_file");
     const COUNT: bool = false;
-    type State = State;
+    type State = CirclingState;
 
-    fn call(st: &mut State, c: &Obs, cx: &Cx) {
+    fn call(st: &mut CirclingState, c: &Obs, cx: &Cx) {
         if let Some(r) = c.read {
             st.files.add(c, r);
             st.firing = st.files.files.iter().any(|f| {
@@ -48,17 +48,17 @@ impl Rule for Circling {
             });
         }
     }
-    fn landed(st: &mut State) {
+    fn landed(st: &mut CirclingState) {
         st.files.clear();
         st.firing = false;
     }
-    fn fires(st: &State, _cx: &Cx) -> bool {
+    fn fires(st: &CirclingState, _cx: &Cx) -> bool {
         st.firing
     }
-    fn reading(st: &State, _cx: &Cx) -> Reading {
+    fn reading(st: &CirclingState, _cx: &Cx) -> Reading {
         st.files.reading()
     }
-    fn case(st: &State, cx: &Cx) -> Case {
+    fn case(st: &CirclingState, cx: &Cx) -> Case {
         st.files.case(cx)
     }
 }

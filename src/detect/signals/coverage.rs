@@ -4,7 +4,7 @@
 use super::files::Files;
 use super::thresholds::{key, Key};
 use super::{Case, Cx, Rule};
-use crate::detect::region::{Entry, Obs};
+use crate::detect::region::{Obs, RegionEntry};
 use crate::record::{Reading, Signal};
 
 const COVER_MIN: usize = key("cover_min");
@@ -14,7 +14,7 @@ pub struct Coverage;
 
 /// The files read in the window, and the most covered one.
 #[derive(Default, Clone)]
-pub struct State(Files);
+pub struct CoverageState(Files);
 
 impl Rule for Coverage {
     const NAME: Signal = Signal::Coverage;
@@ -28,29 +28,29 @@ impl Rule for Coverage {
         "lines read from one file over its length, since the last landed change";
     const WHAT: Option<&'static str> = Some("coverage_file");
     const COUNT: bool = false;
-    type State = State;
+    type State = CoverageState;
 
-    fn call(st: &mut State, c: &Obs, _cx: &Cx) {
+    fn call(st: &mut CoverageState, c: &Obs, _cx: &Cx) {
         if let Some(r) = c.read {
             st.0.add(c, r);
         }
     }
-    fn left(st: &mut State, _exact: u64, _target: u64, e: &Entry, _cx: &Cx) {
+    fn left(st: &mut CoverageState, _exact: u64, _target: u64, e: &RegionEntry, _cx: &Cx) {
         if let Some(r) = e.read {
             st.0.remove(r);
         }
     }
-    fn landed(st: &mut State) {
+    fn landed(st: &mut CoverageState) {
         st.0.clear();
     }
-    fn fires(st: &State, cx: &Cx) -> bool {
+    fn fires(st: &CoverageState, cx: &Cx) -> bool {
         cx.region.len() >= cx.cfg.count(MIN_CALLS)
             && st.0.leader().is_some_and(|l| l.0 > cx.cfg.get(COVER_MIN))
     }
-    fn reading(st: &State, _cx: &Cx) -> Reading {
+    fn reading(st: &CoverageState, _cx: &Cx) -> Reading {
         st.0.reading()
     }
-    fn case(st: &State, cx: &Cx) -> Case {
+    fn case(st: &CoverageState, cx: &Cx) -> Case {
         st.0.case(cx)
     }
 }

@@ -19,7 +19,7 @@ pub struct Cycle;
 pub const PERIOD_MAX: usize = 12;
 
 #[derive(Default, Clone)]
-pub struct State {
+pub struct CycleState {
     /// The last `PERIOD_MAX` calls: (exact, output).
     recent: VecDeque<(u64, Option<u64>)>,
     /// Per period p: how many of the latest calls equal the call p before them.
@@ -37,7 +37,7 @@ fn needed(p: usize, cx: &Cx) -> usize {
 }
 
 /// The shortest period that is cycling: (period, calls in the cycle).
-fn cycling(st: &State, cx: &Cx) -> Option<(usize, usize)> {
+fn cycling(st: &CycleState, cx: &Cx) -> Option<(usize, usize)> {
     (2..=PERIOD_MAX).find_map(|p| {
         let calls = st.matched[p] as usize + p;
         if st.matched[p] == 0 || calls < needed(p, cx) {
@@ -58,9 +58,9 @@ impl Rule for Cycle {
     )];
     const ABOUT: &'static str =
         "a block of 2-12 calls repeated back to back, nothing landed, outputs unchanged";
-    type State = State;
+    type State = CycleState;
 
-    fn call(st: &mut State, c: &Obs, _cx: &Cx) {
+    fn call(st: &mut CycleState, c: &Obs, _cx: &Cx) {
         let n = st.recent.len();
         for p in 2..=PERIOD_MAX {
             let same = p <= n && {
@@ -84,23 +84,23 @@ impl Rule for Cycle {
         st.recent.push_back((c.exact, c.out));
         st.last = c.index;
     }
-    fn landed(st: &mut State) {
+    fn landed(st: &mut CycleState) {
         // emptied in place: a session that landed once lands again
         st.recent.clear();
         st.matched = Default::default();
         st.same = 0;
         st.last = 0;
     }
-    fn fires(st: &State, cx: &Cx) -> bool {
+    fn fires(st: &CycleState, cx: &Cx) -> bool {
         cycling(st, cx).is_some()
     }
-    fn reading(st: &State, cx: &Cx) -> Reading {
+    fn reading(st: &CycleState, cx: &Cx) -> Reading {
         Reading {
             value: cycling(st, cx).map_or(0.0, |(p, _)| p as f64),
             what: None,
         }
     }
-    fn case(st: &State, cx: &Cx) -> Case {
+    fn case(st: &CycleState, cx: &Cx) -> Case {
         match cycling(st, cx) {
             Some((_, calls)) => Case::of(cx.region.calls_from(st.last + 1 - calls as u64)),
             None => Case::default(),

@@ -4,7 +4,7 @@
 
 use super::thresholds::{key, Key};
 use super::{round3, Case, Cx, Rule};
-use crate::detect::region::{Entry, Obs};
+use crate::detect::region::{Obs, RegionEntry};
 use crate::record::{Reading, Signal};
 
 const DUP_MIN: usize = key("dup_min");
@@ -13,12 +13,12 @@ const MIN_CALLS: usize = key("min_calls");
 pub struct Dup;
 
 #[derive(Default, Clone)]
-pub struct State {
+pub struct DupState {
     /// Distinct exact calls in the region.
     distinct: u32,
 }
 
-fn share(st: &State, cx: &Cx) -> f64 {
+fn share(st: &DupState, cx: &Cx) -> f64 {
     let n = cx.region.len();
     if n == 0 {
         return 0.0;
@@ -36,31 +36,31 @@ impl Rule for Dup {
     const ABOUT: &'static str =
         "share of exact repeats among the calls since the last landed change";
     const COUNT: bool = false;
-    type State = State;
+    type State = DupState;
 
-    fn call(st: &mut State, c: &Obs, cx: &Cx) {
+    fn call(st: &mut DupState, c: &Obs, cx: &Cx) {
         let ex = &cx.region.exact;
         if !ex.range(..ex.len() - 1).any(|&k| k == c.exact) {
             st.distinct += 1;
         }
     }
-    fn left(st: &mut State, exact: u64, _target: u64, _e: &Entry, cx: &Cx) {
+    fn left(st: &mut DupState, exact: u64, _target: u64, _e: &RegionEntry, cx: &Cx) {
         if !cx.region.exact.contains(&exact) {
             st.distinct -= 1;
         }
     }
-    fn fires(st: &State, cx: &Cx) -> bool {
+    fn fires(st: &DupState, cx: &Cx) -> bool {
         !cx.read_only
             && cx.region.len() >= cx.cfg.count(MIN_CALLS)
             && share(st, cx) >= cx.cfg.get(DUP_MIN)
     }
-    fn reading(st: &State, cx: &Cx) -> Reading {
+    fn reading(st: &DupState, cx: &Cx) -> Reading {
         Reading {
             value: round3(share(st, cx)),
             what: None,
         }
     }
-    fn case(_st: &State, cx: &Cx) -> Case {
+    fn case(_st: &DupState, cx: &Cx) -> Case {
         // the repeats: calls whose exact call came before in the region
         let r = cx.region;
         let mut calls = Vec::new();
@@ -70,7 +70,7 @@ impl Rule for Dup {
             }
         }
         Case {
-            start: r.entries.front().map(Entry::at),
+            start: r.entries.front().map(RegionEntry::at),
             calls,
         }
     }

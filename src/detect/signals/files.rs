@@ -4,7 +4,7 @@
 //! own figure from it.
 
 use super::{find_or_add, round3, Case, Cx};
-use crate::detect::region::{Entry, Obs, Read};
+use crate::detect::region::{Obs, ReadSpan, RegionEntry};
 use crate::record::Reading;
 
 /// One file read: the lines its reads requested, its latest known length, how many reads.
@@ -47,7 +47,7 @@ fn shown(c: &Obs) -> Box<str> {
 
 impl Files {
     /// A read of call `c` came.
-    pub fn add(&mut self, c: &Obs, r: Read) {
+    pub fn add(&mut self, c: &Obs, r: ReadSpan) {
         let f = find_or_add(
             &mut self.files,
             |f| f.key == r.file,
@@ -67,7 +67,7 @@ impl Files {
     }
 
     /// A read left; a file none of whose lines are left goes.
-    pub fn remove(&mut self, r: Read) {
+    pub fn remove(&mut self, r: ReadSpan) {
         if let Some(i) = self.files.iter().position(|f| f.key == r.file) {
             self.files[i].lines -= r.lines as i64;
             if self.files[i].lines <= 0 {
@@ -120,7 +120,7 @@ impl Files {
                 .entries
                 .iter()
                 .filter(|e| e.read.is_some_and(|r| r.file == k))
-                .map(Entry::at)
+                .map(RegionEntry::at)
                 .collect(),
         )
     }

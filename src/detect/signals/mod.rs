@@ -22,7 +22,7 @@ mod slow;
 pub mod thresholds;
 mod top;
 
-use super::region::{Entry, Obs, Region};
+use super::region::{Obs, Region, RegionEntry};
 use crate::record::{CallRef, Reading, Signal, Signals};
 use thresholds::{DetectorConfig, Key, GENERAL};
 
@@ -85,7 +85,7 @@ pub trait Rule {
     /// A call that did not land a change entered the region (it is already its last entry).
     fn call(st: &mut Self::State, c: &Obs, cx: &Cx);
     /// The oldest call left the full region.
-    fn left(_st: &mut Self::State, _exact: u64, _target: u64, _e: &Entry, _cx: &Cx) {}
+    fn left(_st: &mut Self::State, _exact: u64, _target: u64, _e: &RegionEntry, _cx: &Cx) {}
     /// A change landed: the region is empty again.
     fn landed(st: &mut Self::State) {
         *st = Self::State::default();
@@ -141,7 +141,7 @@ macro_rules! registry {
                 )*
                 fires
             }
-            pub fn left(&mut self, exact: u64, target: u64, e: &Entry, cx: &Cx) {
+            pub fn left(&mut self, exact: u64, target: u64, e: &RegionEntry, cx: &Cx) {
                 $(<$rule>::left(&mut self.$name, exact, target, e, cx);)*
             }
             pub fn landed(&mut self) {
@@ -240,7 +240,7 @@ pub fn round3(x: f64) -> f64 {
 pub mod testing {
     //! Feeding one signal by hand, without the detector around it.
     use super::*;
-    use crate::detect::region::{Read, Region};
+    use crate::detect::region::{ReadSpan, Region};
     use crate::detect::target;
     use serde_json::{json, Value};
 
@@ -305,7 +305,7 @@ pub mod testing {
             let args = x.args.as_object().unwrap().clone();
             let keys = target::keys(x.tool, &args);
             let id = format!("prt_{}", self.calls);
-            let read = x.lines.map(|total| Read {
+            let read = x.lines.map(|total| ReadSpan {
                 file: target::hash_str(args["filePath"].as_str().unwrap()),
                 lines: target::lines_requested(&args, total as i64) as u32,
                 total,

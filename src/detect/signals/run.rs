@@ -12,7 +12,7 @@ const RUN_MIN: usize = key("run_min");
 pub struct Run;
 
 #[derive(Default, Clone)]
-pub struct State {
+pub struct RunState {
     exact: u64,
     out: Option<u64>,
     len: u32,
@@ -30,9 +30,9 @@ impl Rule for Run {
     )];
     const ABOUT: &'static str = "one exact call repeated back to back, its output unchanged";
     const WHAT: Option<&'static str> = Some("run_call");
-    type State = State;
+    type State = RunState;
 
-    fn call(st: &mut State, c: &Obs, _cx: &Cx) {
+    fn call(st: &mut RunState, c: &Obs, _cx: &Cx) {
         let polled = matches!((st.out, c.out), (Some(a), Some(b)) if a != b);
         if st.len > 0 && st.exact == c.exact && !polled {
             st.len += 1;
@@ -49,16 +49,16 @@ impl Rule for Run {
             st.out = c.out;
         }
     }
-    fn fires(st: &State, cx: &Cx) -> bool {
+    fn fires(st: &RunState, cx: &Cx) -> bool {
         st.len >= cx.cfg.count(RUN_MIN) as u32
     }
-    fn reading(st: &State, _cx: &Cx) -> Reading {
+    fn reading(st: &RunState, _cx: &Cx) -> Reading {
         Reading {
             value: st.len as f64,
             what: st.described.as_deref().map(String::from),
         }
     }
-    fn case(st: &State, cx: &Cx) -> Case {
+    fn case(st: &RunState, cx: &Cx) -> Case {
         Case::of(cx.region.calls_from(st.start))
     }
 }

@@ -33,14 +33,14 @@ pub struct Streak {
 }
 
 #[derive(Default, Clone)]
-pub struct State {
+pub struct SameFailureState {
     /// By check (`exact`): its streak of one same output.
     checks: Vec<Streak>,
     /// By output: the checks answered with it since the last landing (`exact` unused).
     answers: Vec<Streak>,
 }
 
-fn longest(st: &State) -> Option<&Streak> {
+fn longest(st: &SameFailureState) -> Option<&Streak> {
     st.checks.iter().chain(&st.answers).max_by_key(|s| s.len)
 }
 
@@ -78,9 +78,9 @@ impl Rule for SameFailure {
     const ABOUT: &'static str =
         "one check failing with the same output again and again, whatever landed between";
     const WHAT: Option<&'static str> = Some("same_failure_call");
-    type State = State;
+    type State = SameFailureState;
 
-    fn call(st: &mut State, c: &Obs, cx: &Cx) {
+    fn call(st: &mut SameFailureState, c: &Obs, cx: &Cx) {
         let at = st.checks.iter().position(|s| s.exact == c.exact);
         let check = c.failed || (c.tool == "bash" && (c.exit.is_none() || cx.rewriting));
         let (true, Some(out)) = (check, c.out) else {
@@ -107,13 +107,13 @@ impl Rule for SameFailure {
     }
     /// A landed change does not end a check's streak: only a different outcome does. Answers
     /// from different checks are counted since the last landing.
-    fn landed(st: &mut State) {
+    fn landed(st: &mut SameFailureState) {
         st.answers.clear();
     }
-    fn fires(st: &State, cx: &Cx) -> bool {
+    fn fires(st: &SameFailureState, cx: &Cx) -> bool {
         longest(st).is_some_and(|s| s.len >= cx.cfg.count(SAME_FAILURE_MIN) as u32)
     }
-    fn reading(st: &State, _cx: &Cx) -> Reading {
+    fn reading(st: &SameFailureState, _cx: &Cx) -> Reading {
         match longest(st) {
             Some(s) => Reading {
                 value: s.len as f64,
@@ -122,7 +122,7 @@ impl Rule for SameFailure {
             None => Reading::default(),
         }
     }
-    fn case(st: &State, _cx: &Cx) -> Case {
+    fn case(st: &SameFailureState, _cx: &Cx) -> Case {
         longest(st).map_or_else(Case::default, |s| Case::of(s.calls.clone()))
     }
 }

@@ -5,7 +5,7 @@
 
 use super::thresholds::{key, Key};
 use super::{Case, Cx, Rule};
-use crate::detect::region::{Entry, Obs};
+use crate::detect::region::{Obs, RegionEntry};
 use crate::record::{Reading, Signal};
 
 const MIN_CALLS: usize = key("min_calls");
@@ -16,7 +16,7 @@ const SHORT_SHARE_MIN: usize = key("short_share_min");
 pub struct ShortLoop;
 
 #[derive(Default, Clone)]
-pub struct State {
+pub struct ShortLoopState {
     /// Calls of the region's most-worked target, while the session is short.
     top: u32,
 }
@@ -54,20 +54,20 @@ impl Rule for ShortLoop {
     ];
     const ABOUT: &'static str = "a short session that works one target most of the time";
     const READING: bool = false;
-    type State = State;
+    type State = ShortLoopState;
 
-    fn call(st: &mut State, _c: &Obs, cx: &Cx) {
+    fn call(st: &mut ShortLoopState, _c: &Obs, cx: &Cx) {
         if !applies(cx) {
             return;
         }
         st.top = st.top.max(cx.region.target_n);
     }
-    fn left(st: &mut State, _exact: u64, _target: u64, _e: &Entry, cx: &Cx) {
+    fn left(st: &mut ShortLoopState, _exact: u64, _target: u64, _e: &RegionEntry, cx: &Cx) {
         if applies(cx) {
             st.top = leader(cx).0;
         }
     }
-    fn fires(st: &State, cx: &Cx) -> bool {
+    fn fires(st: &ShortLoopState, cx: &Cx) -> bool {
         if !applies(cx) || cx.region.len() < cx.cfg.count(SHORT_TOP_MIN) {
             return false;
         }
@@ -76,13 +76,13 @@ impl Rule for ShortLoop {
             && top >= cx.cfg.count(SHORT_TOP_MIN) as u32
             && top as f64 / cx.calls as f64 >= cx.cfg.get(SHORT_SHARE_MIN)
     }
-    fn reading(st: &State, _cx: &Cx) -> Reading {
+    fn reading(st: &ShortLoopState, _cx: &Cx) -> Reading {
         Reading {
             value: st.top as f64,
             what: None,
         }
     }
-    fn case(_st: &State, cx: &Cx) -> Case {
+    fn case(_st: &ShortLoopState, cx: &Cx) -> Case {
         Case::of(cx.region.calls_with(&cx.region.target, leader(cx).1))
     }
 }

@@ -12,7 +12,7 @@ const CUM_MIN: usize = key("cum_min");
 pub struct Slow;
 
 #[derive(Default, Clone)]
-pub struct State {
+pub struct SlowState {
     counts: IdMap<u32>,
     /// Descriptions of exact calls repeated at least once.
     described: IdMap<Box<str>>,
@@ -29,9 +29,9 @@ impl Rule for Slow {
     )];
     const ABOUT: &'static str = "repeats of one exact call since the last landed change";
     const WHAT: Option<&'static str> = Some("slow_call");
-    type State = State;
+    type State = SlowState;
 
-    fn call(st: &mut State, c: &Obs, cx: &Cx) {
+    fn call(st: &mut SlowState, c: &Obs, cx: &Cx) {
         let cap = (cx.cfg.window() * 2).max(64);
         if st.counts.len() >= cap && !st.counts.contains_key(&c.exact) {
             st.counts.retain(|_, v| *v > 1);
@@ -52,22 +52,22 @@ impl Rule for Slow {
             st.best = (n, c.exact);
         }
     }
-    fn landed(st: &mut State) {
+    fn landed(st: &mut SlowState) {
         // emptied in place: a session that landed once lands again
         st.counts.clear();
         st.described.clear();
         st.best = (0, 0);
     }
-    fn fires(st: &State, cx: &Cx) -> bool {
+    fn fires(st: &SlowState, cx: &Cx) -> bool {
         st.best.0 >= cx.cfg.count(CUM_MIN) as u32
     }
-    fn reading(st: &State, _cx: &Cx) -> Reading {
+    fn reading(st: &SlowState, _cx: &Cx) -> Reading {
         Reading {
             value: st.best.0 as f64,
             what: st.described.get(&st.best.1).map(|d| d.to_string()),
         }
     }
-    fn case(st: &State, cx: &Cx) -> Case {
+    fn case(st: &SlowState, cx: &Cx) -> Case {
         Case::of(cx.region.calls_with(&cx.region.exact, st.best.1))
     }
 }

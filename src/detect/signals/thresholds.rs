@@ -266,8 +266,8 @@ enum Field {
 
 impl<'de> Deserialize<'de> for Field {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct F;
-        impl Visitor<'_> for F {
+        struct FieldVisitor;
+        impl Visitor<'_> for FieldVisitor {
             type Value = Field;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a [detector] key")
@@ -280,14 +280,14 @@ impl<'de> Deserialize<'de> for Field {
                 }
             }
         }
-        d.deserialize_identifier(F)
+        d.deserialize_identifier(FieldVisitor)
     }
 }
 
 impl<'de> Deserialize<'de> for DetectorConfig {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
+        struct DetectorConfigVisitor;
+        impl<'de> Visitor<'de> for DetectorConfigVisitor {
             type Value = DetectorConfig;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("the [detector] table")
@@ -307,7 +307,7 @@ impl<'de> Deserialize<'de> for DetectorConfig {
                 Ok(c)
             }
         }
-        d.deserialize_map(V)
+        d.deserialize_map(DetectorConfigVisitor)
     }
 }
 

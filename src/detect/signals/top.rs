@@ -4,7 +4,7 @@
 
 use super::thresholds::{key, Key};
 use super::{Case, Cx, Rule};
-use crate::detect::region::{Entry, Obs};
+use crate::detect::region::{Obs, RegionEntry};
 use crate::detect::target::IdMap;
 use crate::record::{Reading, Signal};
 
@@ -14,7 +14,7 @@ const TOP_MIN_RO: usize = key("top_min_ro");
 pub struct Top;
 
 #[derive(Default, Clone)]
-pub struct State {
+pub struct TopState {
     /// How many targets have each count, so the top count is kept without a scan.
     count_hist: Vec<u32>,
     top: u32,
@@ -22,7 +22,7 @@ pub struct State {
     described: IdMap<Box<str>>,
 }
 
-impl State {
+impl TopState {
     pub fn top(&self) -> u32 {
         self.top
     }
@@ -68,9 +68,9 @@ impl Rule for Top {
     ];
     const ABOUT: &'static str = "count of the most-worked target since the last landed change";
     const WHAT: Option<&'static str> = Some("top_target");
-    type State = State;
+    type State = TopState;
 
-    fn call(st: &mut State, c: &Obs, cx: &Cx) {
+    fn call(st: &mut TopState, c: &Obs, cx: &Cx) {
         let cnt = cx.region.target_n as usize;
         if st.count_hist.len() <= cnt {
             st.count_hist.resize(cnt + 1, 0);
@@ -82,13 +82,13 @@ impl Rule for Top {
             st.described.insert(c.target, c.describe());
         }
     }
-    fn landed(st: &mut State) {
+    fn landed(st: &mut TopState) {
         // emptied in place: a session that landed once lands again
         st.count_hist.clear();
         st.top = 0;
         st.described.clear();
     }
-    fn left(st: &mut State, _exact: u64, target: u64, _e: &Entry, cx: &Cx) {
+    fn left(st: &mut TopState, _exact: u64, target: u64, _e: &RegionEntry, cx: &Cx) {
         // its count went from cnt to cnt - 1
         let cnt = cx.region.count_target(target) + 1;
         st.count_hist[cnt] -= 1;
@@ -100,17 +100,17 @@ impl Rule for Top {
             st.described.remove(&target);
         }
     }
-    fn fires(st: &State, cx: &Cx) -> bool {
+    fn fires(st: &TopState, cx: &Cx) -> bool {
         st.top >= limit(cx)
     }
-    fn reading(st: &State, cx: &Cx) -> Reading {
+    fn reading(st: &TopState, cx: &Cx) -> Reading {
         let what = leader(cx).and_then(|(_, k)| st.described.get(&k).map(|d| d.to_string()));
         Reading {
             value: st.top as f64,
             what,
         }
     }
-    fn case(_st: &State, cx: &Cx) -> Case {
+    fn case(_st: &TopState, cx: &Cx) -> Case {
         match leader(cx) {
             Some((_, k)) => Case::of(cx.region.calls_with(&cx.region.target, k)),
             None => Case::default(),
