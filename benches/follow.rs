@@ -148,6 +148,8 @@ struct Proc {
     rss_kib: u64,
     /// Pss of smaps_rollup: its share of the pages it shares.
     pss_kib: u64,
+    /// RssAnon: its heap, stacks and written data, apart from the pages of files it maps.
+    anon_kib: u64,
 }
 
 /// Every live process whose environment holds `OCWD_BENCH=<tag>`.
@@ -186,12 +188,15 @@ fn pipeline_procs(tag: &str) -> Vec<Proc> {
         let f: Vec<&str> = rest.split_whitespace().collect();
         let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         let cpu = num(11) + num(12) + num(13) + num(14);
-        let rss_kib = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        let (rss_kib, anon_kib) = (field("VmRSS:"), field("RssAnon:"));
         let pss_kib = std::fs::read_to_string(p.join("smaps_rollup"))
             .ok()
             .and_then(|r| {
@@ -207,6 +212,7 @@ fn pipeline_procs(tag: &str) -> Vec<Proc> {
             cpu,
             rss_kib,
             pss_kib,
+            anon_kib,
         });
     }
     out
@@ -256,8 +262,9 @@ fn cpu_now(tag: &str) -> (u64, usize) {
     (ps.iter().map(|p| p.cpu).sum(), ps.len())
 }
 
-/// One sample: seconds since the start, and each process's pid, label, RSS and PSS (KiB).
-type Sample = (f64, Vec<(u32, String, u64, u64)>);
+/// One sample: seconds since the start, and each process's pid, label, RSS, PSS and RssAnon
+/// (KiB).
+type Sample = (f64, Vec<(u32, String, u64, u64, u64)>);
 
 /// RSS samples of the pipeline, every 2 s, and named points in time to read them at.
 struct Sampler {
@@ -278,7 +285,7 @@ impl Sampler {
             while !st.load(Ordering::Relaxed) {
                 let ps = pipeline_procs(&tag)
                     .into_iter()
-                    .map(|p| (p.pid, p.label, p.rss_kib, p.pss_kib))
+                    .map(|p| (p.pid, p.label, p.rss_kib, p.pss_kib, p.anon_kib))
                     .collect();
                 s.lock().unwrap().push((t0.elapsed().as_secs_f64(), ps));
                 std::thread::sleep(Duration::from_secs(2));
@@ -309,13 +316,22 @@ impl Sampler {
         let mut rows: BTreeMap<String, Vec<(u64, usize)>> = BTreeMap::new();
         let mut totals = vec![0u64; self.marks.len()];
         let mut pss = vec![0u64; self.marks.len()];
+        let mut anon = vec![0u64; self.marks.len()];
+        let mut anon_rows: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         let mut from = 0.0;
         for (w, (_, until)) in self.marks.iter().enumerate() {
             for (_, ps) in samples.iter().filter(|(t, _)| *t > from && *t <= *until) {
                 totals[w] = totals[w].max(ps.iter().map(|p| p.2).sum());
                 pss[w] = pss[w].max(ps.iter().map(|p| p.3).sum());
+                anon[w] = anon[w].max(ps.iter().map(|p| p.4).sum());
+                for (_, l, _, _, a) in ps {
+                    let row = anon_rows
+                        .entry(l.to_string())
+                        .or_insert_with(|| vec![0; self.marks.len()]);
+                    row[w] = row[w].max(*a);
+                }
                 let mut by: HashMap<&str, (u64, usize)> = HashMap::new();
-                for (_, l, rss, _) in ps {
+                for (_, l, rss, _, _) in ps {
                     let e = by.entry(l).or_default();
                     e.0 = e.0.max(*rss);
                     e.1 += 1;
@@ -355,10 +371,21 @@ impl Sampler {
         for (name, sums) in [
             ("pipeline total, sum of VmRSS (largest sample)", &totals),
             ("pipeline total, sum of PSS (largest sample)", &pss),
+            ("pipeline total, sum of RssAnon (largest sample)", &anon),
         ] {
             print!("    {name:<50}");
             for t in sums {
                 print!("{:>10}", format!("{:.1}", mib(*t)));
+            }
+            println!();
+        }
+        println!(
+            "  the same windows, largest RssAnon of each process (heap and written data), MiB:"
+        );
+        for (l, cells) in &anon_rows {
+            print!("    {l:<50}");
+            for a in cells {
+                print!("{:>10}", format!("{:.1}", mib(*a)));
             }
             println!();
         }
