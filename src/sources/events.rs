@@ -202,11 +202,12 @@ mod tests {
         drop(s);
     }
 
+    /// What the stand-in writes on one connection after the 200.
+    type Serve = Box<dyn FnOnce(&mut std::net::TcpStream) + Send>;
+
     /// A stand-in server speaking HTTP/1.1 over a real socket: for each connection in turn,
     /// the 200 of an event stream, then what `serve` writes.
-    fn stand_in(
-        serves: Vec<Box<dyn FnOnce(&mut std::net::TcpStream) + Send>>,
-    ) -> (String, std::thread::JoinHandle<()>) {
+    fn stand_in(serves: Vec<Serve>) -> (String, std::thread::JoinHandle<()>) {
         use std::io::{Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
