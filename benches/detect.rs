@@ -13,7 +13,12 @@
 //! detector binary's peak memory, for the corpus and for one a tenth as long (memory should
 //! follow sessions x window, not input length).
 //!
+//! With BENCH_BEFORE=PATH, also the progress-detect binary at PATH (a build of an earlier
+//! commit) against this one, as binaries on the same corpus, in turns: how much slower or faster
+//! a change made it, measured in one run.
+//!
 //!     cargo bench --bench detect
+//!     BENCH_BEFORE=/tmp/before/progress-detect cargo bench --bench detect
 
 use oc_watchdog::cli::Out;
 
@@ -115,8 +120,9 @@ fn generate(path: &Path, calls: usize, sessions: usize, by_session: bool) -> std
     w.flush()
 }
 
-/// CPU seconds this process has used (user + system), from /proc/self/stat: on a machine
-/// others are using, the CPU time of a run moves far less than its wall time.
+/// CPU seconds this process and its waited-for children have used (user + system), from
+/// /proc/self/stat: on a machine others are using, the CPU time of a run moves far less than
+/// its wall time.
 fn cpu_secs() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // the fields after the command name (which is in parentheses and may hold spaces)
@@ -125,9 +131,9 @@ fn cpu_secs() -> f64 {
         .split_whitespace()
         .map(|x| x.parse().unwrap_or(0.0))
         .collect();
-    // utime and stime are fields 14 and 15 of the whole line, in clock ticks (100 a second
-    // on Linux)
-    (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
+    // utime, stime, cutime and cstime are fields 14 to 17 of the whole line, in clock ticks
+    // (100 a second on Linux)
+    f.get(11..15).map_or(0.0, |t| t.iter().sum::<f64>()) / 100.0
 }
 
 /// Runs each of `fs` `rounds` times, taking turns (a slow moment of a shared machine then
@@ -179,6 +185,17 @@ fn detector(path: &Path) -> usize {
     cmd::run(args, &mut std::io::empty(), &mut out).unwrap();
     out.flush().unwrap();
     buf.text().lines().count()
+}
+
+/// Runs a progress-detect binary over the corpus; the number of verdicts it wrote.
+fn binary(exe: &Path, path: &Path) -> usize {
+    let out = std::process::Command::new(exe)
+        .arg(path)
+        .env("XDG_CONFIG_HOME", "/nonexistent")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}: {:?}", exe.display(), out.status);
+    out.stdout.iter().filter(|&&b| b == b'\n').count()
 }
 
 /// Runs the binary and samples its peak resident set (VmHWM) until it exits.
@@ -278,4 +295,26 @@ fn main() {
         p_small / 1024,
         calls / 10
     );
+    if let Some(before) = std::env::var_os("BENCH_BEFORE") {
+        let before = std::path::PathBuf::from(before);
+        let after = Path::new(env!("CARGO_BIN_EXE_progress-detect"));
+        let r = best_of(
+            rounds,
+            &[&|| binary(&before, &big), &|| binary(after, &big)],
+        );
+        let [(n_b, t_b, c_b), (n_a, t_a, c_a)] = r[..] else {
+            unreachable!()
+        };
+        println!("binaries on the corpus, best of {rounds} in turns:");
+        println!(
+            "  before ({}): {n_b} verdicts in {t_b:.2} s (CPU {c_b:.2} s)",
+            before.display()
+        );
+        println!("  this build:   {n_a} verdicts in {t_a:.2} s (CPU {c_a:.2} s)");
+        println!(
+            "  this build against before: wall {:.3}x, CPU {:.3}x",
+            t_a / t_b,
+            c_a / c_b
+        );
+    }
 }

@@ -264,11 +264,17 @@ fn last_tick(s: &mut String, p: &PageData) {
             let stale = p.now - t.last_full.unwrap_or(t.t).max(t.t) > stopped_after(p, t);
             let _ = write!(
                 s,
-                "<table class=\"kv\"><tr><td>last tick</td><td>{}{}</td></tr><tr><td>outcome</td><td class=\"{}\">{}</td></tr><tr><td>sessions</td><td>{} judged, {} flagged</td></tr><tr><td>duration</td><td>{:.1} s</td></tr>",
+                "<table class=\"kv\"><tr><td>last tick</td><td>{}{}</td></tr><tr><td>outcome</td><td class=\"{}\">{}{}</td></tr><tr><td>sessions</td><td>{} judged, {} flagged</td></tr><tr><td>duration</td><td>{:.1} s</td></tr>",
                 when(p, t.t),
                 if stale { " <span class=\"bad\">(stale: the watchdog may have stopped)</span>" } else { "" },
                 if matches!(t.outcome.as_str(), "ok" | "no_opencode") { "ok" } else { "bad" },
                 esc(&t.outcome),
+                if t.figures_at == t.t {
+                    String::new()
+                } else {
+                    // a partial tick judges only what changed in its second
+                    format!(" <small>(the last full read, {})</small>", when(p, t.figures_at))
+                },
                 t.sessions,
                 t.flagged,
                 t.duration_ms as f64 / 1000.0
@@ -793,6 +799,7 @@ mod tests {
                 mode: mode.into(),
                 full: false,
                 last_full: Some(NOW - ago - 20_000),
+                figures_at: NOW - ago - 20_000,
             }),
             services,
             sources_read: vec![
@@ -823,6 +830,12 @@ mod tests {
             "{html}"
         );
         assert!(!html.contains("NOTHING IS WATCHING"));
+        // a partial tick's second is not how things stand: the outcome and figures are the
+        // last full read's, and the page says so
+        assert!(
+            html.contains("<td>outcome</td><td class=\"ok\">ok <small>(the last full read, <time datetime=\"2026-11-30T00:52:59.000Z\">2026-11-30 00:52:59 UTC</time> <small>(21 s ago)</small>)</small></td></tr><tr><td>sessions</td><td>2 judged, 0 flagged"),
+            "{html}"
+        );
         // the follow service promises a full tick a minute: 2 min 1 s without one is stopped
         let p = page("follow", 121_000, enabled.clone());
         assert_eq!(

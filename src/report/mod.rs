@@ -62,6 +62,7 @@ pub const LOOPS_SHOWN: usize = 300;
 
 #[derive(Debug, Clone)]
 pub struct LastTick {
+    /// When the last tick was recorded (in follow mode, the last read: a second ago or so).
     pub t: i64,
     pub outcome: String,
     pub sessions: i64,
@@ -74,6 +75,10 @@ pub struct LastTick {
     pub full: bool,
     /// The last full tick (a timer tick is always full).
     pub last_full: Option<i64>,
+    /// When the tick that `outcome`, `sessions`, `flagged` and `duration_ms` are of was
+    /// recorded: the last tick, but in follow mode the last full one
+    /// ([`crate::store::ticks::SHOWN_TICK`]).
+    pub figures_at: i64,
 }
 
 /// The follow service's unit as installed, and what `systemctl --user is-enabled` says of the
@@ -252,10 +257,14 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
     let c = &store.conn;
     let tick = c
         .query_row(
-            "SELECT t, outcome, sessions, flagged, duration_ms, blind, mode, full,
+            &format!(
+                "SELECT l.t, s.outcome, s.sessions, s.flagged, s.duration_ms, s.blind, l.mode, l.full,
                     -- backwards by id: a follow service writes a full tick every minute or so
-                    (SELECT t FROM ticks WHERE full = 1 ORDER BY id DESC LIMIT 1)
-             FROM ticks ORDER BY id DESC LIMIT 1",
+                    (SELECT t FROM ticks WHERE full = 1 ORDER BY id DESC LIMIT 1), s.t
+                 FROM ticks l, ticks s WHERE l.id = (SELECT max(id) FROM ticks)
+                    AND s.id = ({})",
+                crate::store::ticks::SHOWN_TICK
+            ),
             [],
             |r| {
                 Ok(LastTick {
@@ -268,6 +277,7 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
                     mode: r.get(6)?,
                     full: r.get(7)?,
                     last_full: r.get(8)?,
+                    figures_at: r.get(9)?,
                 })
             },
         )

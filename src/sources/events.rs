@@ -5,11 +5,14 @@
 //! a container, on another host). Only which session an event names is kept, found in the
 //! line's text; nothing of its content is parsed or kept (parts carry tool output).
 //!
-//! A stream that ends, fails, or says nothing for [`IDLE`] (opencode sends a heartbeat every
-//! 10 s or so) is connected again after 1 s, then twice as long each time up to
-//! [`BACKOFF_MAX`]. Once connected again it says so ([`Heard::resumed`]): what the server said
-//! meanwhile is lost, so the follower reads everything anew. A server without the stream (404)
-//! is read at full reads only, as before.
+//! A stream that ends, fails, or ends no line for [`IDLE`] (opencode sends a heartbeat every
+//! 10 s or so; a server that trickles one endless line is as dead) is connected again after
+//! 1 s, then twice as long each time up to [`BACKOFF_MAX`]. Once connected again it says so
+//! ([`Heard::resumed`]): what the server said meanwhile is lost, so the follower reads
+//! everything anew. A stream that names more than [`HEARD_MAX`] sessions between two polls
+//! says so too ([`Heard::flooded`]), keeping none past the cap: one full read costs less than
+//! reading that many sessions one by one, and memory stays bounded whatever a server sends.
+//! A server without the stream (404) is read at full reads only, as before.
 
 use super::http::{Client, Fault};
 use std::collections::BTreeSet;
@@ -23,6 +26,8 @@ pub const IDLE: Duration = Duration::from_secs(30);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// What is kept of a line: the session id comes in its first hundred bytes.
 const LINE_CAP: usize = 4096;
+/// The most sessions kept between two polls; past it the follower reads everything.
+pub const HEARD_MAX: usize = 1000;
 
 /// What a stream said since it was last asked.
 #[derive(Debug, Default, PartialEq)]
@@ -31,6 +36,8 @@ pub struct Heard {
     pub sessions: BTreeSet<String>,
     /// It was connected again after it ended or failed: events may have been missed.
     pub resumed: bool,
+    /// It named more than [`HEARD_MAX`] sessions: those past the cap were not kept.
+    pub flooded: bool,
 }
 
 /// One server's stream, followed until this is dropped.
@@ -43,11 +50,16 @@ pub struct EventStream {
 impl EventStream {
     /// Follows `client`'s server in a thread of its own.
     pub fn follow(client: Client) -> EventStream {
+        EventStream::follow_with(client, IDLE)
+    }
+
+    /// [`EventStream::follow`], taking a stream that ends no line for `idle` for dead.
+    pub fn follow_with(client: Client, idle: Duration) -> EventStream {
         let heard = Arc::new(Mutex::new(Heard::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let url = client.base.clone();
         let (h, s) = (heard.clone(), stop.clone());
-        std::thread::spawn(move || follow(&client, &h, &s));
+        std::thread::spawn(move || follow(&client, idle, &h, &s));
         EventStream { url, heard, stop }
     }
 
@@ -64,14 +76,14 @@ impl Drop for EventStream {
     }
 }
 
-fn follow(client: &Client, heard: &Mutex<Heard>, stop: &AtomicBool) {
+fn follow(client: &Client, idle: Duration, heard: &Mutex<Heard>, stop: &AtomicBool) {
     let note = |f: &dyn Fn(&mut Heard)| f(&mut heard.lock().unwrap_or_else(|e| e.into_inner()));
     let mut wait = Duration::from_secs(1);
     let mut connected_before = false;
     while !stop.load(Ordering::Relaxed) {
         let ended = client.stream_lines(
             "/global/event",
-            IDLE,
+            idle,
             LINE_CAP,
             &mut || {
                 if connected_before {
@@ -83,7 +95,11 @@ fn follow(client: &Client, heard: &Mutex<Heard>, stop: &AtomicBool) {
             &mut |line| {
                 if let Some(id) = session_of(line) {
                     note(&|h| {
-                        h.sessions.insert(id.clone());
+                        if h.sessions.len() < HEARD_MAX || h.sessions.contains(&id) {
+                            h.sessions.insert(id.clone());
+                        } else {
+                            h.flooded = true;
+                        }
                     });
                 }
                 !stop.load(Ordering::Relaxed)
@@ -184,5 +200,107 @@ mod tests {
         );
         served.join().unwrap();
         drop(s);
+    }
+
+    /// What the stand-in writes on one connection after the 200.
+    type Serve = Box<dyn FnOnce(&mut std::net::TcpStream) + Send>;
+
+    /// A stand-in server speaking HTTP/1.1 over a real socket: for each connection in turn,
+    /// the 200 of an event stream, then what `serve` writes.
+    fn stand_in(serves: Vec<Serve>) -> (String, std::thread::JoinHandle<()>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let served = std::thread::spawn(move || {
+            for serve in serves {
+                let (mut c, _) = listener.accept().unwrap();
+                let mut req = [0u8; 1024];
+                let _ = c.read(&mut req).unwrap();
+                c.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+                    .unwrap();
+                serve(&mut c);
+            }
+        });
+        (url, served)
+    }
+
+    fn event(id: &str) -> String {
+        format!("data: {{\"payload\":{{\"type\":\"session.idle\",\"properties\":{{\"sessionID\":\"{id}\"}}}}}}\n\n")
+    }
+
+    /// Everything `s` says until `done` holds of it, or 10 s.
+    fn heard_until(s: &EventStream, done: impl Fn(&Heard) -> bool) -> Heard {
+        let t0 = Instant::now();
+        let mut all = Heard::default();
+        while !done(&all) && t0.elapsed() < Duration::from_secs(10) {
+            let h = s.take();
+            all.sessions.extend(h.sessions);
+            all.resumed |= h.resumed;
+            all.flooded |= h.flooded;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        all
+    }
+
+    /// A server that trickles one byte of a line that never ends, every 50 ms: each read
+    /// answers well within the idle time, so only a deadline on the line can tell the stream
+    /// is dead (it followed the trickle for ever, hearing nothing more from that server).
+    #[test]
+    fn a_stream_trickling_one_endless_line_is_taken_for_dead_and_connected_again() {
+        use std::io::Write;
+        let (url, served) = stand_in(vec![
+            Box::new(|c| {
+                c.write_all(event("ses_a").as_bytes()).unwrap();
+                c.write_all(b"data: ").unwrap();
+                // until the client hangs up
+                while c.write_all(b"x").and_then(|()| c.flush()).is_ok() {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }),
+            Box::new(|c| c.write_all(event("ses_b").as_bytes()).unwrap()),
+        ]);
+        let s = EventStream::follow_with(Client::new(&url), Duration::from_secs(1));
+        let all = heard_until(&s, |h| h.resumed && h.sessions.len() == 2);
+        assert_eq!(
+            (all.sessions.into_iter().collect::<Vec<_>>(), all.resumed),
+            (vec!["ses_a".to_string(), "ses_b".to_string()], true)
+        );
+        drop(s);
+        served.join().unwrap();
+    }
+
+    /// A server that names 5,000 sessions at once (a burst, or a server feeding ids): no more
+    /// than HEARD_MAX are kept, and the follower is told to read everything instead.
+    #[test]
+    fn a_stream_naming_more_sessions_than_a_poll_reads_asks_for_a_full_read() {
+        use std::io::Write;
+        let (url, served) = stand_in(vec![Box::new(|c| {
+            let burst: String = (0..5000).map(|i| event(&format!("ses_{i:05}"))).collect();
+            c.write_all(burst.as_bytes()).unwrap();
+        })]);
+        let s = EventStream::follow_with(Client::new(&url), Duration::from_secs(1));
+        let all = heard_until(&s, |h| h.flooded);
+        assert_eq!((all.sessions.len(), all.flooded), (HEARD_MAX, true));
+        drop(s);
+        served.join().unwrap();
+    }
+
+    /// A 16 MiB line (a part carrying a big tool output, or a hostile server) is passed over
+    /// at the line cap, and the event after it is heard.
+    #[test]
+    fn an_event_after_a_16_mib_line_is_heard() {
+        use std::io::Write;
+        let (url, served) = stand_in(vec![Box::new(|c| {
+            let mut big = b"data: ".to_vec();
+            big.resize(16 << 20, b'y');
+            big.push(b'\n');
+            c.write_all(&big).unwrap();
+            c.write_all(event("ses_after").as_bytes()).unwrap();
+        })]);
+        let s = EventStream::follow_with(Client::new(&url), Duration::from_secs(5));
+        let all = heard_until(&s, |h| !h.sessions.is_empty());
+        assert_eq!(all.sessions.into_iter().collect::<Vec<_>>(), ["ses_after"]);
+        drop(s);
+        served.join().unwrap();
     }
 }

@@ -390,8 +390,9 @@ impl Client {
     /// GET a stream of lines (opencode's `text/event-stream`) for as long as it lasts: `opened`
     /// once the server answered 200, then `line` with each line's first `cap` bytes (the rest
     /// of a longer line is dropped unread into memory), until `line` returns false or the
-    /// stream ends (`Ok`). No overall deadline, unlike [`Client::get`]: a stream that sends
-    /// nothing for `idle` is taken for dead (opencode sends a heartbeat every 10 s or so).
+    /// stream ends (`Ok`). No overall deadline, unlike [`Client::get`]: a stream that completes
+    /// no line for `idle` is taken for dead (opencode sends a heartbeat every 10 s or so), also
+    /// when it trickles bytes of a line that never ends.
     pub fn stream_lines(
         &self,
         path: &str,
@@ -434,7 +435,7 @@ impl Client {
         let mut buf = Vec::with_capacity(4096);
         loop {
             buf.clear();
-            match read_line_capped(&mut body, &mut buf, cap) {
+            match read_line_capped(&mut body, &mut buf, cap, Instant::now() + idle) {
                 Ok(0) => return Ok(()),
                 Ok(_) if line(&buf) => {}
                 Ok(_) => return Ok(()),
@@ -466,14 +467,23 @@ impl Client {
 }
 
 /// Reads one line (with its `\n`, if any) into `buf`, keeping its first `cap` bytes and
-/// passing over the rest; the bytes the line took, 0 at the end of the stream.
+/// passing over the rest; the bytes the line took, 0 at the end of the stream. A line still
+/// not ended at `until` is an error (`TimedOut`): a peer that trickles one endless line is as
+/// dead as a silent one.
 fn read_line_capped(
     r: &mut impl std::io::BufRead,
     buf: &mut Vec<u8>,
     cap: usize,
+    until: Instant,
 ) -> std::io::Result<usize> {
     let mut took = 0;
     loop {
+        if took > 0 && Instant::now() > until {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no line ended in time",
+            ));
+        }
         let chunk = r.fill_buf()?;
         if chunk.is_empty() {
             return Ok(took);
@@ -505,7 +515,8 @@ mod tests {
         let mut lines = Vec::new();
         loop {
             buf.clear();
-            let n = read_line_capped(&mut r, &mut buf, 10).unwrap();
+            let far = Instant::now() + Duration::from_secs(60);
+            let n = read_line_capped(&mut r, &mut buf, 10, far).unwrap();
             if n == 0 {
                 break;
             }

@@ -17,6 +17,7 @@ const JSON_COLS: &[&str] = &["signals", "evidence", "digest"];
 const TIME_COLS: &[&str] = &[
     "t",
     "last_tick",
+    "figures_at",
     "opened",
     "resolved",
     "last_fired",

@@ -43,20 +43,36 @@ pub fn insert(tx: &Transaction<'_>, tick: &TickRow) -> Result<i64> {
     Ok(tx.last_insert_rowid())
 }
 
-/// `wd-store status`: the last tick, its verdicts and the open alerts (one row, nulls before
-/// the first tick); the caller adds the channels.
+/// `wd-store status`: when the last tick was, the outcome and figures of the tick that says
+/// how things stand ([`SHOWN_TICK`], recorded at `figures_at`), its verdicts and the open
+/// alerts (one row, nulls before the first tick); the caller adds the channels.
 pub fn status(store: &Store) -> Result<Rows> {
     Rows::query(
         store,
         "status",
-        "SELECT t.t AS last_tick, t.outcome, t.sessions, t.flagged,
+        &format!(
+            "SELECT l.t AS last_tick, t.outcome, t.sessions, t.flagged,
                 (SELECT count(*) FROM verdicts v WHERE v.tick = t.id) AS verdicts,
                 (SELECT count(*) FROM alerts WHERE state = 'open') AS open_alerts,
-                t.duration_ms, t.blind
-         FROM (SELECT 0) LEFT JOIN ticks t ON t.id = (SELECT max(id) FROM ticks)",
+                t.duration_ms, t.blind, t.t AS figures_at
+             FROM (SELECT 0)
+             LEFT JOIN ticks l ON l.id = (SELECT max(id) FROM ticks)
+             LEFT JOIN ticks t ON t.id = ({SHOWN_TICK})"
+        ),
         &[],
     )
 }
+
+/// The tick whose outcome and figures say how things stand: the last tick, except in follow
+/// mode, whose partial ticks judge only what changed in their second ("ok, 0 sessions" while a
+/// loop runs, when the last poll saw another session change): there, the last full tick, unless
+/// a partial tick since was blind. Backwards by id: a follow service writes a full tick every
+/// minute or so.
+pub const SHOWN_TICK: &str =
+    "SELECT CASE WHEN l.mode = 'follow' AND l.full = 0 AND l.outcome != 'blind'
+         THEN coalesce((SELECT f.id FROM ticks f WHERE f.full = 1 ORDER BY f.id DESC LIMIT 1), l.id)
+         ELSE l.id END
+     FROM ticks l ORDER BY l.id DESC LIMIT 1";
 
 /// Deletes the ticks before `before`; returns how many.
 pub fn prune(tx: &Transaction<'_>, before: i64) -> Result<usize> {
@@ -92,5 +108,96 @@ impl Store {
             );
         }
         Ok(past.or(future.map(|_| back)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn tick(
+        t: i64,
+        outcome: TickOutcome,
+        sessions: i64,
+        flagged: i64,
+        mode: TickMode,
+        full: bool,
+    ) -> TickRow {
+        TickRow {
+            t,
+            duration_ms: 5,
+            sessions,
+            flagged,
+            outcome,
+            sources: "[]".into(),
+            blind: (outcome == TickOutcome::Blind).then(|| "/o.db: locked".into()),
+            mode,
+            full,
+        }
+    }
+
+    /// (last_tick, outcome, sessions, flagged, figures_at) of `wd-store status`.
+    fn status_of(store: &Store) -> (Value, Value, Value, Value, Value) {
+        let r = status(store).unwrap();
+        let col = |name: &str| r.rows[0][r.cols.iter().position(|c| *c == name).unwrap()].clone();
+        (
+            col("last_tick"),
+            col("outcome"),
+            col("sessions"),
+            col("flagged"),
+            col("figures_at"),
+        )
+    }
+
+    /// In follow mode a partial tick judges only what changed in its second: "ok, 0 sessions"
+    /// while a loop ran (seen on the page and in status between a loop's partial ticks). The
+    /// figures are the last full tick's, said with when it was; a blind partial tick shows.
+    #[test]
+    fn followed_status_gives_the_last_full_ticks_figures_not_a_partial_ticks() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("w.db")).unwrap();
+        let add = |store: &mut Store, t: TickRow| {
+            let tx = store.write().unwrap();
+            insert(&tx, &t).unwrap();
+            tx.commit().unwrap();
+        };
+        use TickMode::{Follow, Timer};
+        use TickOutcome::{Blind, Flagged, Ok};
+        add(&mut store, tick(1_000, Flagged, 12, 1, Follow, true));
+        add(&mut store, tick(2_000, Ok, 0, 0, Follow, false));
+        assert_eq!(
+            status_of(&store),
+            (
+                json!(2_000),
+                json!("flagged"),
+                json!(12),
+                json!(1),
+                json!(1_000)
+            )
+        );
+        add(&mut store, tick(3_000, Blind, 0, 0, Follow, false));
+        assert_eq!(
+            status_of(&store),
+            (
+                json!(3_000),
+                json!("blind"),
+                json!(0),
+                json!(0),
+                json!(3_000)
+            )
+        );
+        add(&mut store, tick(4_000, Ok, 11, 0, Follow, true));
+        add(&mut store, tick(5_000, Flagged, 1, 1, Follow, false));
+        assert_eq!(
+            status_of(&store),
+            (json!(5_000), json!("ok"), json!(11), json!(0), json!(4_000))
+        );
+        // a timer tick is always its own figures
+        add(&mut store, tick(6_000, Ok, 3, 0, Timer, true));
+        assert_eq!(
+            status_of(&store),
+            (json!(6_000), json!("ok"), json!(3), json!(0), json!(6_000))
+        );
     }
 }

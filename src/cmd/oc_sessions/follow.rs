@@ -334,12 +334,12 @@ impl SessionsFollow<'_> {
     }
 
     /// The sessions the servers' streams named since the last poll; a stream connected again
-    /// after a drop asks for a full read.
+    /// after a drop, or one that named more sessions than a poll reads, asks for a full read.
     fn heard(&mut self) -> Vec<String> {
         let mut ids = Vec::new();
         for s in &self.streams {
             let h = s.take();
-            self.full_soon |= h.resumed;
+            self.full_soon |= h.resumed || h.flooded;
             ids.extend(h.sessions);
         }
         ids
