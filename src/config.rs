@@ -40,6 +40,10 @@ pub struct ReportConfig {
 pub struct OpencodeConfig {
     /// Servers to read besides those found running (opencode in a container, on another host).
     pub servers: Vec<String>,
+    /// More sources to read, by the `source` strings the records carry: another opencode
+    /// database (a second channel's, one named by `OPENCODE_DB`), a server URL (as `servers`),
+    /// or any kind of source registered in `crate::sources`.
+    pub sources: Vec<String>,
     /// opencode's database, always read when it exists; unset means
     /// `$XDG_DATA_HOME/opencode/opencode.db`, the path opencode itself uses.
     pub db: Option<PathBuf>,
@@ -58,6 +62,7 @@ impl Default for OpencodeConfig {
     fn default() -> Self {
         OpencodeConfig {
             servers: Vec::new(),
+            sources: Vec::new(),
             db: None,
             discover: Discover::Database,
             discover_uids: Vec::new(),

@@ -23,13 +23,17 @@ _oc__sessions() {
 
     case "${cmd}" in
         oc__sessions)
-            opts="-h -V --server --db --no-db --no-discover --since --also --also-open --follow --now --config --line-buffered --help --version"
+            opts="-h -V --server --source --db --no-db --no-discover --since --also --also-open --follow --now --config --line-buffered --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --server)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --source)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

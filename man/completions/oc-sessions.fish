@@ -1,4 +1,5 @@
 complete -c oc-sessions -l server -d 'Also read this opencode server (repeatable), besides those configured and those found running' -r
+complete -c oc-sessions -l source -d 'Also read this source (repeatable), by the string the records\' `source` field holds: another opencode database (a second channel\'s), a server URL (as --server), or any other kind of source the watchdog knows. Read at every full read' -r
 complete -c oc-sessions -l db -d 'opencode\'s SQLite database (default: [opencode] db, else $XDG_DATA_HOME/opencode/opencode.db). Always read when it exists; strictly read-only' -r -F
 complete -c oc-sessions -l since -d 'Only sessions updated since WHEN (a duration like 10m, or epoch ms), plus every session that is not idle, plus their ancestors and descendants' -r
 complete -c oc-sessions -l also -d 'Also list these sessions and their trees whatever --since says (ids separated by commas or spaces; the tick passes the roots of open alerts, so they are judged again and resolve when they are gone)' -r

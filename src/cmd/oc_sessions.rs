@@ -2,9 +2,10 @@
 //!
 //! Reads opencode's database (`$XDG_DATA_HOME/opencode/opencode.db`, every session of every
 //! project, whatever mode ran it) and every live server: those configured and those found
-//! running (from `/proc`), each server's every project (`GET /project`, then `?directory=`).
-//! A session seen in several places is one record: the server's live fields win, `sources`
-//! names them all.
+//! running (from `/proc`), each server's every project (`GET /project`, then `?directory=`);
+//! then every other source given (`--source`) or configured (`[opencode] sources`), through
+//! its [`crate::sources::Source`] alone. A session seen in several places is one record: the
+//! server's live fields win, `sources` names them all.
 //!
 //! Out: one `source` record per source read (what it is and how it was found), a `blind` record
 //! per source that could not be read (exit 2), then the `session` records. With no opencode
@@ -42,6 +43,11 @@ pub struct Args {
     /// running.
     #[arg(long = "server", value_name = "URL")]
     pub servers: Vec<String>,
+    /// Also read this source (repeatable), by the string the records' `source` field holds:
+    /// another opencode database (a second channel's), a server URL (as --server), or any other
+    /// kind of source the watchdog knows. Read at every full read.
+    #[arg(long = "source", value_name = "SOURCE")]
+    pub sources: Vec<String>,
     /// opencode's SQLite database (default: [opencode] db, else
     /// $XDG_DATA_HOME/opencode/opencode.db). Always read when it exists; strictly read-only.
     #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "")]
@@ -115,7 +121,7 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
     } else {
         cfg.opencode.discover
     };
-    let (procs, plan) = sources::servers_to_read(&args.servers, &cfg, discover, &db_path);
+    let (procs, plan) = sources::servers_to_read(&args.given_servers(), &cfg, discover, &db_path);
     let limits = sources::Limits::of(&cfg.opencode);
     let reads = collect(
         db.as_ref(),
@@ -126,12 +132,83 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
         limits,
         &mut seen,
     );
+    let others = sources::others_to_read(&args.sources, &cfg, &db_path);
+    let others = read_others(&others, (since, &also), limits, &mut seen);
     if let Some(db) = &db {
         let writers: Vec<u32> = procs.iter().map(|p| p.pid).collect();
         write_db_source(out, db, db_found, &writers, &seen)?;
     }
     write_server_sources(out, &reads, &seen)?;
+    write_other_sources(out, &others, &seen)?;
     write_rest(out, &reads, &seen)
+}
+
+impl Args {
+    /// The servers named on the command line: `--server`, and servers among `--source`.
+    fn given_servers(&self) -> Vec<String> {
+        let named = self
+            .sources
+            .iter()
+            .filter(|w| matches!(sources::SourceId::parse(w), sources::SourceId::Server(_)));
+        self.servers.iter().chain(named).cloned().collect()
+    }
+}
+
+/// Reads the sources besides the database and the servers ([`sources::others_to_read`]) into
+/// `seen`, each picked by `pick` as [`collect`] picks; one that cannot be opened or read is a
+/// blind record. Returns those read, with how each was found.
+fn read_others(
+    others: &[(sources::SourceId, Found)],
+    pick: (i64, &[String]),
+    limits: sources::Limits,
+    seen: &mut Seen,
+) -> Vec<(sources::SourceId, Found)> {
+    let mut read = Vec::new();
+    for (id, found) in others {
+        let opened = match sources::open(id, limits) {
+            Ok(Some(src)) => src,
+            Ok(None) => {
+                let why = format!(
+                    "{} cannot be listed: read it with oc-calls",
+                    id.kind_phrase()
+                );
+                seen.blind(&id.to_string(), &why);
+                continue;
+            }
+            Err(why) => {
+                seen.blind(&id.to_string(), &why);
+                continue;
+            }
+        };
+        match seen.merge_source(opened.as_ref(), pick.0, pick.1) {
+            Ok(()) => read.push((id.clone(), *found)),
+            Err(f) => seen.blind(&id.to_string(), &f.to_string()),
+        }
+    }
+    read
+}
+
+/// The `source` records of the other sources read.
+fn write_other_sources(
+    out: &mut Out,
+    others: &[(sources::SourceId, Found)],
+    seen: &Seen,
+) -> Result<()> {
+    for (id, found) in others {
+        let name = id.to_string();
+        out.line(&to_line(
+            "source",
+            &SourceRead {
+                sessions: seen.count(&name),
+                source: name,
+                reader: Some(id.reader().into()),
+                found: vec![*found],
+                version: None,
+                extra: Map::new(),
+            },
+        )?)?;
+    }
+    Ok(())
 }
 
 /// One read of the sources: the database (if open) and the servers `plan`ned, merged into

@@ -460,6 +460,7 @@ impl Db {
 impl SourceKind for Db {
     type Name = PathBuf;
     const PHRASE: &'static str = "a database";
+    const READER: &'static str = "database";
     fn claim(wire: &str) -> Option<PathBuf> {
         Some(PathBuf::from(wire))
     }

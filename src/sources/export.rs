@@ -69,6 +69,7 @@ impl SourceKind for ExportFile {
     /// The file as it was named (`-`: stdin).
     type Name = String;
     const PHRASE: &'static str = "an export";
+    const READER: &'static str = "export";
     fn claim(wire: &str) -> Option<String> {
         wire.strip_prefix("export:").map(str::to_string)
     }

@@ -144,6 +144,46 @@ impl Seen {
         m
     }
 
+    /// The sessions of one more source, picked by its own index as the database's are (updated
+    /// since, active, named, with their trees): a session already listed names this source
+    /// too; one only this source knows is added.
+    pub fn merge_source(
+        &mut self,
+        src: &dyn Source,
+        since: i64,
+        also: &[String],
+    ) -> Result<(), super::Fault> {
+        let index = src.index()?;
+        let nodes: Vec<SessionNode> = index
+            .iter()
+            .map(|e| SessionNode {
+                id: &e.id,
+                parent: e.parent.as_deref(),
+                updated: e.updated,
+                active: e.active,
+            })
+            .collect();
+        let mut ids: Vec<&str> = select(&nodes, since, also).into_iter().collect();
+        ids.sort_unstable();
+        let name = src.id().to_string();
+        for s in src.sessions(&ids)? {
+            match self.sessions.iter_mut().find(|have| have.id == s.id) {
+                Some(have) => {
+                    if have.sources.is_empty() {
+                        have.sources.extend(have.source.clone());
+                    }
+                    if !have.sources.contains(&name) {
+                        have.sources.push(name.clone());
+                    }
+                }
+                None => self.sessions.push(s),
+            }
+        }
+        self.sessions
+            .sort_by(|a, b| b.updated.cmp(&a.updated).then(a.id.cmp(&b.id)));
+        Ok(())
+    }
+
     /// Without a database: the servers' sessions, selected.
     pub fn merge_servers(&mut self, reads: &[ServerRead], since: i64, also: &[String]) {
         let all: Vec<Session> = {

@@ -32,6 +32,8 @@ pub trait SourceKind {
     type Name;
     /// How a message says where a session was read (`a database`, `a server`, `an export`).
     const PHRASE: &'static str;
+    /// What its `source` record calls its reader (`database`, `server`, `export`).
+    const READER: &'static str;
     /// The name in `wire` if it is a `source` string of this kind. Kinds are asked in the
     /// registry's order, and the last one takes every string.
     fn claim(wire: &str) -> Option<Self::Name>;
@@ -70,6 +72,13 @@ macro_rules! registry {
             pub fn kind_phrase(&self) -> &'static str {
                 match self {
                     $(SourceId::$var(_) => <$module::$ty as SourceKind>::PHRASE,)*
+                }
+            }
+
+            /// What its `source` record calls its reader (`database`, `server`, ...).
+            pub fn reader(&self) -> &'static str {
+                match self {
+                    $(SourceId::$var(_) => <$module::$ty as SourceKind>::READER,)*
                 }
             }
 
@@ -215,9 +224,11 @@ pub trait Source {
     }
 }
 
-/// The servers to read, built from the config: those `given` (`--server`), those configured,
-/// and, as `discover` says, those opencode processes listen on (with the processes, which
-/// tell who writes the database at `db`). The database itself is [`crate::paths::opencode_db`].
+/// The servers to read, built from the config: those `given` (`--server`, and servers among
+/// `--source`), those configured (`[opencode] servers`, and servers among `[opencode]
+/// sources`), and, as `discover` says, those opencode processes listen on (with the processes,
+/// which tell who writes the database at `db`). The database itself is
+/// [`crate::paths::opencode_db`]; every other source, [`others_to_read`].
 pub fn servers_to_read(
     given: &[String],
     cfg: &crate::config::Config,
@@ -226,8 +237,46 @@ pub fn servers_to_read(
 ) -> (Vec<discover::Process>, Vec<Planned>) {
     let procs = discovered(discover, db, &cfg.opencode.discover_uids);
     let found = discover::listeners(&procs);
-    let plan = plan_servers(given, &cfg.opencode.servers, &found);
+    let servers_in = |wires: &[String]| -> Vec<String> {
+        wires
+            .iter()
+            .filter(|w| matches!(SourceId::parse(w), SourceId::Server(_)))
+            .cloned()
+            .collect()
+    };
+    let configured = [
+        cfg.opencode.servers.clone(),
+        servers_in(&cfg.opencode.sources),
+    ]
+    .concat();
+    let plan = plan_servers(given, &configured, &found);
     (procs, plan)
+}
+
+/// The sources to read besides opencode's database and its servers, by their `source`
+/// strings: those `given` (`--source`), then those configured (`[opencode] sources`), each
+/// once, with how it was found. Servers among them are read as servers ([`servers_to_read`]);
+/// the database at `db`, read anyway, is not read twice. Each is listed through its
+/// [`Source`] alone: the index picks what to list, as for the database
+/// ([`merge::Seen::merge_source`]).
+pub fn others_to_read(
+    given: &[String],
+    cfg: &crate::config::Config,
+    db: &std::path::Path,
+) -> Vec<(SourceId, Found)> {
+    let mut out: Vec<(SourceId, Found)> = Vec::new();
+    let wires = given
+        .iter()
+        .map(|w| (w, Found::Argument))
+        .chain(cfg.opencode.sources.iter().map(|w| (w, Found::Configured)));
+    for (wire, found) in wires {
+        let id = SourceId::parse(wire);
+        let ours = matches!(&id, SourceId::Database(p) if p == db);
+        if !matches!(id, SourceId::Server(_)) && !ours && !out.iter().any(|(o, _)| *o == id) {
+            out.push((id, found));
+        }
+    }
+    out
 }
 
 /// Why a session read from `id` cannot be nudged (no running agent to send to).

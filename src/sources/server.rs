@@ -284,6 +284,7 @@ pub struct Server {
 impl SourceKind for Server {
     type Name = String;
     const PHRASE: &'static str = "a server";
+    const READER: &'static str = "server";
     fn claim(wire: &str) -> Option<String> {
         (wire.starts_with("http://") || wire.starts_with("https://")).then(|| wire.to_string())
     }

@@ -597,3 +597,87 @@ fn oc_calls_reads_ids_from_the_database_unless_a_server_is_named() {
     assert_eq!(r.kind("session")[0]["source"], sim.url.as_str());
     assert_eq!(r.kind("call").len(), 8);
 }
+
+/// A second opencode database (another release channel's, one named by `OPENCODE_DB`) given
+/// with `--source` or configured in `[opencode] sources` is listed through its own index, says
+/// where it was found, and its sessions' calls are read from it; one that cannot be opened is a
+/// blind record naming it, and the rest is still read.
+#[test]
+fn another_database_given_or_configured_is_listed_and_its_calls_read() {
+    let sim = Sim::shared();
+    let ran = sim.run("reread");
+    let home = Home::new();
+    let beta = home.join(".local/share/opencode/opencode-beta.db");
+    copy_db(&sim.db_path(), &beta);
+    let beta_s = beta.to_str().unwrap();
+    let given = home
+        .cmd("oc-sessions")
+        .args(["--no-discover", "--since", "1d", "--source", beta_s])
+        .run();
+    given.ok();
+    let src = given.kind("source");
+    assert_eq!(src.len(), 1, "{}", given.story());
+    assert_eq!(
+        (&src[0]["source"], &src[0]["reader"], &src[0]["found"]),
+        (&json!(beta_s), &json!("database"), &json!(["argument"]))
+    );
+    let mine: Vec<Value> = given
+        .kind("session")
+        .into_iter()
+        .filter(|s| s["id"] == ran.id.as_str())
+        .collect();
+    assert_eq!(mine.len(), 1, "{}", given.story());
+    assert_eq!(mine[0]["source"], beta_s);
+    let calls = home.cmd("oc-calls").stdin(given.stdout()).run();
+    calls.ok();
+    let n = calls
+        .kind("call")
+        .iter()
+        .filter(|c| c["session"] == ran.id.as_str())
+        .count();
+    assert_eq!(n, 8, "{}", calls.story());
+
+    // configured, beside the default database holding the same sessions: one record each,
+    // naming both; a database that is not there is blind, the others are still read
+    copy_db(
+        &sim.db_path(),
+        &home.join(".local/share/opencode/opencode.db"),
+    );
+    write_config(
+        &home,
+        &format!("[opencode]\nsources = [\"{beta_s}\", \"/nonexistent/gone.db\"]\n"),
+    );
+    let both = home
+        .cmd("oc-sessions")
+        .args(["--no-discover", "--since", "1d"])
+        .run();
+    both.expect_code(2);
+    let found: Vec<(Value, Value)> = both
+        .kind("source")
+        .iter()
+        .map(|s| (s["source"].clone(), s["found"].clone()))
+        .collect();
+    let default = home.join(".local/share/opencode/opencode.db");
+    assert_eq!(
+        found,
+        [
+            (json!(default.to_str().unwrap()), json!(["default"])),
+            (json!(beta_s), json!(["configured"])),
+        ]
+    );
+    let blind = both.kind("blind");
+    assert_eq!(blind.len(), 1, "{}", both.story());
+    assert_eq!(blind[0]["source"], "/nonexistent/gone.db");
+    let mine: Vec<Value> = both
+        .kind("session")
+        .into_iter()
+        .filter(|s| s["id"] == ran.id.as_str())
+        .collect();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(
+        mine[0]["sources"],
+        json!([default.to_str().unwrap(), beta_s]),
+        "{}",
+        both.story()
+    );
+}

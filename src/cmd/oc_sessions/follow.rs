@@ -22,7 +22,10 @@
 //! Intervals are measured on the monotonic clock (a clock jump neither stops nor floods the
 //! polls); the wall clock only stamps records and picks what a full read lists.
 
-use super::{collect, open_db, write_db_source, write_rest, write_server_sources, Args};
+use super::{
+    collect, open_db, read_others, write_db_source, write_other_sources, write_rest,
+    write_server_sources, Args,
+};
 use crate::cli::{now_ms, parse_when, Exit, Out};
 use crate::config::{Config, Discover};
 use crate::paths::Found;
@@ -218,8 +221,12 @@ impl SessionsFollow<'_> {
                 }
             };
         }
-        let (procs, plan) =
-            sources::servers_to_read(&self.args.servers, self.cfg, self.discover, &self.db_path);
+        let (procs, plan) = sources::servers_to_read(
+            &self.args.given_servers(),
+            self.cfg,
+            self.discover,
+            &self.db_path,
+        );
         let db = match &self.db {
             Database::Open(db, _) => Some(&**db),
             _ => None,
@@ -233,11 +240,15 @@ impl SessionsFollow<'_> {
             self.limits,
             &mut seen,
         );
+        // the other sources are read at full reads only
+        let others = sources::others_to_read(&self.args.sources, self.cfg, &self.db_path);
+        let others = read_others(&others, (since, &also), self.limits, &mut seen);
         if let Some(db) = db {
             let writers: Vec<u32> = procs.iter().map(|p| p.pid).collect();
             write_db_source(out, db, self.db_found, &writers, &seen)?;
         }
         write_server_sources(out, &reads, &seen)?;
+        write_other_sources(out, &others, &seen)?;
         write_rest(out, &reads, &seen)?;
         self.procs = procs.iter().map(|p| (p.pid, p.cwd.clone())).collect();
         self.listed.clear();
