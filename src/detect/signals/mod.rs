@@ -3,24 +3,16 @@
 //! one list at the bottom of this file. The detector loops over the list; nothing else names a
 //! signal. Its thresholds ([`Key`]) are gathered from the list into [`KEYS`], which drives the
 //! config file's `[detector]`, progress-detect's flags and the defaults (see `thresholds`).
-//! Adding one: a file here, a line in [`registry!`], a variant in [`Signal`].
+//! Adding one: a file here, its line in [`registry!`] (which declares the module), and its name
+//! as a variant of [`Signal`], the verdict contract's closed set of reasons (`record.rs`).
 //! (`files` is no signal: the per-file tally of lines read that coverage and circling share.)
 //!
 //! A signal sees each call once ([`Rule::call`]), calls leaving the window ([`Rule::left`]) and
 //! landed changes ([`Rule::landed`]: by default the loop, if any, is over). It answers, as often
 //! as every call, whether it fires, what it reads, and which calls make its case.
 
-mod circling;
-mod coverage;
-mod cycle;
-mod dup;
 mod files;
-mod run;
-mod same_failure;
-mod short_loop;
-mod slow;
 pub mod thresholds;
-mod top;
 
 use super::region::{Obs, Region, RegionEntry};
 use crate::record::{CallRef, Reading, Signal, Signals};
@@ -102,8 +94,14 @@ pub struct About {
     pub about: &'static str,
 }
 
+/// The signals, each `name: module::Rule`: the module is declared, and the tables and methods
+/// below are made from the rules, in list order.
 macro_rules! registry {
-    ($($name:ident: $rule:ty),* $(,)?) => {
+    ($($name:ident: $module:ident :: $rule:ident),* $(,)?) => {
+        $(mod $module;)*
+        registry!(@rules $($name: $module::$rule),*);
+    };
+    (@rules $($name:ident: $rule:ty),*) => {
         /// How many thresholds there are: the general ones and every signal's.
         pub const N: usize = GENERAL.len() $(+ <$rule as Rule>::KEYS.len())*;
 
