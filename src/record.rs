@@ -462,6 +462,67 @@ impl Verdict {
     }
 }
 
+/// What the alert lifecycle, the store and the page read of a verdict.
+impl Verdict {
+    /// What it repeats, in words, for alert titles: the most-worked target, the slow call, or
+    /// the re-read file.
+    pub fn repeats(&self) -> String {
+        let has = |s: Signal| self.reasons.contains(&s);
+        if has(Signal::Coverage) && !has(Signal::Top) && !has(Signal::Dup) {
+            if let Some(f) = self.signals.what(Signal::Coverage) {
+                let c = self.signals.value(Signal::Coverage);
+                return format!("re-reads {f} ({c:.1}x its length)");
+            }
+        }
+        match self
+            .signals
+            .what(Signal::Top)
+            .or(self.signals.what(Signal::Slow))
+        {
+            Some(t) => format!("repeats {t}"),
+            None => "loops".into(),
+        }
+    }
+    pub fn top_target(&self) -> Option<&str> {
+        self.signals.what(Signal::Top)
+    }
+    pub fn liveness_class(&self) -> Option<LivenessClass> {
+        self.liveness.as_ref().map(|l| l.class)
+    }
+    pub fn liveness_evidence(&self) -> &str {
+        self.liveness.as_ref().map_or("", |l| l.evidence.as_str())
+    }
+    /// When the loop began: the detector's loop start, else its first flag.
+    pub fn loop_start(&self) -> Option<i64> {
+        self.evidence
+            .as_ref()
+            .and_then(|e| e.loop_start.as_ref())
+            .or(self.first_flag.as_ref())
+            .map(|c| c.t)
+    }
+    /// The signals that flagged it, as words.
+    pub fn reason_names(&self) -> Vec<&'static str> {
+        self.reasons.iter().map(|s| s.name()).collect()
+    }
+    /// Where the session was listed: its source, then the others that listed it.
+    pub fn seen_in(&self) -> impl Iterator<Item = &String> {
+        self.source.iter().chain(&self.sources)
+    }
+    /// Its first call after call number `after` (the detector numbers calls from 1), as far as
+    /// the verdict tells: the loop start or a repeat past it, else its last call if that is.
+    pub fn first_call_after(&self, after: u64) -> Option<i64> {
+        let e = self.evidence.as_ref();
+        let seen = e
+            .and_then(|e| e.loop_start.as_ref())
+            .into_iter()
+            .chain(e.into_iter().flat_map(|e| e.calls.iter()))
+            .filter(|c| c.index > after)
+            .map(|c| c.t)
+            .min();
+        seen.or(self.t.filter(|_| self.calls > after))
+    }
+}
+
 /// One call of a session, by position and id.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CallRef {

@@ -37,7 +37,7 @@ pub mod text;
 
 pub use decide::{decide, Plan, Step};
 
-use crate::record::{LivenessClass, Signal, Verdict};
+use crate::record::{LivenessClass, Verdict};
 use crate::severity::Severity;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -58,39 +58,11 @@ pub enum Occupancy {
     Unknown,
 }
 
-/// What the lifecycle reads of a verdict.
-impl Verdict {
-    /// What it repeats, in words, for alert titles: the most-worked target, the slow call, or
-    /// the re-read file.
-    pub fn repeats(&self) -> String {
-        let has = |s: Signal| self.reasons.contains(&s);
-        if has(Signal::Coverage) && !has(Signal::Top) && !has(Signal::Dup) {
-            if let Some(f) = self.signals.what(Signal::Coverage) {
-                let c = self.signals.value(Signal::Coverage);
-                return format!("re-reads {f} ({c:.1}x its length)");
-            }
-        }
-        match self
-            .signals
-            .what(Signal::Top)
-            .or(self.signals.what(Signal::Slow))
-        {
-            Some(t) => format!("repeats {t}"),
-            None => "loops".into(),
-        }
-    }
-    pub fn top_target(&self) -> Option<&str> {
-        self.signals.what(Signal::Top)
-    }
-    pub fn liveness_class(&self) -> Option<LivenessClass> {
-        self.liveness.as_ref().map(|l| l.class)
-    }
-    pub fn liveness_evidence(&self) -> &str {
-        self.liveness.as_ref().map_or("", |l| l.evidence.as_str())
-    }
-    pub fn activity(&self) -> Occupancy {
+impl Occupancy {
+    /// How busy a verdict says its session is.
+    pub fn of(v: &Verdict) -> Occupancy {
         use LivenessClass as L;
-        match self.liveness_class() {
+        match v.liveness_class() {
             Some(L::Idle | L::Ended | L::Interrupted | L::NeedsFinalization) => Occupancy::Idle,
             Some(
                 L::Active | L::Suspect | L::Stalled | L::LongTool | L::Retrying | L::AwaitingUser,
@@ -98,52 +70,12 @@ impl Verdict {
             Some(L::Unknown) | None => Occupancy::Unknown,
         }
     }
-    /// (alert kind, severity) this verdict's liveness asks for.
-    pub fn live_alert(&self) -> Option<(AlertKind, Severity)> {
-        let l = self.liveness.as_ref()?;
-        Some((AlertKind::of_liveness(l.class)?, l.alert?))
-    }
-    /// When the loop began: the detector's loop start, else its first flag.
-    pub fn loop_start(&self) -> Option<i64> {
-        self.evidence
-            .as_ref()
-            .and_then(|e| e.loop_start.as_ref())
-            .or(self.first_flag.as_ref())
-            .map(|c| c.t)
-    }
-    /// The signals that flagged it, as words.
-    pub fn reason_names(&self) -> Vec<&'static str> {
-        self.reasons.iter().map(|s| s.name()).collect()
-    }
-    /// Where the session was listed: its source, then the others that listed it.
-    pub fn seen_in(&self) -> impl Iterator<Item = &String> {
-        self.source.iter().chain(&self.sources)
-    }
-    /// What the previous tick keeps of this verdict.
-    pub fn mark(&self) -> SessionMark {
-        SessionMark {
-            calls: self.calls,
-            calls_since_landed: self.calls_since_landed,
-            cost_since_landed: self.cost_since_landed,
-            last_call: self.t,
-            loop_start: self.loop_start(),
-            flagged: self.flagged,
-            ..SessionMark::default()
-        }
-    }
-    /// Its first call after call number `after` (the detector numbers calls from 1), as far as
-    /// the verdict tells: the loop start or a repeat past it, else its last call if that is.
-    pub fn first_call_after(&self, after: u64) -> Option<i64> {
-        let e = self.evidence.as_ref();
-        let seen = e
-            .and_then(|e| e.loop_start.as_ref())
-            .into_iter()
-            .chain(e.into_iter().flat_map(|e| e.calls.iter()))
-            .filter(|c| c.index > after)
-            .map(|c| c.t)
-            .min();
-        seen.or(self.t.filter(|_| self.calls > after))
-    }
+}
+
+/// (alert kind, severity) a verdict's liveness asks for.
+pub fn live_alert(v: &Verdict) -> Option<(AlertKind, Severity)> {
+    let l = v.liveness.as_ref()?;
+    Some((AlertKind::of_liveness(l.class)?, l.alert?))
 }
 
 /// What a tick saw of one session of an alert's tree, kept for the next tick.
@@ -165,6 +97,18 @@ pub struct SessionMark {
 }
 
 impl SessionMark {
+    /// What the previous tick keeps of a verdict.
+    pub fn of(v: &Verdict) -> SessionMark {
+        SessionMark {
+            calls: v.calls,
+            calls_since_landed: v.calls_since_landed,
+            cost_since_landed: v.cost_since_landed,
+            last_call: v.t,
+            loop_start: v.loop_start(),
+            flagged: v.flagged,
+            ..SessionMark::default()
+        }
+    }
     /// This episode's calls of the session.
     pub fn episode_calls(&self) -> u64 {
         self.calls_since_landed.saturating_sub(self.base_calls)

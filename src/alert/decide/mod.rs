@@ -177,7 +177,7 @@ pub fn mark_of(
     prev: Option<&SessionMark>,
     before: Option<&SessionMark>,
 ) -> SessionMark {
-    let mut m = v.mark();
+    let mut m = SessionMark::of(v);
     // nothing landed since `p`: every call since then is still "since the last landing"
     let unlanded = |p: &SessionMark| {
         v.calls >= p.calls && v.calls_since_landed >= p.calls_since_landed + (v.calls - p.calls)
@@ -352,7 +352,7 @@ fn new_loops(
 fn new_live(i: &DecisionInput, open_keys: &HashSet<&str>, steps: &mut Vec<Step>) {
     let mut live_new: HashSet<String> = HashSet::new();
     for v in &i.tick.verdicts {
-        if let Some((kind, severity)) = v.live_alert() {
+        if let Some((kind, severity)) = super::live_alert(v) {
             let key = kind.key(&v.session);
             if open_keys.contains(key.as_str()) || !live_new.insert(key.clone()) {
                 continue;
@@ -466,7 +466,7 @@ fn loop_step(i: &DecisionInput, a: &AlertEpisode, tree: Option<&Tree>) -> Option
         new_calls += n;
         landed |= l;
     }
-    let acts: Vec<Occupancy> = t.flagged.iter().map(|v| v.activity()).collect();
+    let acts: Vec<Occupancy> = t.flagged.iter().map(|v| Occupancy::of(v)).collect();
     let all_idle = acts.iter().all(|x| *x == Occupancy::Idle);
     // every flagged session's process ended: the loop cannot go on, whatever it did since the
     // last tick, and the follow service may read nothing more of it (no change comes) to resolve
@@ -592,7 +592,7 @@ fn live_step(
         marks: Vec::new(),
     };
     match v {
-        Some(v) if v.live_alert().map(|x| x.0) == Some(kind) => None,
+        Some(v) if super::live_alert(v).map(|x| x.0) == Some(kind) => None,
         Some(v) => match v.liveness_class() {
             Some(LivenessClass::Ended) => Some(resolve(
                 Reason::Stopped,
