@@ -250,6 +250,63 @@ fn detector_problems(d: &DetectorConfig, p: &mut Problems) {
     p.0.extend(d.problems());
 }
 
+/// `[follow]`: the poll, the full read and the escalation, each within its bounds.
+fn follow_problems(f: &FollowConfig, p: &mut Problems) {
+    p.int("follow.poll_ms", f.poll_ms, 100, 60_000);
+    p.int("follow.full_every_secs", f.full_every_secs, 5, 3_600);
+    p.int(
+        "follow.escalate_after_minutes",
+        f.escalate_after_minutes,
+        1,
+        10_080,
+    );
+    p.int(
+        "follow.escalate_after_calls",
+        f.escalate_after_calls,
+        1,
+        1_000_000,
+    );
+}
+
+/// `[liveness]`: the hard threshold never below 900 s and the soft one below it, so elapsed
+/// time alone never alerts early.
+fn liveness_problems(l: &LivenessConfig, p: &mut Problems) {
+    p.int("liveness.hard_secs", l.hard_secs, 900, YEAR);
+    p.int("liveness.soft_secs", l.soft_secs, 1, YEAR);
+    if l.soft_secs >= l.hard_secs && l.hard_secs >= 900 {
+        p.add(
+            "liveness.soft_secs",
+            format!(
+                "{} must be below liveness.hard_secs ({})",
+                l.soft_secs, l.hard_secs
+            ),
+        );
+    }
+    p.int("liveness.tool_grace_secs", l.tool_grace_secs, 0, YEAR);
+    p.int(
+        "liveness.retry_attempts_max",
+        l.retry_attempts_max,
+        1,
+        1_000_000,
+    );
+    p.int("liveness.retry_secs_max", l.retry_secs_max, 1, YEAR);
+}
+
+/// `[stop]`: a cost in dollars (0 is off), and the call and wait limits within their bounds.
+fn stop_problems(st: &StopConfig, p: &mut Problems) {
+    if !st.after_cost.is_finite() || st.after_cost < 0.0 {
+        p.add(
+            "stop.after_cost",
+            format!(
+                "{} is not a cost in dollars: give 0 (off) or more, e.g. 2.00",
+                st.after_cost
+            ),
+        );
+    }
+    p.int("stop.after_calls", st.after_calls, 0, 1_000_000);
+    p.int("stop.wait_secs", st.wait_secs, 1, 60);
+}
+
 /// Checks that need the text as written, not the typed values (`[1, 2, 3]` reads as a pair).
 fn raw_checks(root: &toml_edit::Table) -> Vec<(String, String)> {
     let mut p = Vec::new();
@@ -404,7 +461,8 @@ impl Config {
         Ok(c)
     }
 
-    /// Every problem with the values: (key path, what is wrong).
+    /// Every problem with the values: (key path, what is wrong), in the order of the sections
+    /// (the first is the one reported).
     fn check(&self) -> Vec<(String, String)> {
         let mut p = Problems::default();
         detector_problems(&self.detector, &mut p);
@@ -421,21 +479,7 @@ impl Config {
             1,
             1_000_000,
         );
-        let f = &self.follow;
-        p.int("follow.poll_ms", f.poll_ms, 100, 60_000);
-        p.int("follow.full_every_secs", f.full_every_secs, 5, 3_600);
-        p.int(
-            "follow.escalate_after_minutes",
-            f.escalate_after_minutes,
-            1,
-            10_080,
-        );
-        p.int(
-            "follow.escalate_after_calls",
-            f.escalate_after_calls,
-            1,
-            1_000_000,
-        );
+        follow_problems(&self.follow, &mut p);
         if !self.alert.link_base.is_empty() {
             p.url("alert.link_base", &self.alert.link_base);
         }
@@ -459,38 +503,8 @@ impl Config {
             1,
             600,
         );
-        let l = &self.liveness;
-        p.int("liveness.hard_secs", l.hard_secs, 900, YEAR);
-        p.int("liveness.soft_secs", l.soft_secs, 1, YEAR);
-        if l.soft_secs >= l.hard_secs && l.hard_secs >= 900 {
-            p.add(
-                "liveness.soft_secs",
-                format!(
-                    "{} must be below liveness.hard_secs ({})",
-                    l.soft_secs, l.hard_secs
-                ),
-            );
-        }
-        p.int("liveness.tool_grace_secs", l.tool_grace_secs, 0, YEAR);
-        p.int(
-            "liveness.retry_attempts_max",
-            l.retry_attempts_max,
-            1,
-            1_000_000,
-        );
-        p.int("liveness.retry_secs_max", l.retry_secs_max, 1, YEAR);
-        let st = &self.stop;
-        if !st.after_cost.is_finite() || st.after_cost < 0.0 {
-            p.add(
-                "stop.after_cost",
-                format!(
-                    "{} is not a cost in dollars: give 0 (off) or more, e.g. 2.00",
-                    st.after_cost
-                ),
-            );
-        }
-        p.int("stop.after_calls", st.after_calls, 0, 1_000_000);
-        p.int("stop.wait_secs", st.wait_secs, 1, 60);
+        liveness_problems(&self.liveness, &mut p);
+        stop_problems(&self.stop, &mut p);
         crate::channels::check(&self.channels, &mut p);
         p.0
     }

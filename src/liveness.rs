@@ -63,7 +63,8 @@ pub const USER_ABORT: &str = "MessageAbortedError";
 /// The liveness evidence of a reply a person interrupted.
 pub const BY_THE_USER: &str = "interrupted by the user";
 
-/// Classifies one session at time `now` (ms).
+/// Classifies one session at time `now` (ms): a person's or the provider's part first, then
+/// a process that ended, then a busy session's silence, then how an idle one stopped.
 pub fn classify(
     ev: &SessionEvidence,
     act: Option<&Activity>,
@@ -73,39 +74,12 @@ pub fn classify(
     let silence = act
         .and_then(|a| a.last_progress)
         .map(|t| ((now - t) / 1000).max(0));
-    let soft = i64::try_from(cfg.soft_secs).unwrap_or(i64::MAX);
-    let hard = i64::try_from(cfg.hard_secs).unwrap_or(i64::MAX);
-    if let Some(p) = &ev.pending {
-        if p.permissions + p.questions > 0 {
-            return live(
-                LivenessClass::AwaitingUser,
-                silence,
-                ev,
-                format!(
-                    "{} permission and {} question request(s) wait for a person",
-                    p.permissions, p.questions
-                ),
-                Some(Severity::Info),
-            );
-        }
+    if let Some(l) = awaiting_user(ev, silence) {
+        return l;
     }
     let status = ev.status.as_deref();
     if status == Some("retry") {
-        let r = ev.retry.clone().unwrap_or(Value::Null);
-        let attempt = r.get("attempt").and_then(Value::as_i64).unwrap_or(0);
-        let msg = r.get("message").and_then(Value::as_str).unwrap_or("");
-        let over = attempt >= i64::try_from(cfg.retry_attempts_max).unwrap_or(i64::MAX)
-            || silence.is_some_and(|s| s >= i64::try_from(cfg.retry_secs_max).unwrap_or(i64::MAX));
-        return live(
-            LivenessClass::Retrying,
-            silence,
-            ev,
-            format!(
-                "provider retry attempt {attempt}: {}",
-                msg.chars().take(120).collect::<String>()
-            ),
-            over.then_some(Severity::Warning),
-        );
+        return retrying(ev, silence, cfg);
     }
     let Some(act) = act else {
         return live(
@@ -117,18 +91,7 @@ pub fn classify(
         );
     };
     if status.is_none() && ev.process.as_deref() == Some("ended") {
-        let cut = if act.in_flight || !act.running.is_empty() {
-            ", a reply cut off"
-        } else {
-            ""
-        };
-        return live(
-            LivenessClass::Ended,
-            silence,
-            ev,
-            format!("the opencode process ended{cut}"),
-            None,
-        );
+        return ended(ev, act, silence);
     }
     let busy = match status {
         Some("busy") => true,
@@ -145,57 +108,146 @@ pub fn classify(
             );
         }
     };
-    if busy {
-        let Some(s) = silence else {
-            return live(
-                LivenessClass::Unknown,
-                None,
+    if !busy {
+        return stopped(ev, act, silence);
+    }
+    let Some(s) = silence else {
+        return live(
+            LivenessClass::Unknown,
+            None,
+            ev,
+            "busy, but no time of last progress".into(),
+            None,
+        );
+    };
+    let b = Busy {
+        ev,
+        act,
+        silence: s,
+        now,
+        cfg,
+    };
+    b.long_tool().unwrap_or_else(|| b.silent())
+}
+
+/// Permission or question requests pending: the session waits for a person, whatever else.
+fn awaiting_user(ev: &SessionEvidence, silence: Option<i64>) -> Option<Liveness> {
+    let p = ev.pending.as_ref()?;
+    (p.permissions + p.questions > 0).then(|| {
+        live(
+            LivenessClass::AwaitingUser,
+            silence,
+            ev,
+            format!(
+                "{} permission and {} question request(s) wait for a person",
+                p.permissions, p.questions
+            ),
+            Some(Severity::Info),
+        )
+    })
+}
+
+/// The provider is being retried: worth a warning only after too many attempts or too long.
+fn retrying(ev: &SessionEvidence, silence: Option<i64>, cfg: &LivenessConfig) -> Liveness {
+    let r = ev.retry.clone().unwrap_or(Value::Null);
+    let attempt = r.get("attempt").and_then(Value::as_i64).unwrap_or(0);
+    let msg = r.get("message").and_then(Value::as_str).unwrap_or("");
+    let over = attempt >= i64::try_from(cfg.retry_attempts_max).unwrap_or(i64::MAX)
+        || silence.is_some_and(|s| s >= i64::try_from(cfg.retry_secs_max).unwrap_or(i64::MAX));
+    live(
+        LivenessClass::Retrying,
+        silence,
+        ev,
+        format!(
+            "provider retry attempt {attempt}: {}",
+            msg.chars().take(120).collect::<String>()
+        ),
+        over.then_some(Severity::Warning),
+    )
+}
+
+/// No opencode process can run the session any more: it ended, perhaps mid-reply.
+fn ended(ev: &SessionEvidence, act: &Activity, silence: Option<i64>) -> Liveness {
+    let cut = if act.in_flight || !act.running.is_empty() {
+        ", a reply cut off"
+    } else {
+        ""
+    };
+    live(
+        LivenessClass::Ended,
+        silence,
+        ev,
+        format!("the opencode process ended{cut}"),
+        None,
+    )
+}
+
+/// A busy session silent for `silence` s, and what its silence is judged against.
+struct Busy<'a> {
+    ev: &'a SessionEvidence,
+    act: &'a Activity,
+    silence: i64,
+    now: i64,
+    cfg: &'a LivenessConfig,
+}
+
+impl Busy<'_> {
+    /// `hard_secs` as a time to compare with (a huge one means "never stalled").
+    fn hard(&self) -> i64 {
+        i64::try_from(self.cfg.hard_secs).unwrap_or(i64::MAX)
+    }
+
+    /// A tool that declared a timeout explains the silence until that timeout and the grace
+    /// have passed; past them, the hard clock starts at the deadline, not at the last progress.
+    fn long_tool(&self) -> Option<Liveness> {
+        let (ev, s, now) = (self.ev, self.silence, self.now);
+        let tool = self.act.running.iter().max_by_key(|r| r.t)?;
+        let timeout = tool.timeout?;
+        // user-given seconds: saturate, never wrap (a huge grace means "never stalled")
+        let grace = i64::try_from(self.cfg.tool_grace_secs)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1000);
+        let deadline = tool.t.saturating_add(timeout).saturating_add(grace);
+        if now < deadline {
+            return Some(live(
+                LivenessClass::LongTool,
+                Some(s),
                 ev,
-                "busy, but no time of last progress".into(),
+                format!(
+                    "{} running for {} s within its declared timeout of {} s",
+                    tool.tool,
+                    (now - tool.t) / 1000,
+                    timeout / 1000
+                ),
                 None,
-            );
-        };
-        if let Some(tool) = act.running.iter().max_by_key(|r| r.t) {
-            if let Some(timeout) = tool.timeout {
-                // user-given seconds: saturate, never wrap (a huge grace means "never stalled")
-                let grace = i64::try_from(cfg.tool_grace_secs)
-                    .unwrap_or(i64::MAX)
-                    .saturating_mul(1000);
-                let deadline = tool.t.saturating_add(timeout).saturating_add(grace);
-                if now < deadline {
-                    return live(
-                        LivenessClass::LongTool,
-                        Some(s),
-                        ev,
-                        format!(
-                            "{} running for {} s within its declared timeout of {} s",
-                            tool.tool,
-                            (now - tool.t) / 1000,
-                            timeout / 1000
-                        ),
-                        None,
-                    );
-                }
-                // past its timeout and grace: suspect first; the hard clock starts at the deadline
-                let over = (now - deadline) / 1000;
-                let (class, alert) = if over >= hard {
-                    (LivenessClass::Stalled, Some(Severity::Warning))
-                } else {
-                    (LivenessClass::Suspect, None)
-                };
-                return live(
-                    class,
-                    Some(s),
-                    ev,
-                    format!(
-                        "{} still running {over} s past its timeout of {} s and grace",
-                        tool.tool,
-                        timeout / 1000
-                    ),
-                    alert,
-                );
-            }
+            ));
         }
+        // past its timeout and grace: suspect first; the hard clock starts at the deadline
+        let over = (now - deadline) / 1000;
+        let (class, alert) = if over >= self.hard() {
+            (LivenessClass::Stalled, Some(Severity::Warning))
+        } else {
+            (LivenessClass::Suspect, None)
+        };
+        Some(live(
+            class,
+            Some(s),
+            ev,
+            format!(
+                "{} still running {over} s past its timeout of {} s and grace",
+                tool.tool,
+                timeout / 1000
+            ),
+            alert,
+        ))
+    }
+
+    /// Silence with nothing to explain it: active under the soft threshold, suspect under the
+    /// hard one, stalled (and alerted) past it.
+    fn silent(&self) -> Liveness {
+        let (ev, s) = (self.ev, self.silence);
+        let soft = i64::try_from(self.cfg.soft_secs).unwrap_or(i64::MAX);
+        let hard = self.hard();
         if s < soft {
             return live(
                 LivenessClass::Active,
@@ -214,14 +266,19 @@ pub fn classify(
                 None,
             );
         }
-        return live(
+        live(
             LivenessClass::Stalled,
             Some(s),
             ev,
             format!("busy and silent for {s} s (hard threshold {hard} s)"),
             Some(Severity::Warning),
-        );
+        )
     }
+}
+
+/// A session that is not busy: interrupted (by a person or an error), stopped with its own
+/// todo list unfinished, or idle with nothing pending.
+fn stopped(ev: &SessionEvidence, act: &Activity, silence: Option<i64>) -> Liveness {
     if let Some(e) = &act.error {
         let why = if e == USER_ABORT {
             BY_THE_USER.to_string()

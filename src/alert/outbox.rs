@@ -184,11 +184,7 @@ fn owed(store: &Store) -> Result<Vec<Owed>> {
 /// failure: a delivery is not started with less than [`LEAST_TO_TRY`] of the budget left.
 pub fn deliver_pending(store: &mut Store, chans: &[EffectiveChannel], now: i64) -> Result<()> {
     let hour = local_hour(now);
-    let mut budgets: HashMap<String, Deadline> = HashMap::new();
-    // per channel with a run budget: what it could not try this run
-    let mut left_owed: HashMap<String, usize> = HashMap::new();
-    // whether each channel's receiver answered this run's first question
-    let mut asked: HashMap<String, bool> = HashMap::new();
+    let mut run = RunBudgets::default();
     for o in owed(store)? {
         let Some(c) = chans.iter().find(|c| c.cfg.name == o.channel) else {
             o.set(
@@ -204,22 +200,15 @@ pub fn deliver_pending(store: &mut Store, chans: &[EffectiveChannel], now: i64) 
             // another alerter is sending it
             continue;
         }
-        if o.status != Delivery::Failed && o.state != "resolve" {
-            let newer: bool = store.conn.query_row(
-                "SELECT EXISTS (SELECT 1 FROM events WHERE dedup_key = ?1 AND id > ?2)",
-                params![o.key, o.event],
-                |r| r.get(0),
+        if superseded(store, &o)? {
+            o.set(
+                store,
+                Delivery::Skipped,
+                "superseded before it was sent",
+                None,
+                now,
             )?;
-            if newer {
-                o.set(
-                    store,
-                    Delivery::Skipped,
-                    "superseded before it was sent",
-                    None,
-                    now,
-                )?;
-                continue;
-            }
+            continue;
         }
         if o.status == Delivery::Deferred && quiet(&c.cfg, hour) {
             continue;
@@ -230,28 +219,8 @@ pub fn deliver_pending(store: &mut Store, chans: &[EffectiveChannel], now: i64) 
             // failed a moment ago: tried again after its back-off
             continue;
         }
-        let left = if c.cfg.unit().run_budget() {
-            let d = budgets
-                .entry(c.cfg.name.clone())
-                .or_insert_with(|| Deadline::after(Duration::from_secs(c.cfg.timeout_secs.max(1))));
-            let left = d.left();
-            if left < LEAST_TO_TRY {
-                // not tried this run: stays owed for the next one
-                *left_owed.entry(c.cfg.name.clone()).or_default() += 1;
-                continue;
-            }
-            if !answers(&mut asked, c, left) {
-                continue;
-            }
-            // the question may have spent the rest (a stop of this process inside it does)
-            let left = d.left();
-            if left < LEAST_TO_TRY {
-                *left_owed.entry(c.cfg.name.clone()).or_default() += 1;
-                continue;
-            }
-            left
-        } else {
-            Duration::ZERO
+        let Some(left) = run.time_to_try(c) else {
+            continue;
         };
         let ev: Event = serde_json::from_str(&o.body).context("stored event")?;
         if !o.claim(store, c, now)? {
@@ -262,16 +231,77 @@ pub fn deliver_pending(store: &mut Store, chans: &[EffectiveChannel], now: i64) 
         let sent = deliver(&c.cfg, &ev, now, left, earlier.as_deref());
         record(store, &o, c, &ev, sent, now)?;
     }
-    for (name, n) in left_owed {
-        let budget = chans
-            .iter()
-            .find(|c| c.cfg.name == name)
-            .map_or(0, |c| c.cfg.timeout_secs.max(1));
-        eprintln!(
-            "oc-watchdog: channel={name} {n} deliveries owed to the next run: this run's {budget} s for the channel are spent"
-        );
-    }
+    run.say_owed(chans);
     Ok(())
+}
+
+/// Is this a pending or deferred trigger or escalation that a newer event of its alert
+/// superseded? Then it is not sent: the newer one says what holds now. Resolves and failed
+/// deliveries are owed whatever came after.
+fn superseded(store: &Store, o: &Owed) -> Result<bool> {
+    if o.status == Delivery::Failed || o.state == "resolve" {
+        return Ok(false);
+    }
+    Ok(store.conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM events WHERE dedup_key = ?1 AND id > ?2)",
+        params![o.key, o.event],
+        |r| r.get(0),
+    )?)
+}
+
+/// This run's time for the channels with a run budget (desktop), and what each could not try.
+#[derive(Default)]
+struct RunBudgets {
+    budgets: HashMap<String, Deadline>,
+    /// per channel with a run budget: what it could not try this run
+    left_owed: HashMap<String, usize>,
+    /// whether each channel's receiver answered this run's first question
+    asked: HashMap<String, bool>,
+}
+
+impl RunBudgets {
+    /// How long a delivery on `c` may take (zero: the channel's own timeout), or `None` when
+    /// it is not tried this run: the budget is spent, or the receiver does not answer. What is
+    /// not tried for want of budget is counted, to be said once by [`RunBudgets::say_owed`].
+    fn time_to_try(&mut self, c: &EffectiveChannel) -> Option<Duration> {
+        if !c.cfg.unit().run_budget() {
+            return Some(Duration::ZERO);
+        }
+        let d = self
+            .budgets
+            .entry(c.cfg.name.clone())
+            .or_insert_with(|| Deadline::after(Duration::from_secs(c.cfg.timeout_secs.max(1))));
+        let left = d.left();
+        if left < LEAST_TO_TRY {
+            // not tried this run: stays owed for the next one
+            *self.left_owed.entry(c.cfg.name.clone()).or_default() += 1;
+            return None;
+        }
+        if !answers(&mut self.asked, c, left) {
+            return None;
+        }
+        // the question may have spent the rest (a stop of this process inside it does)
+        let left = d.left();
+        if left < LEAST_TO_TRY {
+            *self.left_owed.entry(c.cfg.name.clone()).or_default() += 1;
+            return None;
+        }
+        Some(left)
+    }
+
+    /// Says once per channel what it still owes for want of this run's budget: owed to the
+    /// next run, not failed.
+    fn say_owed(self, chans: &[EffectiveChannel]) {
+        for (name, n) in self.left_owed {
+            let budget = chans
+                .iter()
+                .find(|c| c.cfg.name == name)
+                .map_or(0, |c| c.cfg.timeout_secs.max(1));
+            eprintln!(
+                "oc-watchdog: channel={name} {n} deliveries owed to the next run: this run's {budget} s for the channel are spent"
+            );
+        }
+    }
 }
 
 /// The least of a channel's run budget worth starting a delivery with: one that starts with

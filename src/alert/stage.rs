@@ -3,7 +3,10 @@
 //! nudge it decides. `apply` writes them as they are; nothing here holds the write lock.
 
 use super::decide::{Marks, Plan, Step};
-use super::{text, AlertEpisode, AlertKind, Delivery, Event, TickView, Transition, Verdict};
+use super::opinion::Opinion;
+use super::{
+    text, AlertEpisode, AlertKind, Delivery, Event, Figures, TickView, Transition, Verdict,
+};
 use crate::channels::route::{route, SentBefore};
 use crate::channels::EffectiveChannel;
 use crate::config::Config;
@@ -122,11 +125,7 @@ fn event_of(w: &Wording, step: &Step) -> Option<Event> {
                 again: again(marks),
                 since_trigger: None,
             };
-            let mut ev = text::loop_event(cfg, news, &w.index.flagged(subject), now);
-            if let Some(o) = opinion {
-                ev.details.insert("opinion".into(), json!(o));
-            }
-            Some(ev)
+            Some(loop_event(w, news, subject, opinion.as_ref()))
         }
         Step::Open {
             kind: AlertKind::Blind,
@@ -157,17 +156,9 @@ fn event_of(w: &Wording, step: &Step) -> Option<Event> {
                 figures: *figures,
                 reason: Some(*reason),
                 again: again(marks),
-                since_trigger: (w.tick.mode == TickMode::Follow).then(|| {
-                    let ep = w.open.get(episode);
-                    let at = ep.map_or(0, |e| e.trigger_calls);
-                    let opened = ep.map_or(w.tick.t, |e| e.opened);
-                    (w.tick.t - opened, figures.calls.saturating_sub(at))
-                }),
+                since_trigger: since_trigger(w, *episode, figures),
             };
-            let mut ev = text::loop_event(cfg, news, &w.index.flagged(root), now);
-            if let Some(o) = opinion {
-                ev.details.insert("opinion".into(), json!(o));
-            }
+            let mut ev = loop_event(w, news, root, opinion.as_ref());
             ev.episode = Some(*episode);
             Some(ev)
         }
@@ -183,6 +174,27 @@ fn event_of(w: &Wording, step: &Step) -> Option<Event> {
         }),
         Step::Count { .. } | Step::Hold { .. } | Step::StillBlind { .. } => None,
     }
+}
+
+/// A loop's trigger or escalation about the flagged sessions of `root`'s tree, with the second
+/// opinion that was asked, if any, in its details.
+fn loop_event(w: &Wording, news: text::LoopNews, root: &str, opinion: Option<&Opinion>) -> Event {
+    let mut ev = text::loop_event(w.cfg, news, &w.index.flagged(root), w.now);
+    if let Some(o) = opinion {
+        ev.details.insert("opinion".into(), json!(o));
+    }
+    ev
+}
+
+/// How long (by the tick's time) and how many calls after its trigger an escalation comes, in
+/// follow mode, which escalates by time and calls, not by ticks.
+fn since_trigger(w: &Wording, episode: i64, figures: &Figures) -> Option<(i64, u64)> {
+    (w.tick.mode == TickMode::Follow).then(|| {
+        let ep = w.open.get(&episode);
+        let at = ep.map_or(0, |e| e.trigger_calls);
+        let opened = ep.map_or(w.tick.t, |e| e.opened);
+        (w.tick.t - opened, figures.calls.saturating_sub(at))
+    })
 }
 
 /// The nudge a step decides: one continuation prompt into a session that stalled or stopped

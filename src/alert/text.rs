@@ -70,53 +70,9 @@ pub struct LoopNews {
 
 /// A loop's trigger or escalation; `tree` is its flagged verdicts, the most telling first.
 pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> Event {
-    let LoopNews {
-        state,
-        severity: sev,
-        opened,
-        figures,
-        reason,
-        again,
-        since_trigger,
-    } = news;
     let v = tree[0];
     let agent = v.agent.clone().unwrap_or_else(|| "agent".into());
     let repeats = v.repeats();
-    let in_tree = if v.root() != v.session {
-        format!(" (in the tree of {})", v.root())
-    } else {
-        String::new()
-    };
-    let lead = match reason {
-        Some(Reason::StillLooping) => match since_trigger {
-            Some((ms, c)) => format!(
-                "still looping {} and {c} calls after the alert: ",
-                duration(ms)
-            ),
-            None => format!(
-                "still looping after {} flagged ticks: ",
-                figures.flagged_ticks
-            ),
-        },
-        Some(Reason::SecondOpinion) => "the local model says it is looping: ".into(),
-        _ => String::new(),
-    };
-    let since = if again {
-        "since it started looping again"
-    } else {
-        "since its last landed change"
-    };
-    let summary = format!(
-        "{lead}session {}{}{in_tree}, agent {agent}{}: {repeats}; {} {since} (flagged by {})",
-        v.session,
-        session_place(v),
-        v.model
-            .as_deref()
-            .map(|m| format!(", model {m}"))
-            .unwrap_or_default(),
-        burned(&figures),
-        v.reason_names().join(", ")
-    );
     let mut ev = base(
         cfg,
         AlertKind::Loop,
@@ -124,15 +80,68 @@ pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> 
         v.root(),
         now,
     );
-    ev.severity = sev;
-    ev.state = state;
+    ev.severity = news.severity;
+    ev.state = news.state;
     ev.title = format!("opencode loop: {agent} {repeats}");
-    ev.summary = summary;
+    ev.summary = loop_summary(&news, v, &agent, &repeats);
     ev.agent = v.agent.clone();
     ev.model = v.model.clone();
-    ev.reason = reason;
-    ev.figures = Some(figures);
-    let d = &mut ev.details;
+    ev.reason = news.reason;
+    ev.figures = Some(news.figures);
+    loop_details(&mut ev.details, &news, tree);
+    ev
+}
+
+/// What an escalation adds before the summary, first so a person reads why it came again:
+/// the loop went on past the alert, or the local model says it is looping.
+fn escalation_lead(news: &LoopNews) -> String {
+    match news.reason {
+        Some(Reason::StillLooping) => match news.since_trigger {
+            Some((ms, c)) => format!(
+                "still looping {} and {c} calls after the alert: ",
+                duration(ms)
+            ),
+            None => format!(
+                "still looping after {} flagged ticks: ",
+                news.figures.flagged_ticks
+            ),
+        },
+        Some(Reason::SecondOpinion) => "the local model says it is looping: ".into(),
+        _ => String::new(),
+    }
+}
+
+/// A loop event's one line for people: which session, what it repeats, what it burned and
+/// which signals flagged it.
+fn loop_summary(news: &LoopNews, v: &Verdict, agent: &str, repeats: &str) -> String {
+    let lead = escalation_lead(news);
+    let in_tree = if v.root() != v.session {
+        format!(" (in the tree of {})", v.root())
+    } else {
+        String::new()
+    };
+    let since = if news.again {
+        "since it started looping again"
+    } else {
+        "since its last landed change"
+    };
+    format!(
+        "{lead}session {}{}{in_tree}, agent {agent}{}: {repeats}; {} {since} (flagged by {})",
+        v.session,
+        session_place(v),
+        v.model
+            .as_deref()
+            .map(|m| format!(", model {m}"))
+            .unwrap_or_default(),
+        burned(&news.figures),
+        v.reason_names().join(", ")
+    )
+}
+
+/// A loop event's details for machines (webhook, PagerDuty, Alertmanager): the most telling
+/// verdict's fields, the tree's flagged sessions and the figures.
+fn loop_details(d: &mut Map<String, Value>, news: &LoopNews, tree: &[&Verdict]) {
+    let v = tree[0];
     d.insert("session".into(), json!(v.session));
     d.insert("root".into(), json!(v.root()));
     d.insert("title".into(), json!(v.title));
@@ -148,13 +157,12 @@ pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> 
         "flagged_sessions".into(),
         json!(tree.iter().map(|t| t.session.clone()).collect::<Vec<_>>()),
     );
-    d.insert("opened".into(), json!(opened));
-    if let Some(r) = reason {
+    d.insert("opened".into(), json!(news.opened));
+    if let Some(r) = news.reason {
         d.insert("reason".into(), json!(r));
     }
-    d.insert("flagged_ticks".into(), json!(figures.flagged_ticks));
-    put_figures(d, &figures);
-    ev
+    d.insert("flagged_ticks".into(), json!(news.figures.flagged_ticks));
+    put_figures(d, &news.figures);
 }
 
 /// The resolve of an episode. `counts_ticks`: the timer's ticks, whose number says how long

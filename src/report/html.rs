@@ -463,18 +463,29 @@ fn loop_facts(s: &mut String, p: &PageData, l: &Loop, id: &str) {
     );
     what_to_do(s, l, id);
     s.push_str("<table class=\"kv\">");
-    let row = |s: &mut String, k: &str, v: String| {
-        let _ = write!(s, "<tr><td>{k}</td><td>{v}</td></tr>");
-    };
+    whose_loop(s, l);
+    fact(s, "since", since_text(p, l));
+    loop_spend(s, l);
+    what_it_repeats(s, l);
+    s.push_str("</table>");
+}
+
+/// One row of a loop's table of facts.
+fn fact(s: &mut String, k: &str, v: String) {
+    let _ = write!(s, "<tr><td>{k}</td><td>{v}</td></tr>");
+}
+
+/// The facts that find the session: its title and project, its tree, its agent and model.
+fn whose_loop(s: &mut String, l: &Loop) {
     if let Some(t) = l.session_title.as_deref().filter(|t| !t.is_empty()) {
-        row(s, "session title", esc(t));
+        fact(s, "session title", esc(t));
     }
     if let Some(d) = l.project.as_deref().filter(|d| !d.is_empty()) {
-        row(s, "project", format!("<code>{}</code>", esc(d)));
+        fact(s, "project", format!("<code>{}</code>", esc(d)));
     }
-    row(s, "root session", format!("<code>{}</code>", esc(&l.root)));
+    fact(s, "root session", format!("<code>{}</code>", esc(&l.root)));
     if !l.sessions.is_empty() {
-        row(
+        fact(
             s,
             "flagged sessions",
             l.sessions
@@ -490,8 +501,12 @@ fn loop_facts(s: &mut String, p: &PageData, l: &Loop, id: &str) {
                 .join(", "),
         );
     }
-    row(s, "agent", opt(&l.agent));
-    row(s, "model", opt(&l.model));
+    fact(s, "agent", opt(&l.agent));
+    fact(s, "model", opt(&l.model));
+}
+
+/// When the alert opened, and under the timer how many ticks flagged it since.
+fn since_text(p: &PageData, l: &Loop) -> String {
     // the follow service's ticks come every second: how many there were says nothing
     let ticks = if p.tick.as_ref().is_some_and(|t| t.mode == "follow") {
         String::new()
@@ -502,11 +517,16 @@ fn loop_facts(s: &mut String, p: &PageData, l: &Loop, id: &str) {
             if l.flagged_ticks == 1 { "" } else { "s" }
         )
     };
-    row(s, "since", format!("{}{ticks}", when(p, l.opened)));
+    format!("{}{ticks}", when(p, l.opened))
+}
+
+/// What a loop burned: since its last landed change, or, for a loop that resumed, since it
+/// resumed and with what its earlier episode counted.
+fn loop_spend(s: &mut String, l: &Loop) {
     if l.kind == "loop" && l.base_calls > 0 {
         // the loop went quiet (resolved as stopped) and resumed with nothing landed since: this
         // alert counts its own calls; the earlier ones are still since the last landed change
-        row(
+        fact(
             s,
             "this episode",
             format!(
@@ -520,7 +540,7 @@ fn loop_facts(s: &mut String, p: &PageData, l: &Loop, id: &str) {
             ),
         );
     } else if l.kind == "loop" {
-        row(
+        fact(
             s,
             "since the last landed change",
             format!(
@@ -530,15 +550,18 @@ fn loop_facts(s: &mut String, p: &PageData, l: &Loop, id: &str) {
             ),
         );
     }
+}
+
+/// What the alert is about: a loop's top target and reason, another alert's evidence.
+fn what_it_repeats(s: &mut String, l: &Loop) {
     if l.kind == "loop" {
-        row(s, "top target", opt(&l.top_target));
+        fact(s, "top target", opt(&l.top_target));
         if let Some(f) = l.sessions.first() {
-            row(s, "reason", esc(&reason_words(&f.reasons)));
+            fact(s, "reason", esc(&reason_words(&f.reasons)));
         }
     } else if let Some(t) = &l.top_target {
-        row(s, "evidence", esc(t));
+        fact(s, "evidence", esc(t));
     }
-    s.push_str("</table>");
 }
 
 /// What to do about a loop, first thing under its heading: how to stop the session (Esc in

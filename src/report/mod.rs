@@ -15,7 +15,7 @@ pub mod svg;
 use crate::config::Config;
 use crate::store::Store;
 use anyhow::{Context, Result};
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 use std::path::{Path, PathBuf};
 
 pub use crate::clock::Clock;
@@ -255,78 +255,16 @@ pub const WINDOWS: [(&str, i64); 3] = [
 /// Reads the page's data from the store.
 pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
     let c = &store.conn;
-    let tick = c
-        .query_row(
-            &format!(
-                "SELECT l.t, s.outcome, s.sessions, s.flagged, s.duration_ms, s.blind, l.mode, l.full,
-                    -- backwards by id: a follow service writes a full tick every minute or so
-                    (SELECT t FROM ticks WHERE full = 1 ORDER BY id DESC LIMIT 1), s.t
-                 FROM ticks l, ticks s WHERE l.id = (SELECT max(id) FROM ticks)
-                    AND s.id = ({})",
-                crate::store::ticks::SHOWN_TICK
-            ),
-            [],
-            |r| {
-                Ok(LastTick {
-                    t: r.get(0)?,
-                    outcome: r.get(1)?,
-                    sessions: r.get(2)?,
-                    flagged: r.get(3)?,
-                    duration_ms: r.get(4)?,
-                    blind: r.get(5)?,
-                    mode: r.get(6)?,
-                    full: r.get(7)?,
-                    last_full: r.get(8)?,
-                    figures_at: r.get(9)?,
-                })
-            },
-        )
-        .optional()?;
-    let recent_ticks = c
-        .prepare("SELECT t FROM ticks ORDER BY id DESC LIMIT 12")?
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<Vec<i64>>>()?;
-    // the recent ticks only: a follow service writes one a second while sessions work
-    let sources_read = c
-        .prepare(
-            "SELECT j.value, max(t.t) FROM ticks t, json_each(t.sources) j
-             WHERE t.id > (SELECT max(id) - 5000 FROM ticks) AND j.type = 'text'
-             GROUP BY j.value ORDER BY 2 DESC, 1 LIMIT 50",
-        )?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<Vec<(String, i64)>>>()?;
-    let blind = c
-        .query_row(
-            "SELECT opened, coalesce(top_target, title) FROM alerts WHERE kind = 'blind' AND state = 'open'",
-            [],
-            |r| {
-                Ok(BlindAlert {
-                    since: r.get(0)?,
-                    why: r.get(1)?,
-                })
-            },
-        )
-        .optional()?;
+    let tick = last_tick(c)?;
+    let recent_ticks = recent_ticks(c)?;
+    let sources_read = sources_read(c)?;
+    let blind = blind_alert(c)?;
     let channels = channels(store, cfg)?;
     let loops = open_loops(store)?;
-    let hidden: (usize, usize) = c.query_row(
-        "SELECT count(*), coalesce(sum(kind = 'loop'), 0) FROM alerts WHERE state = 'open'",
-        [],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )?;
-    let drawn_loops = loops.iter().filter(|l| l.kind == "loop").count();
-    let hidden = (
-        hidden.0.saturating_sub(loops.len()),
-        hidden.1.saturating_sub(drawn_loops),
-    );
+    let hidden = alerts_not_drawn(c, &loops)?;
     let week = now - 7 * 86_400_000;
     let episodes = episodes(store, week, now)?;
-    let all: usize = c.query_row(
-        "SELECT count(*) FROM episodes WHERE state = 'open' OR resolved >= ?1 OR opened >= ?1",
-        params![week],
-        |r| r.get(0),
-    )?;
-    let episodes_hidden = all.saturating_sub(episodes.len());
+    let episodes_hidden = episodes_not_listed(c, week, episodes.len())?;
     let mut rollups = Vec::new();
     for (label, span) in WINDOWS {
         rollups.push(rollup(store, label, now - span)?);
@@ -352,6 +290,97 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
         hidden,
         episodes_hidden,
     })
+}
+
+/// The latest tick, with the figures of the tick that says how things stand
+/// ([`crate::store::ticks::SHOWN_TICK`]): a follow service's partial ticks judge only what changed.
+fn last_tick(c: &Connection) -> Result<Option<LastTick>> {
+    Ok(c.query_row(
+        &format!(
+            "SELECT l.t, s.outcome, s.sessions, s.flagged, s.duration_ms, s.blind, l.mode, l.full,
+                -- backwards by id: a follow service writes a full tick every minute or so
+                (SELECT t FROM ticks WHERE full = 1 ORDER BY id DESC LIMIT 1), s.t
+             FROM ticks l, ticks s WHERE l.id = (SELECT max(id) FROM ticks)
+                AND s.id = ({})",
+            crate::store::ticks::SHOWN_TICK
+        ),
+        [],
+        |r| {
+            Ok(LastTick {
+                t: r.get(0)?,
+                outcome: r.get(1)?,
+                sessions: r.get(2)?,
+                flagged: r.get(3)?,
+                duration_ms: r.get(4)?,
+                blind: r.get(5)?,
+                mode: r.get(6)?,
+                full: r.get(7)?,
+                last_full: r.get(8)?,
+                figures_at: r.get(9)?,
+            })
+        },
+    )
+    .optional()?)
+}
+
+/// Times of the 12 latest ticks, newest first: the interval as it really is, not as configured.
+fn recent_ticks(c: &Connection) -> Result<Vec<i64>> {
+    Ok(c.prepare("SELECT t FROM ticks ORDER BY id DESC LIMIT 12")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<i64>>>()?)
+}
+
+/// Each source the recent ticks read, with when it was last read, newest first.
+fn sources_read(c: &Connection) -> Result<Vec<(String, i64)>> {
+    // the recent ticks only: a follow service writes one a second while sessions work
+    Ok(c.prepare(
+        "SELECT j.value, max(t.t) FROM ticks t, json_each(t.sources) j
+         WHERE t.id > (SELECT max(id) - 5000 FROM ticks) AND j.type = 'text'
+         GROUP BY j.value ORDER BY 2 DESC, 1 LIMIT 50",
+    )?
+    .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+    .collect::<rusqlite::Result<Vec<(String, i64)>>>()?)
+}
+
+/// The open blind alert, if any: the page says first that the watchdog cannot see.
+fn blind_alert(c: &Connection) -> Result<Option<BlindAlert>> {
+    Ok(c.query_row(
+        "SELECT opened, coalesce(top_target, title) FROM alerts WHERE kind = 'blind' AND state = 'open'",
+        [],
+        |r| {
+            Ok(BlindAlert {
+                since: r.get(0)?,
+                why: r.get(1)?,
+            })
+        },
+    )
+    .optional()?)
+}
+
+/// Open alerts past the ones drawn, and how many of them are loops: the page says how many
+/// more there are instead of drawing them all.
+fn alerts_not_drawn(c: &Connection, drawn: &[Loop]) -> Result<(usize, usize)> {
+    let open: (usize, usize) = c.query_row(
+        "SELECT count(*), coalesce(sum(kind = 'loop'), 0) FROM alerts WHERE state = 'open'",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let drawn_loops = drawn.iter().filter(|l| l.kind == "loop").count();
+    Ok((
+        open.0.saturating_sub(drawn.len()),
+        open.1.saturating_sub(drawn_loops),
+    ))
+}
+
+/// Episodes since `week` past the `listed` ones: the page lists at most [`EPISODES_SHOWN`]
+/// and says how many more.
+fn episodes_not_listed(c: &Connection, week: i64, listed: usize) -> Result<usize> {
+    let all: usize = c.query_row(
+        "SELECT count(*) FROM episodes WHERE state = 'open' OR resolved >= ?1 OR opened >= ?1",
+        params![week],
+        |r| r.get(0),
+    )?;
+    Ok(all.saturating_sub(listed))
 }
 
 /// The installed timer unit and its `OnUnitActiveSec=` (a drop-in's value wins).
@@ -514,7 +543,7 @@ fn blocks(store: &Store) -> Result<Vec<Block>> {
 
 /// Each open loop's figures from its earlier episodes and its flagged sessions at the latest
 /// tick that flagged its tree; `episodes[i]` is `loops[i]`'s episode.
-fn trees(c: &rusqlite::Connection, loops: &mut [Loop], episodes: &[i64]) -> Result<()> {
+fn trees(c: &Connection, loops: &mut [Loop], episodes: &[i64]) -> Result<()> {
     let mut base = c.prepare(
         "SELECT coalesce(sum(base_calls), 0), coalesce(sum(base_cost), 0) FROM episode_sessions
          WHERE episode = ?1 AND flagged = 1",
@@ -568,7 +597,7 @@ fn trees(c: &rusqlite::Connection, loops: &mut [Loop], episodes: &[i64]) -> Resu
 
 /// Picks the sessions that get a picture (each loop's first, then the others in page order, see
 /// [`PICTURES_MAX`]) and loads their latest calls within the page's mark budget.
-fn picture(c: &rusqlite::Connection, loops: &mut [Loop]) -> Result<()> {
+fn picture(c: &Connection, loops: &mut [Loop]) -> Result<()> {
     let mut pictures = loops.iter().filter(|l| !l.sessions.is_empty()).count();
     let mut take = Vec::with_capacity(loops.len());
     for l in loops.iter() {
