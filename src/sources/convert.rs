@@ -229,7 +229,11 @@ pub fn activity_of(session: &str, messages: &Value) -> crate::record::Activity {
             .and_then(|e| e.get("name"))
             .and_then(Value::as_str)
             .map(String::from);
-        a.in_flight = time(info, "completed").is_none() && a.error.is_none();
+        // a step that ended in tool calls is not the end of the turn: opencode starts the next
+        // step (a new assistant message) at once, a few milliseconds later; read between the two,
+        // the turn looked over, and follow mode resolved a loop that went on
+        let steps_on = info["finish"] == "tool-calls";
+        a.in_flight = (time(info, "completed").is_none() || steps_on) && a.error.is_none();
         for p in m["parts"].as_array().into_iter().flatten() {
             let st = &p["state"];
             if p["type"] == "tool" && matches!(st["status"].as_str(), Some("pending" | "running")) {
@@ -518,6 +522,35 @@ mod tests {
             .set_len(LINES_MAX_BYTES + 1)
             .unwrap();
         assert_eq!(count_lines(big.to_str().unwrap()), None);
+    }
+
+    /// A step that ended in tool calls (its message completed, `finish: "tool-calls"`) with the
+    /// next step's message not written yet: the turn goes on. Found by an operator's journey,
+    /// where follow mode read the 12 ms between the two, called every flagged session idle and
+    /// resolved a loop that went on for 150 more calls.
+    #[test]
+    fn a_step_that_ended_in_tool_calls_is_not_the_end_of_the_turn() {
+        let step = |finish: &str, completed: Option<i64>, error: Option<&str>| {
+            let mut info = json!({"id": "msg_2", "role": "assistant", "finish": finish,
+                                  "time": {"created": 10}});
+            if let Some(c) = completed {
+                info["time"]["completed"] = json!(c);
+            }
+            if let Some(e) = error {
+                info["error"] = json!({"name": e});
+            }
+            json!([{"info": {"id": "msg_1", "role": "user", "time": {"created": 1}}, "parts": []},
+                   {"info": info, "parts": []}])
+        };
+        let in_flight = |m: &Value| activity_of("ses_a", m).in_flight;
+        assert!(in_flight(&step("tool-calls", Some(20), None)));
+        assert!(in_flight(&step("tool-calls", None, None)));
+        assert!(!in_flight(&step("stop", Some(20), None)));
+        assert!(!in_flight(&step(
+            "tool-calls",
+            Some(20),
+            Some("MessageAbortedError")
+        )));
     }
 
     #[test]
