@@ -182,15 +182,23 @@ pub fn sent_before(
     channel: &str,
 ) -> Result<SentBefore> {
     let mut key_last = conn.prepare_cached(
-        "SELECT max(d.t) FROM deliveries d JOIN events e ON e.id = d.event
-         WHERE e.dedup_key = ?1 AND d.channel = ?2 AND d.status = 'sent'",
+        "SELECT d.t, e.state = 'resolve' FROM deliveries d JOIN events e ON e.id = d.event
+         WHERE e.dedup_key = ?1 AND d.channel = ?2 AND d.status = 'sent'
+         ORDER BY d.t DESC, e.id DESC LIMIT 1",
     )?;
+    let (key_last, key_resolved) = key_last
+        .query_row(params![ev.dedup_key, channel], |r| {
+            Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, bool>(1)?))
+        })
+        .optional()?
+        .unwrap_or((None, false));
     let mut episode_sent = conn.prepare_cached(
         "SELECT EXISTS (SELECT 1 FROM deliveries d JOIN events e ON e.id = d.event
          WHERE e.episode = ?1 AND d.channel = ?2 AND d.status IN ('sent', 'failed'))",
     )?;
     Ok(SentBefore {
-        key_last: key_last.query_row(params![ev.dedup_key, channel], |r| r.get(0))?,
+        key_last,
+        key_resolved,
         episode: match episode {
             Some(e) => episode_sent.query_row(params![e, channel], |r| r.get(0))?,
             None => false,

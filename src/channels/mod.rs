@@ -151,7 +151,8 @@ pub struct ChannelTable {
     pub enabled: bool,
     #[serde(default = "warning")]
     pub min_severity: Severity,
-    /// Seconds between two notifications of one alert on this channel (resolves always go).
+    /// Seconds between two notifications of one alert on this channel (resolves, escalations
+    /// and a loop back after its shown resolve always go).
     #[serde(default = "rate")]
     pub rate_limit_secs: u64,
     /// Local hours `[start, end)` when nothing but resolves is sent, e.g. `[22, 7]`.
@@ -213,7 +214,8 @@ pub struct ChannelConfig {
     pub name: String,
     pub enabled: bool,
     pub min_severity: Severity,
-    /// Seconds between two notifications of one alert on this channel (resolves always go).
+    /// Seconds between two notifications of one alert on this channel (resolves, escalations
+    /// and a loop back after its shown resolve always go).
     pub rate_limit_secs: u64,
     /// Local hours `[start, end)` when nothing but resolves is sent, e.g. `[22, 7]`.
     pub quiet_hours: Option<[u8; 2]>,

@@ -2,13 +2,16 @@
 //! resolves, as a pure function of the channel, the event and what was sent before.
 
 use super::{ChannelConfig, EffectiveChannel};
-use crate::event::{Delivery, Event, Transition};
+use crate::event::{AlertKind, Delivery, Event, Transition};
 
 /// What has been sent for an alert on one channel before this tick.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SentBefore {
     /// The last time anything of this dedup key was sent here.
     pub key_last: Option<i64>,
+    /// What was sent last of this dedup key here was a resolve: the operator was told it is
+    /// over, so a new trigger is news, whatever the rate limit.
+    pub key_resolved: bool,
     /// Something of this episode was sent (or tried: it may have shown) here.
     pub episode: bool,
 }
@@ -29,7 +32,9 @@ pub fn quiet(c: &ChannelConfig, hour: Option<u8>) -> bool {
 
 /// Where an event goes on one channel: pending, deferred (quiet hours) or skipped (disabled,
 /// below the channel's severity, rate limited), with the reason. Resolves and escalations are
-/// never rate limited; a resolve goes only where something of its episode went.
+/// never rate limited, nor a loop's trigger after its resolve was shown (the operator was told
+/// it is over: that it loops again is news); a resolve goes only where something of its episode
+/// went.
 pub fn route(
     c: &EffectiveChannel,
     ev: &Event,
@@ -60,6 +65,7 @@ pub fn route(
         // Alertmanager groups, dedups and silences by itself; every transition goes
         (Delivery::Pending, String::new())
     } else if ev.state != Transition::Escalate
+        && !(ev.alert == AlertKind::Loop && sent.key_resolved)
         && sent.key_last.is_some_and(|t| {
             // user seconds: saturate, never wrap
             now.saturating_sub(t)
@@ -93,7 +99,8 @@ mod tests {
     use crate::severity::Severity;
 
     #[test]
-    fn an_escalation_is_not_rate_limited_but_a_second_trigger_is() {
+    fn an_escalation_and_a_trigger_after_a_shown_resolve_are_not_rate_limited_but_a_second_trigger_is(
+    ) {
         let cfg: ChannelConfig = toml::from_str("name = \"d\"\ntype = \"desktop\"\n").unwrap();
         let c = EffectiveChannel {
             cfg,
@@ -108,6 +115,7 @@ mod tests {
         );
         let sent = SentBefore {
             key_last: Some(1_000_000 - 60_000),
+            key_resolved: false,
             episode: true,
         };
         assert_eq!(
@@ -118,6 +126,24 @@ mod tests {
         ev.severity = Severity::Critical;
         assert_eq!(
             route(&c, &ev, sent, None, 1_000_000),
+            (Delivery::Pending, String::new())
+        );
+        // the operator was told it resolved a minute ago: a new trigger is news (an operator's
+        // journey saw a loop resolved, then looping again for 2 min 40 s, its trigger held back)
+        ev.state = Transition::Trigger;
+        ev.severity = Severity::Warning;
+        let after_resolve = SentBefore {
+            key_resolved: true,
+            ..sent
+        };
+        assert_eq!(
+            route(&c, &ev, after_resolve, None, 1_000_000),
+            (Delivery::Skipped, "rate limited (300s)".into()),
+            "the blind alert keeps its limit"
+        );
+        ev.alert = crate::event::AlertKind::Loop;
+        assert_eq!(
+            route(&c, &ev, after_resolve, None, 1_000_000),
             (Delivery::Pending, String::new())
         );
     }
@@ -140,6 +166,7 @@ mod tests {
         ev.severity = Severity::Info;
         let never = SentBefore {
             key_last: Some(1_000_000 - 60_000),
+            key_resolved: false,
             episode: false,
         };
         assert_eq!(
