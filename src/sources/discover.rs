@@ -136,6 +136,11 @@ pub struct Process {
     pub urls: Vec<(u16, String)>,
     /// Its parent's pid (0 when unreadable).
     pub ppid: u32,
+    /// When it started, epoch ms (from `/proc/PID/stat` and the boot time).
+    pub started: Option<i64>,
+    /// It is an `opencode run`: `Some` with the session it was told to continue (`-s ID`),
+    /// if any. Such a process runs one session (and that session's subagents).
+    pub run: Option<Option<String>>,
 }
 
 /// The user this process runs as (the owner of `/proc/self`).
@@ -154,6 +159,7 @@ pub fn processes(proc: &Path, uids: &[u32]) -> Vec<Process> {
             socks.extend(parse_listening(&text, v6));
         }
     }
+    let boot = boot_ms(proc);
     let me = std::process::id();
     let mut pids: Vec<u32> = std::fs::read_dir(proc)
         .into_iter()
@@ -181,6 +187,10 @@ pub fn processes(proc: &Path, uids: &[u32]) -> Vec<Process> {
         out.push(Process {
             pid,
             uid,
+            started: started_ms(&dir, boot),
+            run: std::fs::read(dir.join("cmdline"))
+                .ok()
+                .and_then(|c| run_args(&c)),
             ppid: ppid_of(&dir),
             cwd: std::fs::read_link(dir.join("cwd")).ok(),
             db: db_of(&dir),
@@ -191,6 +201,55 @@ pub fn processes(proc: &Path, uids: &[u32]) -> Vec<Process> {
         });
     }
     drop_forks(out)
+}
+
+/// When the machine booted, epoch ms (`btime` of `/proc/stat`).
+fn boot_ms(proc: &Path) -> Option<i64> {
+    let stat = std::fs::read_to_string(proc.join("stat")).ok()?;
+    let secs: i64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(secs * 1000)
+}
+
+/// When a process started, epoch ms: `starttime`, the 22nd field of `/proc/PID/stat`, counts
+/// clock ticks since boot, 100 a second (Linux's USER_HZ, fixed for user space).
+fn started_ms(proc_dir: &Path, boot: Option<i64>) -> Option<i64> {
+    let s = std::fs::read_to_string(proc_dir.join("stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    let ticks: i64 = rest.split_whitespace().nth(19)?.parse().ok()?;
+    Some(boot? + ticks * 10)
+}
+
+/// Whether a command line (NUL-separated) is `opencode run`, and the session it names with
+/// `-s`/`--session`: `Some(None)` for a run of a new session. The subcommand is the first word
+/// after the program that is not an option (`--log-level` and `--print-logs` may come first).
+pub fn run_args(cmdline: &[u8]) -> Option<Option<String>> {
+    let args: Vec<String> = cmdline
+        .split(|&b| b == 0)
+        .skip(1)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let mut i = 0;
+    while i < args.len() && args[i].starts_with('-') {
+        i += if args[i] == "--log-level" { 2 } else { 1 };
+    }
+    if args.get(i).map(String::as_str) != Some("run") {
+        return None;
+    }
+    let mut session = None;
+    let mut rest = args[i + 1..].iter();
+    while let Some(a) = rest.next() {
+        if a == "-s" || a == "--session" {
+            session = rest.next().cloned();
+        } else if let Some(v) = a.strip_prefix("--session=") {
+            session = Some(v.to_string());
+        }
+    }
+    Some(session)
 }
 
 /// The parent pid from `/proc/PID/stat` (the fourth field, after the parenthesised name, which
@@ -245,6 +304,32 @@ pub fn listeners(procs: &[Process]) -> Vec<Listener> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `opencode run` and the session it names, from a command line as /proc has it.
+    #[test]
+    fn an_opencode_run_and_its_session_are_read_from_its_command_line() {
+        let run = |words: &[&str]| run_args(words.join("\0").as_bytes());
+        assert_eq!(run(&["opencode", "run", "SCRIPT:x go"]), Some(None));
+        assert_eq!(
+            run(&[
+                "opencode",
+                "--log-level",
+                "DEBUG",
+                "run",
+                "-s",
+                "ses_a",
+                "go on"
+            ]),
+            Some(Some("ses_a".into()))
+        );
+        assert_eq!(
+            run(&["opencode", "--print-logs", "run", "--session=ses_b"]),
+            Some(Some("ses_b".into()))
+        );
+        assert_eq!(run(&["opencode", "serve", "--port", "0"]), None);
+        assert_eq!(run(&["opencode"]), None);
+        assert_eq!(run(&["opencode", "/w/proj"]), None);
+    }
 
     fn proc_entry(root: &Path, pid: u32, ppid: u32, exe: &str, home: &str, sockets: &[u64]) {
         let dir = root.join(pid.to_string());

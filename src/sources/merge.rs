@@ -11,7 +11,7 @@ use crate::record::Session;
 use anyhow::Result;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A session in the selection graph: enough to pick what to list without reading it all.
 pub struct SessionNode<'a> {
@@ -333,6 +333,79 @@ pub fn ended_where_no_process(
     }
 }
 
+/// An `opencode run` process seen working, alive or since ended: where and when it started,
+/// the session it was told to continue (`-s ID`), and when it was seen gone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunProcess {
+    pub pid: u32,
+    pub cwd: PathBuf,
+    pub started: i64,
+    pub session: Option<String>,
+    pub ended: Option<i64>,
+}
+
+/// How long after it starts an `opencode run` creates its session, at most (it does at once;
+/// two minutes allow for a loaded machine).
+const RUN_CREATES_WITHIN_MS: i64 = 120_000;
+/// A write racing the process's exit, and the poll that saw it gone.
+const SLACK_MS: i64 = 2_000;
+
+/// The sessions whose `opencode run` has ended, whatever other opencode processes work in their
+/// directory (a TUI open on the same project kept a Ctrl-C'd run "busy and silent" for six
+/// minutes, until the TUI quit): marked `process: ended`, as [`ended_where_no_process`] marks
+/// them. A run runs the session it names (`-s ID`), else the first one created in its directory
+/// after it started (runs in turn, each taking the first not yet taken), and that session's
+/// subagents. Only a session with no live status and no write since its run ended.
+pub fn ended_with_their_run(sessions: &mut [Session], runs: &[RunProcess]) {
+    let mut by_start: Vec<&RunProcess> = runs.iter().collect();
+    by_start.sort_by_key(|r| (r.started, r.pid));
+    let mut owner: HashMap<String, &RunProcess> = HashMap::new();
+    for r in by_start {
+        let own = match &r.session {
+            Some(id) => Some(id.clone()),
+            None => sessions
+                .iter()
+                .filter(|s| {
+                    s.parent.is_none()
+                        && s.directory.as_deref().map(Path::new) == Some(r.cwd.as_path())
+                        // `started` is at most a second early (the boot time is in seconds)
+                        && s.created.is_some_and(|c| {
+                            c >= r.started && c <= r.started + RUN_CREATES_WITHIN_MS
+                        })
+                        && !owner.contains_key(&s.id)
+                })
+                .min_by_key(|s| (s.created, s.id.clone()))
+                .map(|s| s.id.clone()),
+        };
+        if let Some(id) = own {
+            owner.entry(id).or_insert(r);
+        }
+    }
+    // subagents run in their root's process
+    let parents: HashMap<String, String> = sessions
+        .iter()
+        .filter_map(|s| Some((s.id.clone(), s.parent.clone()?)))
+        .collect();
+    let run_of = |id: &str| -> Option<&RunProcess> {
+        let mut cur = id.to_string();
+        for _ in 0..64 {
+            if let Some(r) = owner.get(&cur) {
+                return Some(*r);
+            }
+            cur = parents.get(&cur)?.clone();
+        }
+        None
+    };
+    for s in sessions.iter_mut() {
+        let Some(ended) = run_of(&s.id).and_then(|r| r.ended) else {
+            continue;
+        };
+        if s.status.is_none() && !matches!(s.updated, Some(u) if u > ended + SLACK_MS) {
+            s.extra.insert("process".into(), Value::from("ended"));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,6 +474,8 @@ mod tests {
                 db: None,
                 urls: vec![],
                 ppid: 0,
+                started: None,
+                run: None,
             },
             discover::Process {
                 pid: 2,
@@ -409,11 +484,76 @@ mod tests {
                 db: None,
                 urls: vec![(4096, "http://127.0.0.1:4096".into())],
                 ppid: 0,
+                started: None,
+                run: None,
             },
         ];
         idle_is_unknown_where_unasked(&mut all, &procs, &HashSet::from([2]));
         let got: Vec<Option<&str>> = all.iter().map(|s| s.status.as_deref()).collect();
         assert_eq!(got, [None, None, Some("busy"), Some("idle")]);
+    }
+
+    /// An operator's journey: a Ctrl-C'd `opencode run` stayed "busy and silent" for six
+    /// minutes because a TUI was open on the same project. Its run is known: the first session
+    /// created in its directory after it started.
+    #[test]
+    fn a_session_whose_run_ended_has_ended_whatever_else_works_in_its_directory() {
+        let sess = |id: &str, parent: Option<&str>, created: i64, updated: i64| Session {
+            id: id.into(),
+            parent: parent.map(Into::into),
+            directory: Some("/w/a".into()),
+            created: Some(created),
+            updated: Some(updated),
+            ..Session::default()
+        };
+        let run = |pid: u32, started: i64, session: Option<&str>, ended: Option<i64>| RunProcess {
+            pid,
+            cwd: "/w/a".into(),
+            started,
+            session: session.map(Into::into),
+            ended,
+        };
+        let mut all = vec![
+            // the killed run's session, and its subagent
+            sess("ses_run1", None, 1_000, 5_000),
+            sess("ses_run1_sub", Some("ses_run1"), 2_000, 4_000),
+            // the TUI's, created while the run went on
+            sess("ses_tui", None, 3_000, 9_000),
+            // a second run's, which goes on
+            sess("ses_run2", None, 4_000, 9_500),
+            // an old session a run continued with -s, and one a TUI took over after its run
+            sess("ses_old", None, -50_000, 5_500),
+            sess("ses_taken", None, 7_000, 20_000),
+            // a server says this one is busy
+            Session {
+                status: Some("busy".into()),
+                ..sess("ses_live", None, 7_100, 7_200)
+            },
+        ];
+        let runs = [
+            run(10, 900, None, Some(6_000)),
+            run(11, 3_900, None, None),
+            run(12, 5_000, Some("ses_old"), Some(6_000)),
+            run(13, 6_900, None, Some(10_000)),
+            run(14, 7_050, None, Some(10_000)),
+        ];
+        ended_with_their_run(&mut all, &runs);
+        let ended: Vec<&str> = all
+            .iter()
+            .filter(|s| s.extra.get("process") == Some(&Value::from("ended")))
+            .map(|s| s.id.as_str())
+            .collect();
+        assert_eq!(ended, ["ses_run1", "ses_run1_sub", "ses_old"]);
+        // the second run ends too: its own session ends with it, not the TUI's
+        let mut runs = runs.to_vec();
+        runs[1].ended = Some(10_000);
+        ended_with_their_run(&mut all, &runs);
+        let ended: Vec<&str> = all
+            .iter()
+            .filter(|s| s.extra.get("process") == Some(&Value::from("ended")))
+            .map(|s| s.id.as_str())
+            .collect();
+        assert_eq!(ended, ["ses_run1", "ses_run1_sub", "ses_run2", "ses_old"]);
     }
 
     #[test]
@@ -430,6 +570,8 @@ mod tests {
             db: None,
             urls: vec![],
             ppid: 0,
+            started: None,
+            run: None,
         };
         let ended = |procs: &[discover::Process], looked: bool| -> Vec<String> {
             let mut all = vec![db("ses_tui", "/w/a/sub"), db("ses_killed", "/w/b")];

@@ -481,6 +481,68 @@ fn a_new_user_following_hears_of_a_loop_within_calls_of_its_flag_point_and_of_it
     );
 }
 
+/// An operator's journey: an `opencode run` killed while a second opencode worked in the same
+/// project (there a TUI) stayed "busy and silent" for six minutes, its loop open and critical,
+/// until the other process quit. The run that ran the session has ended, whatever else works in
+/// its directory: the loop resolves within seconds, and the other run's session goes on.
+#[test]
+fn a_killed_run_resolves_though_another_opencode_works_in_its_project() {
+    let fake = ocsim::Fake::start();
+    let mut m = Machine::following(&fake);
+    let a = m.project("proj_a");
+    let start = |m: &mut Machine, name: &str, script: &str| -> u32 {
+        let run = ocsim::opencode(m.home.path(), &a)
+            .args(["run", &format!("SCRIPT:{script} go")])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(m.home.join(&format!("{name}.out"))).unwrap())
+            .stderr(std::fs::File::create(m.home.join(&format!("{name}.err"))).unwrap())
+            .spawn()
+            .expect("opencode run");
+        let pid = run.id();
+        m.kids.push(run);
+        pid
+    };
+    let first = start(&mut m, "run1", "slow_reread40");
+    let looping = m.wait_calls(&a, 1);
+    m.heard_trigger_at_flag_point(&looping);
+    // 200 reads half a second apart: it outlasts the test
+    let _second = start(&mut m, "run2", "lc_journey");
+    let other = loop {
+        let latest = m.wait_calls(&a, 1);
+        if latest != looping {
+            break latest;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // no Ctrl-C, which may leave an abort in the database: the process is gone, nothing else
+    let st = std::process::Command::new("kill")
+        .args(["-KILL", &first.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let killed = Instant::now();
+    let resolved = m.heard(&looping, "resolved", 60);
+    assert!(
+        resolved.body.contains("the opencode process ended"),
+        "{}",
+        resolved.body
+    );
+    eprintln!(
+        "the killed run's loop resolved {:.1} s after the kill",
+        killed.elapsed().as_secs_f64()
+    );
+    let before = m.calls_now(&other);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(m.calls_now(&other) > before, "the second run goes on");
+    assert!(
+        !m.follow_transitions(&other)
+            .iter()
+            .any(|t| t.contains("state=resolve")),
+        "{}",
+        m.follow_log()
+    );
+}
+
 /// Issue 27, the TUI half: a new user runs the follow service, then the opencode TUI in a tmux
 /// pane on a looping prompt. The desktop notification names the project within two calls of the
 /// flag point, from a partial read; quitting the TUI (one Ctrl-C quits opencode 1.18.33's TUI,

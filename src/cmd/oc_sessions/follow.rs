@@ -30,8 +30,8 @@ use crate::cli::{now_ms, parse_when, Exit, Out};
 use crate::config::{Config, Discover};
 use crate::paths::Found;
 use crate::record::{to_line, Sweep};
-use crate::sources::merge::Seen;
-use crate::sources::{self, db::Db, events, Cursor, Planned, Source};
+use crate::sources::merge::{ended_with_their_run, RunProcess, Seen};
+use crate::sources::{self, db::Db, discover, events, Cursor, Planned, Source};
 use crate::store::{episodes, Store};
 use anyhow::Result;
 use std::collections::HashMap;
@@ -45,6 +45,9 @@ const SLACK_MS: i64 = 2000;
 
 /// The first read, with no tick recorded, looks back this far (as the first timer tick does).
 const FIRST_LOOK_BACK: &str = "1h";
+/// How long an `opencode run` that ended is remembered: its session is listed again at the next
+/// poll and full read, and marked ended then.
+const RUNS_KEPT_MS: i64 = 600_000;
 
 enum Database {
     Open(Box<Db>, Option<Cursor>),
@@ -77,6 +80,9 @@ struct SessionsFollow<'a> {
     /// ends is noticed at the next poll, and the sessions listed in its directory are listed
     /// again then (a killed `opencode run` writes nothing more, so no change would say so).
     procs: Vec<(u32, Option<PathBuf>)>,
+    /// The `opencode run` processes seen, alive or ended in the last [`RUNS_KEPT_MS`]: the
+    /// session a run ran has ended with it, whatever else works in its directory.
+    runs: Vec<RunProcess>,
     /// Sessions listed since the last full read, with their directories.
     listed: HashMap<String, Option<String>>,
     /// The event streams of the servers that answered at the last full read.
@@ -112,6 +118,7 @@ pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
         n: 0,
         last_full: None,
         procs: Vec::new(),
+        runs: Vec::new(),
         listed: HashMap::new(),
         streams: Vec::new(),
         full_soon: false,
@@ -240,6 +247,8 @@ impl SessionsFollow<'_> {
             self.limits,
             &mut seen,
         );
+        note_runs(&mut self.runs, &procs);
+        ended_with_their_run(&mut seen.sessions, &self.runs);
         // the other sources are read at full reads only
         let others = sources::others_to_read(&self.args.sources, self.cfg, &self.db_path);
         let others = read_others(&others, (since, &also), self.limits, &mut seen);
@@ -315,6 +324,8 @@ impl SessionsFollow<'_> {
             self.limits,
             &mut seen,
         );
+        note_runs(&mut self.runs, &procs);
+        ended_with_their_run(&mut seen.sessions, &self.runs);
         self.procs = procs.iter().map(|p| (p.pid, p.cwd.clone())).collect();
         self.note_listed(&seen);
         // a server gone since the last full read: one blind record, then left to the next one
@@ -372,6 +383,14 @@ impl SessionsFollow<'_> {
             .filter(|(pid, _)| !alive(*pid))
             .map(|(_, cwd)| cwd.clone())
             .collect();
+        let now = now_ms();
+        for r in self.runs.iter_mut().filter(|r| r.ended.is_none()) {
+            if !alive(r.pid) {
+                r.ended = Some(now);
+            }
+        }
+        self.runs
+            .retain(|r| !matches!(r.ended, Some(e) if now - e >= RUNS_KEPT_MS));
         if gone.is_empty() {
             return Vec::new();
         }
@@ -389,6 +408,24 @@ impl SessionsFollow<'_> {
             .collect();
         ids.sort();
         ids
+    }
+}
+
+/// Adds the `opencode run`s among `procs` not seen before.
+fn note_runs(runs: &mut Vec<RunProcess>, procs: &[discover::Process]) {
+    for p in procs {
+        let (Some(session), Some(cwd), Some(started)) = (&p.run, &p.cwd, p.started) else {
+            continue;
+        };
+        if !runs.iter().any(|r| r.pid == p.pid && r.started == started) {
+            runs.push(RunProcess {
+                pid: p.pid,
+                cwd: cwd.clone(),
+                started,
+                session: session.clone(),
+                ended: None,
+            });
+        }
     }
 }
 
