@@ -273,7 +273,7 @@ fn last_tick(s: &mut String, p: &PageData) {
                     String::new()
                 } else {
                     // a partial tick judges only what changed in its second
-                    format!(" <small>(the last full read, {})</small>", when(p, t.figures_at))
+                    format!(" <small>(each session as last judged since the full read {})</small>", when(p, t.figures_at))
                 },
                 t.sessions,
                 t.flagged,
@@ -856,7 +856,7 @@ mod tests {
         // a partial tick's second is not how things stand: the outcome and figures are the
         // last full read's, and the page says so
         assert!(
-            html.contains("<td>outcome</td><td class=\"ok\">ok <small>(the last full read, <time datetime=\"2026-11-30T00:52:59.000Z\">2026-11-30 00:52:59 UTC</time> <small>(21 s ago)</small>)</small></td></tr><tr><td>sessions</td><td>2 judged, 0 flagged"),
+            html.contains("<td>outcome</td><td class=\"ok\">ok <small>(each session as last judged since the full read <time datetime=\"2026-11-30T00:52:59.000Z\">2026-11-30 00:52:59 UTC</time> <small>(21 s ago)</small>)</small></td></tr><tr><td>sessions</td><td>2 judged, 0 flagged"),
             "{html}"
         );
         // the follow service promises a full tick a minute: 2 min 1 s without one is stopped

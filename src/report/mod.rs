@@ -13,7 +13,7 @@ pub mod html;
 pub mod svg;
 
 use crate::config::Config;
-use crate::store::Store;
+use crate::store::{ticks, Store};
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::{Path, PathBuf};
@@ -30,7 +30,7 @@ pub struct PageData {
     pub clock: Clock,
     pub db: PathBuf,
     pub tick: Option<LastTick>,
-    /// Times of the recent ticks, newest first (the interval as it really is).
+    /// Times of the timer's recent ticks, newest first (its interval as it really is).
     pub recent_ticks: Vec<i64>,
     pub blind: Option<BlindAlert>,
     pub channels: Vec<Channel>,
@@ -297,12 +297,15 @@ pub fn gather(store: &Store, cfg: &Config, now: i64) -> Result<PageData> {
 fn last_tick(c: &Connection) -> Result<Option<LastTick>> {
     Ok(c.query_row(
         &format!(
-            "SELECT l.t, s.outcome, s.sessions, s.flagged, s.duration_ms, s.blind, l.mode, l.full,
+            "SELECT l.t, {outcome}, {sessions}, {flagged}, t.duration_ms, t.blind, l.mode, l.full,
                 -- backwards by id: a follow service writes a full tick every minute or so
-                (SELECT t FROM ticks WHERE full = 1 ORDER BY id DESC LIMIT 1), s.t
-             FROM ticks l, ticks s WHERE l.id = (SELECT max(id) FROM ticks)
-                AND s.id = ({})",
-            crate::store::ticks::SHOWN_TICK
+                (SELECT t FROM ticks WHERE full = 1 ORDER BY id DESC LIMIT 1), t.t
+             FROM ticks l, ticks t WHERE l.id = (SELECT max(id) FROM ticks)
+                AND t.id = ({shown})",
+            outcome = ticks::STANDING_OUTCOME,
+            sessions = ticks::STANDING_SESSIONS,
+            flagged = ticks::STANDING_FLAGGED,
+            shown = ticks::SHOWN_TICK
         ),
         [],
         |r| {
@@ -323,11 +326,16 @@ fn last_tick(c: &Connection) -> Result<Option<LastTick>> {
     .optional()?)
 }
 
-/// Times of the 12 latest ticks, newest first: the interval as it really is, not as configured.
+/// Times of the 12 latest timer ticks, newest first: its interval as it really is, not as configured.
 fn recent_ticks(c: &Connection) -> Result<Vec<i64>> {
-    Ok(c.prepare("SELECT t FROM ticks ORDER BY id DESC LIMIT 12")?
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<Vec<i64>>>()?)
+    // the timer's ticks: the follow service's come every second and say nothing of the timer
+    // (an operator read "recent ticks 4 s apart" on the timer's row); among the recent ticks only
+    Ok(c.prepare(
+        "SELECT t FROM ticks WHERE mode = 'timer' AND id > (SELECT max(id) - 5000 FROM ticks)
+         ORDER BY id DESC LIMIT 12",
+    )?
+    .query_map([], |r| r.get(0))?
+    .collect::<rusqlite::Result<Vec<i64>>>()?)
 }
 
 /// Each source the recent ticks read, with when it was last read, newest first.

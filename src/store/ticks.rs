@@ -51,7 +51,8 @@ pub fn status(store: &Store) -> Result<Rows> {
         store,
         "status",
         &format!(
-            "SELECT l.t AS last_tick, t.outcome, t.sessions, t.flagged,
+            "SELECT l.t AS last_tick, l.mode, {STANDING_OUTCOME} AS outcome,
+                {STANDING_SESSIONS} AS sessions, {STANDING_FLAGGED} AS flagged,
                 (SELECT count(*) FROM verdicts v WHERE v.tick = t.id) AS verdicts,
                 (SELECT count(*) FROM alerts WHERE state = 'open') AS open_alerts,
                 t.duration_ms, t.blind, t.t AS figures_at
@@ -73,6 +74,24 @@ pub const SHOWN_TICK: &str =
          THEN coalesce((SELECT f.id FROM ticks f WHERE f.full = 1 ORDER BY f.id DESC LIMIT 1), l.id)
          ELSE l.id END
      FROM ticks l ORDER BY l.id DESC LIMIT 1";
+
+/// How things stand, over `l` (the last tick) and `t` (the [`SHOWN_TICK`]): a timer's tick as
+/// it was; in follow mode, each session judged since the last full tick by its latest verdict,
+/// so a loop flagged by a partial tick since counts, and a session whose latest verdict is clean
+/// does not.
+pub const STANDING_SESSIONS: &str =
+    "CASE WHEN l.mode = 'follow' AND t.outcome NOT IN ('blind', 'no_opencode')
+     THEN (SELECT count(DISTINCT v.session) FROM verdicts v WHERE v.tick >= t.id)
+     ELSE t.sessions END";
+pub const STANDING_FLAGGED: &str = "CASE WHEN l.mode = 'follow' AND t.outcome NOT IN ('blind', 'no_opencode')
+     THEN (SELECT count(*) FROM verdicts v WHERE v.tick >= t.id AND v.flagged = 1
+           AND v.tick = (SELECT max(w.tick) FROM verdicts w WHERE w.session = v.session AND w.tick >= t.id))
+     ELSE t.flagged END";
+pub const STANDING_OUTCOME: &str = "CASE WHEN l.mode = 'follow' AND t.outcome IN ('ok', 'flagged')
+     THEN CASE WHEN EXISTS (SELECT 1 FROM verdicts v WHERE v.tick >= t.id AND v.flagged = 1
+           AND v.tick = (SELECT max(w.tick) FROM verdicts w WHERE w.session = v.session AND w.tick >= t.id))
+          THEN 'flagged' ELSE 'ok' END
+     ELSE t.outcome END";
 
 /// Deletes the ticks before `before`; returns how many.
 pub fn prune(tx: &Transaction<'_>, before: i64) -> Result<usize> {
@@ -151,53 +170,98 @@ mod tests {
     }
 
     /// In follow mode a partial tick judges only what changed in its second: "ok, 0 sessions"
-    /// while a loop ran (seen on the page and in status between a loop's partial ticks). The
-    /// figures are the last full tick's, said with when it was; a blind partial tick shows.
+    /// while a loop ran (seen on the page and in status between a loop's partial ticks), and the
+    /// last full tick alone said "ok" next to a loop a partial tick had flagged since (an
+    /// operator's journey). The figures are each session's latest verdict since the last full
+    /// tick, said with when that was; a blind partial tick shows.
     #[test]
-    fn followed_status_gives_the_last_full_ticks_figures_not_a_partial_ticks() {
+    fn followed_status_stands_on_the_last_full_tick_and_each_sessions_latest_verdict_since() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(&dir.path().join("w.db")).unwrap();
-        let add = |store: &mut Store, t: TickRow| {
+        let add = |store: &mut Store, t: TickRow, verdicts: &[(&str, bool)]| {
             let tx = store.write().unwrap();
-            insert(&tx, &t).unwrap();
+            let id = insert(&tx, &t).unwrap();
+            for (session, flagged) in verdicts {
+                tx.execute(
+                    "INSERT INTO verdicts (tick, t, session, root, flagged) VALUES (?1, ?2, ?3, ?3, ?4)",
+                    params![id, t.t, session, flagged],
+                )
+                .unwrap();
+            }
             tx.commit().unwrap();
         };
         use TickMode::{Follow, Timer};
         use TickOutcome::{Blind, Flagged, Ok};
-        add(&mut store, tick(1_000, Flagged, 12, 1, Follow, true));
-        add(&mut store, tick(2_000, Ok, 0, 0, Follow, false));
+        let abc = [("a", true), ("b", false), ("c", false)];
+        add(&mut store, tick(1_000, Flagged, 3, 1, Follow, true), &abc);
+        // a second of b alone
+        add(
+            &mut store,
+            tick(2_000, Ok, 1, 0, Follow, false),
+            &[("b", false)],
+        );
         assert_eq!(
             status_of(&store),
             (
                 json!(2_000),
                 json!("flagged"),
-                json!(12),
+                json!(3),
                 json!(1),
                 json!(1_000)
             )
         );
-        add(&mut store, tick(3_000, Blind, 0, 0, Follow, false));
+        // a lands a change; c starts looping
+        add(
+            &mut store,
+            tick(3_000, Ok, 1, 0, Follow, false),
+            &[("a", false)],
+        );
+        assert_eq!(status_of(&store).1, json!("ok"));
+        add(
+            &mut store,
+            tick(4_000, Flagged, 1, 1, Follow, false),
+            &[("c", true)],
+        );
         assert_eq!(
             status_of(&store),
             (
-                json!(3_000),
+                json!(4_000),
+                json!("flagged"),
+                json!(3),
+                json!(1),
+                json!(1_000)
+            )
+        );
+        add(&mut store, tick(5_000, Blind, 0, 0, Follow, false), &[]);
+        assert_eq!(
+            status_of(&store),
+            (
+                json!(5_000),
                 json!("blind"),
                 json!(0),
                 json!(0),
-                json!(3_000)
+                json!(5_000)
             )
         );
-        add(&mut store, tick(4_000, Ok, 11, 0, Follow, true));
-        add(&mut store, tick(5_000, Flagged, 1, 1, Follow, false));
-        assert_eq!(
-            status_of(&store),
-            (json!(5_000), json!("ok"), json!(11), json!(0), json!(4_000))
+        add(
+            &mut store,
+            tick(6_000, Ok, 2, 0, Follow, true),
+            &[("a", false), ("b", false)],
         );
-        // a timer tick is always its own figures
-        add(&mut store, tick(6_000, Ok, 3, 0, Timer, true));
+        add(
+            &mut store,
+            tick(7_000, Ok, 1, 0, Follow, false),
+            &[("d", false)],
+        );
         assert_eq!(
             status_of(&store),
-            (json!(6_000), json!("ok"), json!(3), json!(0), json!(6_000))
+            (json!(7_000), json!("ok"), json!(3), json!(0), json!(6_000))
+        );
+        // a timer tick is its own figures
+        add(&mut store, tick(8_000, Ok, 3, 0, Timer, true), &[]);
+        assert_eq!(
+            status_of(&store),
+            (json!(8_000), json!("ok"), json!(3), json!(0), json!(8_000))
         );
     }
 }

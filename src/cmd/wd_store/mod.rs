@@ -88,8 +88,8 @@ pub enum Cmd {
     /// Print the root sessions of open loop alerts, space-separated (for `oc-sessions --also`).
     OpenRoots,
     /// Last tick, its sessions and flagged verdicts, open alerts, channels. In follow mode the
-    /// outcome and figures are the last full tick's (`figures_at`): a partial tick judges only
-    /// what changed in its second.
+    /// outcome and figures are each session's latest verdict since the last full tick (at
+    /// `figures_at`): a partial tick judges only what changed in its second.
     Status,
     /// Open alerts (and those closed in the last --recent, with why): severity, dedup key,
     /// what the last tick made of it, agent, top target, what the loop burned.
