@@ -209,7 +209,7 @@ fn the_installed_tick_alerts_once_resolves_stopped_and_gone_and_stays_honest() {
     let r = w.tick();
     assert_eq!(
         r.stderr(),
-        "oc-watchdog-tick: another tick is running; this one exits\n"
+        "oc-watchdog-tick: another tick or the follow service (oc-watchdog-follow) is running; this one exits\n"
     );
     assert_eq!(w.ticks(), before);
     holder.wait().unwrap();
@@ -229,7 +229,9 @@ fn the_installed_tick_alerts_once_resolves_stopped_and_gone_and_stays_honest() {
     assert!(a.status.success() && b.status.success());
     let left = [&a, &b]
         .iter()
-        .filter(|o| String::from_utf8_lossy(&o.stderr).contains("another tick is running"))
+        .filter(|o| {
+            String::from_utf8_lossy(&o.stderr).contains("another tick or the follow service")
+        })
         .count();
     assert_eq!(
         w.ticks() - before,

@@ -361,13 +361,15 @@ fn new_live(i: &DecisionInput, open_keys: &HashSet<&str>, steps: &mut Vec<Step>)
             if kind == AlertKind::Interrupted && stopped::interrupt_of_stop(i.stopped, v) {
                 continue;
             }
-            // a person's own Esc is news only about a session already alerted on
+            // a person's own Esc is news only about a session with an open alert of its own
+            // (stalled, waiting, ...): its loop's resolve says who stopped it, and a second
+            // popup, which stayed open until the TUI quit, said it again (an operator's journey)
+            let loop_key = super::loop_key(&v.root);
             if kind == AlertKind::Interrupted
                 && v.liveness_evidence() == crate::liveness::BY_THE_USER
-                && !open_keys.contains(super::loop_key(&v.root).as_str())
                 && !open_keys
                     .iter()
-                    .any(|k| k.ends_with(&format!(":{}", v.session)))
+                    .any(|k| *k != loop_key && k.ends_with(&format!(":{}", v.session)))
             {
                 continue;
             }
@@ -1020,14 +1022,15 @@ mod tests {
             .map(name)
             .collect();
         assert!(got.is_empty(), "{got:?}");
-        // Esc in the looping session `r`: its interrupt is told
+        // Esc in the looping session `r`: its loop resolves, saying so (below), and nothing
+        // more opens
         let mut r = interrupted("r", by_user);
         r.flagged = true;
         let got: Vec<String> = run(vec![open(1, Severity::Warning, &[("r", 5)])], tick(vec![r]))
             .iter()
             .map(name)
             .collect();
-        assert_eq!(got, ["resolve stopped", "open interrupted info"]);
+        assert_eq!(got, ["resolve stopped"]);
         // and the resolve says who stopped it (Ctrl-C's abort can be read before its process
         // is seen gone)
         let mut r = interrupted("r", by_user);
