@@ -108,3 +108,20 @@ fn show(ev: &Event, wait: Duration, replaces: Option<u32>) -> Result<String, Str
     };
     crate::notify::show(&notice, wait)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::notify::{no_answer, not_asked};
+
+    /// A question unanswered before the Notify call left nothing on screen: owed again. A
+    /// Notify call unanswered may have shown: not sent twice. (In a burst of 20 loops at once,
+    /// a trigger whose capabilities question went unanswered was lost as a popup that may
+    /// have shown.)
+    #[test]
+    fn an_unanswered_question_before_notify_is_owed_again_an_unanswered_notify_is_not() {
+        let wait = Duration::from_millis(700);
+        assert!(Desktop {}.unsent(&not_asked(wait)));
+        assert!(!Desktop {}.unsent(&no_answer(wait)));
+    }
+}

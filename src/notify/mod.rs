@@ -69,7 +69,15 @@ pub fn unanswered(wait: Duration) -> Option<String> {
     }
 }
 
-fn no_answer(wait: Duration) -> String {
+/// The server did not say how it reads bodies in time, so no Notify was sent.
+pub fn not_asked(wait: Duration) -> String {
+    format!(
+        "desktop notification: not shown: the server did not tell its capabilities within {:.1}s",
+        wait.as_secs_f64()
+    )
+}
+
+pub fn no_answer(wait: Duration) -> String {
     format!(
         "desktop notification: no answer within {:.1}s",
         wait.as_secs_f64()
@@ -83,7 +91,9 @@ pub fn show(n: &Notice, wait: Duration) -> Result<String, String> {
     let mut summary = plain::visible(n.summary, plain::SUMMARY_CAP, false);
     let mut body = plain::visible_lines(n.body, plain::LINE_CAP);
     // dunst formats the summary into its markup too (`<b>%s</b>\n%b`)
-    if body_markup(wait).ok_or_else(|| no_answer(wait))? {
+    // unanswered, the question leaves nothing shown: the delivery is owed again (it was lost
+    // as "no answer", taken for a popup that may have shown, in a burst of 20 loops at once)
+    if body_markup(wait).ok_or_else(|| not_asked(wait))? {
         summary = plain::escape_markup(&summary);
         body = plain::escape_markup(&body);
     }
