@@ -594,7 +594,8 @@ mod tests {
             lifecycle(vec![], lasts, seen, vec![looping(45, "active", 3_000)]),
             ["open loop"]
         );
-        // without the stop's record, that interrupt is news about an alerted session
+        // without the stop's record, it is a person's interrupt: the loop's resolve says so, and
+        // no alert of its own opens
         assert_eq!(
             lifecycle(
                 vec![stopped],
@@ -602,7 +603,7 @@ mod tests {
                 HashMap::new(),
                 vec![looping(41, "interrupted", 1_900)]
             ),
-            ["resolve stopped", "open interrupted"]
+            ["resolve stopped"]
         );
         // without a stop, the same call counts
         assert_eq!(
