@@ -262,14 +262,21 @@ fn last_tick(s: &mut String, p: &PageData) {
         None => s.push_str("<p class=\"bad\">No tick recorded yet: the timer has not run. Run <code>oc-watchdog-tick</code> or enable the timer.</p>"),
         Some(t) => {
             let stale = p.now - t.last_full.unwrap_or(t.t).max(t.t) > stopped_after(p, t);
+            // sessions the detector still flags whose loops resolved (stopped, interrupted, their
+            // process ended): no loop is open, and a red "flagged" beside "Nothing is looping"
+            // read as a contradiction (an operator's journey)
+            let loops_open = p.loops.iter().any(|l| l.kind == "loop") || p.hidden.1 > 0;
+            let settled = t.outcome == "flagged" && !loops_open;
             let _ = write!(
                 s,
                 "<table class=\"kv\"><tr><td>last tick</td><td>{}{}</td></tr><tr><td>outcome</td><td class=\"{}\">{}{}</td></tr><tr><td>sessions</td><td>{} judged, {} flagged</td></tr><tr><td>duration</td><td>{:.1} s</td></tr>",
                 when(p, t.t),
                 if stale { " <span class=\"bad\">(stale: the watchdog may have stopped)</span>" } else { "" },
-                if matches!(t.outcome.as_str(), "ok" | "no_opencode") { "ok" } else { "bad" },
+                if matches!(t.outcome.as_str(), "ok" | "no_opencode") || settled { "ok" } else { "bad" },
                 esc(&t.outcome),
-                if t.figures_at == t.t {
+                if settled {
+                    " <small>(their loops resolved: none is open)</small>".to_string()
+                } else if t.figures_at == t.t {
                     String::new()
                 } else {
                     // a partial tick judges only what changed in its second
@@ -859,6 +866,12 @@ mod tests {
             html.contains("<td>outcome</td><td class=\"ok\">ok <small>(each session as last judged since the full read <time datetime=\"2026-11-30T00:52:59.000Z\">2026-11-30 00:52:59 UTC</time> <small>(21 s ago)</small>)</small></td></tr><tr><td>sessions</td><td>2 judged, 0 flagged"),
             "{html}"
         );
+        // the detector still flags a session whose loop resolved: no contradiction in red
+        let mut settled = page("follow", 1000, enabled.clone());
+        settled.tick.as_mut().unwrap().outcome = "flagged".into();
+        assert!(render(&settled).contains(
+            "<td>outcome</td><td class=\"ok\">flagged <small>(their loops resolved: none is open)</small>"
+        ));
         // the follow service promises a full tick a minute: 2 min 1 s without one is stopped
         let p = page("follow", 121_000, enabled.clone());
         assert_eq!(

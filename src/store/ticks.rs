@@ -53,7 +53,8 @@ pub fn status(store: &Store) -> Result<Rows> {
         &format!(
             "SELECT l.t AS last_tick, l.mode, {STANDING_OUTCOME} AS outcome,
                 {STANDING_SESSIONS} AS sessions, {STANDING_FLAGGED} AS flagged,
-                (SELECT count(*) FROM verdicts v WHERE v.tick = t.id) AS verdicts,
+                (SELECT count(*) FROM verdicts v WHERE v.tick = t.id
+                    OR (l.mode = 'follow' AND v.tick > t.id)) AS verdicts,
                 (SELECT count(*) FROM alerts WHERE state = 'open') AS open_alerts,
                 t.duration_ms, t.blind, t.t AS figures_at
              FROM (SELECT 0)

@@ -1287,8 +1287,14 @@ fn loops_and_alerts_tables_fit_100_columns_name_the_project_and_title_and_status
         .output()
         .unwrap();
     let shown = String::from_utf8_lossy(&o.stdout).replace('\r', "");
-    assert!(shown.starts_with("last_tick CET        mode   outcome"), "{shown}");
-    assert!(shown.contains("\n2026-11-30 01:53:20  timer  flagged"), "{shown}");
+    assert!(
+        shown.starts_with("last_tick CET        mode   outcome"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("\n2026-11-30 01:53:20  timer  flagged"),
+        "{shown}"
+    );
     // the page: the loop's article starts with what to do, then names the title and project
     let page = wd(&["report", "--out", "-"]);
     let art = &page[page.find(&format!("<article id=\"{root}\"")).unwrap()..];
