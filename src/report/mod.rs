@@ -668,14 +668,16 @@ fn episodes(store: &Store, since: i64, now: i64) -> Result<Vec<EpisodeRow>> {
 fn rollup(store: &Store, label: &'static str, since: i64) -> Result<Rollup> {
     let c = &store.conn;
     let mut st = c.prepare(
-        "WITH s AS (SELECT coalesce(model, '(unknown)') AS k, session, max(flagged) AS f
-                    FROM verdicts WHERE t >= ?1 GROUP BY k, session),
+        &format!(
+            "WITH {s},
               total AS (SELECT count(*) AS n, coalesce(sum(f), 0) AS nf FROM s),
               burned AS (SELECT coalesce(model, '(unknown)') AS k, sum(coalesce(cost_since_landed, 0)) AS cost
                          FROM alerts WHERE kind = 'loop' AND last_fired >= ?1 GROUP BY k)
          SELECT s.k, count(*), 1.0 * count(*) / (SELECT n FROM total), sum(s.f),
                 1.0 * sum(s.f) / max(1, (SELECT nf FROM total)), coalesce((SELECT cost FROM burned b WHERE b.k = s.k), 0)
          FROM s GROUP BY s.k ORDER BY sum(s.f) DESC, count(*) DESC, s.k",
+            s = crate::store::verdicts::sessions_by("model")
+        ),
     )?;
     let rows = st
         .query_map(params![since], |r| {
@@ -718,6 +720,29 @@ pub fn write_atomic(path: &Path, text: &[u8]) -> Result<()> {
 mod tests {
     use super::*;
     use crate::event::Reason;
+
+    /// The page's rollup counts a session once, under the model its latest verdicts name, as
+    /// `wd-store rollup` does (one CTE).
+    #[test]
+    fn the_pages_rollup_counts_a_session_first_judged_without_a_model_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("w.db")).unwrap();
+        crate::store::verdicts::tests::judged(
+            &mut store,
+            &[
+                (1, "ses_run", None, false),
+                (2, "ses_run", Some("sim/m"), true),
+                (2, "ses_tui", Some("sim/m"), false),
+            ],
+        );
+        let r = rollup(&store, "today", 0).unwrap();
+        let rows: Vec<_> = r
+            .rows
+            .iter()
+            .map(|m| (m.model.as_str(), m.sessions, m.flagged))
+            .collect();
+        assert_eq!(rows, [("sim/m", 2, 1)]);
+    }
 
     /// Issue 30, point 5: the page names sessions and commands; it is the user's alone.
     #[test]

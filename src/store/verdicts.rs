@@ -112,6 +112,20 @@ pub enum RollupBy {
     Agent,
 }
 
+/// The SQL of a CTE `s (session, k, f)`: each session with a verdict since `?1` once, under the
+/// latest `col` (model or agent) its verdicts name, '(unknown)' when none does, and `f` 1 when
+/// any of them flagged it. The latest, not each: a session's first verdicts may name no model
+/// (read before its first reply), and a session counted under both would be counted twice.
+pub fn sessions_by(col: &str) -> String {
+    format!(
+        "s AS (SELECT session, max(flagged) AS f,
+                      coalesce((SELECT v.{col} FROM verdicts v
+                                WHERE v.session = x.session AND v.t >= ?1 AND v.{col} IS NOT NULL
+                                ORDER BY v.t DESC LIMIT 1), '(unknown)') AS k
+               FROM verdicts x WHERE t >= ?1 GROUP BY session)"
+    )
+}
+
 /// Flagged sessions per model (or agent) since `since`, next to each one's share of all
 /// sessions seen.
 pub fn rollup(store: &Store, by: RollupBy, since: i64) -> Result<Rows> {
@@ -120,13 +134,14 @@ pub fn rollup(store: &Store, by: RollupBy, since: i64) -> Result<Rows> {
         RollupBy::Model => "model",
     };
     let sql = format!(
-        "WITH s AS (SELECT {col} AS k, session, max(flagged) AS f FROM verdicts WHERE t >= ?1 GROUP BY {col}, session),
+        "WITH {s},
               total AS (SELECT count(*) AS n, sum(f) AS nf FROM s)
-         SELECT coalesce(k, '(unknown)') AS {col}, count(*) AS sessions,
+         SELECT k AS {col}, count(*) AS sessions,
                 round(1.0 * count(*) / (SELECT n FROM total), 3) AS share_of_sessions,
                 sum(f) AS flagged_sessions,
                 round(1.0 * sum(f) / max(1, (SELECT nf FROM total)), 3) AS share_of_flagged
-         FROM s GROUP BY k ORDER BY flagged_sessions DESC, sessions DESC"
+         FROM s GROUP BY k ORDER BY flagged_sessions DESC, sessions DESC",
+        s = sessions_by(col)
     );
     Rows::query(store, "rollup", &sql, &[Sql::Integer(since)])
 }
@@ -143,8 +158,61 @@ pub fn prune(tx: &Transaction<'_>, before: i64) -> Result<usize> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use crate::store::Store;
+
+    /// Verdict rows (tick, session, model, flagged): a session read before its first reply has
+    /// no model on its first verdicts.
+    pub fn judged(store: &mut Store, rows: &[(i64, &str, Option<&str>, bool)]) {
+        let tx = store.write().unwrap();
+        for (tick, s, model, flagged) in rows {
+            tx.execute(
+                "INSERT OR IGNORE INTO ticks (id, t, outcome) VALUES (?1, ?1, 'ok')",
+                [tick],
+            )
+            .unwrap();
+            tx.execute(
+                "INSERT INTO verdicts (tick, t, session, root, model, flagged) VALUES (?1, ?1, ?2, ?2, ?3, ?4)",
+                rusqlite::params![tick, s, model, flagged],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+
+    /// The second journey's rollup listed one `opencode run` twice: under "(unknown)" for the
+    /// verdict read before its first reply, and under its model. Each session counts once, under
+    /// the latest model its verdicts name.
+    #[test]
+    fn a_session_whose_first_verdicts_name_no_model_is_counted_once_under_its_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("w.db")).unwrap();
+        judged(
+            &mut store,
+            &[
+                (1, "ses_run", None, false),
+                (2, "ses_run", Some("sim/m"), true),
+                (3, "ses_run", Some("sim/m"), true),
+                (1, "ses_tui", Some("sim/m"), false),
+                (2, "ses_new", None, false),
+            ],
+        );
+        let r = super::rollup(&store, super::RollupBy::Model, 0).unwrap();
+        let rows: Vec<String> = r
+            .rows
+            .iter()
+            .map(|row| {
+                row.iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            ["\"sim/m\" 2 0.667 1 1.0", "\"(unknown)\" 1 0.333 0 0.0"]
+        );
+    }
 
     /// A followed session judged at ticks 1 (full) to 9 (partial), flagged at 5 to 8: kept are
     /// the full tick's verdict, each stretch's first and last, and the latest.

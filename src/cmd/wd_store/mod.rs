@@ -129,7 +129,7 @@ pub enum Cmd {
         #[arg(long, default_value_t = 1000)]
         limit: usize,
     },
-    /// Flagged sessions per model next to each model's share of all sessions seen.
+    /// Flagged sessions per model next to each model's share of all sessions seen; a session counts once, under the latest model (or agent) its verdicts name.
     Rollup {
         #[arg(long, value_parser = ["model", "agent"], default_value = "model")]
         by: String,
