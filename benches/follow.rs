@@ -262,9 +262,75 @@ fn cpu_now(tag: &str) -> (u64, usize) {
     (ps.iter().map(|p| p.cpu).sum(), ps.len())
 }
 
+/// A memory cgroup of its own for the pipeline, when this machine lets us make one: what it
+/// charges is what systemd counts for a service (the `Memory:` of `systemctl status`): each page
+/// once, its heap and the page cache it brought in, however many processes share them.
+struct MemCgroup {
+    dir: PathBuf,
+    /// cgroup v2 names (memory.current; anon and file in memory.stat), else v1's.
+    v2: bool,
+}
+
+impl MemCgroup {
+    fn make(tag: &str) -> Option<MemCgroup> {
+        let root = Path::new("/sys/fs/cgroup");
+        let v2 = std::fs::read_to_string(root.join("cgroup.controllers"))
+            .is_ok_and(|c| c.split_whitespace().any(|w| w == "memory"));
+        let dir = if v2 {
+            root.to_path_buf()
+        } else {
+            root.join("memory")
+        }
+        .join(format!("ocwd-bench-{tag}"));
+        std::fs::create_dir(&dir).ok()?;
+        Some(MemCgroup { dir, v2 })
+    }
+
+    fn procs(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
+    }
+
+    /// What it charges now and the anonymous part of it, in KiB.
+    fn read(&self) -> (u64, u64) {
+        let num = |f: &str| {
+            std::fs::read_to_string(self.dir.join(f))
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let stat = std::fs::read_to_string(self.dir.join("memory.stat")).unwrap_or_default();
+        let key = if self.v2 { "anon " } else { "total_rss " };
+        let anon = stat
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        let all = num(if self.v2 {
+            "memory.current"
+        } else {
+            "memory.usage_in_bytes"
+        });
+        (all / 1024, anon / 1024)
+    }
+}
+
+impl Drop for MemCgroup {
+    fn drop(&mut self) {
+        // the click helpers it started may take a moment to end after their SIGTERM
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("could not remove the cgroup {}", self.dir.display());
+    }
+}
+
 /// One sample: seconds since the start, and each process's pid, label, RSS, PSS and RssAnon
 /// (KiB).
-type Sample = (f64, Vec<(u32, String, u64, u64, u64)>);
+/// And the pipeline's cgroup's charge and its anonymous part (KiB), when it has one.
+type Sample = (f64, Vec<(u32, String, u64, u64, u64)>, Option<(u64, u64)>);
 
 /// RSS samples of the pipeline, every 2 s, and named points in time to read them at.
 struct Sampler {
@@ -276,7 +342,7 @@ struct Sampler {
 }
 
 impl Sampler {
-    fn start(tag: &str) -> Sampler {
+    fn start(tag: &str, cgroup: Option<Arc<MemCgroup>>) -> Sampler {
         let t0 = Instant::now();
         let samples = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -287,7 +353,8 @@ impl Sampler {
                     .into_iter()
                     .map(|p| (p.pid, p.label, p.rss_kib, p.pss_kib, p.anon_kib))
                     .collect();
-                s.lock().unwrap().push((t0.elapsed().as_secs_f64(), ps));
+                let cg = cgroup.as_ref().map(|c| c.read());
+                s.lock().unwrap().push((t0.elapsed().as_secs_f64(), ps, cg));
                 std::thread::sleep(Duration::from_secs(2));
             }
         });
@@ -317,10 +384,16 @@ impl Sampler {
         let mut totals = vec![0u64; self.marks.len()];
         let mut pss = vec![0u64; self.marks.len()];
         let mut anon = vec![0u64; self.marks.len()];
+        let (mut cg_all, mut cg_anon) =
+            (vec![None; self.marks.len()], vec![None; self.marks.len()]);
         let mut anon_rows: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         let mut from = 0.0;
         for (w, (_, until)) in self.marks.iter().enumerate() {
-            for (_, ps) in samples.iter().filter(|(t, _)| *t > from && *t <= *until) {
+            for (_, ps, cg) in samples.iter().filter(|(t, _, _)| *t > from && *t <= *until) {
+                if let Some((all, an)) = cg {
+                    cg_all[w] = Some(cg_all[w].unwrap_or(0).max(*all));
+                    cg_anon[w] = Some(cg_anon[w].unwrap_or(0).max(*an));
+                }
                 totals[w] = totals[w].max(ps.iter().map(|p| p.2).sum());
                 pss[w] = pss[w].max(ps.iter().map(|p| p.3).sum());
                 anon[w] = anon[w].max(ps.iter().map(|p| p.4).sum());
@@ -379,6 +452,19 @@ impl Sampler {
             }
             println!();
         }
+        if cg_all.iter().any(Option::is_some) {
+            for (name, row) in [
+                ("pipeline's cgroup, charged (largest sample)", &cg_all),
+                ("pipeline's cgroup, anonymous (largest sample)", &cg_anon),
+            ] {
+                print!("    {name:<50}");
+                for v in row {
+                    let c = v.map_or("-".to_string(), |k| format!("{:.1}", mib(k)));
+                    print!("{c:>10}");
+                }
+                println!();
+            }
+        }
         println!(
             "  the same windows, largest RssAnon of each process (heap and written data), MiB:"
         );
@@ -404,6 +490,8 @@ struct Machine {
     tag: String,
     kids: Vec<Child>,
     pipeline: Option<Child>,
+    /// The pipeline's own memory cgroup, when one could be made.
+    cgroup: Option<Arc<MemCgroup>>,
 }
 
 impl Machine {
@@ -421,6 +509,7 @@ impl Machine {
             monitor: Mutex::new((monitor, 0)),
             kids: Vec::new(),
             pipeline: None,
+            cgroup: None,
         };
         let bins = Path::new(env!("CARGO_BIN_EXE_oc-sessions"))
             .parent()
@@ -498,7 +587,18 @@ impl Machine {
             } else {
                 self.home.join(".local/bin").join(&script)
             };
-            self.cmd(exe.to_str().unwrap())
+            self.cgroup = MemCgroup::make(&self.tag).map(Arc::new);
+            match &self.cgroup {
+                // the shell joins the cgroup and becomes the script, so every stage starts in it
+                Some(cg) => {
+                    let mut c = self.cmd("sh");
+                    c.args(["-c", r#"echo $$ > "$1" && exec "$0""#])
+                        .arg(&exe)
+                        .arg(cg.procs());
+                    c
+                }
+                None => self.cmd(exe.to_str().unwrap()),
+            }
         } else {
             let mut c = self.cmd("sh");
             c.args(["-c", "while :; do oc-watchdog-tick; sleep 1; done"]);
@@ -1111,7 +1211,11 @@ fn main() {
         m.pipeline_command(s.follow)
     );
     m.start_pipeline(s.follow);
-    let mut sampler = Sampler::start(&m.tag);
+    let mut sampler = Sampler::start(&m.tag, m.cgroup.clone());
+    match &m.cgroup {
+        Some(cg) => println!("  memory cgroup of its own: {}", cg.dir.display()),
+        None => println!("  no memory cgroup of its own could be made: no cgroup figures"),
+    }
     std::thread::sleep(Duration::from_secs(5));
     sampler.mark("pipeline started");
 
