@@ -83,7 +83,7 @@ pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> 
     ev.severity = news.severity;
     ev.state = news.state;
     ev.title = format!("opencode loop: {agent} {repeats}");
-    ev.summary = loop_summary(&news, v, &agent, &repeats);
+    ev.summary = loop_summary(cfg, &news, v, &agent, &repeats);
     ev.agent = v.agent.clone();
     ev.model = v.model.clone();
     ev.reason = news.reason;
@@ -93,14 +93,24 @@ pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> 
 }
 
 /// What an escalation adds before the summary, first so a person reads why it came again:
-/// the loop went on past the alert, or the local model says it is looping.
-fn escalation_lead(news: &LoopNews) -> String {
+/// the loop went on past the alert, or the local model says it is looping. In follow mode it
+/// says how long and how many calls after the alert, to the second (a minute's rounding hid
+/// 49 s of a 1 min 49 s wait), and which of `[follow]`'s two bars it passed.
+fn escalation_lead(cfg: &Config, news: &LoopNews) -> String {
     match news.reason {
         Some(Reason::StillLooping) => match news.since_trigger {
-            Some((ms, c)) => format!(
-                "still looping {} and {c} calls after the alert: ",
-                duration(ms)
-            ),
+            Some((ms, c)) => {
+                let f = &cfg.follow;
+                let bar = if c >= f.escalate_after_calls {
+                    format!("the {}-call bar", f.escalate_after_calls)
+                } else {
+                    format!("the {}-min bar", f.escalate_after_minutes)
+                };
+                format!(
+                    "still looping {} and {c} calls after the alert, past {bar}: ",
+                    to_the_second(ms)
+                )
+            }
             None => format!(
                 "still looping after {} flagged ticks: ",
                 news.figures.flagged_ticks
@@ -111,10 +121,21 @@ fn escalation_lead(news: &LoopNews) -> String {
     }
 }
 
+/// "49 s", "1 min 49 s", "5 min"; an hour and more as `duration` says it.
+fn to_the_second(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match (s / 60, s % 60) {
+        (0, sec) => format!("{sec} s"),
+        (m, 0) if m < 60 => format!("{m} min"),
+        (m, sec) if m < 60 => format!("{m} min {sec} s"),
+        _ => duration(ms),
+    }
+}
+
 /// A loop event's one line for people: which session, what it repeats, what it burned and
 /// which signals flagged it.
-fn loop_summary(news: &LoopNews, v: &Verdict, agent: &str, repeats: &str) -> String {
-    let lead = escalation_lead(news);
+fn loop_summary(cfg: &Config, news: &LoopNews, v: &Verdict, agent: &str, repeats: &str) -> String {
+    let lead = escalation_lead(cfg, news);
     let in_tree = if v.root() != v.session {
         format!(" (in the tree of {})", v.root())
     } else {
@@ -316,6 +337,10 @@ mod tests {
         assert_eq!(duration(40_000), "40 s");
         assert_eq!(duration(12 * 60_000 + 5_000), "12 min");
         assert_eq!(duration(2 * 3_600_000 + 5 * 60_000), "2 h 05 min");
+        assert_eq!(to_the_second(49_999), "49 s");
+        assert_eq!(to_the_second(109_000), "1 min 49 s");
+        assert_eq!(to_the_second(300_000), "5 min");
+        assert_eq!(to_the_second(3_660_000), "1 h 01 min");
         assert_eq!(
             burned(&Figures {
                 calls: 41,
