@@ -81,11 +81,20 @@ struct Held {
 }
 
 impl Held {
-    /// Something of the session runs: a model request in flight or a tool running.
+    /// Something of the session runs: a model request in flight or a tool running, and an
+    /// opencode process that could run it. A session whose process ended in mid-turn (killed,
+    /// or a crash) keeps its last step in flight in the database for ever; without the second
+    /// condition it was never forgotten, and each such session stayed held, about 11 kB each.
     fn running(&self) -> bool {
-        self.activity
+        let ended = self
+            .evidence
             .as_ref()
-            .is_some_and(|a| a.in_flight || !a.running.is_empty())
+            .is_some_and(|e| e.process.as_deref() == Some("ended"));
+        !ended
+            && self
+                .activity
+                .as_ref()
+                .is_some_and(|a| a.in_flight || !a.running.is_empty())
     }
 }
 
@@ -613,17 +622,25 @@ mod tests {
         let act = json!({"kind": "activity", "session": "busy", "last_progress": 1,
                          "in_flight": true, "running": [], "error": null});
         f.line(&mut out, "stdin", 2, &act.to_string()).unwrap();
+        // killed in mid-turn: its last step stays in flight in the database, its process ended
+        let killed = json!({"kind": "session", "id": "killed", "agent": "build",
+                            "title": "killed", "process": "ended"});
+        f.line(&mut out, "stdin", 3, &killed.to_string()).unwrap();
+        let act = json!({"kind": "activity", "session": "killed", "last_progress": 1,
+                         "in_flight": true, "running": [], "error": null});
+        f.line(&mut out, "stdin", 4, &act.to_string()).unwrap();
         f.sweep(&mut out, 1000, true).unwrap();
         for n in 1..FORGET_AFTER {
             f.sweep(&mut out, 1000 + n as i64 * 60_000, true).unwrap();
         }
-        assert_eq!((f.sessions(), f.d.len()), (2, 2));
+        assert_eq!((f.sessions(), f.d.len()), (3, 3));
         // the call that ended was taken for good: nothing held open
         assert_eq!(f.open_calls(), 0);
         f.sweep(&mut out, 2_000_000, true).unwrap();
         assert_eq!(f.sessions(), 1);
         assert!(f.held.contains_key("busy"));
         assert!(f.d.verdict("idle").is_none());
+        assert!(f.d.verdict("killed").is_none());
         // a line of a call already taken is not judged again
         let mut g = DetectFollow::new(DetectorConfig::default(), LivenessConfig::default());
         g.line(&mut out, "stdin", 1, &call("s", "p1", 1, "completed"))
