@@ -434,28 +434,32 @@ impl Machine {
 #[test]
 fn a_new_user_following_hears_of_a_loop_within_calls_of_its_flag_point_and_of_its_end() {
     let fake = ocsim::Fake::start();
-    let mut m = Machine::following(&fake);
+    let m = Machine::following(&fake);
 
+    // in a terminal, as people run it. The script's 200 calls last about 2 min, so the run
+    // cannot end by itself before the Ctrl-C, as a 40-call one did under CI's load (its resolve
+    // then said "idle", not "ended")
     let a = m.project("proj_a");
-    let run = ocsim::opencode(m.home.path(), &a)
-        .args(["run", "SCRIPT:slow_reread40 go"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::fs::File::create(m.home.join("run.out")).unwrap())
-        .stderr(std::fs::File::create(m.home.join("run.err")).unwrap())
-        .spawn()
-        .expect("opencode run");
-    let pid = run.id();
-    m.kids.push(run);
+    let run = Tui::start(ocsim::opencode(m.home.path(), &a).args(["run", "SCRIPT:lc_journey go"]));
     let looping = m.wait_calls(&a, 1);
     let trigger = m.heard_trigger_at_flag_point(&looping);
     assert!(trigger.body.contains("work/proj_a"), "{}", trigger.body);
 
     // Ctrl-C: the episode resolves, the process ended, without waiting for a full read
-    let st = std::process::Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    // opencode 1.18.33's `run` goes on after a first Ctrl-C and stops at the second (as in
+    // tick.rs), so a person presses it again
+    let mut presses = 0;
+    while run.running() && presses < 3 {
+        run.keys(&["C-c"]);
+        presses += 1;
+        let t0 = Instant::now();
+        while run.running() && t0.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    run.wait_gone(10);
+    let calls = m.calls_now(&looping);
+    assert!(calls < 150, "the run went on to its end: {calls} calls");
     let resolved = m.heard(&looping, "resolved", 60);
     assert!(
         // or, when a read saw the abort opencode records before its process was gone
