@@ -103,7 +103,7 @@ pub enum StopPlan {
     Plugin(Vec<u32>),
 }
 
-const BY_HAND: &str = "press Esc twice in its TUI, or Ctrl-C its `opencode run`";
+const BY_HAND: &str = "press Esc twice in its TUI, or Ctrl-C its `opencode run` twice";
 
 /// The rule: once per action id; a server that runs the session first (it says so itself);
 /// then the plugin in a process that runs it; else a refusal saying what to do instead.
@@ -771,7 +771,7 @@ mod tests {
             ..running()
         };
         let why = refusal(&not_installed);
-        assert!(why.contains("the stop plugin is not installed: press Esc twice in its TUI, or Ctrl-C its `opencode run`"), "{why}");
+        assert!(why.contains("the stop plugin is not installed: press Esc twice in its TUI, or Ctrl-C its `opencode run` twice"), "{why}");
         assert!(why.contains("deploy/install --with-stop-plugin"), "{why}");
         let not_loaded = Facts {
             plugin_pids: vec![],

@@ -78,7 +78,7 @@ pub fn what_to_do(ev: &Event) -> Option<String> {
     }
     let session = ev.details.get("session").and_then(|s| s.as_str())?;
     let mut todo = format!(
-        "Stop it: Esc twice in its TUI, Ctrl-C for `opencode run`, or wd-store stop {session}"
+        "Stop it: Esc twice in its TUI, Ctrl-C twice for `opencode run`, or wd-store stop {session}"
     );
     if let Some(m) = &ev.model {
         // block-model refuses opencode's default model (blocked, no new opencode could start)

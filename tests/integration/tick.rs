@@ -739,7 +739,7 @@ fn opencode_run_killed_with_ctrl_c_resolves_the_process_ended_and_is_never_stall
             "session {id} \"Scripted session\" in {}, agent build",
             sim.proj.display()
         )) && seen[0].body.contains(&format!(
-            "Stop it: Esc twice in its TUI, Ctrl-C for `opencode run`, or wd-store stop {id}; keep the model away: wd-store block-model "
+            "Stop it: Esc twice in its TUI, Ctrl-C twice for `opencode run`, or wd-store stop {id}; keep the model away: wd-store block-model "
         )) && seen[0].body.contains(" (not while it is opencode's default model)"),
         "{:?}",
         seen[0]
