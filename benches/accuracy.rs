@@ -1,0 +1,296 @@
+//! The detector's accuracy, measured where it was not tuned: every labelled corpus, per source
+//! (the session lines' `corpus` field: one agent and model), beside the baseline to beat,
+//! ForgeCode's doom-loop rule computed in the same run on the same calls.
+//!
+//! A loop is caught **on time** when the first flag comes at or after its labelled start
+//! (`flag_after`), **early** when before it (a false alarm at that moment, not a catch), and
+//! **missed** when it never flags; a run labelled `no_flag`, or any run of the productive
+//! corpus, that flags at all is a **false flag**. "Calls in" is the median position of the
+//! on-time first flags in their loops (1 = the loop's first call).
+//!
+//!     cargo bench --bench accuracy            # release build
+//!     cargo test --bench accuracy             # the same report from a debug build (tests/run)
+//!
+//! The corpora: `fixtures/labelled.jsonl`, and from `../shared/corpora` (or `$OC_SHARED/corpora`)
+//! `external-dev.jsonl`, `external4-dev.jsonl` and `miniswe-productive-dev.jsonl`; a missing one
+//! is said and skipped. With `ACCURACY_STRICT=1` (tests/run) it exits 1 unless every source has
+//! no early flag, no false flag, and at least as many loops on time as the baseline, with the
+//! median position over all corpora at most 6.
+
+use clap::Parser;
+use oc_watchdog::cli::Out;
+use oc_watchdog::cmd::progress_detect as cmd;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// What one detector did on one source.
+#[derive(Default, Clone)]
+struct Tally {
+    loops: u32,
+    on_time: u32,
+    early: u32,
+    missed: u32,
+    runs: u32,
+    false_flags: u32,
+    positions: Vec<u64>,
+}
+
+impl Tally {
+    fn add(&mut self, expect_flag: bool, first: Option<(u64, i64)>, start: (u64, Option<i64>)) {
+        if !expect_flag {
+            self.runs += 1;
+            self.false_flags += first.is_some() as u32;
+            return;
+        }
+        self.loops += 1;
+        match first {
+            None => self.missed += 1,
+            Some((_, t)) if start.1.is_some_and(|after| t < after) => self.early += 1,
+            Some((index, _)) => {
+                self.on_time += 1;
+                self.positions.push(index.saturating_sub(start.0) + 1);
+            }
+        }
+    }
+    fn merge(&mut self, o: &Tally) {
+        self.loops += o.loops;
+        self.on_time += o.on_time;
+        self.early += o.early;
+        self.missed += o.missed;
+        self.runs += o.runs;
+        self.false_flags += o.false_flags;
+        self.positions.extend(&o.positions);
+    }
+    fn median(&self) -> Option<f64> {
+        let mut p = self.positions.clone();
+        p.sort_unstable();
+        let n = p.len();
+        (n > 0).then(|| {
+            if n % 2 == 1 {
+                p[n / 2] as f64
+            } else {
+                (p[n / 2 - 1] + p[n / 2]) as f64 / 2.0
+            }
+        })
+    }
+    fn columns(&self) -> String {
+        let median = self.median().map_or("-".into(), |m| format!("{m}"));
+        format!(
+            "{:>3} {:>5} {:>3} {:>3} {:>7} {:>5}",
+            self.on_time,
+            self.early,
+            self.missed,
+            self.false_flags,
+            format!("/{}", self.runs),
+            median
+        )
+    }
+}
+
+/// One session of a corpus: its label and its calls' (tool, canonical args, time).
+struct Run {
+    source: String,
+    expect_flag: bool,
+    flag_after: Option<i64>,
+    calls: Vec<(String, String, i64)>,
+}
+
+impl Run {
+    /// The call (1-based) where the labelled loop starts.
+    fn start(&self) -> u64 {
+        let Some(after) = self.flag_after else {
+            return 1;
+        };
+        self.calls
+            .iter()
+            .position(|c| c.2 >= after)
+            .map_or(self.calls.len() as u64 + 1, |i| i as u64 + 1)
+    }
+}
+
+fn read_runs(path: &Path) -> (Vec<String>, BTreeMap<String, Run>) {
+    let text = std::fs::read_to_string(path).expect("read corpus");
+    let mut order = Vec::new();
+    let mut runs: BTreeMap<String, Run> = BTreeMap::new();
+    for (n, line) in text.lines().enumerate() {
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("{}:{}: {e}", path.display(), n + 1));
+        let s = |k: &str| v.get(k).and_then(Value::as_str).map(String::from);
+        match s("kind").as_deref() {
+            Some("session") => {
+                let id = s("id").expect("session id");
+                order.push(id.clone());
+                runs.insert(
+                    id,
+                    Run {
+                        source: s("corpus").unwrap_or_else(|| "opencode (fixture)".into()),
+                        expect_flag: s("expect").as_deref() == Some("flag"),
+                        flag_after: v.get("flag_after").and_then(Value::as_i64),
+                        calls: Vec::new(),
+                    },
+                );
+            }
+            Some("call") => {
+                let run = runs
+                    .get_mut(&s("session").expect("call session"))
+                    .expect("session first");
+                // serde_json's maps keep keys sorted: the string is canonical JSON
+                let args = v.get("args").cloned().unwrap_or(Value::Null).to_string();
+                let t = v.get("t").and_then(Value::as_i64).unwrap_or(0);
+                run.calls.push((s("tool").unwrap_or_default(), args, t));
+            }
+            _ => {}
+        }
+    }
+    (order, runs)
+}
+
+/// How many times the trailing block of `p` entries repeats at the end of `seq`, a trailing
+/// partial block that matches the block's start counting as one (ForgeCode's
+/// `count_recent_pattern_repetitions`).
+fn forge_count<T: PartialEq>(seq: &[T], p: usize) -> usize {
+    let total = seq.len();
+    if p == 0 || total < p {
+        return 0;
+    }
+    let (mut reps, mut check) = (0, total);
+    let partial = total % p;
+    if partial != 0 {
+        if total < p + partial {
+            return 0;
+        }
+        let ps = total - partial - p;
+        if seq[total - partial..] != seq[ps..ps + partial] {
+            return 0;
+        }
+        reps += 1;
+        check = total - partial;
+    }
+    let start = check - p;
+    let pattern = &seq[start..check];
+    reps += 1;
+    let mut pos = start;
+    while pos >= p {
+        pos -= p;
+        if &seq[pos..pos + p] != pattern {
+            break;
+        }
+        reps += 1;
+    }
+    reps
+}
+
+/// ForgeCode's doom-loop rule: the first call (1-based index, time) after which the trailing
+/// pattern of (tool, arguments) repeats at least 3 times.
+fn forgecode(calls: &[(String, String, i64)]) -> Option<(u64, i64)> {
+    let seq: Vec<(&str, &str)> = calls.iter().map(|c| (&c.0[..], &c.1[..])).collect();
+    (3..=seq.len()).find_map(|n| {
+        (1..n)
+            .any(|p| forge_count(&seq[..n], p) >= 3)
+            .then(|| (n as u64, calls[n - 1].2))
+    })
+}
+
+/// progress-detect's first flag of each session: (call index, time), run as the command runs.
+fn detector(path: &Path) -> BTreeMap<String, Option<(u64, i64)>> {
+    let args = cmd::Args::parse_from(["progress-detect".as_ref(), path.as_os_str()]);
+    let (mut out, buf) = Out::buffer();
+    cmd::run(args, &mut std::io::empty(), &mut out).expect("progress-detect");
+    out.flush().expect("flush");
+    let text = buf.text();
+    let mut first = BTreeMap::new();
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).expect("verdict");
+        if v["kind"] != "verdict" {
+            continue;
+        }
+        let f = &v["first_flag"];
+        let flag = f["index"]
+            .as_u64()
+            .map(|i| (i, f["t"].as_i64().unwrap_or(0)));
+        first.insert(v["session"].as_str().unwrap_or("").to_string(), flag);
+    }
+    first
+}
+
+fn main() {
+    // a developer's own config must not change the figures
+    let home = tempfile::tempdir().expect("tempdir");
+    std::env::set_var("XDG_CONFIG_HOME", home.path());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let shared = std::env::var_os("OC_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("../shared"));
+    let corpora = [
+        root.join("fixtures/labelled.jsonl"),
+        shared.join("corpora/external-dev.jsonl"),
+        shared.join("corpora/external4-dev.jsonl"),
+        shared.join("corpora/miniswe-productive-dev.jsonl"),
+    ];
+    println!(
+        "{:<58} {:>5} | {:<30} | {:<30}",
+        "corpus / source", "loops", "progress-detect", "ForgeCode doom-loop rule"
+    );
+    let head = format!(
+        "{:>3} {:>5} {:>3} {:>3} {:>7} {:>5}",
+        "on", "early", "mis", "ff", "/runs", "in"
+    );
+    println!("{:<58} {:>5} | {head} | {head}", "", "");
+    let (mut all_ours, mut all_forge) = (Tally::default(), Tally::default());
+    let mut failures = Vec::new();
+    for path in &corpora {
+        if !path.exists() {
+            println!("{}: missing, skipped", path.display());
+            continue;
+        }
+        let (order, runs) = read_runs(path);
+        let flags = detector(path);
+        let mut by_source: BTreeMap<&str, (Tally, Tally)> = BTreeMap::new();
+        for id in &order {
+            let run = &runs[id];
+            let start = (run.start(), run.flag_after);
+            let t = by_source.entry(&run.source).or_default();
+            t.0.add(run.expect_flag, flags.get(id).copied().flatten(), start);
+            t.1.add(run.expect_flag, forgecode(&run.calls), start);
+        }
+        let name = path.file_name().unwrap().to_string_lossy();
+        println!("{name}");
+        for (source, (ours, forge)) in &by_source {
+            println!(
+                "  {:<56} {:>5} | {} | {}",
+                source.chars().take(56).collect::<String>(),
+                ours.loops,
+                ours.columns(),
+                forge.columns()
+            );
+            if ours.early > 0 || ours.false_flags > 0 || ours.on_time < forge.on_time {
+                failures.push(format!(
+                    "{name}: {source}: {} early, {} false flag(s), {} on time (ForgeCode {})",
+                    ours.early, ours.false_flags, ours.on_time, forge.on_time
+                ));
+            }
+            all_ours.merge(ours);
+            all_forge.merge(forge);
+        }
+    }
+    println!(
+        "{:<58} {:>5} | {} | {}",
+        "all",
+        all_ours.loops,
+        all_ours.columns(),
+        all_forge.columns()
+    );
+    if all_ours.median().is_some_and(|m| m > 6.0) {
+        failures.push(format!(
+            "median {} calls into the loop, above 6",
+            all_ours.median().unwrap_or(0.0)
+        ));
+    }
+    for f in &failures {
+        println!("short of the bar: {f}");
+    }
+    if std::env::var_os("ACCURACY_STRICT").is_some_and(|v| v == "1") && !failures.is_empty() {
+        std::process::exit(1);
+    }
+}
