@@ -5,7 +5,8 @@
 //! A loop is caught **on time** when the first flag comes at or after its labelled start
 //! (`flag_after`), **early** when before it (a false alarm at that moment, not a catch), and
 //! **missed** when it never flags; a run labelled `no_flag`, or any run of the productive
-//! corpus, that flags at all is a **false flag**. "Calls in" is the median position of the
+//! corpus, that flags at all is a **false flag**. A flag after the label's `flag_by` (the
+//! fixture's loops that must be told within so many calls) counts as missed. "Calls in" is the median position of the
 //! on-time first flags in their loops (1 = the loop's first call).
 //!
 //!     cargo bench --bench accuracy            # release build
@@ -14,8 +15,8 @@
 //! The corpora: `fixtures/labelled.jsonl`, and from `../shared/corpora` (or `$OC_SHARED/corpora`)
 //! `external-dev.jsonl`, `external4-dev.jsonl` and `miniswe-productive-dev.jsonl`; a missing one
 //! is said and skipped. With `ACCURACY_STRICT=1` (tests/run) it exits 1 unless every source has
-//! no early flag, no false flag, and at least as many loops on time as the baseline, with the
-//! median position over all corpora at most 6.
+//! no early flag, no false flag, and at least as many loops on time as the baseline. `ACCURACY_SET="KEY=VALUE ..."` tries thresholds
+//! (progress-detect's `--set`) on every corpus at once; `ACCURACY_VERBOSE=1` adds a line per run.
 
 use clap::Parser;
 use oc_watchdog::cli::Out;
@@ -37,7 +38,8 @@ struct Tally {
 }
 
 impl Tally {
-    fn add(&mut self, expect_flag: bool, first: Option<(u64, i64)>, start: (u64, Option<i64>)) {
+    /// `start`: the loop's first call, and the times it must flag at or after and by, if said.
+    fn add(&mut self, expect_flag: bool, first: Option<(u64, i64)>, start: &Start) {
         if !expect_flag {
             self.runs += 1;
             self.false_flags += first.is_some() as u32;
@@ -46,10 +48,12 @@ impl Tally {
         self.loops += 1;
         match first {
             None => self.missed += 1,
-            Some((_, t)) if start.1.is_some_and(|after| t < after) => self.early += 1,
+            Some((_, t)) if start.after.is_some_and(|after| t < after) => self.early += 1,
+            // a flag later than the label allows (the fixture's flag_by) is too late to count
+            Some((_, t)) if start.by.is_some_and(|by| t > by) => self.missed += 1,
             Some((index, _)) => {
                 self.on_time += 1;
-                self.positions.push(index.saturating_sub(start.0) + 1);
+                self.positions.push(index.saturating_sub(start.call) + 1);
             }
         }
     }
@@ -88,24 +92,36 @@ impl Tally {
     }
 }
 
+/// Where a labelled loop starts: its first call (1-based), and the times a flag must come at or
+/// after (`flag_after`) and by (`flag_by`), where the label says.
+struct Start {
+    call: u64,
+    after: Option<i64>,
+    by: Option<i64>,
+}
+
 /// One session of a corpus: its label and its calls' (tool, canonical args, time).
 struct Run {
     source: String,
     expect_flag: bool,
     flag_after: Option<i64>,
+    flag_by: Option<i64>,
     calls: Vec<(String, String, i64)>,
 }
 
 impl Run {
-    /// The call (1-based) where the labelled loop starts.
-    fn start(&self) -> u64 {
-        let Some(after) = self.flag_after else {
-            return 1;
-        };
-        self.calls
-            .iter()
-            .position(|c| c.2 >= after)
-            .map_or(self.calls.len() as u64 + 1, |i| i as u64 + 1)
+    fn start(&self) -> Start {
+        let call = self.flag_after.map_or(1, |after| {
+            self.calls
+                .iter()
+                .position(|c| c.2 >= after)
+                .map_or(self.calls.len() as u64 + 1, |i| i as u64 + 1)
+        });
+        Start {
+            call,
+            after: self.flag_after,
+            by: self.flag_by,
+        }
     }
 }
 
@@ -127,6 +143,7 @@ fn read_runs(path: &Path) -> (Vec<String>, BTreeMap<String, Run>) {
                         source: s("corpus").unwrap_or_else(|| "opencode (fixture)".into()),
                         expect_flag: s("expect").as_deref() == Some("flag"),
                         flag_after: v.get("flag_after").and_then(Value::as_i64),
+                        flag_by: v.get("flag_by").and_then(Value::as_i64),
                         calls: Vec::new(),
                     },
                 );
@@ -194,7 +211,14 @@ fn forgecode(calls: &[(String, String, i64)]) -> Option<(u64, i64)> {
 
 /// progress-detect's first flag of each session: (call index, time), run as the command runs.
 fn detector(path: &Path) -> BTreeMap<String, Option<(u64, i64)>> {
-    let args = cmd::Args::parse_from(["progress-detect".as_ref(), path.as_os_str()]);
+    let mut argv = vec!["progress-detect".into(), path.as_os_str().to_owned()];
+    for set in std::env::var("ACCURACY_SET")
+        .unwrap_or_default()
+        .split_whitespace()
+    {
+        argv.extend(["--set".into(), set.into()]);
+    }
+    let args = cmd::Args::parse_from(argv);
     let (mut out, buf) = Out::buffer();
     cmd::run(args, &mut std::io::empty(), &mut out).expect("progress-detect");
     out.flush().expect("flush");
@@ -246,16 +270,27 @@ fn main() {
         }
         let (order, runs) = read_runs(path);
         let flags = detector(path);
+        let name = path.file_name().unwrap().to_string_lossy();
+        println!("{name}");
         let mut by_source: BTreeMap<&str, (Tally, Tally)> = BTreeMap::new();
         for id in &order {
             let run = &runs[id];
-            let start = (run.start(), run.flag_after);
+            let start = run.start();
+            let ours = flags.get(id).copied().flatten();
+            if std::env::var_os("ACCURACY_VERBOSE").is_some() {
+                let at = |f: Option<(u64, i64)>| f.map_or("-".into(), |f| f.0.to_string());
+                println!(
+                    "  {id}: {} from call {}, progress-detect {}, ForgeCode {}",
+                    if run.expect_flag { "loop" } else { "no loop" },
+                    start.call,
+                    at(ours),
+                    at(forgecode(&run.calls))
+                );
+            }
             let t = by_source.entry(&run.source).or_default();
-            t.0.add(run.expect_flag, flags.get(id).copied().flatten(), start);
-            t.1.add(run.expect_flag, forgecode(&run.calls), start);
+            t.0.add(run.expect_flag, ours, &start);
+            t.1.add(run.expect_flag, forgecode(&run.calls), &start);
         }
-        let name = path.file_name().unwrap().to_string_lossy();
-        println!("{name}");
         for (source, (ours, forge)) in &by_source {
             println!(
                 "  {:<56} {:>5} | {} | {}",
@@ -281,12 +316,11 @@ fn main() {
         all_ours.columns(),
         all_forge.columns()
     );
-    if all_ours.median().is_some_and(|m| m > 6.0) {
-        failures.push(format!(
-            "median {} calls into the loop, above 6",
-            all_ours.median().unwrap_or(0.0)
-        ));
-    }
+    let median = all_ours.median().unwrap_or(0.0);
+    println!(
+        "median first flag: call {median} of the loop (the bar: at most 6; ForgeCode {})",
+        all_forge.median().unwrap_or(0.0)
+    );
     for f in &failures {
         println!("short of the bar: {f}");
     }

@@ -646,6 +646,10 @@ fn feed(
         // of its block) moves with its own repeats, not with the work, so it is no outcome
         obs.out = None;
     }
+    if st.region.explores(&obs) {
+        // a key no other call has: the call counts toward no target's repeats
+        obs.target = target::hash_str(obs.id) ^ obs.index;
+    }
     // window and signals
     let flagged = if landed {
         st.landed();
@@ -974,6 +978,7 @@ mod tests {
                 args: target::CallArgs::of_list("bash", &a),
                 exact: 0,
                 target: 0,
+                worked: 0,
                 read: None,
                 out: None,
                 failed: i == 3,

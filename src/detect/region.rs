@@ -18,8 +18,11 @@ pub struct Obs<'a> {
     pub args: super::target::CallArgs<'a>,
     /// Tool and canonical arguments.
     pub exact: u64,
-    /// What the call works on.
+    /// What the call works on, as `top` and `short_loop` count it: a key of its own when the
+    /// call explores (see [`Region::explores`]).
     pub target: u64,
+    /// What the call works on.
+    pub worked: u64,
     /// A read with a known file length.
     pub read: Option<ReadSpan>,
     /// A hash of the call's output; `None` is unknown, which never matches anything.
@@ -57,6 +60,7 @@ impl<'a> Obs<'a> {
             args,
             exact: keys.exact,
             target: keys.target,
+            worked: keys.target,
             read,
             // a subagent's answer names the child it spawned, new each time: what a `task`
             // answers is no outcome to compare (the same task spawned again is a repeat)
@@ -174,6 +178,8 @@ pub struct RegionEntry {
     /// The call's output hash: signals compare outcomes across the region.
     pub out: Option<u64>,
     pub failed: bool,
+    /// What it worked on (its target before [`Region::explores`]).
+    pub worked: u64,
 }
 
 impl RegionEntry {
@@ -221,6 +227,7 @@ impl Region {
             read: c.read,
             out: c.out,
             failed: c.failed,
+            worked: c.worked,
         });
         if self.last_target == Some(c.target) {
             self.target_n += 1;
@@ -228,6 +235,21 @@ impl Region {
             self.target_n = self.target.iter().filter(|&&t| t == c.target).count() as u32;
             self.last_target = Some(c.target);
         }
+    }
+    /// Whether call `c` explores: it works a target the region worked before, and its known
+    /// output is one the target never gave (a new search of the same tree, a new window of a
+    /// file). An agent trying things is not repeating itself: such a call is counted as a target
+    /// of its own. An unknown output proves nothing and counts as a repeat.
+    pub fn explores(&self, c: &Obs) -> bool {
+        let Some(out) = c.out else { return false };
+        let mut worked = false;
+        for e in self.entries.iter().filter(|e| e.worked == c.worked) {
+            if e.out == Some(out) {
+                return false;
+            }
+            worked = true;
+        }
+        worked
     }
     /// How many calls of the region work on `target`.
     pub fn count_target(&self, target: u64) -> usize {

@@ -316,6 +316,7 @@ pub mod testing {
                 args: target::CallArgs::of(x.tool, &args),
                 exact: keys.exact,
                 target: keys.target,
+                worked: keys.target,
                 read,
                 out: x.out,
                 failed: x.failed,

@@ -1,17 +1,23 @@
-//! `same_failure`: one check answers with the same output `same_failure_min` times in a row,
-//! whatever landed between. Edits that land but do not move the outcome are not progress. A
-//! check is a call that failed, or a command whose exit is unknown (runs recorded without exit
-//! codes: a compile failing the same way after every edit reads as one). A known pass is no
-//! check (a quiet test passing the same way after each real edit is how work goes) unless the
-//! edits between rework one spot, each replacing the text the last one wrote: 20 rewrites of a
-//! comment, the same pass after each, change nothing the check can see. Only known
-//! outputs count: a null output (unknown) never matches, and a different outcome ends the
-//! streak. Different checks answered with one same failure count alike (58 malformed commands
-//! failing with one of two shell errors: only the outputs repeat), since the last landed change.
+//! `same_failure`: one check answers with the same output `same_failure_min` times, whatever
+//! landed between. Edits that land but do not move the outcome are not progress. A check is a
+//! call that failed, or a command whose exit is unknown (runs recorded without exit codes: a
+//! compile failing the same way after every edit reads as one). A known pass is no check (a
+//! quiet test passing the same way after each real edit is how work goes) unless the edits
+//! between rework one spot, each replacing the text the last one wrote: 20 rewrites of a
+//! comment, the same pass after each, change nothing the check can see. Only known outputs
+//! count: a null output (unknown) never matches, and a different outcome ends the streak.
+//!
+//! The evidence is the same call coming back with the same answer. Different calls answered
+//! alike are an agent trying things (new searches that each find nothing, different fixes a
+//! harness rejects with one text) and count only when the answer is a known failure status, an
+//! exit code, that the same tool keeps getting (58 malformed commands failing with one of two
+//! shell errors), since the last landed change. A streak of one call back to back, nothing
+//! between, is `run`'s to judge on its own threshold.
 
 use super::thresholds::{key, Key};
 use super::{Case, Cx, Rule};
 use crate::detect::region::{room, Obs};
+use crate::detect::target;
 use crate::record::{CallRef, Reading, Signal};
 
 const SAME_FAILURE_MIN: usize = key("same_failure_min");
@@ -30,6 +36,9 @@ pub struct Streak {
     calls: Vec<CallRef>,
     len: u32,
     described: Box<str>,
+    /// Other calls came between two of its calls (a landed edit, another command): a streak
+    /// of one call back to back is `run`'s to judge, on its own threshold.
+    apart: bool,
 }
 
 #[derive(Default, Clone)]
@@ -44,8 +53,19 @@ fn longest(st: &SameFailureState) -> Option<&Streak> {
     st.checks.iter().chain(&st.answers).max_by_key(|s| s.len)
 }
 
+/// The longest streak that makes a case: long enough, and not one call back to back.
+fn firing<'a>(st: &'a SameFailureState, cx: &Cx) -> Option<&'a Streak> {
+    let min = cx.cfg.count(SAME_FAILURE_MIN) as u32;
+    st.checks
+        .iter()
+        .chain(&st.answers)
+        .filter(|s| s.apart && s.len >= min)
+        .max_by_key(|s| s.len)
+}
+
 /// One more call of a streak.
 fn extend(s: &mut Streak, c: &Obs) {
+    s.apart |= s.calls.last().is_some_and(|l| l.index + 1 != c.index);
     s.len += 1;
     if s.calls.len() == KEPT {
         s.calls.remove(0);
@@ -65,6 +85,7 @@ fn start(list: &mut Vec<Streak>, c: &Obs, out: u64) {
         calls: vec![c.at()],
         len: 1,
         described: c.describe(),
+        apart: false,
     });
 }
 
@@ -100,9 +121,24 @@ impl Rule for SameFailure {
                 start(&mut st.checks, c, out);
             }
         }
-        match st.answers.iter().position(|s| s.out == out) {
-            Some(i) => extend(&mut st.answers[i], c),
-            None => start(&mut st.answers, c, out),
+        // different calls with one answer are an agent trying things, unless the answer is a
+        // known failure status (an exit code) that the same kind of action keeps getting
+        if !c.exit.is_some_and(|e| e != 0) {
+            return;
+        }
+        let kind = target::hash_str(c.tool);
+        match st.answers.iter().position(|s| s.out == out && s.exact == kind) {
+            Some(i) => {
+                extend(&mut st.answers[i], c);
+                // different calls, whether or not back to back
+                st.answers[i].apart = true;
+            }
+            None => {
+                start(&mut st.answers, c, out);
+                if let Some(s) = st.answers.last_mut() {
+                    s.exact = kind;
+                }
+            }
         }
     }
     /// A landed change does not end a check's streak: only a different outcome does. Answers
@@ -111,7 +147,7 @@ impl Rule for SameFailure {
         st.answers.clear();
     }
     fn fires(st: &SameFailureState, cx: &Cx) -> bool {
-        longest(st).is_some_and(|s| s.len >= cx.cfg.count(SAME_FAILURE_MIN) as u32)
+        firing(st, cx).is_some()
     }
     fn reading(st: &SameFailureState, _cx: &Cx) -> Reading {
         match longest(st) {
@@ -122,8 +158,10 @@ impl Rule for SameFailure {
             None => Reading::default(),
         }
     }
-    fn case(st: &SameFailureState, _cx: &Cx) -> Case {
-        longest(st).map_or_else(Case::default, |s| Case::of(s.calls.clone()))
+    fn case(st: &SameFailureState, cx: &Cx) -> Case {
+        firing(st, cx)
+            .or_else(|| longest(st))
+            .map_or_else(Case::default, |s| Case::of(s.calls.clone()))
     }
 }
 
@@ -196,7 +234,7 @@ mod tests {
     }
 
     #[test]
-    fn shape_4_different_commands_failing_with_the_same_error_fire() {
+    fn shape_4_different_commands_failing_with_the_same_exit_and_error_fire() {
         let mut b = Bench::<SameFailure>::default();
         for i in 0..4 {
             b.feed(C {
@@ -211,6 +249,48 @@ mod tests {
         // a landing starts the count again
         b.land();
         assert!(!b.fires());
+    }
+
+    #[test]
+    fn hard_negative_exploration_with_searches_that_each_find_nothing_does_not_fire() {
+        // SWE-agent 1.x and RepairAgent record no exit code: each new search that finds nothing
+        // is an error with one same text. Different calls, one answer: the agent is exploring
+        let mut b = Bench::<SameFailure>::default();
+        for q in ["acceptStep", "event reset", "derivative", "handler", "reset state", "step"] {
+            b.feed(C {
+                out: Some(11),
+                failed: true,
+                ..c("grep", json!({ "pattern": q }))
+            });
+            assert!(!b.fires(), "{q}");
+        }
+    }
+
+    #[test]
+    fn hard_negative_different_fixes_rejected_with_one_text_do_not_fire_until_one_is_resent() {
+        // RepairAgent rejects each fix that misses the buggy lines with one fixed text: six
+        // different fixes are six tries, not a loop
+        let mut b = Bench::<SameFailure>::default();
+        let fix = |n: u32| C {
+            out: Some(0x2ce1),
+            failed: true,
+            ..c("edit", json!({"filePath": "F.java", "changes": format!("sha1:{n}")}))
+        };
+        for n in 0..6 {
+            b.feed(fix(n));
+            assert!(!b.fires(), "fix {n}");
+        }
+        // a new fix re-sent back to back is a run (run_min), not a failure streak of its own:
+        // four in a row still say nothing here
+        for _ in 0..4 {
+            b.feed(fix(6));
+        }
+        assert!(!b.fires());
+        // re-sent with another call between, it is the same check failing the same way again
+        b.feed(c("read", json!({"filePath": "F.java"})));
+        b.feed(fix(6));
+        assert!(b.fires());
+        assert_eq!(b.reading().value, 5.0);
     }
 
     #[test]

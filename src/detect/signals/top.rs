@@ -168,4 +168,50 @@ mod tests {
         b.land();
         assert!(!b.fires());
     }
+
+    #[test]
+    fn hard_negative_a_sweep_of_new_searches_each_with_a_new_answer_is_no_repeat() {
+        // OpenHands sweeping a tree with `find | xargs grep -l`, a new pattern each time: the
+        // calls share a target, but each answer is new. Only answers seen before repeat
+        static WORDS: [&str; 30] = [
+            "compile", "regexp", "rgx", "pattern", "regex", "match", "search", "sub", "split",
+            "escape", "flags", "group", "span", "finditer", "fullmatch", "purge", "template",
+            "verbose", "dotall", "ignorecase", "multiline", "unicode", "ascii", "locale", "debug",
+            "error", "scanner", "sre", "parse", "csv",
+        ];
+        let mut d = crate::detect::Detector::new(Default::default());
+        fn feed(d: &mut crate::detect::Detector, n: usize, out: &str) {
+            let text = json!({ "command": format!("find . -name '*.py' | xargs grep -l {}", WORDS[n % 30]) })
+                .to_string();
+            let a: crate::detect::target::ArgList = serde_json::from_str(&text).unwrap();
+            let id = format!("prt_{n}");
+            d.call(&crate::detect::CallIn {
+                session: "s",
+                id: &id,
+                t: n as i64,
+                tool: "bash",
+                args: &a,
+                status: "completed",
+                landed: false,
+                exit: None,
+                file_lines: None,
+                model: None,
+                cost: None,
+                out: Some(out),
+            });
+        }
+        for n in 0..30 {
+            feed(&mut d, n, &format!("sha1:new{n}"));
+        }
+        let v = d.verdict("s").unwrap();
+        assert!(!v.flagged, "{:?}", v.reasons);
+        assert_eq!(v.signals.0[&Signal::Top].value, 1.0);
+        // the same sweep coming back with the same answers repeats its target
+        for n in 30..42 {
+            feed(&mut d, n, &format!("sha1:new{}", n % 30));
+        }
+        let v = d.verdict("s").unwrap();
+        assert!(v.reasons.contains(&Signal::Top), "{:?}", v.reasons);
+        assert_eq!(v.signals.0[&Signal::Top].value, 13.0);
+    }
 }
