@@ -562,6 +562,7 @@ pub enum Signal {
     Run,
     Cycle,
     SameFailure,
+    Unmoved,
     Circling,
 }
 

@@ -1184,7 +1184,7 @@ mod tests {
             pass(&mut f);
         }
         let v = f.v("s");
-        assert_eq!(v.reasons, [Signal::SameFailure]);
+        assert_eq!(v.reasons, [Signal::Unmoved]);
         // the first rewrite is call 3: its pass (call 4) starts the streak, the 4th is call 10
         assert_eq!(v.first_flag.unwrap().index, 10);
         // edits on new ground each time, the same pass after each: work

@@ -212,6 +212,7 @@ registry! {
     run: run::Run,
     cycle: cycle::Cycle,
     same_failure: same_failure::SameFailure,
+    unmoved: unmoved::Unmoved,
     circling: circling::Circling,
 }
 

@@ -2,10 +2,9 @@
 //! landed between. Edits that land but do not move the outcome are not progress. A check is a
 //! call that failed, or a command whose exit is unknown (runs recorded without exit codes: a
 //! compile failing the same way after every edit reads as one). A known pass is no check (a
-//! quiet test passing the same way after each real edit is how work goes) unless the edits
-//! between rework one spot, each replacing the text the last one wrote: 20 rewrites of a
-//! comment, the same pass after each, change nothing the check can see. Only known outputs
-//! count: a null output (unknown) never matches, and a different outcome ends the streak.
+//! quiet test passing the same way after each real edit is how work goes; the same pass after
+//! edits that rework one spot is `unmoved`). Only known outputs count: a null output (unknown)
+//! never matches, and a different outcome ends the streak.
 //!
 //! The evidence is the same call coming back with the same answer. Different calls answered
 //! alike are an agent trying things (new searches that each find nothing, different fixes a
@@ -25,20 +24,20 @@ const SAME_FAILURE_MIN: usize = key("same_failure_min");
 pub struct SameFailure;
 
 /// Checks followed at once; more distinct failing calls than this forget the oldest.
-const CHECKS: usize = 4;
+pub(super) const CHECKS: usize = 4;
 /// Calls of a streak kept as evidence.
 const KEPT: usize = 12;
 
 #[derive(Default, Clone)]
 pub struct Streak {
-    exact: u64,
-    out: u64,
-    calls: Vec<CallRef>,
-    len: u32,
-    described: Box<str>,
+    pub(super) exact: u64,
+    pub(super) out: u64,
+    pub(super) calls: Vec<CallRef>,
+    pub(super) len: u32,
+    pub(super) described: Box<str>,
     /// Other calls came between two of its calls (a landed edit, another command): a streak
     /// of one call back to back is `run`'s to judge, on its own threshold.
-    apart: bool,
+    pub(super) apart: bool,
 }
 
 #[derive(Default, Clone)]
@@ -64,7 +63,7 @@ fn firing<'a>(st: &'a SameFailureState, cx: &Cx) -> Option<&'a Streak> {
 }
 
 /// One more call of a streak.
-fn extend(s: &mut Streak, c: &Obs) {
+pub(super) fn extend(s: &mut Streak, c: &Obs) {
     s.apart |= s.calls.last().is_some_and(|l| l.index + 1 != c.index);
     s.len += 1;
     if s.calls.len() == KEPT {
@@ -74,7 +73,7 @@ fn extend(s: &mut Streak, c: &Obs) {
 }
 
 /// A new streak of call `c` in `list`, the oldest forgotten when it holds [`CHECKS`].
-fn start(list: &mut Vec<Streak>, c: &Obs, out: u64) {
+pub(super) fn start(list: &mut Vec<Streak>, c: &Obs, out: u64) {
     if list.len() == CHECKS {
         list.remove(0);
     }
@@ -101,9 +100,10 @@ impl Rule for SameFailure {
     const WHAT: Option<&'static str> = Some("same_failure_call");
     type State = SameFailureState;
 
-    fn call(st: &mut SameFailureState, c: &Obs, cx: &Cx) {
+    fn call(st: &mut SameFailureState, c: &Obs, _cx: &Cx) {
         let at = st.checks.iter().position(|s| s.exact == c.exact);
-        let check = c.failed || (c.tool == "bash" && (c.exit.is_none() || cx.rewriting));
+        // a pass while edits rework one spot is `unmoved`'s
+        let check = c.failed || (c.tool == "bash" && c.exit.is_none());
         let (true, Some(out)) = (check, c.out) else {
             if let Some(i) = at {
                 st.checks.remove(i);
