@@ -357,6 +357,8 @@ pub struct Detector {
     commands: target::Commands,
     /// The digest line being written (one buffer for every call).
     line: String,
+    /// Room for a target's calls while a call is judged (one buffer for every call).
+    worked: Vec<u64>,
 }
 
 /// Rounded to 6 decimals; numbers too large to scale are already whole.
@@ -392,6 +394,7 @@ impl Detector {
             repeated: 0,
             commands: Default::default(),
             line: String::new(),
+            worked: Vec::new(),
         }
     }
 
@@ -472,7 +475,13 @@ impl Detector {
             self.repeated += 1;
             return false;
         }
-        let (changed, landed) = feed(st, &self.cfg, &mut self.commands, &mut self.line, c);
+        let (changed, landed) = feed(
+            st,
+            &self.cfg,
+            &mut self.commands,
+            (&mut self.line, &mut self.worked),
+            c,
+        );
         if landed {
             self.credit_ancestors(c.session, c.t);
         }
@@ -492,7 +501,13 @@ impl Detector {
         let mut st = self.sessions[i].clone();
         for c in tail {
             if !st.recent.seen(c.id) {
-                feed(&mut st, &self.cfg, &mut self.commands, &mut self.line, c);
+                feed(
+                    &mut st,
+                    &self.cfg,
+                    &mut self.commands,
+                    (&mut self.line, &mut self.worked),
+                    c,
+                );
             }
         }
         Some(self.verdict_of(id, &st))
@@ -626,7 +641,7 @@ fn feed(
     st: &mut SessionState,
     cfg: &DetectorConfig,
     commands: &mut target::Commands,
-    line: &mut String,
+    (line, worked): (&mut String, &mut Vec<u64>),
     c: &CallIn,
 ) -> (bool, bool) {
     st.count(c);
@@ -646,7 +661,7 @@ fn feed(
         // of its block) moves with its own repeats, not with the work, so it is no outcome
         obs.out = None;
     }
-    if st.region.explores(&obs) {
+    if st.region.explores(&obs, worked) {
         // a key no other call has: the call counts toward no target's repeats
         obs.target = target::hash_str(obs.id) ^ obs.index;
     }

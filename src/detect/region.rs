@@ -237,19 +237,30 @@ impl Region {
         }
     }
     /// Whether call `c` explores: it works a target the region worked before, and its known
-    /// output is one the target never gave (a new search of the same tree, a new window of a
-    /// file). An agent trying things is not repeating itself: such a call is counted as a target
-    /// of its own. An unknown output proves nothing and counts as a repeat.
-    pub fn explores(&self, c: &Obs) -> bool {
+    /// output is new to that target, or is an answer the target gave to other calls only
+    /// (different searches that each find nothing, different fixes rejected with one text) while
+    /// none of the target's calls has come back and no exit code says it failed. An agent trying
+    /// things is not repeating itself: such a call is counted as a target of its own. Identical
+    /// answers of different calls count once the calls themselves come back. An unknown output
+    /// proves nothing and counts. `worked` is room for the target's calls, the caller's to keep.
+    pub fn explores(&self, c: &Obs, worked: &mut Vec<u64>) -> bool {
         let Some(out) = c.out else { return false };
-        let mut worked = false;
-        for e in self.entries.iter().filter(|e| e.worked == c.worked) {
-            if e.out == Some(out) {
-                return false;
+        worked.clear();
+        let (mut answered, mut repeated) = (false, c.exit.is_some_and(|e| e != 0));
+        for (e, &exact) in self.entries.iter().zip(&self.exact) {
+            if e.worked != c.worked {
+                continue;
             }
-            worked = true;
+            if e.out == Some(out) {
+                if exact == c.exact {
+                    return false;
+                }
+                answered = true;
+            }
+            repeated |= exact == c.exact || worked.contains(&exact);
+            worked.push(exact);
         }
-        worked
+        !worked.is_empty() && (!answered || !repeated)
     }
     /// How many calls of the region work on `target`.
     pub fn count_target(&self, target: u64) -> usize {

@@ -213,5 +213,21 @@ mod tests {
         let v = d.verdict("s").unwrap();
         assert!(v.reasons.contains(&Signal::Top), "{:?}", v.reasons);
         assert_eq!(v.signals.0[&Signal::Top].value, 13.0);
+
+        // different searches that each find nothing (one same answer, no exit code): trying
+        // things, until the searches themselves come back
+        let mut d = crate::detect::Detector::new(Default::default());
+        for n in 0..20 {
+            feed(&mut d, n, "sha1:nothing");
+        }
+        let v = d.verdict("s").unwrap();
+        assert!(!v.flagged, "{:?}", v.reasons);
+        assert_eq!(v.signals.0[&Signal::Top].value, 1.0);
+        for n in 20..31 {
+            feed(&mut d, n % 20, "sha1:nothing");
+        }
+        let v = d.verdict("s").unwrap();
+        assert_eq!(v.signals.0[&Signal::Top].value, 12.0);
+        assert!(v.reasons.contains(&Signal::Top), "{:?}", v.reasons);
     }
 }
