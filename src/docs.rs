@@ -166,8 +166,10 @@ include, subagent_type, timeout and workdir; other strings become sha1:<12 hex>:
     Page {
         name: "progress-detect",
         exit: "0  success, also when sessions were flagged\n\
-               1  --check: a label of the backtest does not hold; --flag-rate-max: more productive runs flagged than allowed\n\
-               2  an error, or a bad input line (named by its number and skipped; the rest is judged)\n\
+               1  --check: a label of the backtest does not hold, or the input holds no labelled session;\n\
+               \x20  --flag-rate-max: more productive runs flagged than allowed, or no session at all\n\
+               2  an error, or a bad input line (named by its number and skipped; the rest is judged,\n\
+               \x20  and a backtest's figures are printed, but it fails: it did not judge every run)\n\
                --follow: 0 at the end of input; a bad line is named on stderr and in the stream as a\n\
                blind record (source progress-detect), and the rest is judged",
         fields: "\

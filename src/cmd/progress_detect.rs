@@ -575,11 +575,32 @@ fn write_verdicts(
             out.line(&to_line("verdict", &v)?)?;
         }
     }
+    // a backtest over a damaged corpus fails as an error, whatever its figures say: the lines
+    // it could not take are runs it did not judge
+    let damaged = |exit: Exit| {
+        if intake.bad > 0 {
+            eprintln!(
+                "progress-detect: {} line(s) could not be read: the backtest is incomplete",
+                intake.bad
+            );
+            Exit::Error
+        } else {
+            exit
+        }
+    };
     if args.check {
-        return check(&labelled, args.format, out);
+        if labelled.is_empty() {
+            eprintln!("progress-detect: --check: no labelled session (expect) in the input");
+            return Ok(damaged(Exit::Check));
+        }
+        return check(&labelled, args.format, out).map(damaged);
     }
     if let Some(max) = args.flag_rate_max {
-        return flag_rate(&flagged, judged, max, args.format, out);
+        if judged == 0 {
+            eprintln!("progress-detect: --flag-rate-max: no session in the input");
+            return Ok(damaged(Exit::Check));
+        }
+        return flag_rate(&flagged, judged, max, args.format, out).map(damaged);
     }
     if args.format == Format::Table {
         crate::cli::write_table(out, &HEAD, &rows)?;
@@ -918,5 +939,29 @@ mod tests {
             e.to_string(),
             r#"invalid type: string "foo", expected struct Line at line 1 column 5"#
         );
+    }
+
+    #[test]
+    fn a_backtest_over_bad_lines_or_no_labels_fails_instead_of_passing() {
+        // `echo garbage | progress-detect --check` said "backtest: 0/0 labels hold", exit 0: a
+        // damaged corpus passed the backtest in CI
+        let code = |extra: &[&str], input: &str| {
+            let (_dir, a) = args(extra);
+            let (mut out, buf) = Out::buffer();
+            let code = run(a, &mut std::io::Cursor::new(input.to_string()), &mut out).unwrap();
+            out.flush().unwrap();
+            (code, buf.text())
+        };
+        assert_eq!(code(&["--check"], "garbage\n").0, Exit::Error);
+        assert_eq!(code(&["--flag-rate-max", "1"], "garbage\n").0, Exit::Error);
+        // nothing to check is a failed check, not a pass
+        assert_eq!(code(&["--check"], "").0, Exit::Check);
+        assert_eq!(code(&["--flag-rate-max", "1"], "").0, Exit::Check);
+        // one good labelled session and one bad line: the figures are printed, the exit is 2
+        let labelled = r#"{"kind":"session","id":"ses_a","expect":"no_flag"}"#;
+        let (c, text) = code(&["--check"], &format!("{labelled}\n{{\"kind\":\n"));
+        assert_eq!(c, Exit::Error);
+        assert!(text.ends_with("backtest: 1/1 labels hold\n"), "{text}");
+        assert_eq!(code(&["--check"], &format!("{labelled}\n")).0, Exit::Ok);
     }
 }
