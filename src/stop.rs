@@ -180,7 +180,10 @@ pub fn plugin_paths() -> Vec<PathBuf> {
 }
 
 fn resume_hint(session: &str) -> String {
-    format!("opencode run -s {session}, or open it in the TUI")
+    format!(
+        "{}, or open it in the TUI",
+        crate::cli::shell_line("opencode", &["run", "-s", session])
+    )
 }
 
 fn action_id(session: &str, episode: &str) -> String {
