@@ -616,7 +616,8 @@ pub fn block(
         backup: old.is_some().then_some(backup),
         created: Some(created),
         message: format!(
-            "{model} blocked in {shown}: new opencode processes no longer offer it; running ones keep it until restarted. Undo: wd-store unblock-model {model}"
+            "{model} blocked in {shown}: new opencode processes no longer offer it; running ones keep it until restarted. Undo: {}",
+            crate::cli::shell_line("wd-store", &["unblock-model", model])
         ),
     })
 }

@@ -384,16 +384,53 @@ pub fn write_table(out: &mut dyn Write, head: &[&str], rows: &[Vec<String>]) -> 
     Ok(())
 }
 
-/// `s` as one shell word a reader can paste: as it is when it holds only characters no shell
-/// gives a meaning, else in single quotes (a `'` inside as `'\''`), so nothing in it (`$(...)`,
-/// backquotes, `;`) is run.
+/// `s` as one shell word a reader can paste into sh, bash, zsh or fish: as it is when it holds
+/// only characters no shell gives a meaning (and does not start with zsh's `=`), else in single
+/// quotes, so nothing in it (`$(...)`, backquotes, `;`, `&&`) is run. A `'` and a `\` are written
+/// outside the quotes, escaped (`\'`, `\\`): inside single quotes fish reads `\'` and `\\` as
+/// escapes where POSIX shells do not, so neither may stand there. Every command the
+/// watchdog prints for a person to paste builds its words with this function.
 pub fn shell_word(s: &str) -> String {
     let plain = |c: char| c.is_ascii_alphanumeric() || "_./:@%+=,-".contains(c);
-    if !s.is_empty() && s.chars().all(plain) {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
+    if !s.is_empty() && !s.starts_with('=') && s.chars().all(plain) {
+        return s.to_string();
     }
+    let mut w = String::with_capacity(s.len() + 2);
+    let mut open = false;
+    for c in s.chars() {
+        if c == '\'' || c == '\\' {
+            if open {
+                w.push('\'');
+                open = false;
+            }
+            w.push('\\');
+            w.push(c);
+        } else {
+            if !open {
+                w.push('\'');
+                open = true;
+            }
+            w.push(c);
+        }
+    }
+    if open || w.is_empty() {
+        w.push('\'');
+        if w.len() == 1 {
+            w.push('\'');
+        }
+    }
+    w
+}
+
+/// A command line for a person to paste: `program` (the watchdog's own, fixed) and each argument
+/// quoted by [`shell_word`], separated by spaces.
+pub fn shell_line(program: &str, args: &[&str]) -> String {
+    let mut line = program.to_string();
+    for a in args {
+        line.push(' ');
+        line.push_str(&shell_word(a));
+    }
+    line
 }
 
 #[cfg(test)]
@@ -544,5 +581,13 @@ mod tests {
         assert_eq!(shell_word("x/$(touch pwned)"), "'x/$(touch pwned)'");
         assert_eq!(shell_word("it's"), "'it'\\''s'");
         assert_eq!(shell_word(""), "''");
+        assert_eq!(shell_word("'"), "\\'");
+        assert_eq!(shell_word("a\\'b"), "'a'\\\\\\''b'");
+        assert_eq!(shell_word("=ls"), "'=ls'");
+        assert_eq!(shell_word("a=b"), "a=b");
+        assert_eq!(
+            shell_line("wd-store", &["stop", "ses_x;id"]),
+            "wd-store stop 'ses_x;id'"
+        );
     }
 }

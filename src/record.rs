@@ -283,6 +283,49 @@ pub struct Sweep {
     pub full: bool,
 }
 
+/// Whether `id` has the form of an opencode session id: `ses_` and then letters and digits
+/// only (opencode 1.18.33 writes 26 of them). Anything else came from elsewhere (an
+/// `opencode import` of an export someone sent accepts `ses_x$(...)`), and is refused when read.
+pub fn is_session_id(id: &str) -> bool {
+    id.strip_prefix("ses_").is_some_and(|rest| {
+        !rest.is_empty() && rest.len() <= 64 && rest.bytes().all(|b| b.is_ascii_alphanumeric())
+    })
+}
+
+/// Says on stderr, once per process and id, that `prog` refused a session whose id (or its
+/// parent's) is not an opencode session id; the id is written as a quoted string, so nothing in
+/// it (a newline, an escape) reaches the log as it is.
+pub fn refuse_session(prog: &str, id: &str, why: &str) {
+    use std::sync::Mutex;
+    static SAID: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if said.iter().any(|s| s == id) {
+        return;
+    }
+    if said.len() < 1000 {
+        said.push(id.to_string());
+    }
+    eprintln!("{prog}: session {id:?} refused: {why} is not an opencode session id (ses_ and letters or digits)");
+}
+
+impl Session {
+    /// Whether this session's id and its parent's have opencode's form; when not, says so
+    /// ([`refuse_session`]) for `prog`.
+    pub fn has_opencode_ids(&self, prog: &str) -> bool {
+        if !is_session_id(&self.id) {
+            refuse_session(prog, &self.id, "its id");
+            return false;
+        }
+        match &self.parent {
+            Some(p) if !is_session_id(p) => {
+                refuse_session(prog, &self.id, &format!("its parent {p:?}"));
+                false
+            }
+            _ => true,
+        }
+    }
+}
+
 /// `{"kind":"session", ...}`: one opencode session, as `oc-sessions` lists it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Session {

@@ -180,7 +180,10 @@ pub fn plugin_paths() -> Vec<PathBuf> {
 }
 
 fn resume_hint(session: &str) -> String {
-    format!("opencode run -s {session}, or open it in the TUI")
+    format!(
+        "{}, or open it in the TUI",
+        crate::cli::shell_line("opencode", &["run", "-s", session])
+    )
 }
 
 fn action_id(session: &str, episode: &str) -> String {
@@ -419,12 +422,9 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<StopOutcom
     finish(store, req, o, &found.turn, carried, &messages)
 }
 
-/// Refuses anything but an opencode session id (`ses_` and letters, digits, `_`).
+/// Refuses anything but an opencode session id ([`crate::record::is_session_id`]).
 fn check_id(session: &str) -> Result<()> {
-    let id_chars = session
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !session.starts_with("ses_") || !id_chars {
+    if !crate::record::is_session_id(session) {
         bail!("stop: {session:?} is not an opencode session id (ses_...)");
     }
     Ok(())

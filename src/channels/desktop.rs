@@ -10,6 +10,7 @@
 use super::{ChannelUnit, ChannelConfig, ChannelTable, Sent};
 use crate::event::{AlertKind, Event, Transition};
 use crate::check::Problems;
+use crate::cli::shell_line;
 use crate::severity::Severity;
 use serde::Serialize;
 use std::time::Duration;
@@ -78,12 +79,14 @@ pub fn what_to_do(ev: &Event) -> Option<String> {
     }
     let session = ev.details.get("session").and_then(|s| s.as_str())?;
     let mut todo = format!(
-        "Stop it: Esc twice in its TUI, Ctrl-C twice for `opencode run`, or wd-store stop {session}"
+        "Stop it: Esc twice in its TUI, Ctrl-C twice for `opencode run`, or {}",
+        shell_line("wd-store", &["stop", session])
     );
     if let Some(m) = &ev.model {
         // block-model refuses opencode's default model (blocked, no new opencode could start)
         todo += &format!(
-            "; keep the model away: wd-store block-model {m} (not while it is opencode's default model)"
+            "; keep the model away: {} (not while it is opencode's default model)",
+            shell_line("wd-store", &["block-model", m])
         );
     }
     Some(todo)

@@ -206,6 +206,9 @@ impl Stream {
         // a stream fed twice, or calls already read upstream: each call and activity once
         let fresh = match line.record {
             Ok(Record::Session(s)) => {
+                if !s.has_opencode_ids("oc-calls") {
+                    return Ok(None);
+                }
                 // listed twice (two sources, two URLs of one server, a stream fed twice)
                 if !c.read.insert(s.id.clone()) {
                     return Ok(None);
@@ -300,7 +303,7 @@ fn read_export(c: &mut Calls, file: &str, stdin: &mut dyn BufRead) -> Result<()>
                 continue;
             }
         };
-        if !c.read.insert(s.id.clone()) {
+        if !s.has_opencode_ids("oc-calls") || !c.read.insert(s.id.clone()) {
             continue;
         }
         c.out.line(&to_line("session", &s)?)?;
@@ -338,6 +341,11 @@ fn by_id(c: &mut Calls, args: &Args, cfg: &Config) -> Result<()> {
     let progress = Progress::new(args.sessions.len());
     for (i, id) in args.sessions.iter().enumerate() {
         progress.show(i);
+        if !crate::record::is_session_id(id) {
+            crate::record::refuse_session("oc-calls", id, "its id");
+            c.code = Exit::Error;
+            continue;
+        }
         if !c.read.insert(id.clone()) {
             continue;
         }

@@ -185,6 +185,7 @@ fn read_others(
             Err(f) => seen.blind(&id.to_string(), &f.to_string()),
         }
     }
+    seen.refuse_strange_ids();
     read
 }
 
@@ -249,6 +250,7 @@ fn collect(
         ended_where_no_process(&mut seen.sessions, procs, &asked, looked);
     }
     server_todos(seen, &reads);
+    seen.refuse_strange_ids();
     reads
 }
 

@@ -4,6 +4,7 @@
 use super::esc::esc;
 use super::svg;
 use super::{EpisodeRow, Loop, PageData};
+use crate::cli::{shell_line, shell_word};
 use crate::event::Reason;
 use std::fmt::Write;
 
@@ -350,7 +351,7 @@ wd-store channels set {n} --min-severity critical  # only pages
 systemctl --user edit oc-watchdog.timer            # [Timer] OnUnitActiveSec=2min
 systemctl --user restart oc-watchdog.timer
 oc-watchdog-tick                                   # one tick now</pre></details></section>",
-        n = esc(&first)
+        n = esc(&shell_word(&first))
     );
 }
 
@@ -581,14 +582,14 @@ fn what_to_do(s: &mut String, l: &Loop, id: &str) {
     let session = l.session.as_deref().unwrap_or(&l.root);
     let _ = write!(
         s,
-        "<div class=\"todo\"><p><b>Stop it:</b> Esc twice in its TUI, Ctrl-C twice for <code>opencode run</code>, or <code>wd-store stop {}</code> (it stays resumable).</p>",
-        esc(&crate::cli::shell_word(session))
+        "<div class=\"todo\"><p><b>Stop it:</b> Esc twice in its TUI, Ctrl-C twice for <code>opencode run</code>, or <code>{}</code> (it stays resumable).</p>",
+        esc(&shell_line("wd-store", &["stop", session]))
     );
     if let Some(m) = l.model.as_deref().filter(|m| m.contains('/')) {
         let _ = write!(
             s,
-            "<p><b>Keep the model away:</b> <code>wd-store block-model {}</code> <small>(refused for opencode's default model without <code>--force</code>)</small></p>",
-            esc(&crate::cli::shell_word(m))
+            "<p><b>Keep the model away:</b> <code>{}</code> <small>(refused for opencode's default model without <code>--force</code>)</small></p>",
+            esc(&shell_line("wd-store", &["block-model", m]))
         );
     }
     let _ = write!(
@@ -633,14 +634,14 @@ fn loop_pictures(s: &mut String, p: &PageData, l: &Loop) {
 
 /// The commands to look closer at a loop (and to block its model), closing its article.
 fn look_closer(s: &mut String, l: &Loop) {
-    let mut cmds = format!("wd-store verdicts --session {} --format table", l.root);
+    let mut cmds = shell_line(
+        "wd-store",
+        &["verdicts", "--session", &l.root, "--format", "table"],
+    );
     if let Some(m) = l.model.as_deref().filter(|m| m.contains('/')) {
-        let _ = write!(
-            cmds,
-            "\nwd-store block-model {} --reason {}",
-            crate::cli::shell_word(m),
-            crate::cli::shell_word(&format!("loops: {}", l.title))
-        );
+        let reason = format!("loops: {}", l.title);
+        cmds.push('\n');
+        cmds += &shell_line("wd-store", &["block-model", m, "--reason", &reason]);
     }
     let _ = write!(
         s,
@@ -797,13 +798,13 @@ fn blocked(s: &mut String, p: &PageData) {
     for b in &p.blocks {
         let _ = write!(
             s,
-            "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td><code>wd-store unblock-model {}</code></td></tr>",
+            "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td><code>{}</code></td></tr>",
             esc(&b.model),
             when(p, b.t),
             esc(&b.who),
             opt(&b.reason),
             esc(&b.file),
-            esc(&b.model)
+            esc(&shell_line("wd-store", &["unblock-model", &b.model]))
         );
     }
     let _ = write!(s, "</table><p class=\"muted\">opencode reads the blacklist when a process starts: running servers and TUIs keep offering the model until restarted, and a session already on it keeps using it. {REFUSES_DEFAULT}</p></section>");

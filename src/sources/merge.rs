@@ -100,6 +100,13 @@ impl Seen {
         self.blind.push((source.to_string(), why.to_string()));
     }
 
+    /// Drops the sessions whose id (or parent's) is not of opencode's form, each said once on
+    /// stderr: such an id came in through `opencode import`, and would reach the commands
+    /// printed for a person to paste.
+    pub fn refuse_strange_ids(&mut self) {
+        self.sessions.retain(|s| s.has_opencode_ids("oc-sessions"));
+    }
+
     /// Sessions listed that this source saw.
     pub fn count(&self, source: &str) -> usize {
         self.sessions

@@ -1525,3 +1525,109 @@ fn every_open_alert_kind_is_read_again_by_the_next_tick_not_only_loops() {
     r.ok();
     assert_eq!(r.stdout(), "ses_lp ses_st\n");
 }
+
+/// The text between `start` (included) and the first `end` after it.
+fn between<'a>(text: &'a str, start: &str, end: &str) -> &'a str {
+    let at = text
+        .find(start)
+        .unwrap_or_else(|| panic!("no {start:?} in {text}"));
+    let rest = &text[at..];
+    &rest[..rest
+        .find(end)
+        .unwrap_or_else(|| panic!("no {end:?} in {rest}"))]
+}
+
+fn unescape_html(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&")
+}
+
+#[test]
+fn a_session_or_model_id_with_shell_syntax_ran_when_its_offered_command_was_pasted() {
+    // issue 42: the popup's `wd-store stop {session}; ... wd-store block-model {model}` and the
+    // page's "Look closer" `wd-store verdicts --session {id}` were unquoted: pasted as offered,
+    // a session imported as `ses_x$(touch ...)` or a model id with `;` ran what they held
+    let rig = Rig::new("");
+    let dir = rig.home.join("pasted");
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display();
+    let root = format!("ses_x$(touch {d}/by-session)");
+    let model = format!("evil/m;touch {d}/by-model;$(touch {d}/by-model-subst)`touch {d}/bq`");
+    let mut v: Value = serde_json::from_str(&looping(&root, &root, true, 44, "active")).unwrap();
+    v["model"] = json!(model);
+    v["title"] = json!(format!("fix it $(touch {d}/by-title) && 'quoted' \\ back"));
+    let (_, r) = rig.tick(T0 + 44_000, &[v.to_string()], &[]);
+    r.ok();
+    let events = r.records();
+    let trigger = events
+        .iter()
+        .find(|e| e["state"] == "trigger")
+        .unwrap_or_else(|| panic!("no trigger: {}", r.story()));
+    let ev: oc_watchdog::event::Event = serde_json::from_value(trigger.clone()).unwrap();
+    // the popup's body: each command it offers, cut out of its prose
+    let body = oc_watchdog::channels::desktop::body(&ev);
+    let mut offered = vec![
+        between(&body, "wd-store stop ", "; keep the model away").to_string(),
+        between(&body, "wd-store block-model ", " (not while it is").to_string(),
+    ];
+    // the page: every command in a <code> and each line of the "Look closer" box
+    let page = rig
+        .home
+        .cmd("wd-store")
+        .args(["--db", &rig.db(), "--now", &(T0 + 44_000).to_string()])
+        .args(["report", "--out", "-"])
+        .run();
+    page.ok();
+    let page = page.stdout();
+    let mut rest = page.as_str();
+    while let Some(at) = rest.find("<code>wd-store ") {
+        rest = &rest[at + "<code>".len()..];
+        offered.push(unescape_html(&rest[..rest.find("</code>").unwrap()]));
+    }
+    let closer = between(&page, "<summary>Look closer</summary><pre>", "</pre>");
+    for l in unescape_html(&closer["<summary>Look closer</summary><pre>".len()..]).lines() {
+        offered.push(l.to_string());
+    }
+    let verbs: Vec<&str> = offered
+        .iter()
+        .map(|c| c.split(' ').nth(1).unwrap_or(""))
+        .collect();
+    for verb in ["stop", "block-model", "verdicts"] {
+        assert!(
+            verbs.contains(&verb),
+            "no `wd-store {verb}` offered: {offered:#?}"
+        );
+    }
+    // each pasted into sh, with a stand-in wd-store that prints the words it was given
+    let bin = rig.home.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let stand_in = bin.join("wd-store");
+    std::fs::write(&stand_in, "#!/bin/sh\nprintf '%s\\n' \"$@\"\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    for cmd in &offered {
+        let o = std::process::Command::new("sh")
+            .args(["-c", cmd])
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{cmd}: {o:?}");
+        let words = String::from_utf8_lossy(&o.stdout).into_owned();
+        // the ids reach wd-store whole, as one word each
+        if cmd.starts_with("wd-store stop ") || cmd.starts_with("wd-store verdicts ") {
+            assert!(words.lines().any(|w| w == root), "{cmd} gave {words}");
+        }
+        if cmd.starts_with("wd-store block-model ") && !cmd.contains("PROVIDER/MODEL") {
+            assert!(words.lines().any(|w| w == model), "{cmd} gave {words}");
+        }
+    }
+    let made: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(made.is_empty(), "pasting {offered:#?} ran {made:?}");
+}

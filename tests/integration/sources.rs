@@ -681,3 +681,52 @@ fn another_database_given_or_configured_is_listed_and_its_calls_read() {
         both.story()
     );
 }
+
+#[test]
+fn a_session_imported_under_an_id_with_shell_syntax_is_refused_when_read() {
+    // issue 42: opencode 1.18.33 imports an export whose id is `ses_x$(...)`; the readers
+    // listed it, and the commands offered for it ran what it held
+    let sim = Sim::start();
+    let ran = sim.run("healthy");
+    let home = Home::new();
+    let file = home.join("s.json");
+    export(&sim, &ran.id, &file);
+    let bad = format!("ses_x$(touch {}/pwned)", home.path().display());
+    let text = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace(&ran.id, &bad);
+    std::fs::write(&file, text).unwrap();
+    let out = ocsim::opencode(&sim.home, &sim.proj)
+        .arg("import")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "opencode import: {out:?}");
+    let said = format!("session {bad:?} refused: its id is not an opencode session id");
+    // the database, then the server, each as the only source
+    let db = sim.db_path();
+    for args in [
+        vec!["--db", db.to_str().unwrap(), "--no-discover"],
+        vec!["--no-db", "--no-discover", "--server", &sim.url],
+    ] {
+        let r = home.cmd("oc-sessions").args(&args).run();
+        let listed = r.kind("session");
+        assert!(ids(&listed).contains(&ran.id.as_str()), "{}", r.story());
+        assert!(!r.stdout().contains("ses_x$("), "{}", r.story());
+        assert_eq!(r.stderr().matches(&said).count(), 1, "{}", r.story());
+    }
+    // oc-calls: asked for it by id, or handed its session record
+    let r = home
+        .cmd("oc-calls")
+        .args(["--db", db.to_str().unwrap(), &bad, &ran.id])
+        .run();
+    r.expect_code(2);
+    assert!(r.stderr().contains(&said), "{}", r.story());
+    assert!(!r.stdout().contains("ses_x$("), "{}", r.story());
+    assert!(!r.kind("call").is_empty(), "{}", r.story());
+    let listed = json!({"kind": "session", "id": bad, "source": db.to_str().unwrap()});
+    let r = home.cmd("oc-calls").stdin(format!("{listed}\n")).run();
+    assert!(r.stderr().contains(&said), "{}", r.story());
+    assert_eq!(r.stdout(), "", "{}", r.story());
+    assert!(!home.join("pwned").exists());
+}

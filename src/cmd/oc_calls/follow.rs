@@ -112,7 +112,7 @@ impl CallsFollow<'_> {
         let at = line.at();
         match line.record {
             Ok(Record::Session(s)) => {
-                if !self.batch.insert(s.id.clone()) {
+                if !s.has_opencode_ids("oc-calls") || !self.batch.insert(s.id.clone()) {
                     return Ok(());
                 }
                 self.out.line(line.raw)?;
