@@ -196,8 +196,9 @@ backtest: 18/18 labels hold",
     Page {
         name: "wd-store",
         exit: "0  success\n\
-               2  an error: the database is locked past the busy timeout, read-only, full, not a watchdog\n   \
-               database or of a newer schema (each named with its path); or a bad input line to tick",
+               2  an error: the database is missing (a query creates none: tick and the commands that\n   \
+               record do), locked past the busy timeout, read-only, full, not a watchdog database or\n   \
+               of a newer schema (each named with its path); or a bad input line to tick",
         fields: "\
 tick reads   verdict, source and blind records; passes every line through, then appends
              tick {kind, id, t, outcome (ok|flagged|no_opencode|blind), sessions, flagged, sources}

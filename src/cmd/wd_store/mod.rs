@@ -214,6 +214,37 @@ pub enum Cmd {
     },
 }
 
+impl Cmd {
+    /// Does this command record (and so create the database when there is none)? The queries
+    /// do not: on a missing database they fail, naming it. `last-tick` and `open-roots` are
+    /// the tick script's first steps, and `report --follow` a stage of the follow pipeline
+    /// started beside the stages that record.
+    fn records(&self) -> bool {
+        match self {
+            Cmd::Tick { .. }
+            | Cmd::LastTick
+            | Cmd::OpenRoots
+            | Cmd::Calls { .. }
+            | Cmd::Channels { set: Some(_) }
+            | Cmd::Stop { .. }
+            | Cmd::BlockModel { .. }
+            | Cmd::UnblockModel { .. }
+            | Cmd::NotifyOnAction { .. }
+            | Cmd::Report { follow: true, .. } => true,
+            Cmd::Status
+            | Cmd::Loops { .. }
+            | Cmd::Alerts { .. }
+            | Cmd::Verdicts { .. }
+            | Cmd::Rollup { .. }
+            | Cmd::Channels { set: None }
+            | Cmd::Prune { .. }
+            | Cmd::Metrics { .. }
+            | Cmd::Report { follow: false, .. }
+            | Cmd::Blocks { .. } => false,
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum ChannelCmd {
     /// Change a channel's settings; they apply at the next tick.
@@ -248,6 +279,14 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let cfg = Config::load(args.config.as_deref())?;
     let path = args.db.clone().unwrap_or_else(|| cfg.store_db());
     let now = args.now.unwrap_or(started);
+    // a query never makes the database it asks: a mistyped --db, or a state directory removed,
+    // is said, not answered with an empty record that looks like a quiet watchdog
+    if !args.cmd.records() && !path.exists() {
+        anyhow::bail!(
+            "watchdog database {}: not found (the first tick or `wd-store tick` creates it; --db names another)",
+            path.display()
+        );
+    }
     let store = match Store::open_with(&path, cfg.store_busy()) {
         Ok(s) => s,
         // a full or unwritable state directory cannot even be read (SQLite's WAL index lives
