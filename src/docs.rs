@@ -41,7 +41,9 @@ It is this pipeline, each stage a plain command reading and writing JSON Lines:
   oc-sessions --since LAST_TICK --also OPEN_ROOTS | oc-calls | progress-detect |
   wd-store tick | wd-alert;  wd-store report
 A stage that fails without saying why in the stream blinds the tick (a blind record): the
-tick never reads as an all-clear then. One tick runs at a time; an overlapping one leaves at
+tick never reads as an all-clear then. A config that does not load ends the tick before it
+(wd-store check-config): the page says why, with the file, line and key, and so does a desktop
+notification, once per distinct error. One tick runs at a time; an overlapping one leaves at
 once. Log lines (one per alert transition) go to stderr, the journal under systemd.
 
 To look closer, rerun the stages by hand:
@@ -57,7 +59,8 @@ $XDG_STATE_HOME/oc-watchdog/tick-calls.jsonl    the tick's call stream, removed 
 ~/.config/systemd/user/oc-watchdog.{service,timer}   the units that run it",
     exit: "\
 0  the tick ran, however many alerts it fired (also when another tick held the lock)
-2  it could not run: the state directory or the database could not be used",
+2  it could not run: the config did not load, or the state directory or the database could
+   not be used",
     examples: "\
 $ systemctl --user enable --now oc-watchdog.timer
 $ journalctl --user -u oc-watchdog.service
@@ -86,6 +89,9 @@ ending each batch (a tick record after wd-store tick):
   wd-store report --follow
 Its first read looks back as the first tick does (to the last tick, else 1 hour). A stage that
 fails without saying why in the stream blinds the tick (a blind record) and ends the pipeline.
+A config that does not load starts no pipeline: it stays up, reading the config again every
+minute (wd-store check-config), while the page says why, with the file, line and key, and a
+desktop notification does, once per distinct error.
 
 A loop triggers at the first tick that flags it, within seconds of its flagging call. It
 escalates when it goes on (new calls, nothing landed) escalate_after_minutes (default 5) or

@@ -6,12 +6,14 @@
 //!
 //! One file per group of subcommands: [`tick`] (the pipeline stage and what the tick script
 //! asks before it), [`calls`] (the stage before progress-detect that keeps calls for the page), [`queries`] (status, loops, alerts, verdicts, rollup, blocks), [`channels`],
-//! [`upkeep`] (prune, metrics, the page) and [`block`] (block-model, unblock-model); the SQL
+//! [`upkeep`] (prune, metrics, the page), [`block`] (block-model, unblock-model) and
+//! [`not_watching`] (check-config: a config that does not load is told); the SQL
 //! lives in [`crate::store`], by table.
 
 mod block;
 mod calls;
 mod channels;
+mod not_watching;
 mod queries;
 mod tick;
 mod upkeep;
@@ -205,6 +207,11 @@ pub enum Cmd {
         #[arg(long, value_name = "DURATION", default_value = "15s")]
         wait: String,
     },
+    /// Check the config: exit 0 when it loads. When it does not, the watchdog watches nothing:
+    /// say why (file:line: key: problem), rewrite the page from what was last recorded with
+    /// the error, and show it on the desktop once per distinct error. The tick and follow
+    /// scripts run it first.
+    CheckConfig,
     /// Show the desktop notification read from stdin, print its id, then wait for a click on it
     /// and open its URL with [report] open_with (started by the desktop channel).
     #[command(hide = true)]
@@ -240,7 +247,8 @@ impl Cmd {
             | Cmd::Prune { .. }
             | Cmd::Metrics { .. }
             | Cmd::Report { follow: false, .. }
-            | Cmd::Blocks { .. } => false,
+            | Cmd::Blocks { .. }
+            | Cmd::CheckConfig => false,
         }
     }
 }
@@ -276,9 +284,18 @@ pub struct Ctx {
 
 pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let started = crate::cli::now_ms();
-    let cfg = Config::load(args.config.as_deref())?;
-    let path = args.db.clone().unwrap_or_else(|| cfg.store_db());
     let now = args.now.unwrap_or(started);
+    let cfg = match Config::load(args.config.as_deref()) {
+        Ok(_) if matches!(args.cmd, Cmd::CheckConfig) => return not_watching::watching(),
+        Ok(cfg) => cfg,
+        Err(e) => {
+            if matches!(args.cmd, Cmd::CheckConfig) {
+                not_watching::not_watching(args.config.as_deref(), args.db.clone(), &e, now);
+            }
+            return Err(e);
+        }
+    };
+    let path = args.db.clone().unwrap_or_else(|| cfg.store_db());
     // a query never makes the database it asks: a mistyped --db, or a state directory removed,
     // is said, not answered with an empty record that looks like a quiet watchdog
     if !args.cmd.records() && !path.exists() {
@@ -362,6 +379,7 @@ fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> R
         } => block::block_model(cx, &model, reason, opencode_config, &opencode, force, out),
         Cmd::UnblockModel { model } => block::unblock_model(cx, &model, out),
         Cmd::NotifyOnAction { wait_secs } => notify_on_action(cx, wait_secs, stdin, out),
+        Cmd::CheckConfig => not_watching::watching(),
     }
 }
 
