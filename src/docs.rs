@@ -38,8 +38,10 @@ tick, alerts on changes and rewrites the operator's page. oc-watchdog.timer runs
 everything (see FILES).
 
 It is this pipeline, each stage a plain command reading and writing JSON Lines:
-  oc-sessions --since LAST_TICK --also OPEN_ROOTS | oc-calls | progress-detect |
-  wd-store tick | wd-alert;  wd-store report
+  oc-sessions --since LAST_TICK --also OPEN_ROOTS | oc-calls | wd-store calls |
+  progress-detect | wd-store tick | wd-alert;  wd-store report
+wd-store calls keeps each session's latest calls for the page (which says \"No calls recorded\"
+without it).
 A stage that fails without saying why in the stream blinds the tick (a blind record): the
 tick never reads as an all-clear then. A config that does not load ends the tick before it
 (wd-store check-config): the page says why, with the file, line and key, and so does a desktop
@@ -55,7 +57,6 @@ To look closer, rerun the stages by hand:
 $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml      the config (every knob commented)
 $XDG_STATE_HOME/oc-watchdog/watchdog.db         the record of ticks, verdicts and alerts
 $XDG_STATE_HOME/oc-watchdog/tick.lock           held while a tick runs
-$XDG_STATE_HOME/oc-watchdog/tick-calls.jsonl    the tick's call stream, removed when it ends
 ~/.config/systemd/user/oc-watchdog.{service,timer}   the units that run it",
     exit: "\
 0  the tick ran, however many alerts it fired (also when another tick held the lock)
@@ -196,8 +197,8 @@ ses_dd1a826aaffekANLVhTMrnzvX3  build    2      -                 0.00  1    1  
 ses_dd1a82592ffeChL24CfCHrPm4n  general  10     FLAG  short_loop  0.90  10   10    0.0    8             grep len\\(xs\\) in tools
 ses_dd1a863eeffeaX5bvn47BhPUH2  build    16     FLAG  top         0.81  14   14    0.1    10            bash python3 tools/check.py
 ses_dd1a890f4ffeTdYqgKB1x4Bej0  build    9      -                 0.00  1    1     0.1                  todowrite
-$ progress-detect --check fixtures/labelled.jsonl
-backtest: 18/18 labels hold",
+$ progress-detect --check fixtures/labelled.jsonl | tail -1
+backtest: 35/35 labels hold",
     },
     Page {
         name: "wd-store",
@@ -239,7 +240,8 @@ rules    a tick counts toward escalation only when the tree's flagged sessions m
          since the previous tick and landed nothing; flagged_ticks is 1 at the trigger and the
          alert escalates when it reaches escalate_after_ticks (default 3); a busy session that
          makes no call neither counts nor resolves; stopped: every flagged session idle and no
-         call since the previous tick; gone: the tree absent from a source that listed it, read
+         call since the previous tick; gone: the root no longer in a source that listed it,
+         read this tick
 figures  this episode's calls and cost since the last landed change (a loop that starts again
          with nothing landed since counts from where its previous episode stopped) and its
          first call to its last

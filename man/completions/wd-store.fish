@@ -114,8 +114,8 @@ csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l now -d 'The current time in epoch ms (default: the clock)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l wide -d 'With --format table: every column (the default table fits 100 columns)'
 complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -s h -l help -d 'Print help'
-complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l since -r
-complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l session -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l since -d 'Only verdicts judged since then: a duration back from now (1h) or epoch ms' -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l session -d 'Only this session\'s verdicts' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l limit -d 'At most this many rows' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
@@ -125,9 +125,9 @@ csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l now -d 'The current time in epoch ms (default: the clock)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l flagged -d 'Only flagged verdicts'
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -s h -l help -d 'Print help'
-complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l by -r -f -a "model\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l by -d 'Group the sessions by model or by agent' -r -f -a "model\t''
 agent\t''"
-complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l since -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l since -d 'Sessions with verdicts since then: a duration back from now (1h) or epoch ms' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
@@ -144,9 +144,9 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and not __fi
 complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and not __fish_seen_subcommand_from set help" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and not __fish_seen_subcommand_from set help" -f -a "set" -d 'Change a channel\'s settings; they apply at the next tick'
 complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and not __fish_seen_subcommand_from set help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -l enabled -r -f -a "true\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -l enabled -d 'Turn the channel on (true) or off (false)' -r -f -a "true\t''
 false\t''"
-complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -l min-severity -r -f -a "info\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -l min-severity -d 'The least severity the channel is sent' -r -f -a "info\t''
 warning\t''
 critical\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
@@ -158,7 +158,7 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_s
 complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from help" -f -a "set" -d 'Change a channel\'s settings; they apply at the next tick'
 complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -l older-than -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -l older-than -d 'Delete what is older than this (e.g. 30d; default [store] retention_days, 30)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
@@ -166,7 +166,7 @@ table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -l now -d 'The current time in epoch ms (default: the clock)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -s h -l help -d 'Print help'
-complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l output -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l output -d 'The file to write (replaced atomically); default stdout' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
@@ -174,7 +174,7 @@ table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l now -d 'The current time in epoch ms (default: the clock)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -s h -l help -d 'Print help'
-complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l out -r -F
+complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l out -d 'The file to write (default [report] file); `-` for stdout' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
@@ -224,7 +224,7 @@ table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand check-config" -l now -d 'The current time in epoch ms (default: the clock)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand check-config" -s h -l help -d 'Print help'
-complete -c wd-store -n "__fish_wd_store_using_subcommand notify-on-action" -l wait-secs -r
+complete -c wd-store -n "__fish_wd_store_using_subcommand notify-on-action" -l wait-secs -d 'How long to wait for a click' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand notify-on-action" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand notify-on-action" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand notify-on-action" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''

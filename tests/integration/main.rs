@@ -51,3 +51,36 @@ fn man_pages_and_completions_are_up_to_date() {
         }
     }
 }
+
+/// The backtest the README and progress-detect(1) show is the real one's last line: they said
+/// `backtest: 18/18 labels hold` long after the fixtures held 35 labels.
+#[test]
+fn the_readme_and_man_page_backtest_is_the_real_output() {
+    let shown = "$ progress-detect --check fixtures/labelled.jsonl | tail -1\n";
+    let home = support::Home::new();
+    let fixtures = support::repo().join("fixtures/labelled.jsonl");
+    let r = home
+        .cmd("progress-detect")
+        .args(["--check", fixtures.to_str().unwrap()])
+        .run();
+    r.ok();
+    let out = r.stdout();
+    let last = out.lines().last().unwrap();
+    let readme = std::fs::read_to_string(support::repo().join("README.md")).unwrap();
+    let man = std::fs::read_to_string(support::repo().join("man/progress-detect.1")).unwrap();
+    for (doc, text, line) in [
+        ("README.md", readme, last.to_string()),
+        // roff writes a - as \-
+        ("man/progress-detect.1", man, last.replace('-', "\\-")),
+    ] {
+        let at = text
+            .find(&if doc == "README.md" {
+                shown.to_string()
+            } else {
+                shown.replace('-', "\\-")
+            })
+            .unwrap_or_else(|| panic!("{doc} no longer shows {shown}"));
+        let next = text[at..].lines().nth(1).unwrap();
+        assert_eq!(next, line, "{doc}");
+    }
+}

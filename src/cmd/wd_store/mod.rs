@@ -120,8 +120,10 @@ pub enum Cmd {
     },
     /// Recorded verdicts, newest first.
     Verdicts {
+        /// Only verdicts judged since then: a duration back from now (1h) or epoch ms.
         #[arg(long, value_name = "WHEN")]
         since: Option<String>,
+        /// Only this session's verdicts.
         #[arg(long, value_name = "ID")]
         session: Option<String>,
         /// Only flagged verdicts.
@@ -133,8 +135,10 @@ pub enum Cmd {
     },
     /// Flagged sessions per model next to each model's share of all sessions seen; a session counts once, under the latest model (or agent) its verdicts name.
     Rollup {
+        /// Group the sessions by model or by agent.
         #[arg(long, value_parser = ["model", "agent"], default_value = "model")]
         by: String,
+        /// Sessions with verdicts since then: a duration back from now (1h) or epoch ms.
         #[arg(long, value_name = "WHEN", default_value = "1h")]
         since: String,
     },
@@ -145,17 +149,20 @@ pub enum Cmd {
     },
     /// Delete ticks and verdicts older than a duration; open alerts are never pruned.
     Prune {
+        /// Delete what is older than this (e.g. 30d; default [store] retention_days, 30).
         #[arg(long, value_name = "DURATION")]
         older_than: Option<String>,
     },
     /// Write Prometheus metrics (text exposition format) atomically to a file, or stdout.
     Metrics {
+        /// The file to write (replaced atomically); default stdout.
         #[arg(long, value_name = "PATH")]
         output: Option<PathBuf>,
     },
     /// Write the operator's page: one self-contained HTML file (default [report] file, i.e.
     /// $XDG_STATE_HOME/oc-watchdog/report.html), rewritten atomically; `--out -` for stdout.
     Report {
+        /// The file to write (default [report] file); `-` for stdout.
         #[arg(long, value_name = "PATH")]
         out: Option<PathBuf>,
         /// Follow mode: read wd-alert --follow's stream (events, then each `tick` record) and
@@ -190,7 +197,10 @@ pub enum Cmd {
         force: bool,
     },
     /// Undo `block-model`: remove exactly what it added to the opencode config.
-    UnblockModel { model: String },
+    UnblockModel {
+        /// The model as `block-model` was given it (PROVIDER/MODEL).
+        model: String,
+    },
     /// Models blocked by `block-model`, newest first: when, by whom, why, in which file, and the
     /// command that undoes it.
     Blocks {
@@ -202,6 +212,7 @@ pub enum Cmd {
     /// else through the oc-watchdog-stop plugin (deploy/install --with-stop-plugin). Once per
     /// loop episode, recorded; the session stays resumable (`opencode run -s SESSION`).
     Stop {
+        /// The session to stop (its id, ses_...).
         session: String,
         /// How long to wait for the stop to be carried out.
         #[arg(long, value_name = "DURATION", default_value = "15s")]
@@ -216,6 +227,7 @@ pub enum Cmd {
     /// and open its URL with [report] open_with (started by the desktop channel).
     #[command(hide = true)]
     NotifyOnAction {
+        /// How long to wait for a click.
         #[arg(long, default_value_t = 3600)]
         wait_secs: u64,
     },
@@ -257,9 +269,12 @@ impl Cmd {
 pub enum ChannelCmd {
     /// Change a channel's settings; they apply at the next tick.
     Set {
+        /// The channel's name in the config.
         name: String,
+        /// Turn the channel on (true) or off (false).
         #[arg(long, value_name = "BOOL")]
         enabled: Option<bool>,
+        /// The least severity the channel is sent.
         #[arg(long, value_name = "SEVERITY", value_parser = ["info", "warning", "critical"])]
         min_severity: Option<String>,
     },
