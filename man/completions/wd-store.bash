@@ -158,7 +158,7 @@ _wd__store() {
 
     case "${cmd}" in
         wd__store)
-            opts="-h -V --db --config --format --now --help --version tick calls last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks stop check-config notify-on-action help"
+            opts="-h -V --db --config --format --now --help --version tick calls last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks stop check-config help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -187,7 +187,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__alerts)
+        wd__store__subcmd__alerts)
             opts="-h --since --kind --limit --wide --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -229,7 +229,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__block__subcmd__model)
+        wd__store__subcmd__block__subcmd__model)
             opts="-h --reason --opencode-config --opencode --force --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -271,7 +271,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__blocks)
+        wd__store__subcmd__blocks)
             opts="-h --all --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -301,7 +301,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__calls)
+        wd__store__subcmd__calls)
             opts="-h --follow --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -331,7 +331,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__channels)
+        wd__store__subcmd__channels)
             opts="-h --db --config --format --now --help set help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -361,7 +361,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__channels__subcmd__help)
+        wd__store__subcmd__channels__subcmd__help)
             opts="set help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -375,7 +375,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__channels__subcmd__help__subcmd__help)
+        wd__store__subcmd__channels__subcmd__help__subcmd__help)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -389,7 +389,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__channels__subcmd__help__subcmd__set)
+        wd__store__subcmd__channels__subcmd__help__subcmd__set)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -403,7 +403,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__channels__subcmd__set)
+        wd__store__subcmd__channels__subcmd__set)
             opts="-h --enabled --min-severity --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -441,7 +441,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__check__subcmd__config)
+        wd__store__subcmd__check__subcmd__config)
             opts="-h --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -471,8 +471,8 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help)
-            opts="tick calls last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks stop check-config notify-on-action help"
+        wd__store__subcmd__help)
+            opts="tick calls last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks stop check-config help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -485,7 +485,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__alerts)
+        wd__store__subcmd__help__subcmd__alerts)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -499,7 +499,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__block__subcmd__model)
+        wd__store__subcmd__help__subcmd__block__subcmd__model)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -513,7 +513,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__blocks)
+        wd__store__subcmd__help__subcmd__blocks)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -527,7 +527,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__calls)
+        wd__store__subcmd__help__subcmd__calls)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -541,7 +541,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__channels)
+        wd__store__subcmd__help__subcmd__channels)
             opts="set"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -555,7 +555,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__channels__subcmd__set)
+        wd__store__subcmd__help__subcmd__channels__subcmd__set)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -569,7 +569,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__check__subcmd__config)
+        wd__store__subcmd__help__subcmd__check__subcmd__config)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -583,7 +583,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__help)
+        wd__store__subcmd__help__subcmd__help)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -597,7 +597,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__last__subcmd__tick)
+        wd__store__subcmd__help__subcmd__last__subcmd__tick)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -611,7 +611,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__loops)
+        wd__store__subcmd__help__subcmd__loops)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -625,7 +625,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__metrics)
+        wd__store__subcmd__help__subcmd__metrics)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -639,7 +639,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__notify__subcmd__on__subcmd__action)
+        wd__store__subcmd__help__subcmd__notify__subcmd__on__subcmd__action)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -653,7 +653,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__open__subcmd__roots)
+        wd__store__subcmd__help__subcmd__open__subcmd__roots)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -667,7 +667,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__prune)
+        wd__store__subcmd__help__subcmd__prune)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -681,7 +681,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__report)
+        wd__store__subcmd__help__subcmd__report)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -695,7 +695,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__rollup)
+        wd__store__subcmd__help__subcmd__rollup)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -709,7 +709,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__status)
+        wd__store__subcmd__help__subcmd__status)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -723,7 +723,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__stop)
+        wd__store__subcmd__help__subcmd__stop)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -737,7 +737,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__tick)
+        wd__store__subcmd__help__subcmd__tick)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -751,7 +751,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__unblock__subcmd__model)
+        wd__store__subcmd__help__subcmd__unblock__subcmd__model)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -765,7 +765,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__help__subcmd__verdicts)
+        wd__store__subcmd__help__subcmd__verdicts)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -779,7 +779,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__last__subcmd__tick)
+        wd__store__subcmd__last__subcmd__tick)
             opts="-h --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -809,7 +809,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__loops)
+        wd__store__subcmd__loops)
             opts="-h --recent --wide --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -843,7 +843,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__metrics)
+        wd__store__subcmd__metrics)
             opts="-h --output --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -877,7 +877,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__notify__subcmd__on__subcmd__action)
+        wd__store__subcmd__notify__subcmd__on__subcmd__action)
             opts="-h --wait-secs --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -911,7 +911,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__open__subcmd__roots)
+        wd__store__subcmd__open__subcmd__roots)
             opts="-h --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -941,7 +941,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__prune)
+        wd__store__subcmd__prune)
             opts="-h --older-than --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -975,7 +975,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__report)
+        wd__store__subcmd__report)
             opts="-h --out --follow --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1009,7 +1009,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__rollup)
+        wd__store__subcmd__rollup)
             opts="-h --by --since --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1047,7 +1047,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__status)
+        wd__store__subcmd__status)
             opts="-h --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1077,7 +1077,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__stop)
+        wd__store__subcmd__stop)
             opts="-h --wait --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1111,7 +1111,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__tick)
+        wd__store__subcmd__tick)
             opts="-h --outcome --started --follow --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1149,7 +1149,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__unblock__subcmd__model)
+        wd__store__subcmd__unblock__subcmd__model)
             opts="-h --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1179,7 +1179,7 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        wd__subcmd__store__subcmd__verdicts)
+        wd__store__subcmd__verdicts)
             opts="-h --since --session --flagged --limit --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

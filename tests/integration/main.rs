@@ -84,3 +84,52 @@ fn the_readme_and_man_page_backtest_is_the_real_output() {
         assert_eq!(next, line, "{doc}");
     }
 }
+
+/// What bash offers for `words`, from the committed completion script.
+fn bash_completes(words: &[&str]) -> Vec<String> {
+    let script = support::repo().join("man/completions/wd-store.bash");
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let prog = format!(
+        "source '{}'; COMP_WORDS=({}); COMP_CWORD={}; _wd__store wd-store '{}' '{}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        script.display(),
+        quoted.join(" "),
+        words.len() - 1,
+        words[words.len() - 1],
+        words[words.len() - 2],
+    );
+    let o = std::process::Command::new("bash")
+        .args(["--norc", "-c", &prog])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// bash offered nothing after a wd-store subcommand (clap_complete 4.6 names the arms of a
+/// hyphenated binary's subcommands one way and walks to them another), and offered the hidden
+/// `notify-on-action`.
+#[test]
+fn bash_completes_a_wd_store_subcommands_options_and_not_the_hidden_one() {
+    assert_eq!(
+        bash_completes(&["wd-store", "loops", "--"]),
+        ["--recent", "--wide", "--db", "--config", "--format", "--now", "--help"]
+    );
+    assert_eq!(
+        bash_completes(&["wd-store", "channels", "set", "desktop", "--"]),
+        [
+            "--enabled",
+            "--min-severity",
+            "--db",
+            "--config",
+            "--format",
+            "--now",
+            "--help"
+        ]
+    );
+    assert_eq!(bash_completes(&["wd-store", "no"]), Vec::<String>::new());
+    assert!(bash_completes(&["wd-store", ""]).contains(&"loops".to_string()));
+}
