@@ -114,6 +114,45 @@ fn script_page(p: &oc_watchdog::docs::Script) -> Vec<u8> {
     out
 }
 
+/// Mends what clap_complete 4.6 gets wrong. Its bash script walks the words to a subcommand's
+/// arm with the binary's name mangled one way (`wd__store__subcmd__loops`) and names the arms
+/// with it mangled another (`wd__subcmd__store__subcmd__loops`), so after a subcommand of a
+/// hyphenated binary nothing was offered; and every shell offers hidden subcommands
+/// (`notify-on-action`, which only the desktop channel runs).
+fn mend(shell: Shell, name: &str, hidden: &[String], text: String) -> String {
+    let text = match shell {
+        Shell::Bash => text.replace(
+            &format!("{}__subcmd__", name.replace('-', "__subcmd__")),
+            &format!("{}__subcmd__", name.replace('-', "__")),
+        ),
+        _ => text,
+    };
+    let offered = |line: &str| {
+        !hidden.iter().any(|h| match shell {
+            Shell::Zsh => line.trim_start().starts_with(&format!("'{h}:")),
+            Shell::Fish => line.contains(&format!("-a \"{h}\"")),
+            _ => false,
+        })
+    };
+    let mut out = String::new();
+    for line in text.lines().filter(|l| offered(l)) {
+        match line.split_once("opts=\"") {
+            // bash's words offered at a place: the hidden ones go
+            Some((lead, words)) if shell == Shell::Bash => {
+                let words = words.trim_end_matches('"');
+                let kept: Vec<&str> = words
+                    .split(' ')
+                    .filter(|w| !hidden.iter().any(|h| h == w))
+                    .collect();
+                out += &format!("{lead}opts=\"{}\"", kept.join(" "));
+            }
+            _ => out += line,
+        }
+        out.push('\n');
+    }
+    out
+}
+
 pub fn commands() -> Vec<clap::Command> {
     vec![
         oc_watchdog::cmd::oc_sessions::Args::command(),
@@ -135,6 +174,11 @@ fn main() {
             .find(|p| p.name == name)
             .unwrap();
         std::fs::write(dir.join(format!("{name}.1")), page(cmd.clone(), p)).unwrap();
+        let hidden: Vec<String> = cmd
+            .get_subcommands()
+            .filter(|s| s.is_hide_set())
+            .map(|s| s.get_name().to_string())
+            .collect();
         for (shell, file) in [
             (Shell::Bash, format!("{name}.bash")),
             (Shell::Zsh, format!("_{name}")),
@@ -142,7 +186,8 @@ fn main() {
         ] {
             let mut buf = Vec::new();
             clap_complete::generate(shell, &mut cmd, name.clone(), &mut buf);
-            std::fs::write(dir.join("completions").join(file), buf).unwrap();
+            let text = mend(shell, &name, &hidden, String::from_utf8(buf).unwrap());
+            std::fs::write(dir.join("completions").join(file), text).unwrap();
         }
     }
     for script in [&oc_watchdog::docs::TICK, &oc_watchdog::docs::FOLLOW] {

@@ -38,10 +38,14 @@ tick, alerts on changes and rewrites the operator's page. oc-watchdog.timer runs
 everything (see FILES).
 
 It is this pipeline, each stage a plain command reading and writing JSON Lines:
-  oc-sessions --since LAST_TICK --also OPEN_ROOTS | oc-calls | progress-detect |
-  wd-store tick | wd-alert;  wd-store report
+  oc-sessions --since LAST_TICK --also OPEN_ROOTS | oc-calls | wd-store calls |
+  progress-detect | wd-store tick | wd-alert;  wd-store report
+wd-store calls keeps each session's latest calls for the page (which says \"No calls recorded\"
+without it).
 A stage that fails without saying why in the stream blinds the tick (a blind record): the
-tick never reads as an all-clear then. One tick runs at a time; an overlapping one leaves at
+tick never reads as an all-clear then. A config that does not load ends the tick before it
+(wd-store check-config): the page says why, with the file, line and key, and so does a desktop
+notification, once per distinct error. One tick runs at a time; an overlapping one leaves at
 once. Log lines (one per alert transition) go to stderr, the journal under systemd.
 
 To look closer, rerun the stages by hand:
@@ -53,11 +57,11 @@ To look closer, rerun the stages by hand:
 $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml      the config (every knob commented)
 $XDG_STATE_HOME/oc-watchdog/watchdog.db         the record of ticks, verdicts and alerts
 $XDG_STATE_HOME/oc-watchdog/tick.lock           held while a tick runs
-$XDG_STATE_HOME/oc-watchdog/tick-calls.jsonl    the tick's call stream, removed when it ends
 ~/.config/systemd/user/oc-watchdog.{service,timer}   the units that run it",
     exit: "\
 0  the tick ran, however many alerts it fired (also when another tick held the lock)
-2  it could not run: the state directory or the database could not be used",
+2  it could not run: the config did not load, or the state directory or the database could
+   not be used",
     examples: "\
 $ systemctl --user enable --now oc-watchdog.timer
 $ journalctl --user -u oc-watchdog.service
@@ -86,6 +90,9 @@ ending each batch (a tick record after wd-store tick):
   wd-store report --follow
 Its first read looks back as the first tick does (to the last tick, else 1 hour). A stage that
 fails without saying why in the stream blinds the tick (a blind record) and ends the pipeline.
+A config that does not load starts no pipeline: it stays up, reading the config again every
+minute (wd-store check-config), while the page says why, with the file, line and key, and a
+desktop notification does, once per distinct error.
 
 A loop triggers at the first tick that flags it, within seconds of its flagging call. It
 escalates when it goes on (new calls, nothing landed) escalate_after_minutes (default 5) or
@@ -192,14 +199,15 @@ ses_dd1a826aaffekANLVhTMrnzvX3  build    2      -                 0.00  1    1  
 ses_dd1a82592ffeChL24CfCHrPm4n  general  10     FLAG  short_loop  0.90  10   10    0.0    8             grep len\\(xs\\) in tools
 ses_dd1a863eeffeaX5bvn47BhPUH2  build    16     FLAG  top         0.81  14   14    0.1    10            bash python3 tools/check.py
 ses_dd1a890f4ffeTdYqgKB1x4Bej0  build    9      -                 0.00  1    1     0.1                  todowrite
-$ progress-detect --check fixtures/labelled.jsonl
-backtest: 18/18 labels hold",
+$ progress-detect --check fixtures/labelled.jsonl | tail -1
+backtest: 35/35 labels hold",
     },
     Page {
         name: "wd-store",
         exit: "0  success\n\
-               2  an error: the database is locked past the busy timeout, read-only, full, not a watchdog\n   \
-               database or of a newer schema (each named with its path); or a bad input line to tick",
+               2  an error: the database is missing (a query creates none: tick and the commands that\n   \
+               record do), locked past the busy timeout, read-only, full, not a watchdog database or\n   \
+               of a newer schema (each named with its path); or a bad input line to tick",
         fields: "\
 tick reads   verdict, source and blind records; passes every line through, then appends
              tick {kind, id, t, outcome (ok|flagged|no_opencode|blind), sessions, flagged, sources}
@@ -234,7 +242,8 @@ rules    a tick counts toward escalation only when the tree's flagged sessions m
          since the previous tick and landed nothing; flagged_ticks is 1 at the trigger and the
          alert escalates when it reaches escalate_after_ticks (default 3); a busy session that
          makes no call neither counts nor resolves; stopped: every flagged session idle and no
-         call since the previous tick; gone: the tree absent from a source that listed it, read
+         call since the previous tick; gone: the root no longer in a source that listed it,
+         read this tick
 figures  this episode's calls and cost since the last landed change (a loop that starts again
          with nothing landed since counts from where its previous episode stopped) and its
          first call to its last

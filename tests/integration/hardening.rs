@@ -446,6 +446,11 @@ fn a_failed_metrics_write_leaves_no_temp_file_and_does_not_blame_the_database() 
     let db = home.join("w.db");
     let target = home.join("metrics.prom");
     std::fs::create_dir(&target).unwrap();
+    home.cmd("wd-store")
+        .args(["--db", db.to_str().unwrap(), "tick"])
+        .stdin("")
+        .run()
+        .ok();
     let r = home
         .cmd("wd-store")
         .args([

@@ -51,3 +51,85 @@ fn man_pages_and_completions_are_up_to_date() {
         }
     }
 }
+
+/// The backtest the README and progress-detect(1) show is the real one's last line: they said
+/// `backtest: 18/18 labels hold` long after the fixtures held 35 labels.
+#[test]
+fn the_readme_and_man_page_backtest_is_the_real_output() {
+    let shown = "$ progress-detect --check fixtures/labelled.jsonl | tail -1\n";
+    let home = support::Home::new();
+    let fixtures = support::repo().join("fixtures/labelled.jsonl");
+    let r = home
+        .cmd("progress-detect")
+        .args(["--check", fixtures.to_str().unwrap()])
+        .run();
+    r.ok();
+    let out = r.stdout();
+    let last = out.lines().last().unwrap();
+    let readme = std::fs::read_to_string(support::repo().join("README.md")).unwrap();
+    let man = std::fs::read_to_string(support::repo().join("man/progress-detect.1")).unwrap();
+    for (doc, text, line) in [
+        ("README.md", readme, last.to_string()),
+        // roff writes a - as \-
+        ("man/progress-detect.1", man, last.replace('-', "\\-")),
+    ] {
+        let at = text
+            .find(&if doc == "README.md" {
+                shown.to_string()
+            } else {
+                shown.replace('-', "\\-")
+            })
+            .unwrap_or_else(|| panic!("{doc} no longer shows {shown}"));
+        let next = text[at..].lines().nth(1).unwrap();
+        assert_eq!(next, line, "{doc}");
+    }
+}
+
+/// What bash offers for `words`, from the committed completion script.
+fn bash_completes(words: &[&str]) -> Vec<String> {
+    let script = support::repo().join("man/completions/wd-store.bash");
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let prog = format!(
+        "source '{}'; COMP_WORDS=({}); COMP_CWORD={}; _wd__store wd-store '{}' '{}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        script.display(),
+        quoted.join(" "),
+        words.len() - 1,
+        words[words.len() - 1],
+        words[words.len() - 2],
+    );
+    let o = std::process::Command::new("bash")
+        .args(["--norc", "-c", &prog])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// bash offered nothing after a wd-store subcommand (clap_complete 4.6 names the arms of a
+/// hyphenated binary's subcommands one way and walks to them another), and offered the hidden
+/// `notify-on-action`.
+#[test]
+fn bash_completes_a_wd_store_subcommands_options_and_not_the_hidden_one() {
+    assert_eq!(
+        bash_completes(&["wd-store", "loops", "--"]),
+        ["--recent", "--wide", "--db", "--config", "--format", "--now", "--help"]
+    );
+    assert_eq!(
+        bash_completes(&["wd-store", "channels", "set", "desktop", "--"]),
+        [
+            "--enabled",
+            "--min-severity",
+            "--db",
+            "--config",
+            "--format",
+            "--now",
+            "--help"
+        ]
+    );
+    assert_eq!(bash_completes(&["wd-store", "no"]), Vec::<String>::new());
+    assert!(bash_completes(&["wd-store", ""]).contains(&"loops".to_string()));
+}

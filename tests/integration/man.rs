@@ -434,3 +434,76 @@ fn the_follow_service_installs_verifies_and_uninstalls() {
     assert!(!unit.exists(), "--uninstall left the follow unit");
     assert!(!follow.exists(), "--uninstall left the follow script");
 }
+
+/// `deploy/install --help` was an unknown option, `--from` without a directory a shell error
+/// ("parameter not set"), and `--uninstall` with nothing installed claimed an uninstall.
+#[test]
+fn install_prints_usage_names_a_missing_from_dir_and_says_when_nothing_is_installed() {
+    let home = Home::new();
+    let h = home.path();
+    let o = install(h, &["--help"]);
+    assert!(o.status.success(), "{}", story("deploy/install --help", &o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.starts_with(
+            "Usage: deploy/install [--from DIR] [--with-stop-plugin] | --uninstall | --purge | --help\n\nInstalls oc-watchdog"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("  deploy/install --from DIR      install binaries already built in DIR\n")
+    );
+    for args in [&["--from"][..], &["--from", "--with-stop-plugin"][..]] {
+        let o = install(h, args);
+        assert_eq!(o.status.code(), Some(2), "{}", story("deploy/install", &o));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stderr),
+            "install: --from needs a directory: the one holding the built binaries (e.g. --from target/release)\n"
+        );
+    }
+    for mode in ["--uninstall", "--purge"] {
+        let o = install(h, &[mode]);
+        assert!(o.status.success(), "{}", story(mode, &o));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stderr),
+            "install: oc-watchdog is not installed for this user: nothing to remove\n"
+        );
+    }
+}
+
+/// `--purge` left block-model's lock files (`.opencode.jsonc.oc-watchdog.lock`) in
+/// ~/.config/opencode, and an uninstall printed "cannot open /proc/N/cmdline" for every
+/// process that ended while it looked for click helpers.
+#[test]
+fn purge_removes_block_model_lock_files_and_says_nothing_of_proc() {
+    let home = Home::new();
+    let h = home.path();
+    let o = install(h, &["--from", bins().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", story("deploy/install", &o));
+    let oc = home.join(".config/opencode");
+    std::fs::create_dir_all(&oc).unwrap();
+    let config = oc.join("opencode.jsonc");
+    std::fs::write(&config, "{}\n").unwrap();
+    let lock = oc.join(".opencode.jsonc.oc-watchdog.lock");
+    std::fs::write(&lock, "").unwrap();
+    // short-lived processes while it reads /proc
+    let mut churn = Command::new("sh")
+        .args(["-c", "while :; do /bin/true; done"])
+        .spawn()
+        .unwrap();
+    let o = install(h, &["--purge"]);
+    let _ = churn.kill();
+    let _ = churn.wait();
+    assert!(
+        o.status.success(),
+        "{}",
+        story("deploy/install --purge", &o)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "oc-watchdog uninstalled; its config and database removed\n"
+    );
+    assert!(!lock.exists());
+    assert!(config.exists(), "the opencode config is the user's");
+    assert!(!home.join(".local/state/oc-watchdog").exists());
+}

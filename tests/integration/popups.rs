@@ -79,3 +79,127 @@ fn an_agent_name_with_a_nul_markup_escapes_and_bidi_reaches_dunst_visibly_and_ca
         "{shown}"
     );
 }
+
+/// A typo in watchdog.toml stopped every command with exit 2 and told nobody: the page still
+/// said "written 0 s ago" from before, no popup came, and the follow service restarted in a
+/// loop. Now the follow script stays up saying so, the page is rewritten from the last good
+/// state with the error, and a real dunst gets one popup per distinct error.
+#[test]
+fn a_config_typo_is_told_by_a_popup_and_the_page_and_the_follow_service_stays_up() {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let d = Desktop::shared();
+    let home = Home::new();
+    let cfg = home.join(".config/oc-watchdog/watchdog.toml");
+    std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+    std::fs::write(&cfg, "[opencode]\ndiscover = \"off\"\n").unwrap();
+    // the last good state: one tick
+    home.cmd("wd-store")
+        .args(["--now", "1796000000000", "tick", "--outcome", "no_opencode"])
+        .stdin("")
+        .run()
+        .ok();
+    std::fs::write(
+        &cfg,
+        "[opencode]\ndiscover = \"off\"\n\n[detector]\nwindw = 60\n",
+    )
+    .unwrap();
+    let bins = assert_cmd::cargo::cargo_bin("wd-store")
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let err_file = home.join("follow.err");
+    let mut follow = Command::new("sh")
+        .arg(crate::support::repo().join("deploy/oc-watchdog-follow"))
+        .env_clear()
+        .env(
+            "PATH",
+            format!("{}:{}", bins.display(), std::env::var("PATH").unwrap()),
+        )
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_STATE_HOME", home.join(".local/state"))
+        .env("DBUS_SESSION_BUS_ADDRESS", &d.bus)
+        .env("DISPLAY", &d.display)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err_file).unwrap())
+        .spawn()
+        .unwrap();
+    let stop = |k: &mut std::process::Child| {
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &format!("-{}", k.id())])
+            .status();
+        let _ = k.wait();
+    };
+    let problem = format!(
+        "config {}:5: detector.windw: unknown field `windw`",
+        cfg.display()
+    );
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    while seen.is_empty() && t0.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(200));
+        seen = d.wait_for(&cfg.display().to_string(), 1);
+    }
+    let said = std::fs::read_to_string(&err_file).unwrap_or_default();
+    if seen.len() != 1 {
+        stop(&mut follow);
+        panic!("no popup: {:?}\nfollow said: {said}", d.seen());
+    }
+    assert_eq!(
+        seen[0].summary,
+        "watchdog is not watching: its config does not load"
+    );
+    assert!(seen[0].body.starts_with(&problem), "{}", seen[0].body);
+    assert_eq!(seen[0].urgency, Some(2));
+    // the service stays up, saying so, instead of ending for systemd to restart it
+    std::thread::sleep(Duration::from_secs(2));
+    let alive = follow.try_wait().unwrap().is_none();
+    let said = std::fs::read_to_string(&err_file).unwrap_or_default();
+    stop(&mut follow);
+    assert!(alive, "the follow script ended: {said}");
+    assert!(said.contains(&format!("wd-store: {problem}")), "{said}");
+    assert!(
+        said.contains("oc-watchdog-follow: the watchdog is not watching until its config loads; reading it again every 60 s"),
+        "{said}"
+    );
+    // the page: the last good state, and the error
+    let page = std::fs::read_to_string(home.join(".local/state/oc-watchdog/report.html")).unwrap();
+    assert!(
+        page.contains(&format!(
+            "TICKS ARE NOT RECORDED: the watchdog is not watching: {problem}"
+        )),
+        "{page}"
+    );
+    assert!(
+        page.contains("no_opencode"),
+        "the last tick is gone from the page"
+    );
+    // the same error again (the next tick, the next minute): no second popup
+    let check = || {
+        home.cmd("wd-store")
+            .args(["check-config"])
+            .env("DBUS_SESSION_BUS_ADDRESS", &d.bus)
+            .env("DISPLAY", &d.display)
+            .run()
+    };
+    check().expect_code(2);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(d.wait_for(&cfg.display().to_string(), 2).len(), 1);
+    // another mistake is told again; a config that loads ends it, and the next mistake is new
+    std::fs::write(&cfg, "[detector]\nwindow = \"sixty\"\n").unwrap();
+    check().expect_code(2);
+    let seen = d.wait_for(&cfg.display().to_string(), 2);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(
+        seen[1].body.contains(":2: detector.window: invalid type"),
+        "{seen:?}"
+    );
+    std::fs::write(&cfg, "[opencode]\ndiscover = \"off\"\n").unwrap();
+    check().ok();
+    assert!(!home.join(".local/state/oc-watchdog/not-watching").exists());
+}

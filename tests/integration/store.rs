@@ -443,6 +443,13 @@ fn channel_settings_change_at_run_time_and_unknown_names_are_refused() {
         "--config".into(),
         cfg.display().to_string(),
     ];
+    // a query does not make the database: a tick does
+    home.cmd("wd-store")
+        .args(base.iter())
+        .args(["tick"])
+        .stdin("")
+        .run()
+        .ok();
     let r = home
         .cmd("wd-store")
         .args(base.iter())
@@ -674,4 +681,70 @@ fn calls_follow_stages_each_batch_at_its_sweep_with_the_stream_still_open() {
     assert_eq!(marks("t"), [(0, "read /w/x.rs".into(), false)]);
     drop(sin);
     assert!(child.wait().unwrap().success());
+}
+
+/// A query on a missing database made it (and its directory) and printed an empty status,
+/// exit 0: a mistyped `--db` or a removed state directory looked like a quiet watchdog. Now
+/// every query names the missing database (exit 2) and creates nothing; the commands that
+/// record create it and its directory.
+#[test]
+fn a_query_on_a_missing_database_names_it_and_creates_nothing() {
+    let home = Home::new();
+    let dir = home.join("nonexistent/dir");
+    let db = dir.join("w.db");
+    let db_s = db.to_str().unwrap();
+    let queries: &[&[&str]] = &[
+        &["status"],
+        &["loops"],
+        &["alerts"],
+        &["verdicts"],
+        &["rollup"],
+        &["blocks"],
+        &["channels"],
+        &["prune"],
+        &["metrics"],
+        &["report", "--out", "-"],
+    ];
+    for q in queries {
+        let r = home.cmd("wd-store").args(["--db", db_s]).args(*q).run();
+        r.expect_code(2);
+        assert_eq!(
+            r.stderr().trim(),
+            format!(
+                "wd-store: watchdog database {db_s}: not found (the first tick or `wd-store tick` creates it; --db names another)"
+            ),
+            "{}",
+            r.story()
+        );
+        assert_eq!(r.stdout(), "", "{}", r.story());
+        assert!(!home.join("nonexistent").exists(), "{q:?} created it");
+    }
+    // the default database too, after its state directory was removed
+    let r = home.cmd("wd-store").args(["status"]).run();
+    r.expect_code(2);
+    assert!(
+        r.stderr().contains(&format!(
+            "watchdog database {}: not found",
+            home.join(".local/state/oc-watchdog/watchdog.db").display()
+        )),
+        "{}",
+        r.story()
+    );
+    assert!(!home.join(".local/state/oc-watchdog").exists());
+    // a command that records (or the tick script's first step) makes the directory and the
+    // database
+    let r = home.cmd("wd-store").args(["--db", db_s, "last-tick"]).run();
+    r.ok();
+    assert_eq!(r.stdout(), "");
+    assert!(db.exists());
+    std::fs::remove_dir_all(home.join("nonexistent")).unwrap();
+    home.cmd("wd-store")
+        .args(["--db", db_s, "tick"])
+        .stdin("")
+        .run()
+        .ok();
+    assert_eq!(count(db_s, "SELECT count(*) FROM ticks"), 1);
+    let r = home.cmd("wd-store").args(["--db", db_s, "status"]).run();
+    r.ok();
+    assert_eq!(r.kind("status")[0]["outcome"], json!("no_opencode"));
 }

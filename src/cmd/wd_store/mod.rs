@@ -6,12 +6,14 @@
 //!
 //! One file per group of subcommands: [`tick`] (the pipeline stage and what the tick script
 //! asks before it), [`calls`] (the stage before progress-detect that keeps calls for the page), [`queries`] (status, loops, alerts, verdicts, rollup, blocks), [`channels`],
-//! [`upkeep`] (prune, metrics, the page) and [`block`] (block-model, unblock-model); the SQL
+//! [`upkeep`] (prune, metrics, the page), [`block`] (block-model, unblock-model) and
+//! [`not_watching`] (check-config: a config that does not load is told); the SQL
 //! lives in [`crate::store`], by table.
 
 mod block;
 mod calls;
 mod channels;
+mod not_watching;
 mod queries;
 mod tick;
 mod upkeep;
@@ -118,8 +120,10 @@ pub enum Cmd {
     },
     /// Recorded verdicts, newest first.
     Verdicts {
+        /// Only verdicts judged since then: a duration back from now (1h) or epoch ms.
         #[arg(long, value_name = "WHEN")]
         since: Option<String>,
+        /// Only this session's verdicts.
         #[arg(long, value_name = "ID")]
         session: Option<String>,
         /// Only flagged verdicts.
@@ -131,8 +135,10 @@ pub enum Cmd {
     },
     /// Flagged sessions per model next to each model's share of all sessions seen; a session counts once, under the latest model (or agent) its verdicts name.
     Rollup {
+        /// Group the sessions by model or by agent.
         #[arg(long, value_parser = ["model", "agent"], default_value = "model")]
         by: String,
+        /// Sessions with verdicts since then: a duration back from now (1h) or epoch ms.
         #[arg(long, value_name = "WHEN", default_value = "1h")]
         since: String,
     },
@@ -143,17 +149,20 @@ pub enum Cmd {
     },
     /// Delete ticks and verdicts older than a duration; open alerts are never pruned.
     Prune {
+        /// Delete what is older than this (e.g. 30d; default [store] retention_days, 30).
         #[arg(long, value_name = "DURATION")]
         older_than: Option<String>,
     },
     /// Write Prometheus metrics (text exposition format) atomically to a file, or stdout.
     Metrics {
+        /// The file to write (replaced atomically); default stdout.
         #[arg(long, value_name = "PATH")]
         output: Option<PathBuf>,
     },
     /// Write the operator's page: one self-contained HTML file (default [report] file, i.e.
     /// $XDG_STATE_HOME/oc-watchdog/report.html), rewritten atomically; `--out -` for stdout.
     Report {
+        /// The file to write (default [report] file); `-` for stdout.
         #[arg(long, value_name = "PATH")]
         out: Option<PathBuf>,
         /// Follow mode: read wd-alert --follow's stream (events, then each `tick` record) and
@@ -188,7 +197,10 @@ pub enum Cmd {
         force: bool,
     },
     /// Undo `block-model`: remove exactly what it added to the opencode config.
-    UnblockModel { model: String },
+    UnblockModel {
+        /// The model as `block-model` was given it (PROVIDER/MODEL).
+        model: String,
+    },
     /// Models blocked by `block-model`, newest first: when, by whom, why, in which file, and the
     /// command that undoes it.
     Blocks {
@@ -200,27 +212,69 @@ pub enum Cmd {
     /// else through the oc-watchdog-stop plugin (deploy/install --with-stop-plugin). Once per
     /// loop episode, recorded; the session stays resumable (`opencode run -s SESSION`).
     Stop {
+        /// The session to stop (its id, ses_...).
         session: String,
         /// How long to wait for the stop to be carried out.
         #[arg(long, value_name = "DURATION", default_value = "15s")]
         wait: String,
     },
+    /// Check the config: exit 0 when it loads. When it does not, the watchdog watches nothing:
+    /// say why (file:line: key: problem), rewrite the page from what was last recorded with
+    /// the error, and show it on the desktop once per distinct error. The tick and follow
+    /// scripts run it first.
+    CheckConfig,
     /// Show the desktop notification read from stdin, print its id, then wait for a click on it
     /// and open its URL with [report] open_with (started by the desktop channel).
     #[command(hide = true)]
     NotifyOnAction {
+        /// How long to wait for a click.
         #[arg(long, default_value_t = 3600)]
         wait_secs: u64,
     },
+}
+
+impl Cmd {
+    /// Does this command record (and so create the database when there is none)? The queries
+    /// do not: on a missing database they fail, naming it. `last-tick` and `open-roots` are
+    /// the tick script's first steps, and `report --follow` a stage of the follow pipeline
+    /// started beside the stages that record.
+    fn records(&self) -> bool {
+        match self {
+            Cmd::Tick { .. }
+            | Cmd::LastTick
+            | Cmd::OpenRoots
+            | Cmd::Calls { .. }
+            | Cmd::Channels { set: Some(_) }
+            | Cmd::Stop { .. }
+            | Cmd::BlockModel { .. }
+            | Cmd::UnblockModel { .. }
+            | Cmd::NotifyOnAction { .. }
+            | Cmd::Report { follow: true, .. } => true,
+            Cmd::Status
+            | Cmd::Loops { .. }
+            | Cmd::Alerts { .. }
+            | Cmd::Verdicts { .. }
+            | Cmd::Rollup { .. }
+            | Cmd::Channels { set: None }
+            | Cmd::Prune { .. }
+            | Cmd::Metrics { .. }
+            | Cmd::Report { follow: false, .. }
+            | Cmd::Blocks { .. }
+            | Cmd::CheckConfig => false,
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
 pub enum ChannelCmd {
     /// Change a channel's settings; they apply at the next tick.
     Set {
+        /// The channel's name in the config.
         name: String,
+        /// Turn the channel on (true) or off (false).
         #[arg(long, value_name = "BOOL")]
         enabled: Option<bool>,
+        /// The least severity the channel is sent.
         #[arg(long, value_name = "SEVERITY", value_parser = ["info", "warning", "critical"])]
         min_severity: Option<String>,
     },
@@ -245,9 +299,26 @@ pub struct Ctx {
 
 pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let started = crate::cli::now_ms();
-    let cfg = Config::load(args.config.as_deref())?;
-    let path = args.db.clone().unwrap_or_else(|| cfg.store_db());
     let now = args.now.unwrap_or(started);
+    let cfg = match Config::load(args.config.as_deref()) {
+        Ok(_) if matches!(args.cmd, Cmd::CheckConfig) => return not_watching::watching(),
+        Ok(cfg) => cfg,
+        Err(e) => {
+            if matches!(args.cmd, Cmd::CheckConfig) {
+                not_watching::not_watching(args.config.as_deref(), args.db.clone(), &e, now);
+            }
+            return Err(e);
+        }
+    };
+    let path = args.db.clone().unwrap_or_else(|| cfg.store_db());
+    // a query never makes the database it asks: a mistyped --db, or a state directory removed,
+    // is said, not answered with an empty record that looks like a quiet watchdog
+    if !args.cmd.records() && !path.exists() {
+        anyhow::bail!(
+            "watchdog database {}: not found (the first tick or `wd-store tick` creates it; --db names another)",
+            path.display()
+        );
+    }
     let store = match Store::open_with(&path, cfg.store_busy()) {
         Ok(s) => s,
         // a full or unwritable state directory cannot even be read (SQLite's WAL index lives
@@ -323,6 +394,7 @@ fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> R
         } => block::block_model(cx, &model, reason, opencode_config, &opencode, force, out),
         Cmd::UnblockModel { model } => block::unblock_model(cx, &model, out),
         Cmd::NotifyOnAction { wait_secs } => notify_on_action(cx, wait_secs, stdin, out),
+        Cmd::CheckConfig => not_watching::watching(),
     }
 }
 
