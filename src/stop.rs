@@ -179,11 +179,23 @@ pub fn plugin_paths() -> Vec<PathBuf> {
         .collect()
 }
 
-fn resume_hint(session: &str) -> String {
-    format!(
-        "{}, or open it in the TUI",
-        crate::cli::shell_line("opencode", &["run", "-s", session])
-    )
+/// The commands that resume a stopped session with opencode 1.18.33, run in its project: its
+/// TUI, or one more run with a message (`opencode run -s SESSION` alone answers "Error: You must
+/// provide a message or a command").
+pub fn resume_commands(session: &str) -> [String; 2] {
+    [
+        format!("opencode -s {}", crate::cli::shell_word(session)),
+        format!(
+            "opencode run -s {} \"continue\"",
+            crate::cli::shell_word(session)
+        ),
+    ]
+}
+
+/// How to resume a stopped session, in words (each command between backquotes).
+pub fn resume_hint(session: &str) -> String {
+    let [tui, run] = resume_commands(session);
+    format!("`{tui}` (its TUI) or `{run}`")
 }
 
 fn action_id(session: &str, episode: &str) -> String {

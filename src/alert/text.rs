@@ -238,14 +238,15 @@ pub fn resolve_event(
 
 /// The stop of a loop as its resolve tells it: who stopped it after how much, and how to resume.
 fn stopped_words(ev: &mut Event, ep: &AlertEpisode, stop: &super::StopSeen, f: &Figures) {
-    let resume = crate::cli::shell_line("opencode", &["run", "-s", &stop.session]);
+    let [_, resume] = crate::stop::resume_commands(&stop.session);
     ev.title = format!("stopped by {}: {}", stop.who(), ep.title);
     ev.summary = format!(
-        "session {} stopped by {} after {} calls and ${:.2}; resume with `{resume}` (or open it in the TUI)",
+        "session {} stopped by {} after {} calls and ${:.2}; resume with {}",
         stop.session,
         stop.who(),
         f.calls,
-        f.cost
+        f.cost,
+        crate::stop::resume_hint(&stop.session)
     );
     ev.details.insert(
         "stop".into(),

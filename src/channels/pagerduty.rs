@@ -110,11 +110,11 @@ mod tests {
         );
         // the resolve of a stop carries what the stop said
         let mut stop = ev.clone();
-        stop.summary = "session r stopped by the watchdog after 40 calls and $0.25; resume with `opencode run -s r` (or open it in the TUI)".into();
-        stop.details.insert("stop".into(), json!({"by": "escalated", "resume": "opencode run -s r"}));
+        stop.summary = "session r stopped by the watchdog after 40 calls and $0.25; resume with `opencode -s r` (its TUI) or `opencode run -s r \"continue\"`".into();
+        stop.details.insert("stop".into(), json!({"by": "escalated", "resume": "opencode run -s r \"continue\""}));
         let b = body(&stop, "RK");
         assert_eq!(b["event_action"], "resolve");
         assert_eq!(b["payload"]["summary"], format!("t: {}", stop.summary));
-        assert_eq!(b["payload"]["custom_details"]["stop"]["resume"], "opencode run -s r");
+        assert_eq!(b["payload"]["custom_details"]["stop"]["resume"], "opencode run -s r \"continue\"");
     }
 }

@@ -19,9 +19,9 @@ pub const BURNED: &str =
 /// A loop episode's stop (issue 28), in one line: who stopped which session, how, and how to
 /// resume it; or that a stop was refused or failed, and why. NULL when none was asked.
 pub const STOP: &str = "(SELECT CASE s.status
-       WHEN 'stopped' THEN printf('session %s stopped by %s (%s) via %s, %d call(s) after the request; resume with: opencode run -s %s',
+       WHEN 'stopped' THEN printf('session %s stopped by %s (%s) via %s, %d call(s) after the request; resume with `opencode -s %s` (its TUI) or `opencode run -s %s \"continue\"`',
                                   s.session, CASE s.reason WHEN 'operator' THEN 'the operator' ELSE 'the watchdog' END,
-                                  s.reason, coalesce(s.via, '?'), coalesce(s.calls_after_request, 0), s.session)
+                                  s.reason, coalesce(s.via, '?'), coalesce(s.calls_after_request, 0), s.session, s.session)
        WHEN 'failed' THEN printf('stop of session %s (%s) not carried out: %s', s.session, s.reason, coalesce(s.detail, ''))
        ELSE printf('stop of session %s (%s) requested', s.session, s.reason) END
      FROM stops s WHERE s.episode = 'episode:' || p.id ORDER BY s.status = 'stopped' DESC, s.t DESC LIMIT 1)";

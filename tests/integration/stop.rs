@@ -309,6 +309,101 @@ impl Rig {
     }
 }
 
+impl Rig {
+    /// The session's messages as (role, text of its text parts), oldest first.
+    fn turns(&self, session: &str) -> Vec<(String, String)> {
+        let db = self.db();
+        let mut st = db
+            .prepare(
+                "SELECT json_extract(m.data, '$.role'),
+                        coalesce((SELECT group_concat(json_extract(p.data, '$.text'), '') FROM part p
+                                  WHERE p.message_id = m.id AND json_extract(p.data, '$.type') = 'text'), '')
+                 FROM message m WHERE m.session_id = ?1 ORDER BY m.id",
+            )
+            .unwrap();
+        st.query_map([session], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
+    fn sessions(&self) -> i64 {
+        self.db()
+            .query_row("SELECT count(*) FROM session", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    /// Waits until `session` has a user message "continue" after its first `before` messages
+    /// and an answer of the model after it.
+    fn wait_continued(&self, session: &str, before: usize, story: impl Fn() -> String) {
+        let t0 = Instant::now();
+        loop {
+            let t = self.turns(session);
+            let new = t.get(before..).unwrap_or_default();
+            if let Some(i) = new.iter().position(|(r, x)| r == "user" && x == "continue") {
+                if new[i + 1..].iter().any(|(r, _)| r == "assistant") {
+                    return;
+                }
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(90),
+                "session {session} not resumed: {new:?}\n{}",
+                story()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Follows the resume advice in `text` as a person would, in the session's project: each
+    /// command it offers (between backquotes) is run by a shell. The TUI's is typed "continue"
+    /// into; `opencode run`'s must end well. Each adds a turn to `session` ("continue" and the
+    /// model's answer) and no session.
+    fn follow_resume_advice(&self, session: &str, text: &str) {
+        let offered: Vec<&str> = text.split('`').skip(1).step_by(2).collect();
+        assert_eq!(
+            offered,
+            [
+                format!("opencode -s {session}"),
+                format!("opencode run -s {session} \"continue\"")
+            ],
+            "the advice: {text}"
+        );
+        let sessions = self.sessions();
+        let shell = |cmd: &str| {
+            let c = ocsim::opencode(self.home.path(), &self.proj);
+            let mut sh = Command::new("sh");
+            sh.arg("-c").arg(cmd).current_dir(&self.proj);
+            for (k, v) in c.get_envs() {
+                match v {
+                    Some(v) => sh.env(k, v),
+                    None => sh.env_remove(k),
+                };
+            }
+            sh
+        };
+        // the TUI: open the session, type, see the model answer
+        let before = self.turns(session).len();
+        let tui = crate::support::tui::Tui::start(&shell(offered[0]));
+        tui.wait_pane("SCRIPT:", 60);
+        tui.keys(&["continue"]);
+        tui.keys(&["Enter"]);
+        self.wait_continued(session, before, || tui.pane());
+        drop(tui);
+        // `opencode run` with its message, to the end
+        let before = self.turns(session).len();
+        let out = shell(offered[1]).stdin(Stdio::null()).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}\n{}",
+            offered[1],
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.wait_continued(session, before, String::new);
+        assert_eq!(self.sessions(), sessions, "a resume made a new session");
+    }
+}
+
 impl Drop for Rig {
     fn drop(&mut self) {
         if let Some(sock) = &self.tmux {
@@ -406,7 +501,7 @@ fn stopped(r: &Run, session: &str, via: &str, what: &str) -> Value {
     assert_eq!(o["via"], via, "{}", r.story());
     assert_eq!(
         o["resume"],
-        format!("opencode run -s {session}, or open it in the TUI")
+        format!("`opencode -s {session}` (its TUI) or `opencode run -s {session} \"continue\"`")
     );
     let took = o["stopped"].as_i64().unwrap() - o["requested"].as_i64().unwrap();
     eprintln!(
@@ -429,7 +524,7 @@ fn nothing_after(calls: &[Call], stopped_at: i64) {
 }
 
 #[test]
-fn a_looping_opencode_run_is_stopped_through_the_plugin_and_resumes_with_run_s() {
+fn a_looping_opencode_run_is_stopped_through_the_plugin_and_resumes_as_its_advice_says() {
     let mut rig = Rig::new(true);
     let pid = rig.run("lc_goes_on");
     let id = rig.wait_calls(10);
@@ -505,7 +600,7 @@ fn a_looping_opencode_run_is_stopped_through_the_plugin_and_resumes_with_run_s()
         summary.starts_with(&format!(
             "session {id} stopped by the operator (wd-store stop) after "
         )) && summary.ends_with(&format!(
-            "; resume with `opencode run -s {id}` (or open it in the TUI)"
+            "; resume with `opencode -s {id}` (its TUI) or `opencode run -s {id} \"continue\"`"
         )),
         "{summary}"
     );
@@ -532,23 +627,18 @@ fn a_looping_opencode_run_is_stopped_through_the_plugin_and_resumes_with_run_s()
     assert!(
         again
             .stderr()
-            .contains(": nothing done; resume with opencode run -s "),
+            .contains(": nothing done; resume with `opencode -s "),
         "{}",
         again.story()
     );
     assert_eq!(rig.stops(&id).len(), 1);
 
-    // it resumes: the next run of the same session makes its calls
-    let before = calls.len();
-    let out = rig.resume(&id, "reread");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let after = rig.calls(&id);
-    assert_eq!(after.len(), before + 8);
-    assert!(after[before..].iter().all(|c| c.status == "completed"));
+    // it resumes as the stop's output and the resolve say (`opencode run -s ID` alone
+    // answered "Error: You must provide a message or a command")
+    let said = r.stderr();
+    let advice = said[said.find("resume with").unwrap()..].trim_end();
+    assert_eq!(advice, &summary[summary.find("resume with").unwrap()..]);
+    rig.follow_resume_advice(&id, advice);
 
     // uninstall takes the plugin away
     rig.install(&["--uninstall"]);
@@ -1027,14 +1117,17 @@ fn the_policy_stops_a_looping_opencode_run_at_escalation_once_and_says_so_on_eve
     assert_eq!(
         summary,
         format!(
-            "session {id} stopped by the watchdog after {} calls and ${:.2}; resume with `opencode run -s {id}` (or open it in the TUI)",
+            "session {id} stopped by the watchdog after {} calls and ${:.2}; resume with `opencode -s {id}` (its TUI) or `opencode run -s {id} \"continue\"`",
             burned.0, burned.1
         )
     );
     let details: Value = serde_json::from_str(&details).unwrap();
     assert_eq!(details["by"], "escalated");
     assert_eq!(details["pid"], pid);
-    assert_eq!(details["resume"], format!("opencode run -s {id}"));
+    assert_eq!(
+        details["resume"],
+        format!("opencode run -s {id} \"continue\"")
+    );
     // on the desktop, with its resume line
     let seen = pol
         .desk
@@ -1048,9 +1141,9 @@ fn the_policy_stops_a_looping_opencode_run_at_escalation_once_and_says_so_on_eve
         seen[0]
     );
     assert!(
-        seen[0]
-            .body
-            .contains(&format!("resume with `opencode run -s {id}`")),
+        seen[0].body.contains(&format!(
+            "resume with `opencode -s {id}` (its TUI) or `opencode run -s {id} \"continue\"`"
+        )),
         "{:?}",
         seen[0]
     );
@@ -1118,15 +1211,8 @@ fn the_policy_stops_a_looping_opencode_run_at_escalation_once_and_says_so_on_eve
     assert_eq!(rig.stops(&id).len(), 1);
     assert_eq!(alert_keys(&rig), [format!("opencode-loop:{id} resolved")]);
     assert_eq!(pol.hooked(&id).len(), 2);
-    // and the session resumes as the resolve says: `opencode run -s` runs its 8 reads
-    let before = rig.calls(&id).len();
-    let out = rig.resume(&id, "reread");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(rig.calls(&id).len(), before + 8);
+    // and the session resumes as the resolve says
+    rig.follow_resume_advice(&id, &summary);
 }
 
 /// The policy on a TUI under tmux, at escalation as for `opencode run` above (the same two-tick
@@ -1219,7 +1305,7 @@ fn the_policy_stops_a_looping_tui_session_under_tmux_at_escalation_and_it_resume
     assert_eq!(
         summary,
         format!(
-            "session {id} stopped by the watchdog after {ep_calls} calls and ${ep_cost:.2}; resume with `opencode run -s {id}` (or open it in the TUI)"
+            "session {id} stopped by the watchdog after {ep_calls} calls and ${ep_cost:.2}; resume with `opencode -s {id}` (its TUI) or `opencode run -s {id} \"continue\"`"
         )
     );
     let seen = pol

@@ -210,7 +210,8 @@ pub enum Cmd {
     },
     /// Stop SESSION's current run, as Esc in its TUI would: over HTTP when a server runs it,
     /// else through the oc-watchdog-stop plugin (deploy/install --with-stop-plugin). Once per
-    /// loop episode, recorded; the session stays resumable (`opencode run -s SESSION`).
+    /// loop episode, recorded; the session stays resumable: `opencode -s SESSION` (its TUI) or
+    /// `opencode run -s SESSION "continue"` in its project.
     Stop {
         /// The session to stop (its id, ses_...).
         session: String,
