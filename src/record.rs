@@ -356,6 +356,10 @@ pub struct Session {
     /// `provider/model`.
     #[serde(default)]
     pub model: Option<String>,
+    /// The agent program that ran the session, when it is not opencode (absent: opencode, as
+    /// every record before other agents were read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<Program>,
     /// Fixture label: `flag` or `no_flag`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect: Option<Expect>,
@@ -368,6 +372,28 @@ pub struct Session {
     /// Liveness evidence and anything else a newer producer adds.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// The agent program a session's records come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Program {
+    Opencode,
+    /// Claude Code (`claude`, npm `@anthropic-ai/claude-code`).
+    ClaudeCode,
+    /// Codex CLI (`codex`, npm `@openai/codex`).
+    Codex,
+}
+
+impl Program {
+    /// Its name on the wire and in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Program::Opencode => "opencode",
+            Program::ClaudeCode => "claude-code",
+            Program::Codex => "codex",
+        }
+    }
 }
 
 /// `{"kind":"call", ...}`: one tool call, scrubbed. Never carries message text, tool output or

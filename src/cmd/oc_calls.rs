@@ -16,13 +16,13 @@ use crate::cmd::oc_sessions::blind;
 use crate::config::Config;
 use crate::record::{each_record, to_line, Line, Record, Session};
 use crate::sources::server::Server;
-use crate::sources::{self, convert, db::Db, export, Fault, Found, Source, SourceId};
+use crate::sources::{self, convert, db::Db, export, transcript, Fault, Found, Source, SourceId};
 use anyhow::{anyhow, Context, Result};
 use clap::Parser;
 use serde_json::Value;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, IsTerminal};
+use std::io::{BufRead, IsTerminal, Read};
 use std::path::PathBuf;
 
 const EXAMPLES: &str = "\
@@ -284,14 +284,110 @@ fn source_to_read(s: &Session) -> Option<SourceId> {
         .or_else(|| s.source.as_deref().map(SourceId::parse))
 }
 
-/// `oc-calls --export FILE...`: the session, calls and activity of each exported session.
+/// `oc-calls --export PATH...`: what each path holds, told by its first record: an opencode
+/// export, a Claude Code transcript (with its subagents beside it), a Codex rollout, or a folder
+/// holding transcripts at any depth.
 fn read_export(c: &mut Calls, file: &str, stdin: &mut dyn BufRead) -> Result<()> {
-    let docs = if file == "-" {
-        export::read(stdin)
+    let mut bytes = Vec::new();
+    if file == "-" {
+        stdin
+            .read_to_end(&mut bytes)
+            .context("stdin: cannot read")?;
     } else {
-        let f = std::fs::File::open(file).with_context(|| format!("{file}: cannot open"))?;
-        export::read(f)
+        let path = std::path::Path::new(file);
+        if path.is_dir() {
+            return read_folder(c, file);
+        }
+        let mut f = std::fs::File::open(path).with_context(|| format!("{file}: cannot open"))?;
+        f.read_to_end(&mut bytes)
+            .with_context(|| format!("{file}: cannot read"))?;
+    }
+    let first = bytes
+        .split(|&b| b == b'\n')
+        .find(|l| !l.trim_ascii().is_empty());
+    let agent = first.and_then(|l| transcript::sniff(&String::from_utf8_lossy(l)));
+    if agent.is_none() {
+        return read_opencode_export(c, file, &bytes[..]);
+    }
+    let source = SourceId::Export(file.to_string()).to_string();
+    let Ok(text) = std::str::from_utf8(&bytes) else {
+        return c.blind(&source, &format!("{file}: not UTF-8"));
     };
+    let read = if file == "-" {
+        transcript::read_text(file, text)
+    } else {
+        match transcript::read_file(std::path::Path::new(file), file) {
+            Ok(r) => r,
+            Err(why) => return c.blind(&source, &why),
+        }
+    };
+    match read {
+        Some(r) => emit_transcripts(c, &source, r),
+        None => read_opencode_export(c, file, &bytes[..]),
+    }
+}
+
+/// The transcripts in a folder, at any depth. A subagent's file beside its session's is read
+/// with it; a file neither agent wrote is skipped, and said so on stderr.
+fn read_folder(c: &mut Calls, dir: &str) -> Result<()> {
+    let source = SourceId::Export(dir.to_string()).to_string();
+    let files = match transcript::jsonl_files(std::path::Path::new(dir)) {
+        Ok(f) => f,
+        Err(e) => return c.blind(&source, &format!("{dir}: cannot list: {e}")),
+    };
+    let mut found = 0;
+    for f in &files {
+        if transcript::read_with_its_session(f) {
+            continue;
+        }
+        let name = f.display().to_string();
+        let src = SourceId::Export(name.clone()).to_string();
+        match transcript::read_file(f, &name) {
+            Ok(Some(r)) => {
+                found += 1;
+                emit_transcripts(c, &src, r)?;
+            }
+            Ok(None) => eprintln!(
+                "oc-calls: {name}: neither a Claude Code transcript nor a Codex rollout: skipped"
+            ),
+            Err(why) => c.blind(&src, &why)?,
+        }
+    }
+    if found == 0 {
+        return c.blind(
+            &source,
+            &format!("no Claude Code transcript or Codex rollout in {dir}"),
+        );
+    }
+    Ok(())
+}
+
+/// Writes the sessions another agent's transcript gave, each with its calls and activity, and
+/// a `blind` record for each thing in it that could not be read.
+fn emit_transcripts(c: &mut Calls, source: &str, r: transcript::Read) -> Result<()> {
+    for t in r.sessions {
+        if !c.read.insert(t.session.id.clone()) {
+            continue;
+        }
+        c.out.line(&to_line("session", &t.session)?)?;
+        for call in &t.calls {
+            if c.written.insert((call.session.clone(), call.id.clone())) {
+                c.out.line(&to_line("call", call)?)?;
+            }
+        }
+        if c.active.insert(t.session.id.clone()) {
+            c.out.line(&to_line("activity", &t.activity)?)?;
+        }
+    }
+    for why in r.problems {
+        c.blind(source, &why)?;
+    }
+    Ok(())
+}
+
+/// The session, calls and activity of each document of an `opencode export` file.
+fn read_opencode_export(c: &mut Calls, file: &str, input: &[u8]) -> Result<()> {
+    let docs = export::read(input);
     let source = SourceId::Export(file.to_string()).to_string();
     // the good documents before a bad one are kept; the bad one (or an empty input) is blind
     let export::ExportDocs { docs, bad } = docs;

@@ -5,15 +5,22 @@
 //! apart. What a source holds (opencode's API objects) becomes records in [`convert`], along the
 //! tool and argument vocabulary of [`vocab`].
 //!
+//! Other agents' transcripts, sent for a backtest (`oc-calls --export`), are read by their own
+//! wings, straight into records: Claude Code's by [`claude_code`], Codex's by [`codex`], told
+//! apart and found in folders by [`transcript`].
+//!
 //! Adding a kind of source: a file with its type implementing [`Source`] and [`SourceKind`]
 //! (how its `source` string reads, what a message calls it, how it is opened), and its line in
 //! [`registry!`] below, which makes its [`SourceId`] variant.
 
+pub mod claude_code;
+pub mod codex;
 pub mod convert;
 pub mod discover;
 pub mod events;
 pub mod http;
 pub mod merge;
+pub mod transcript;
 pub mod vocab;
 
 use crate::record::Session;

@@ -3,6 +3,7 @@
 //! `opencode serve` driven by the scripted fake model.
 #![allow(dead_code)]
 
+pub mod agents;
 pub mod desktop;
 pub mod ocsim;
 pub mod secrets;

@@ -1,0 +1,197 @@
+//! What `oc-calls --export PATH` reads besides opencode's exports: the transcripts other agents
+//! leave on disk, a Claude Code session (`~/.claude/projects/<dir>/<session>.jsonl`, its
+//! subagents in `<session>/subagents/agent-*.jsonl`) or a Codex rollout
+//! (`~/.codex/sessions/Y/M/D/rollout-*.jsonl`), or a folder holding such files at any depth.
+//!
+//! Each agent's wing ([`super::claude_code`], [`super::codex`]) turns its transcripts straight
+//! into the project's own records ([`Transcript`]: a session, its calls, its activity), along
+//! the tool vocabulary of [`super::vocab`]; no message text, tool output or file content leaves
+//! it. Which wing reads a file is told by its first record ([`sniff`]), not by its name.
+
+use crate::record::{Activity, Call, Program, Session};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// One session read from a transcript, as `oc-calls` writes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transcript {
+    pub session: Session,
+    /// In call order.
+    pub calls: Vec<Call>,
+    pub activity: Activity,
+}
+
+/// What reading one transcript (and what goes with it) gave: its sessions, and what could not
+/// be read, each a `blind` reason (a line that is not JSON, a record of no known shape).
+#[derive(Debug, Default)]
+pub struct Read {
+    pub sessions: Vec<Transcript>,
+    pub problems: Vec<String>,
+}
+
+/// Which agent wrote the transcript whose first line is `first` (`None`: neither Claude Code
+/// nor Codex; an opencode export, or something else).
+pub fn sniff(first: &str) -> Option<Program> {
+    let v: Value = serde_json::from_str(first.trim()).ok()?;
+    let ty = v.get("type")?.as_str()?;
+    if ty == "session_meta" && v.get("payload").is_some_and(Value::is_object) {
+        return Some(Program::Codex);
+    }
+    // every Claude Code record carries its session id (queue operations, prompts, summaries)
+    v.get("sessionId")
+        .and_then(Value::as_str)
+        .map(|_| Program::ClaudeCode)
+}
+
+/// The first non-blank line of `text`.
+pub fn first_line(text: &str) -> &str {
+    text.lines().find(|l| !l.trim().is_empty()).unwrap_or("")
+}
+
+/// Reads the transcript at `path` (named `name` in `source` strings) and, for a Claude Code
+/// session, its subagents beside it. `Ok(None)`: not a transcript either agent wrote.
+pub fn read_file(path: &Path, name: &str) -> Result<Option<Read>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
+    Ok(match sniff(first_line(&text)) {
+        Some(Program::ClaudeCode) => {
+            Some(super::claude_code::read_with_subagents(path, name, &text))
+        }
+        Some(Program::Codex) => Some(super::codex::read(name, &text)),
+        Some(Program::Opencode) | None => None,
+    })
+}
+
+/// Reads a transcript given as text (stdin): the session alone, without files beside it.
+pub fn read_text(name: &str, text: &str) -> Option<Read> {
+    match sniff(first_line(text))? {
+        Program::ClaudeCode => Some(super::claude_code::read(name, text, &[])),
+        Program::Codex => Some(super::codex::read(name, text)),
+        Program::Opencode => None,
+    }
+}
+
+/// Whether `file` is a Claude Code subagent's transcript whose session's transcript is beside
+/// it (`<dir>/<session>/subagents/agent-*.jsonl` and `<dir>/<session>.jsonl`): it is read with
+/// that one, which names its parent.
+pub fn read_with_its_session(file: &Path) -> bool {
+    let Some(subagents) = file.parent().filter(|d| d.ends_with("subagents")) else {
+        return false;
+    };
+    let Some(session) = subagents.parent() else {
+        return false;
+    };
+    session.with_extension("jsonl").is_file()
+}
+
+/// Every `.jsonl` file under `dir`, at any depth, in path order. Symbolic links to folders are
+/// not followed (a link back up would never end).
+pub fn jsonl_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let e = e?;
+            let ft = e.file_type()?;
+            let p = e.path();
+            if ft.is_dir() {
+                todo.push(p);
+            } else if p.extension().is_some_and(|x| x == "jsonl") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Milliseconds since the epoch of an RFC 3339 time (`2026-12-04T18:23:23.131Z`).
+pub fn ms(v: Option<&Value>) -> Option<i64> {
+    let t: jiff::Timestamp = v?.as_str()?.parse().ok()?;
+    Some(t.as_millisecond())
+}
+
+/// The JSON records of a JSON Lines text with their 1-based line numbers. A line that is not
+/// JSON is a problem named by its line, except a last line cut short without its newline: a
+/// transcript being written.
+pub fn records<'a>(
+    name: &'a str,
+    text: &'a str,
+    problems: &mut Vec<String>,
+) -> Vec<(usize, Value)> {
+    let mut out = Vec::new();
+    let last = text.lines().count();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Value>(line) {
+            Ok(v) if v.is_object() => out.push((i + 1, v)),
+            Ok(_) => problems.push(format!("{name}:{}: not a JSON object", i + 1)),
+            Err(_) if i + 1 == last && !text.ends_with('\n') => {}
+            Err(e) => problems.push(format!("{name}:{}: not JSON: {e}", i + 1)),
+        }
+    }
+    out
+}
+
+/// The text of a tool output that may be a string or a list of content blocks (`text` blocks
+/// joined by newlines; images and other blocks leave nothing).
+pub fn text_of(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(blocks) => Some(
+            blocks
+                .iter()
+                .filter_map(|b| match b {
+                    Value::String(s) => Some(s.as_str()),
+                    b => b.get("text").and_then(Value::as_str),
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_record_tells_which_agent_wrote_a_transcript() {
+        let claude = r#"{"type":"queue-operation","operation":"enqueue","sessionId":"69dd"}"#;
+        let codex = r#"{"timestamp":"2026-12-04T18:26:25.797Z","ordinal":0,"type":"session_meta","payload":{"id":"01a2"}}"#;
+        assert_eq!(sniff(claude), Some(Program::ClaudeCode));
+        assert_eq!(sniff(codex), Some(Program::Codex));
+        // an opencode export, a fingerprint stream, something else: neither
+        assert_eq!(sniff("{"), None);
+        assert_eq!(sniff(r#"{"info":{"id":"ses_a"},"messages":[]}"#), None);
+        assert_eq!(sniff(r#"{"kind":"call","session":"s"}"#), None);
+        assert_eq!(sniff(r#"{"type":"session_meta","payload":"x"}"#), None);
+    }
+
+    #[test]
+    fn a_line_that_is_not_json_is_named_unless_it_is_the_unfinished_last_one() {
+        let mut problems = Vec::new();
+        let got = records(
+            "t.jsonl",
+            "{\"a\":1}\nnope\n[1]\n{\"b\":2}\n{\"c\":",
+            &mut problems,
+        );
+        assert_eq!(got.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [1, 4]);
+        assert_eq!(
+            problems,
+            [
+                "t.jsonl:2: not JSON: expected ident at line 1 column 2",
+                "t.jsonl:3: not a JSON object"
+            ]
+        );
+    }
+
+    #[test]
+    fn times_read_as_milliseconds() {
+        let v = Value::from("2026-12-04T18:23:23.131Z");
+        assert_eq!(ms(Some(&v)), Some(1_796_408_603_131));
+        assert_eq!(ms(Some(&Value::from("yesterday"))), None);
+    }
+}

@@ -1,0 +1,280 @@
+//! Sessions of other agents, sent as their transcripts, backtested: `oc-calls --export PATH |
+//! progress-detect` on what real Claude Code and Codex CLI sessions (the pinned versions, driven
+//! offline by the scripted fake model, every tool call really run) left on disk.
+
+use crate::support::agents::{make_project, AgentModel, CLAUDE_CODE_VERSION, CODEX_VERSION};
+use crate::support::Home;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The failing test, run again and again: what a looping agent does.
+const TEST: &str = "python3 tests/test_calc.py";
+
+fn version(prog: &str) -> String {
+    let out = std::process::Command::new(prog)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("{prog} --version: {e} (tests/setup installs it)"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// An agent's HOME, with a git identity for the commits its scripts make.
+fn agent_home(dir: &Path) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join(".gitconfig"),
+        "[user]\n\temail = sim@example.invalid\n\tname = sim\n",
+    )
+    .unwrap();
+    dir.to_path_buf()
+}
+
+#[test]
+fn claude_code_and_codex_transcripts_in_a_folder_are_backtested_the_loops_flagged_and_the_healthy_sessions_not(
+) {
+    assert!(version("claude").starts_with(CLAUDE_CODE_VERSION));
+    assert!(version("codex").contains(CODEX_VERSION));
+    let home = Home::new();
+    let sent = home.join("sent");
+    let (ch, xh) = (
+        agent_home(&sent.join("claude-home")),
+        agent_home(&sent.join("codex-home")),
+    );
+    let proj = |name: &str| make_project(&home.join(name));
+    let (cloop, cwork, xloop, xwork) = (proj("cloop"), proj("cwork"), proj("xloop"), proj("xwork"));
+    let model = AgentModel::start();
+    let bash = |c: &str| json!({"tool": "Bash", "args": {"command": c, "description": "run"}});
+    let exec = |c: &str| json!({"tool": "exec_command", "args": {"cmd": c}});
+    model.script("cloop", &Value::Array(vec![bash(TEST); 16]));
+    let calc = cwork.join("src/calc.py").display().to_string();
+    model.script(
+        "cwork",
+        &json!([
+            {"tool": "Read", "args": {"file_path": calc}},
+            bash(TEST),
+            {"tool": "Edit", "args": {"file_path": calc, "old_string": "    return sum(xs) / len(xs)",
+                                      "new_string": "    return sum(xs) / len(xs) if xs else 0"}},
+            bash(TEST),
+            bash("git add -A && git commit -qm 'fix mean'"),
+            {"tool": "Agent", "args": {"description": "Search", "prompt": "SCRIPT:cchild find mean",
+                                       "subagent_type": "Explore"}},
+            {"text": "Fixed and committed."}
+        ]),
+    );
+    model.script(
+        "cchild",
+        &json!([bash("grep -n mean src/calc.py"), {"text": "mean is in src/calc.py"}]),
+    );
+    model.script("xloop", &Value::Array(vec![exec(TEST); 16]));
+    model.script(
+        "xwork",
+        &json!([
+            exec("cat src/calc.py"),
+            exec(TEST),
+            {"tool": "apply_patch", "args": "*** Begin Patch\n*** Update File: src/calc.py\n@@\n def mean(xs):\n-    return sum(xs) / len(xs)\n+    return sum(xs) / len(xs) if xs else 0\n*** End Patch\n"},
+            exec(TEST),
+            exec("git add -A && git commit -qm 'fix mean'"),
+            {"text": "Fixed and committed."}
+        ]),
+    );
+    model.claude(&ch, &cloop, "cloop");
+    model.claude(&ch, &cwork, "cwork");
+    model.codex(&xh, &xloop, "xloop");
+    model.codex(&xh, &xwork, "xwork");
+
+    // one folder holding both agents' homes, read at every depth
+    let r = home
+        .cmd("oc-calls")
+        .args(["--export", sent.to_str().unwrap()])
+        .run();
+    r.ok();
+    let sessions = r.kind("session");
+    let of = |dir: &Path, program: &str, sub: bool| -> Value {
+        sessions
+            .iter()
+            .find(|s| {
+                s["directory"] == dir.to_str().unwrap()
+                    && s["program"] == program
+                    && s["parent"].is_null() != sub
+            })
+            .unwrap_or_else(|| panic!("no {program} session in {}\n{}", dir.display(), r.story()))
+            .clone()
+    };
+    let (sc_loop, sc_work, sc_sub) = (
+        of(&cloop, "claude-code", false),
+        of(&cwork, "claude-code", false),
+        of(&cwork, "claude-code", true),
+    );
+    let (sx_loop, sx_work) = (of(&xloop, "codex", false), of(&xwork, "codex", false));
+    assert_eq!(sessions.len(), 5, "{}", r.story());
+    assert_eq!(sc_sub["parent"], sc_work["id"]);
+    assert_eq!(sc_sub["agent"], "Explore");
+    assert_eq!(sx_work["model"], "sim/gpt-5.5");
+    let calls = r.kind("call");
+    let calls_of = |s: &Value| -> Vec<Value> {
+        calls
+            .iter()
+            .filter(|c| c["session"] == s["id"])
+            .map(|c| {
+                json!([
+                    c["tool"],
+                    c["args"]["command"]
+                        .as_str()
+                        .or(c["args"]["filePath"].as_str()),
+                    c["status"],
+                    c["landed"],
+                    c["exit"]
+                ])
+            })
+            .collect()
+    };
+    assert_eq!(
+        calls_of(&sc_work),
+        [
+            json!(["read", calc, "completed", false, null]),
+            json!(["bash", TEST, "completed", false, 1]),
+            json!(["edit", calc, "completed", true, null]),
+            json!(["bash", TEST, "completed", false, 0]),
+            json!([
+                "bash",
+                "git add -A && git commit -qm 'fix mean'",
+                "completed",
+                true,
+                0
+            ]),
+            json!(["task", null, "completed", false, null]),
+        ],
+        "{}",
+        r.story()
+    );
+    assert_eq!(
+        calls_of(&sx_work),
+        [
+            json!(["bash", "cat src/calc.py", "completed", false, 0]),
+            json!(["bash", TEST, "completed", false, 1]),
+            json!([
+                "edit",
+                xwork.join("src/calc.py").to_str().unwrap(),
+                "completed",
+                true,
+                null
+            ]),
+            json!(["bash", TEST, "completed", false, 0]),
+            json!([
+                "bash",
+                "git add -A && git commit -qm 'fix mean'",
+                "completed",
+                true,
+                0
+            ]),
+        ],
+        "{}",
+        r.story()
+    );
+    assert_eq!(
+        calls_of(&sc_sub),
+        [json!([
+            "bash",
+            "grep -n mean src/calc.py",
+            "completed",
+            false,
+            0
+        ])]
+    );
+    // sixteen runs of one failing test: one output hash, though Codex's chunk ids and wall times
+    // differ every run
+    for s in [&sc_loop, &sx_loop] {
+        let outs: std::collections::BTreeSet<&str> = calls
+            .iter()
+            .filter(|c| c["session"] == s["id"])
+            .map(|c| c["out"].as_str().unwrap())
+            .collect();
+        assert_eq!(outs.len(), 1, "{}: {outs:?}", s["program"]);
+    }
+    // what the agents printed and read never leaves oc-calls
+    for secret in [
+        "ZeroDivisionError",
+        "division by zero",
+        "mean of empty list",
+        "Fixed and",
+    ] {
+        assert!(!r.stdout().contains(secret), "{secret} in the records");
+    }
+
+    let v = home.cmd("progress-detect").stdin(r.stdout()).run();
+    v.ok();
+    let verdicts: BTreeMap<String, Value> = v
+        .kind("verdict")
+        .into_iter()
+        .map(|v| (v["session"].as_str().unwrap().to_string(), v))
+        .collect();
+    let verdict = |s: &Value| verdicts[s["id"].as_str().unwrap()].clone();
+    for s in [&sc_loop, &sx_loop] {
+        let v = verdict(s);
+        assert_eq!(v["flagged"], true, "{}: {v}", s["program"]);
+        assert_eq!(v["calls"], 16);
+        assert_eq!(v["signals"]["top_target"], format!("bash {TEST}"));
+    }
+    for s in [&sc_work, &sc_sub, &sx_work] {
+        let v = verdict(s);
+        assert_eq!(v["flagged"], false, "{}: {v}", s["program"]);
+    }
+    assert_eq!(verdict(&sc_sub)["root"], sc_work["id"]);
+
+    // one transcript named alone brings its subagents beside it; a rollout read from stdin
+    let file = |s: &Value| {
+        s["source"]
+            .as_str()
+            .unwrap()
+            .strip_prefix("export:")
+            .unwrap()
+            .to_string()
+    };
+    let r = home
+        .cmd("oc-calls")
+        .args(["--export", &file(&sc_work)])
+        .run();
+    r.ok();
+    let ids: Vec<Value> = r
+        .kind("session")
+        .into_iter()
+        .map(|s| s["id"].clone())
+        .collect();
+    assert_eq!(ids, [sc_work["id"].clone(), sc_sub["id"].clone()]);
+    let r = home
+        .cmd("oc-calls")
+        .args(["--export", "-"])
+        .stdin(std::fs::read(file(&sx_loop)).unwrap())
+        .run();
+    r.ok();
+    assert_eq!(r.kind("session")[0]["source"], "export:-");
+    assert_eq!(r.kind("call").len(), 16);
+}
+
+#[test]
+fn a_folder_without_transcripts_is_blind_and_a_file_neither_agent_wrote_is_skipped_saying_so() {
+    let home = Home::new();
+    let dir = home.join("sent");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("notes.jsonl"), "{\"a\":1}\n").unwrap();
+    let r = home
+        .cmd("oc-calls")
+        .args(["--export", dir.to_str().unwrap()])
+        .run();
+    r.expect_code(2);
+    assert_eq!(
+        r.kind("blind"),
+        [
+            json!({"kind": "blind", "source": format!("export:{}", dir.display()),
+                "reason": format!("no Claude Code transcript or Codex rollout in {}", dir.display())})
+        ]
+    );
+    assert_eq!(
+        r.stderr(),
+        format!(
+            "oc-calls: {}: neither a Claude Code transcript nor a Codex rollout: skipped\n",
+            dir.join("notes.jsonl").display()
+        )
+    );
+}
