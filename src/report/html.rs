@@ -59,6 +59,11 @@ pub fn render(p: &PageData) -> String {
 }
 
 fn headline(p: &PageData) -> String {
+    // ticks not recorded (a full directory, a config that does not load): "no loops" would
+    // be read as an all-clear
+    if p.state.is_some() {
+        return "NOT WATCHING".into();
+    }
     if p.blind.is_some() || p.tick.as_ref().is_some_and(|t| t.outcome == "blind") {
         return "BLIND".into();
     }

@@ -469,6 +469,17 @@ fn install_prints_usage_names_a_missing_from_dir_and_says_when_nothing_is_instal
             "install: oc-watchdog is not installed for this user: nothing to remove\n"
         );
     }
+    // an unedited config and no database: no database is said to be kept
+    let conf = home.join(".config/oc-watchdog/watchdog.toml");
+    std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
+    std::fs::copy(repo().join("config/watchdog.toml"), &conf).unwrap();
+    let o = install(h, &["--uninstall"]);
+    assert!(o.status.success(), "{}", story("--uninstall", &o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "oc-watchdog uninstalled\n"
+    );
+    assert!(!conf.exists());
 }
 
 /// `--purge` left block-model's lock files (`.opencode.jsonc.oc-watchdog.lock`) in

@@ -179,6 +179,7 @@ fn a_config_typo_is_told_by_a_popup_and_the_page_and_the_follow_service_stays_up
         page.contains("no_opencode"),
         "the last tick is gone from the page"
     );
+    assert!(page.contains("<title>oc-watchdog: NOT WATCHING</title>"));
     // the same error again (the next tick, the next minute): no second popup
     let check = || {
         home.cmd("wd-store")
