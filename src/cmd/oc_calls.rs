@@ -16,7 +16,9 @@ use crate::cmd::oc_sessions::blind;
 use crate::config::Config;
 use crate::record::{each_record, to_line, Line, Record, Session};
 use crate::sources::server::Server;
-use crate::sources::{self, convert, db::Db, export, transcript, Fault, Found, Source, SourceId};
+use crate::sources::{
+    self, convert, db::Db, export, sent, transcript, Fault, Found, Source, SourceId,
+};
 use anyhow::{anyhow, Context, Result};
 use clap::Parser;
 use serde_json::Value;
@@ -302,7 +304,7 @@ fn read_export(c: &mut Calls, file: &str, stdin: &mut dyn BufRead) -> Result<()>
     let first = bytes
         .split(|&b| b == b'\n')
         .find(|l| !l.trim_ascii().is_empty());
-    let agent = first.and_then(|l| transcript::sniff(&String::from_utf8_lossy(l)));
+    let agent = first.and_then(|l| sent::sniff(&String::from_utf8_lossy(l)));
     if agent.is_none() {
         return read_opencode_export(c, file, &bytes[..]);
     }
@@ -311,9 +313,9 @@ fn read_export(c: &mut Calls, file: &str, stdin: &mut dyn BufRead) -> Result<()>
         return c.blind(&source, &format!("{file}: not UTF-8"));
     };
     let read = if file == "-" {
-        transcript::read_text(file, text)
+        sent::read_text(file, text)
     } else {
-        match transcript::read_file(std::path::Path::new(file), file) {
+        match sent::read_file(std::path::Path::new(file), file) {
             Ok(r) => r,
             Err(why) => return c.blind(&source, &why),
         }
@@ -339,7 +341,7 @@ fn read_folder(c: &mut Calls, dir: &str) -> Result<()> {
         }
         let name = f.display().to_string();
         let src = SourceId::Export(name.clone()).to_string();
-        match transcript::read_file(f, &name) {
+        match sent::read_file(f, &name) {
             Ok(Some(r)) => {
                 found += 1;
                 emit_transcripts(c, &src, r)?;
