@@ -15,10 +15,12 @@ pub fn sniff(first: &str) -> Option<Program> {
     if ty == "session_meta" && v.get("payload").is_some_and(Value::is_object) {
         return Some(Program::Codex);
     }
-    // every Claude Code record carries its session id (queue operations, prompts, summaries)
-    v.get("sessionId")
-        .and_then(Value::as_str)
-        .map(|_| Program::ClaudeCode)
+    // every Claude Code record carries its session id (queue operations, prompts, replies) but
+    // the summaries a resumed session's transcript may open with, which name the record they
+    // summarise
+    let claude = v.get("sessionId").is_some_and(Value::is_string)
+        || (ty == "summary" && v.get("leafUuid").is_some_and(Value::is_string));
+    claude.then_some(Program::ClaudeCode)
 }
 
 /// The first non-blank line of `text`.
@@ -58,6 +60,8 @@ mod tests {
         let codex = r#"{"timestamp":"2026-12-04T18:26:25.797Z","ordinal":0,"type":"session_meta","payload":{"id":"01a2"}}"#;
         assert_eq!(sniff(claude), Some(Program::ClaudeCode));
         assert_eq!(sniff(codex), Some(Program::Codex));
+        let resumed = r#"{"type":"summary","summary":"Fix the tests","leafUuid":"2090220a"}"#;
+        assert_eq!(sniff(resumed), Some(Program::ClaudeCode));
         // an opencode export, a fingerprint stream, something else: neither
         assert_eq!(sniff("{"), None);
         assert_eq!(sniff(r#"{"info":{"id":"ses_a"},"messages":[]}"#), None);
