@@ -31,7 +31,21 @@ pub fn first_line(text: &str) -> &str {
 /// Reads the transcript at `path` (named `name` in `source` strings) and, for a Claude Code
 /// session, its subagents beside it. `Ok(None)`: not a transcript either agent wrote.
 pub fn read_file(path: &Path, name: &str) -> Result<Option<Read>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
+    use std::io::BufRead;
+    let cannot = |e: std::io::Error| format!("{name}: cannot read: {e}");
+    // a folder may hold large files neither agent wrote: their first line is enough to skip them
+    let f = std::fs::File::open(path).map_err(cannot)?;
+    let mut first = String::new();
+    for line in std::io::BufReader::new(f).lines() {
+        first = line.map_err(cannot)?;
+        if !first.trim().is_empty() {
+            break;
+        }
+    }
+    if sniff(&first).is_none() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).map_err(cannot)?;
     Ok(match sniff(first_line(&text)) {
         Some(Program::ClaudeCode) => {
             Some(super::claude_code::read_with_subagents(path, name, &text))
