@@ -119,9 +119,11 @@ $ wd-store status --format table",
 };
 
 const STREAM: &str = "\
-session  {kind, id, parent, agent, title, directory, created, updated, status, source, sources, model}
+session  {kind, id, parent, agent, title, directory, created, updated, status, source, sources, model,
+         program}
          source: the server URL when a server lists it, else the database path (export:FILE
          from an export); sources: every source listing it, when more than one does
+         program: claude-code or codex for a session another agent ran (absent: opencode)
          fixture labels: expect (flag|no_flag), flag_after (ms), flag_by (ms)
 call     {kind, session, id, t, end, tool, args, status, landed, exit, file_lines, model, cost, out}
          out: sha1: + 12 hex of the tool's output or error text (null while running)
@@ -168,7 +170,14 @@ $ oc-calls ses_dd1a890f4ffeTdYqgKB1x4Bej0 | jq -c 'select(.kind==\"call\") | [.t
 [\"todowrite\",false,null]
 Arguments keep verbatim only filePath, path, offset, limit, command (secrets masked), pattern,
 include, subagent_type, timeout and workdir; other strings become sha1:<12 hex>:
-{\"kind\":\"call\",...,\"tool\":\"edit\",\"args\":{\"filePath\":\"/tmp/walk/proj/src/navbar.js\",\"newString\":\"sha1:cd925d3cedda\",\"oldString\":\"sha1:b1aa5079bbbe\"},\"status\":\"completed\",\"landed\":true,...}",
+{\"kind\":\"call\",...,\"tool\":\"edit\",\"args\":{\"filePath\":\"/tmp/walk/proj/src/navbar.js\",\"newString\":\"sha1:cd925d3cedda\",\"oldString\":\"sha1:b1aa5079bbbe\"},\"status\":\"completed\",\"landed\":true,...}
+A Claude Code or Codex session someone sent, backtested (a transcript, or a folder of them):
+$ oc-calls --export sent/ | progress-detect --format table
+Their tools read as opencode's: Read read, Edit and MultiEdit edit, Write write, Bash bash,
+Grep grep, Glob glob, Agent (Task) task, TodoWrite todowrite; Codex's exec_command and shell
+bash, apply_patch edit (write when it only adds a file), spawn_agent task, update_plan
+todowrite. Exit codes come from Claude Code's result text (\"Exit code N\") and Codex's
+exit_code; Codex outputs are hashed without their chunk id and wall time lines.",
     },
     Page {
         name: "progress-detect",

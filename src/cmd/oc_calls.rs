@@ -1,7 +1,8 @@
 //! `oc-calls`: turn sessions into tool-call fingerprints.
 //!
-//! In: session ids as arguments (read from opencode's database, else a live server), files
-//! `opencode export` wrote (`--export FILE...`, `-` for stdin), or JSONL on stdin whose
+//! In: session ids as arguments (read from opencode's database, else a live server), sessions
+//! sent for a backtest (`--export PATH...`, `-` for stdin: files `opencode export` wrote, Claude
+//! Code transcripts, Codex rollouts, or folders holding transcripts), or JSONL on stdin whose
 //! `session` records name their sources (a server URL or a database path); every input line is
 //! passed through. Out: after each session record, its `call` records in call order and one
 //! `activity` record (times and states for the liveness judge); a `blind` record (and exit 2)
@@ -16,7 +17,9 @@ use crate::cmd::oc_sessions::blind;
 use crate::config::Config;
 use crate::record::{each_record, to_line, Line, Record, Session};
 use crate::sources::server::Server;
-use crate::sources::{self, convert, db::Db, export, transcript, Fault, Found, Source, SourceId};
+use crate::sources::{
+    self, convert, db::Db, export, sent, transcript, Fault, Found, Source, SourceId,
+};
 use anyhow::{anyhow, Context, Result};
 use clap::Parser;
 use serde_json::Value;
@@ -30,9 +33,12 @@ Examples:
   oc-calls ses_2b1c9d0e4ffeXyZ | jq -c '[.tool, .args.filePath, .landed]'
   oc-sessions --since 10m | oc-calls | progress-detect
   opencode export ses_2b1c9d0e4ffeXyZ > s.json; oc-calls --export s.json | progress-detect
+  oc-calls --export ~/.claude/projects/-home-me-src-app | progress-detect --format table
+  oc-calls --export ~/.codex/sessions/2026/12/04 | progress-detect
   oc-calls --db ~/.local/share/opencode/opencode.db ses_2b1c9d0e4ffeXyZ > session.jsonl";
 
-/// Turn opencode sessions into scrubbed tool-call fingerprints (JSON Lines).
+/// Turn opencode sessions (and Claude Code or Codex transcripts) into scrubbed tool-call
+/// fingerprints (JSON Lines).
 #[derive(Parser, Debug)]
 #[command(name = "oc-calls", version, after_help = EXAMPLES)]
 pub struct Args {
@@ -48,9 +54,13 @@ pub struct Args {
     /// $XDG_DATA_HOME/opencode/opencode.db).
     #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "")]
     pub db: Option<PathBuf>,
-    /// Read sessions from files `opencode export <id>` wrote (`-`: stdin; several documents
-    /// may follow each other).
-    #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with = "sessions")]
+    /// Read sessions someone sent, for a backtest: a file `opencode export <id>` wrote (several
+    /// documents may follow each other), a Claude Code transcript
+    /// (`~/.claude/projects/<dir>/<session>.jsonl`, with its subagents in
+    /// `<session>/subagents/` beside it), a Codex rollout
+    /// (`~/.codex/sessions/Y/M/D/rollout-*.jsonl`), or a folder holding such transcripts at
+    /// any depth (`-`: stdin). Each file is told by its first record.
+    #[arg(long, value_name = "PATH", num_args = 1.., conflicts_with = "sessions")]
     pub export: Vec<String>,
     /// Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists).
     #[arg(long, value_name = "PATH")]
@@ -305,7 +315,7 @@ fn read_export(c: &mut Calls, file: &str, stdin: &mut dyn BufRead) -> Result<()>
     let first = bytes
         .split(|&b| b == b'\n')
         .find(|l| !l.trim_ascii().is_empty());
-    let agent = first.and_then(|l| transcript::sniff(&String::from_utf8_lossy(l)));
+    let agent = first.and_then(|l| sent::sniff(&String::from_utf8_lossy(l)));
     if agent.is_none() {
         return read_opencode_export(c, file, &bytes[..]);
     }
@@ -314,9 +324,9 @@ fn read_export(c: &mut Calls, file: &str, stdin: &mut dyn BufRead) -> Result<()>
         return c.blind(&source, &format!("{file}: not UTF-8"));
     };
     let read = if file == "-" {
-        transcript::read_text(file, text)
+        sent::read_text(file, text)
     } else {
-        match transcript::read_file(std::path::Path::new(file), file) {
+        match sent::read_file(std::path::Path::new(file), file) {
             Ok(r) => r,
             Err(why) => return c.blind(&source, &why),
         }
@@ -342,7 +352,7 @@ fn read_folder(c: &mut Calls, dir: &str) -> Result<()> {
         }
         let name = f.display().to_string();
         let src = SourceId::Export(name.clone()).to_string();
-        match transcript::read_file(f, &name) {
+        match sent::read_file(f, &name) {
             Ok(Some(r)) => {
                 found += 1;
                 emit_transcripts(c, &src, r)?;

@@ -6,8 +6,8 @@
 //! tool and argument vocabulary of [`vocab`].
 //!
 //! Other agents' transcripts, sent for a backtest (`oc-calls --export`), are read by their own
-//! wings, straight into records: Claude Code's by [`claude_code`], Codex's by [`codex`], told
-//! apart and found in folders by [`transcript`].
+//! wings, straight into records: Claude Code's by [`claude_code`], Codex's by [`codex`], with
+//! the helpers of [`transcript`]; [`sent`] tells which wrote a file.
 //!
 //! Adding a kind of source: a file with its type implementing [`Source`] and [`SourceKind`]
 //! (how its `source` string reads, what a message calls it, how it is opened), and its line in
@@ -20,6 +20,7 @@ pub mod discover;
 pub mod events;
 pub mod http;
 pub mod merge;
+pub mod sent;
 pub mod transcript;
 pub mod vocab;
 

@@ -5,10 +5,11 @@
 //!
 //! Each agent's wing ([`super::claude_code`], [`super::codex`]) turns its transcripts straight
 //! into the project's own records ([`Transcript`]: a session, its calls, its activity), along
-//! the tool vocabulary of [`super::vocab`]; no message text, tool output or file content leaves
-//! it. Which wing reads a file is told by its first record ([`sniff`]), not by its name.
+//! the tool vocabulary of [`super::vocab`], with the helpers here; no message text, tool output
+//! or file content leaves it. Which wing reads a file is told by its first record
+//! ([`super::sent`]), not by its name.
 
-use crate::record::{Activity, Call, Program, Session};
+use crate::record::{Activity, Call, Session};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -27,47 +28,6 @@ pub struct Transcript {
 pub struct Read {
     pub sessions: Vec<Transcript>,
     pub problems: Vec<String>,
-}
-
-/// Which agent wrote the transcript whose first line is `first` (`None`: neither Claude Code
-/// nor Codex; an opencode export, or something else).
-pub fn sniff(first: &str) -> Option<Program> {
-    let v: Value = serde_json::from_str(first.trim()).ok()?;
-    let ty = v.get("type")?.as_str()?;
-    if ty == "session_meta" && v.get("payload").is_some_and(Value::is_object) {
-        return Some(Program::Codex);
-    }
-    // every Claude Code record carries its session id (queue operations, prompts, summaries)
-    v.get("sessionId")
-        .and_then(Value::as_str)
-        .map(|_| Program::ClaudeCode)
-}
-
-/// The first non-blank line of `text`.
-pub fn first_line(text: &str) -> &str {
-    text.lines().find(|l| !l.trim().is_empty()).unwrap_or("")
-}
-
-/// Reads the transcript at `path` (named `name` in `source` strings) and, for a Claude Code
-/// session, its subagents beside it. `Ok(None)`: not a transcript either agent wrote.
-pub fn read_file(path: &Path, name: &str) -> Result<Option<Read>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
-    Ok(match sniff(first_line(&text)) {
-        Some(Program::ClaudeCode) => {
-            Some(super::claude_code::read_with_subagents(path, name, &text))
-        }
-        Some(Program::Codex) => Some(super::codex::read(name, &text)),
-        Some(Program::Opencode) | None => None,
-    })
-}
-
-/// Reads a transcript given as text (stdin): the session alone, without files beside it.
-pub fn read_text(name: &str, text: &str) -> Option<Read> {
-    match sniff(first_line(text))? {
-        Program::ClaudeCode => Some(super::claude_code::read(name, text, &[])),
-        Program::Codex => Some(super::codex::read(name, text)),
-        Program::Opencode => None,
-    }
 }
 
 /// Whether `file` is a Claude Code subagent's transcript whose session's transcript is beside
@@ -156,19 +116,6 @@ pub fn text_of(v: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_first_record_tells_which_agent_wrote_a_transcript() {
-        let claude = r#"{"type":"queue-operation","operation":"enqueue","sessionId":"69dd"}"#;
-        let codex = r#"{"timestamp":"2026-12-04T18:26:25.797Z","ordinal":0,"type":"session_meta","payload":{"id":"01a2"}}"#;
-        assert_eq!(sniff(claude), Some(Program::ClaudeCode));
-        assert_eq!(sniff(codex), Some(Program::Codex));
-        // an opencode export, a fingerprint stream, something else: neither
-        assert_eq!(sniff("{"), None);
-        assert_eq!(sniff(r#"{"info":{"id":"ses_a"},"messages":[]}"#), None);
-        assert_eq!(sniff(r#"{"kind":"call","session":"s"}"#), None);
-        assert_eq!(sniff(r#"{"type":"session_meta","payload":"x"}"#), None);
-    }
 
     #[test]
     fn a_line_that_is_not_json_is_named_unless_it_is_the_unfinished_last_one() {

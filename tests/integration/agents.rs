@@ -278,3 +278,50 @@ fn a_folder_without_transcripts_is_blind_and_a_file_neither_agent_wrote_is_skipp
         )
     );
 }
+
+/// A subagent that loops is judged as a session of its own, under the session whose Agent call
+/// started it: its verdict's root is that session, which the alert is raised on.
+#[test]
+fn a_claude_code_subagents_loop_is_flagged_with_its_parent_as_root() {
+    let home = Home::new();
+    let ch = agent_home(&home.join("claude-home"));
+    let proj = make_project(&home.join("proj"));
+    let model = AgentModel::start();
+    let grep = json!({"tool": "Bash", "args": {"command": "grep -n mean src/calc.py", "description": "grep"}});
+    model.script(
+        "lead",
+        &json!([
+            {"tool": "Agent", "args": {"description": "Search", "prompt": "SCRIPT:searcher find mean",
+                                       "subagent_type": "general-purpose"}},
+            {"text": "Delegated."}
+        ]),
+    );
+    model.script("searcher", &Value::Array(vec![grep; 16]));
+    model.claude(&ch, &proj, "lead");
+    let r = home
+        .cmd("oc-calls")
+        .args(["--export", ch.to_str().unwrap()])
+        .run();
+    r.ok();
+    let sessions = r.kind("session");
+    assert_eq!(sessions.len(), 2, "{}", r.story());
+    let (lead, sub) = (&sessions[0], &sessions[1]);
+    assert_eq!(sub["parent"], lead["id"]);
+    assert_eq!(sub["agent"], "general-purpose");
+    let v = home.cmd("progress-detect").stdin(r.stdout()).run();
+    v.ok();
+    let verdicts = v.kind("verdict");
+    let of = |s: &Value| {
+        verdicts
+            .iter()
+            .find(|v| v["session"] == s["id"])
+            .unwrap()
+            .clone()
+    };
+    let (vl, vs) = (of(lead), of(sub));
+    assert_eq!(vl["flagged"], false, "{vl}");
+    assert_eq!(vs["flagged"], true, "{vs}");
+    assert_eq!(vs["root"], lead["id"]);
+    assert_eq!(vs["calls"], 16);
+    assert_eq!(vs["signals"]["top_target"], "bash grep -n mean src/calc.py");
+}
