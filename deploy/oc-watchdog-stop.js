@@ -8,20 +8,92 @@
 // if one comes first. It then writes <session>.ack.json: what it did, when, in which process.
 // Nothing else: no network, no dependency. It fails open: without the watchdog's state
 // directory, with a file it cannot parse, an expired request, or any error, it does nothing.
+//
+// It runs inside the agent, so nothing it reads may hold or grow opencode: a request is only a
+// regular file of this user's, at most 64 KiB, in a directory of this user's that nobody else
+// can write to, opened without following a link and without waiting (a FIFO, /dev/zero behind
+// a link, a 100 MB file, another user's file or directory are each "no request", said once in
+// opencode's log). What it writes goes to a fresh file of a random name (created exclusively,
+// 0600), then renamed into place, so no link planted at a predictable name is written through.
+import crypto from "node:crypto"
 import fs from "node:fs"
 import os from "node:os"
 import path from "node:path"
 
 const VERSION = 1
 const REFUSAL = "Stopped by the watchdog at the operator's request. Do not retry; wait for the user."
+const MAX_BYTES = 64 * 1024
 const xdg = process.env.XDG_STATE_HOME
-const dir = path.join(xdg && path.isAbsolute(xdg) ? xdg : path.join(os.homedir(), ".local/state"),
-  "oc-watchdog", "stop")
+const state = path.join(xdg && path.isAbsolute(xdg) ? xdg : path.join(os.homedir(), ".local/state"), "oc-watchdog")
+const dir = path.join(state, "stop")
+const uid = process.getuid?.() ?? -1
+const { O_RDONLY, O_NOFOLLOW = 0, O_NONBLOCK = 0 } = fs.constants
+
+// each surprise once per process, path and reason, into opencode's log (never on stderr, which
+// is the TUI's screen), never thrown
+const said = new Set()
+let log = null
+function surprise(what, why) {
+  const key = what + "\0" + why
+  if (said.has(key) || said.size > 100) return
+  said.add(key)
+  try {
+    log?.({ body: { service: "oc-watchdog-stop", level: "warn", message: what + ": " + why + "; taken as no stop request" } })
+      ?.catch?.(() => {})
+  } catch {}
+}
+
+// a directory of this user's that nobody else can write to, not a link
+function ownDir(d) {
+  let st
+  try {
+    st = fs.lstatSync(d)
+  } catch {
+    return false
+  }
+  if (!st.isDirectory()) return surprise(d, "not a directory"), false
+  if (st.uid !== uid) return surprise(d, "owned by uid " + st.uid + ", not by this user"), false
+  if (st.mode & 0o022) return surprise(d, "writable by others (mode " + (st.mode & 0o777).toString(8) + ")"), false
+  return true
+}
+
+// the text of a regular file of this user's of at most MAX_BYTES, or null; never blocks
+function readOwn(file) {
+  let st
+  try {
+    st = fs.lstatSync(file)
+  } catch {
+    return null // no request: the usual case
+  }
+  if (!st.isFile()) return surprise(file, "not a regular file"), null
+  if (st.uid !== uid) return surprise(file, "owned by uid " + st.uid + ", not by this user"), null
+  if (st.size > MAX_BYTES) return surprise(file, st.size + " bytes, more than " + MAX_BYTES), null
+  let fd = -1
+  try {
+    fd = fs.openSync(file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK)
+    // what was opened is what was looked at (not swapped for a FIFO or a device meanwhile)
+    const at = fs.fstatSync(fd)
+    if (!at.isFile() || at.uid !== uid || at.ino !== st.ino || at.dev !== st.dev)
+      return surprise(file, "changed while it was opened"), null
+    const buf = Buffer.alloc(MAX_BYTES + 1)
+    let n = 0
+    for (let k; n < buf.length && (k = fs.readSync(fd, buf, n, buf.length - n, null)) > 0; ) n += k
+    if (n > MAX_BYTES) return surprise(file, "grew past " + MAX_BYTES + " bytes"), null
+    return buf.toString("utf8", 0, n)
+  } catch (e) {
+    return surprise(file, String(e?.code ?? e?.message ?? e)), null
+  } finally {
+    if (fd >= 0) try { fs.closeSync(fd) } catch {}
+  }
+}
 
 // the live request for a session, or null (none, unreadable, expired, already acted on)
 function request(session, done) {
   try {
-    const r = JSON.parse(fs.readFileSync(path.join(dir, session + ".json"), "utf8"))
+    if (!ownDir(state) || !ownDir(dir)) return null
+    const text = readOwn(path.join(dir, session + ".json"))
+    if (text === null) return null
+    const r = JSON.parse(text)
     const good = typeof r.id === "string" && r.session === session && typeof r.expires === "number"
     return good && r.expires > Date.now() && !done.has(r.id) ? r : null
   } catch {
@@ -29,15 +101,26 @@ function request(session, done) {
   }
 }
 
+// `obj` as the whole of `file`: a new file of a random name, created exclusively and private,
+// renamed into place (a rename replaces a link at `file`, never writes through it)
 function write(file, obj) {
+  let tmp = null
   try {
-    const tmp = file + "." + process.pid + ".tmp"
-    fs.writeFileSync(tmp, JSON.stringify(obj) + "\n")
+    if (!ownDir(path.dirname(file))) return
+    tmp = path.join(path.dirname(file), "." + crypto.randomBytes(12).toString("hex") + ".tmp")
+    fs.writeFileSync(tmp, JSON.stringify(obj) + "\n", { flag: "wx", mode: 0o600 })
     fs.renameSync(tmp, file)
-  } catch {}
+    tmp = null
+  } catch {
+  } finally {
+    if (tmp) try { fs.unlinkSync(tmp) } catch {}
+  }
 }
 
 export const OcWatchdogStop = async ({ client }) => {
+  try {
+    log = client?.app?.log ? (o) => client.app.log(o) : null
+  } catch {}
   const done = new Set() // request ids acted on by this process
   const mine = new Set() // sessions this process has run
   const stop = async (r, refused) => {
@@ -64,8 +147,8 @@ export const OcWatchdogStop = async ({ client }) => {
     })
   }
   try {
-    if (fs.existsSync(path.dirname(dir))) {
-      fs.mkdirSync(path.join(dir, "loaded"), { recursive: true })
+    if (fs.existsSync(state) && ownDir(state)) {
+      fs.mkdirSync(path.join(dir, "loaded"), { recursive: true, mode: 0o700 })
       write(path.join(dir, "loaded", process.pid + ".json"), { pid: process.pid, version: VERSION, t: Date.now() })
     }
   } catch {}

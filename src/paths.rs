@@ -40,6 +40,75 @@ pub fn state_dir() -> PathBuf {
     xdg_dir("XDG_STATE_HOME", ".local/state").join("oc-watchdog")
 }
 
+/// Makes `dir` a directory private to this user: created (with its missing parents) 0700, or,
+/// when it is this user's already, its mode narrowed to 0700. One that is a link, or another
+/// user's (an `XDG_STATE_HOME` under /tmp made by someone else first), is refused: whoever owns
+/// it could plant or read what the watchdog and the stop plugin exchange there.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let refuse = |why: String| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(refuse(format!("{} is not a directory", dir.display())));
+    }
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    if me.is_some_and(|me| me != meta.uid()) {
+        return Err(refuse(format!(
+            "{} belongs to uid {}, not to this user",
+            dir.display(),
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// The text of `file` when it is a regular file of this user's of at most `max` bytes; `None`
+/// when there is none. Opened without following a link and without waiting (a FIFO there would
+/// hold the reader, `/dev/zero` behind a link would fill its memory); anything else is an error
+/// saying what it is.
+pub fn read_own_small(file: &Path, max: u64) -> std::io::Result<Option<String>> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    const O_NONBLOCK: i32 = 0o4000;
+    const O_NOFOLLOW: i32 = 0o400000;
+    let refuse = |why: &str| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{}: {why}", file.display()),
+        )
+    };
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_NONBLOCK | O_NOFOLLOW)
+        .open(file)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(refuse("not a regular file"));
+    }
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    if me.is_some_and(|me| me != meta.uid()) {
+        return Err(refuse("not this user's"));
+    }
+    let mut text = String::new();
+    f.take(max + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(refuse("too large"));
+    }
+    Ok(Some(text))
+}
+
 /// The config file read when no `--config` is given: `$XDG_CONFIG_HOME/oc-watchdog/watchdog.toml`.
 pub fn config_file() -> PathBuf {
     config_home().join("oc-watchdog/watchdog.toml")
@@ -136,6 +205,56 @@ pub fn page_link(link_base: &str, report_file: &Path, root: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn mode(p: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    /// The stop directory was made with the umask's mode (0755, 0775 under a private group),
+    /// and the plugin ignores a directory others can write to.
+    #[test]
+    fn the_state_and_stop_directories_are_made_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let stop = t.path().join("state/oc-watchdog/stop");
+        private_dir(&stop).unwrap();
+        assert_eq!(mode(&stop), 0o700);
+        assert_eq!(mode(&t.path().join("state/oc-watchdog")), 0o700);
+        std::fs::set_permissions(&stop, std::fs::Permissions::from_mode(0o775)).unwrap();
+        private_dir(&stop).unwrap();
+        assert_eq!(mode(&stop), 0o700);
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&stop, &link).unwrap();
+        let e = private_dir(&link).unwrap_err();
+        assert!(e.to_string().ends_with("link is not a directory"), "{e}");
+    }
+
+    /// wd-store stop read the plugin's acknowledgement with read_to_string: a FIFO there held
+    /// it, /dev/zero behind a link filled its memory.
+    #[test]
+    fn a_small_file_is_read_only_when_it_is_a_regular_file_of_ones_own() {
+        let t = tempfile::tempdir().unwrap();
+        let f = |n: &str| t.path().join(n);
+        assert_eq!(read_own_small(&f("none"), 10).unwrap(), None);
+        std::fs::write(f("ok"), "{}\n").unwrap();
+        assert_eq!(
+            read_own_small(&f("ok"), 10).unwrap().as_deref(),
+            Some("{}\n")
+        );
+        std::fs::write(f("big"), "x".repeat(11)).unwrap();
+        let e = read_own_small(&f("big"), 10).unwrap_err().to_string();
+        assert!(e.ends_with("big: too large"), "{e}");
+        std::os::unix::fs::symlink("/dev/zero", f("zero")).unwrap();
+        assert!(read_own_small(&f("zero"), 10).is_err());
+        assert!(std::process::Command::new("mkfifo")
+            .arg(f("fifo"))
+            .status()
+            .unwrap()
+            .success());
+        let e = read_own_small(&f("fifo"), 10).unwrap_err().to_string();
+        assert!(e.ends_with("fifo: not a regular file"), "{e}");
+    }
 
     #[test]
     fn a_directory_under_home_reads_as_a_tilde_path() {

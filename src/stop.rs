@@ -103,6 +103,9 @@ pub enum StopPlan {
     Plugin(Vec<u32>),
 }
 
+/// The largest acknowledgement read (the plugin writes a few hundred bytes).
+const ACK_MAX_BYTES: u64 = 64 << 10;
+
 const BY_HAND: &str = "press Esc twice in its TUI, or Ctrl-C its `opencode run` twice";
 
 /// The rule: once per action id; a server that runs the session first (it says so itself);
@@ -367,7 +370,10 @@ fn record(
 /// Writes `file` whole or not at all (a temp file beside it, renamed).
 fn write_atomic(file: &Path, v: &Value) -> Result<()> {
     let dir = file.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    // the state directory and the stop directory, private: the plugin ignores any other
+    for d in dir.parent().into_iter().chain([dir]) {
+        crate::paths::private_dir(d).with_context(|| format!("cannot use {}", d.display()))?;
+    }
     let mut tmp = tempfile::NamedTempFile::new_in(dir)
         .with_context(|| format!("cannot write in {}", dir.display()))?;
     use std::io::Write;
@@ -643,7 +649,7 @@ fn plugin_stop(
     )?;
     let t0 = Instant::now();
     let ack = wait_for(wait, || {
-        let text = std::fs::read_to_string(&ack_file).ok()?;
+        let text = crate::paths::read_own_small(&ack_file, ACK_MAX_BYTES).ok()??;
         let v: Value = serde_json::from_str(&text).ok()?;
         (v["id"] == id.as_str()).then_some(v)
     });

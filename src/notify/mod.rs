@@ -88,13 +88,13 @@ pub fn no_answer(wait: Duration) -> String {
 /// popup ([`plain`]).
 pub fn show(n: &Notice, wait: Duration) -> Result<String, String> {
     let until = Instant::now() + wait;
-    let mut summary = plain::visible(n.summary, plain::SUMMARY_CAP, false);
+    // the summary is plain text (the notification spec; dunst escapes it itself when it puts it
+    // into its format's markup): escaped here too, a `<b>` read `&lt;b&gt;` and `&&` `&amp;&amp;`
+    let summary = plain::visible(n.summary, plain::SUMMARY_CAP, false);
     let mut body = plain::visible_lines(n.body, plain::LINE_CAP);
-    // dunst formats the summary into its markup too (`<b>%s</b>\n%b`)
     // unanswered, the question leaves nothing shown: the delivery is owed again (it was lost
     // as "no answer", taken for a popup that may have shown, in a burst of 20 loops at once)
     if body_markup(wait).ok_or_else(|| not_asked(wait))? {
-        summary = plain::escape_markup(&summary);
         body = plain::escape_markup(&body);
     }
     let full = wait;

@@ -1,9 +1,9 @@
 //! What may reach a popup: text with nothing raw in it. A NUL (which fails the D-Bus call),
 //! other control characters (terminal escapes) and Unicode bidi controls (`safe\u{202e}txt.exe`
 //! shown as `safeexe.txt`) are shown visibly as `<U+XXXX>`; text is capped with an ellipsis;
-//! and where the notification server interprets markup (`body-markup`), `&`, `<` and `>` are
-//! escaped, in the summary too (dunst formats it into its markup), so an agent name such as
-//! `<b>bold-agent` is shown as written.
+//! and where the notification server interprets markup in the body (`body-markup`), `&`, `<`
+//! and `>` are escaped there, so an agent name such as `<b>bold-agent` is shown as written. The
+//! summary is plain text to every server (dunst escapes it itself), so it is never escaped.
 
 /// The longest summary and body line shown, in characters (each line of the body is capped on
 /// its own, so a long name never pushes out the link and the "Look closer" line).

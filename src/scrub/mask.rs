@@ -71,6 +71,9 @@ pub fn mask_title(s: &str) -> String {
         if password_shaped(&v) {
             ranges.push((t.start(), t.start() + v.len()));
         }
+        if let Some(at) = user_password(&v) {
+            ranges.push((t.start() + at, t.start() + v.len()));
+        }
         let noun = v.trim_end_matches(':').to_ascii_lowercase();
         let secret_noun = matches!(
             noun.as_str(),
@@ -121,6 +124,28 @@ pub fn mask_title(s: &str) -> String {
         }
     }
     apply(s, ranges, &vec![UNQUOTED; s.len() + 1])
+}
+
+/// Where the password of a bare `user:password` word starts (`Login as admin:AdminTitlePw`):
+/// a user name as people write them (lowercase first, then letters, digits, `.`, `_`, `-`) and
+/// after one `:` a value of 6 to 64 characters that reads as a password (mixed case, letters
+/// with digits, or a symbol), neither a path, a URL, a line number, a time nor `a::b`.
+fn user_password(v: &str) -> Option<usize> {
+    let (user, pass) = v.split_once(':')?;
+    let user_ok = user.len() <= 32
+        && user.starts_with(|c: char| c.is_ascii_lowercase())
+        && user
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+    let n = pass.chars().count();
+    let has = |f: fn(&u8) -> bool| pass.as_bytes().iter().any(f);
+    let pass_ok = (6..=64).contains(&n)
+        && !pass.contains([':', '/', '\\'])
+        && !pass.chars().any(char::is_whitespace)
+        && ((has(u8::is_ascii_uppercase) && has(u8::is_ascii_lowercase))
+            || (has(u8::is_ascii_digit) && has(u8::is_ascii_alphabetic))
+            || has(|b| b"!@#$%^&*~+=?".contains(b)));
+    (user_ok && pass_ok).then_some(user.len() + 1)
 }
 
 /// A prose word that reads as a value: 6 or more characters, a letter, and a digit or a symbol,

@@ -463,6 +463,22 @@ fn paths_patterns_and_titles_are_masked() {
             "New session - 2026-12-03T06:10:00.000Z",
             "New session - 2026-12-03T06:10:00.000Z",
         ),
+        // issue 42: a bare user:password reached every output
+        ("Login as admin:AdminTitlePw", "Login as admin:***"),
+        (
+            "Try deploy:s3cret99, then ops:Hunter2!",
+            "Try deploy:***, then ops:***",
+        ),
+        ("Fix src/main.rs:42 panic", "Fix src/main.rs:42 panic"),
+        (
+            "Review module:parser and std::fmt",
+            "Review module:parser and std::fmt",
+        ),
+        ("feat:add button at 10:30", "feat:add button at 10:30"),
+        (
+            "Open http://localhost:8080/Login",
+            "Open http://localhost:8080/Login",
+        ),
     ] {
         assert_eq!(mask_title(title), want, "{title:?}");
     }

@@ -42,7 +42,11 @@ impl Store {
         let shown = path.display().to_string();
         if let Some(dir) = path.parent() {
             if !dir.as_os_str().is_empty() && !dir.exists() {
-                std::fs::create_dir_all(dir).with_context(|| {
+                use std::os::unix::fs::DirBuilderExt;
+                // private (0700): the stop requests live beside the database
+                let mut mk = std::fs::DirBuilder::new();
+                mk.recursive(true).mode(0o700);
+                mk.create(dir).with_context(|| {
                     format!("watchdog database {shown}: cannot create {}", dir.display())
                 })?;
             }

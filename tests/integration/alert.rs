@@ -1555,10 +1555,15 @@ fn a_session_or_model_id_with_shell_syntax_ran_when_its_offered_command_was_past
     std::fs::create_dir_all(&dir).unwrap();
     let d = dir.display();
     let root = format!("ses_x$(touch {d}/by-session)");
-    let model = format!("evil/m;touch {d}/by-model;$(touch {d}/by-model-subst)`touch {d}/bq`");
+    // the last part runs in fish under POSIX-only quoting, where `\'` inside quotes is a quote
+    let model = format!(
+        "evil/m;touch {d}/by-model;$(touch {d}/by-model-subst)`touch {d}/bq`\\';touch {d}/by-fish;'"
+    );
     let mut v: Value = serde_json::from_str(&looping(&root, &root, true, 44, "active")).unwrap();
     v["model"] = json!(model);
-    v["title"] = json!(format!("fix it $(touch {d}/by-title) && 'quoted' \\ back"));
+    v["title"] = json!(format!(
+        "fix it $(touch {d}/by-title) && 'quoted' \\' back\\\\"
+    ));
     let (_, r) = rig.tick(T0 + 44_000, &[v.to_string()], &[]);
     r.ok();
     let events = r.records();
@@ -1609,20 +1614,41 @@ fn a_session_or_model_id_with_shell_syntax_ran_when_its_offered_command_was_past
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = format!("{}:/usr/bin:/bin", bin.display());
-    for cmd in &offered {
-        let o = std::process::Command::new("sh")
+    // sh, bash, and fish (tests/setup installs it), whose single quotes differ: `\'` and `\\`
+    let shells: Vec<&str> = ["sh", "bash", "fish"]
+        .into_iter()
+        .filter(|s| {
+            std::process::Command::new(s)
+                .args(["-c", "true"])
+                .status()
+                .is_ok()
+        })
+        .collect();
+    assert!(shells.contains(&"fish"), "fish (tests/setup installs it)");
+    for (cmd, shell) in offered
+        .iter()
+        .flat_map(|c| shells.iter().map(move |s| (c, *s)))
+    {
+        let o = std::process::Command::new(shell)
             .args(["-c", cmd])
             .env("PATH", &path)
+            .env("HOME", rig.home.path())
             .output()
             .unwrap();
-        assert!(o.status.success(), "{cmd}: {o:?}");
+        assert!(o.status.success(), "{shell}: {cmd}: {o:?}");
         let words = String::from_utf8_lossy(&o.stdout).into_owned();
         // the ids reach wd-store whole, as one word each
         if cmd.starts_with("wd-store stop ") || cmd.starts_with("wd-store verdicts ") {
-            assert!(words.lines().any(|w| w == root), "{cmd} gave {words}");
+            assert!(
+                words.lines().any(|w| w == root),
+                "{shell}: {cmd} gave {words}"
+            );
         }
         if cmd.starts_with("wd-store block-model ") && !cmd.contains("PROVIDER/MODEL") {
-            assert!(words.lines().any(|w| w == model), "{cmd} gave {words}");
+            assert!(
+                words.lines().any(|w| w == model),
+                "{shell}: {cmd} gave {words}"
+            );
         }
     }
     let made: Vec<_> = std::fs::read_dir(&dir)

@@ -586,3 +586,59 @@ fn a_failed_delivery_does_not_write_the_webhook_credentials_to_the_journal_or_da
         );
     }
 }
+
+#[test]
+fn oc_watchdog_follow_under_a_name_with_a_space_and_parentheses_chained_exec_setsid_for_ever() {
+    // issue 42: it read the process group as the fifth space-separated word of /proc/$$/stat,
+    // whose second field is "(comm)", the file name: under `wd follow (x)` it misread it, ran
+    // `exec setsid "$0"` again and again (1,138 processes in 3 s) and returned 0 to its caller
+    use std::os::unix::fs::PermissionsExt;
+    let home = Home::new();
+    let dir = home.join("a dir (copy)");
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("wd follow (x)");
+    std::fs::copy(repo().join("deploy/oc-watchdog-follow"), &script).unwrap();
+    // a setsid that counts its runs, and gives up after 20 so a chain cannot run away
+    let bin = home.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let count = home.join("setsid.count");
+    let real = ["/usr/bin/setsid", "/bin/setsid"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("setsid (util-linux)");
+    std::fs::write(
+        bin.join("setsid"),
+        format!(
+            "#!/bin/sh\necho run >> '{}'\n[ \"$(wc -l < '{}')\" -le 20 ] || exit 3\nexec {real} \"$@\"\n",
+            count.display(),
+            count.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(bin.join("setsid"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // started as a child of this test: not a process-group leader, so it takes setsid once
+    let out = Command::new("timeout")
+        .arg("10")
+        .arg(&script)
+        .env_clear()
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("HOME", home.path())
+        .env("XDG_STATE_HOME", home.join("state"))
+        .output()
+        .unwrap();
+    let runs = std::fs::read_to_string(&count)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    assert_eq!(runs, 1, "setsid ran {runs} times: {out:?}");
+    // it went on to run the pipeline, whose stages are not there: it ends as a failed one does
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("oc-watchdog-follow: the pipeline ended"),
+        "{out:?}"
+    );
+    // the state directory it made is private
+    use std::os::unix::fs::MetadataExt;
+    let made = std::fs::metadata(home.join("state/oc-watchdog")).unwrap();
+    assert_eq!(made.mode() & 0o777, 0o700);
+}

@@ -301,3 +301,50 @@ fn round_two_secrets_never_leave_in_titles_paths_patterns_or_commands() {
         }
     }
 }
+
+#[test]
+fn a_bare_user_password_in_a_session_title_reached_every_output() {
+    // issue 42: `Login as admin:AdminTitlePw` left the readers as it was
+    let sim = Sim::shared();
+    let ran = sim.run_with(
+        "reread",
+        crate::support::ocsim::Opts {
+            title: Some("Login as admin:AdminTitlePw".into()),
+            ..Default::default()
+        },
+    );
+    let home = Home::new();
+    let db = sim.db_path();
+    let db_s = db.to_str().unwrap();
+    for (route, r) in [
+        (
+            "oc-sessions over HTTP",
+            home.cmd("oc-sessions")
+                .args(["--server", &sim.url, "--no-db", "--no-discover"])
+                .run(),
+        ),
+        (
+            "oc-sessions from the database",
+            home.cmd("oc-sessions")
+                .args(["--db", db_s, "--no-discover"])
+                .run(),
+        ),
+        (
+            "oc-calls from the database",
+            home.cmd("oc-calls").args(["--db", db_s, &ran.id]).run(),
+        ),
+    ] {
+        r.ok();
+        assert!(
+            !(r.stdout() + &r.stderr()).contains("AdminTitlePw"),
+            "{route}:\n{}",
+            r.story()
+        );
+        let session = r
+            .kind("session")
+            .into_iter()
+            .find(|s| s["id"] == ran.id.as_str())
+            .unwrap_or_else(|| panic!("{route}: no session {}\n{}", ran.id, r.story()));
+        assert_eq!(session["title"], "Login as admin:***", "{route}");
+    }
+}

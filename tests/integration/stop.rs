@@ -1536,3 +1536,220 @@ fn a_policy_stop_that_cannot_be_carried_out_is_recorded_once_and_the_loop_stays_
         "{ep}"
     );
 }
+
+/// Resident memory of a process in bytes (`VmRSS`), 0 once it is gone.
+fn rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+#[test]
+fn a_fifo_dev_zero_or_100_mb_file_at_the_stop_path_froze_or_swelled_opencode() {
+    // issue 42: the plugin read stop/<session>.json with readFileSync: a FIFO there froze the
+    // opencode process for good, a link to /dev/zero took it to 9.1 GB, a 100 MB file to 1.7 GB
+    let mut rig = Rig::new(true);
+    // installed private: the plugin ignores a directory others can write to
+    assert_eq!(mode(&rig.stop_dir()), 0o700);
+    assert_eq!(mode(rig.stop_dir().parent().unwrap()), 0o700);
+    let mut peaks = Vec::new();
+    for hostile in ["none", "fifo", "/dev/zero", "100 MB"] {
+        let pid = rig.run("slow_reread40");
+        let id = rig.wait_calls(2);
+        let at = rig.stop_dir().join(format!("{id}.json"));
+        match hostile {
+            "fifo" => assert!(Command::new("mkfifo").arg(&at).status().unwrap().success()),
+            "/dev/zero" => std::os::unix::fs::symlink("/dev/zero", &at).unwrap(),
+            "100 MB" => std::fs::File::create(&at)
+                .unwrap()
+                .set_len(100 << 20)
+                .unwrap(),
+            _ => {}
+        }
+        let t0 = Instant::now();
+        let mut peak = 0;
+        let status = loop {
+            let kid = rig.kids.iter_mut().find(|k| k.id() == pid).unwrap();
+            if let Some(st) = kid.try_wait().unwrap() {
+                break st;
+            }
+            peak = peak.max(rss(pid));
+            // kept from taking the machine down: a failure either way
+            if peak > 3 << 30 || t0.elapsed() > Duration::from_secs(180) {
+                let _ = kid.kill();
+                let _ = kid.wait();
+                let calls = rig.calls(&id).len();
+                panic!(
+                    "{hostile} at the stop path: opencode run at {} MB after {:?}, {calls} of 40 calls",
+                    peak >> 20,
+                    t0.elapsed()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let _ = std::fs::remove_file(&at);
+        assert!(status.success(), "{hostile}: opencode run ended {status:?}");
+        let calls = rig.calls(&id);
+        assert_eq!(calls.len(), 40, "{hostile}: {calls:?}");
+        assert!(calls.iter().all(|c| c.status == "completed"), "{calls:?}");
+        eprintln!(
+            "stop plugin figures: {hostile} at the stop path: opencode run's peak RSS {} MB, {:.1} s",
+            peak >> 20,
+            t0.elapsed().as_secs_f64()
+        );
+        peaks.push(peak);
+    }
+    // none of them costs opencode more than 256 MB over the run with nothing there
+    for (p, hostile) in peaks[1..].iter().zip(["fifo", "/dev/zero", "100 MB"]) {
+        assert!(
+            *p < peaks[0] + (256 << 20),
+            "{hostile}: {} MB against {} MB",
+            p >> 20,
+            peaks[0] >> 20
+        );
+    }
+}
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn the_plugin_took_requests_from_other_users_and_wrote_through_links_at_predictable_names() {
+    // issue 42: where another user made the state directory first (an XDG_STATE_HOME under
+    // /tmp), that user could stop the victim's sessions, and the plugin's temp files
+    // (`<file>.<pid>.tmp`) were written through links planted at those names
+    use std::os::unix::fs::{chown, symlink, PermissionsExt};
+    let home = Home::new();
+    let state = home.join(".local/state/oc-watchdog");
+    let stop = state.join("stop");
+    std::fs::create_dir_all(&stop).unwrap();
+    for d in [&state, &stop] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let later = now_ms() + 60_000;
+    let request = |session: &str| {
+        let file = stop.join(format!("{session}.json"));
+        std::fs::write(
+            &file,
+            json!({"id": format!("stop:{session}:episode:1@1"), "session": session, "episode": "episode:1", "expires": later})
+                .to_string(),
+        )
+        .unwrap();
+        file
+    };
+    let mut d = Driver::start(&home);
+    // its marker: a private directory, a private file
+    assert_eq!(mode(&stop.join("loaded")), 0o700);
+    assert_eq!(mode(&stop.join(format!("loaded/{}.json", d.pid))), 0o600);
+    let refusal =
+        "Stopped by the watchdog at the operator's request. Do not retry; wait for the user.";
+    // links planted at the names the plugin wrote its acknowledgement through
+    let victim = home.join("victim.txt");
+    std::fs::write(&victim, "mine\n").unwrap();
+    for n in 0..4 {
+        let name = format!("ses_v.ack.json.{}.tmp", d.pid + n);
+        symlink(&victim, stop.join(name)).unwrap();
+    }
+    request("ses_v");
+    assert_eq!(d.call("ses_v", "call_1"), json!({"refused": refusal}));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine\n");
+    let ack = stop.join("ses_v.ack.json");
+    assert!(std::fs::symlink_metadata(&ack).unwrap().is_file());
+    assert_eq!(mode(&ack), 0o600);
+    let strays: Vec<_> = std::fs::read_dir(&stop)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(strays.is_empty(), "{strays:?}");
+    // a request behind a link (to a good request elsewhere): not followed
+    let elsewhere = home.join("req.json");
+    std::fs::rename(request("ses_l"), &elsewhere).unwrap();
+    symlink(&elsewhere, stop.join("ses_l.json")).unwrap();
+    assert_eq!(d.call("ses_l", "call_2"), json!({"ran": true}));
+    // another user's request file, and a stop directory another user owns or all can write to
+    let nobody = 65534;
+    let theirs = request("ses_o");
+    let as_root = chown(&theirs, Some(nobody), Some(nobody)).is_ok();
+    if as_root {
+        assert_eq!(d.call("ses_o", "call_3"), json!({"ran": true}));
+        std::fs::remove_file(&theirs).unwrap();
+        request("ses_p");
+        chown(&stop, Some(nobody), Some(nobody)).unwrap();
+        assert_eq!(d.call("ses_p", "call_4"), json!({"ran": true}));
+        chown(&stop, Some(0), Some(0)).unwrap();
+    } else {
+        eprintln!("not root: the other user's file and directory are not tried");
+    }
+    request("ses_w");
+    std::fs::set_permissions(&stop, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert_eq!(d.call("ses_w", "call_5"), json!({"ran": true}));
+    std::fs::set_permissions(&stop, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // a FIFO, a device behind a link, a file over 64 KiB: no request, no wait
+    assert!(Command::new("mkfifo")
+        .arg(stop.join("ses_f.json"))
+        .status()
+        .unwrap()
+        .success());
+    symlink("/dev/zero", stop.join("ses_z.json")).unwrap();
+    let big = request("ses_b");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&big)
+        .unwrap()
+        .set_len(64 * 1024 + 1)
+        .unwrap();
+    for (s, c) in [
+        ("ses_f", "call_6"),
+        ("ses_z", "call_7"),
+        ("ses_b", "call_8"),
+    ] {
+        let t0 = Instant::now();
+        assert_eq!(d.call(s, c), json!({"ran": true}), "{s}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "{s}: {:?}",
+            t0.elapsed()
+        );
+        // said once, however often it is read
+        assert_eq!(d.call(s, c), json!({"ran": true}), "{s}");
+    }
+    let logs = d.op(json!({"op": "logs"}))["logs"].clone();
+    let logs: Vec<&str> = logs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    for (file, why) in [
+        ("ses_l.json", "not a regular file"),
+        ("ses_f.json", "not a regular file"),
+        ("ses_z.json", "not a regular file"),
+        ("ses_b.json", "65537 bytes, more than 65536"),
+    ] {
+        let said = format!(
+            "oc-watchdog-stop warn: {}: {why}; taken as no stop request",
+            stop.join(file).display()
+        );
+        assert_eq!(logs.iter().filter(|l| **l == said).count(), 1, "{logs:#?}");
+    }
+    if as_root {
+        assert!(
+            logs.iter().any(|l| l.ends_with(
+                "ses_o.json: owned by uid 65534, not by this user; taken as no stop request"
+            )),
+            "{logs:#?}"
+        );
+    }
+    assert!(
+        logs.iter()
+            .any(|l| l.ends_with("writable by others (mode 777); taken as no stop request")),
+        "{logs:#?}"
+    );
+}

@@ -210,6 +210,15 @@ impl Desktop {
 
     /// Summaries dunst itself holds (displayed or in history), read with dunstctl.
     pub fn dunst_summaries(&self) -> Vec<String> {
+        self.dunst_history()
+            .iter()
+            .filter_map(|e| e["summary"]["data"].as_str().map(String::from))
+            .collect()
+    }
+
+    /// What dunst holds (displayed or in history), as `dunstctl history` gives each: its
+    /// `summary`, `body` and `message` (the markup dunst renders, its format filled in).
+    pub fn dunst_history(&self) -> Vec<serde_json::Value> {
         let run = |args: &[&str]| {
             Command::new("dunstctl")
                 .args(args)
@@ -221,12 +230,7 @@ impl Desktop {
         std::thread::sleep(Duration::from_millis(200));
         let h = run(&["history"]);
         let v: serde_json::Value = serde_json::from_slice(&h.stdout).unwrap_or_default();
-        v["data"][0]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e["summary"]["data"].as_str().map(String::from))
-            .collect()
+        v["data"][0].as_array().cloned().unwrap_or_default()
     }
 }
 

@@ -4,11 +4,19 @@
 //   {"op":"call","session":S,"call":C}  -> {"ran":true} or {"refused":"<message>"}
 //   {"op":"busy","session":S}           -> {} (a session.status busy event)
 //   {"op":"wait","ms":N}                -> {"aborted":[ids so far]}
+//   {"op":"logs"}                       -> {"logs":[messages given to client.app.log so far]}
 import readline from "node:readline"
 
 const plugin = await import(process.argv[2])
 const aborted = []
+const logs = []
 const client = {
+  app: {
+    log: async ({ body }) => {
+      logs.push(body.service + " " + body.level + ": " + body.message)
+      return { data: true }
+    },
+  },
   session: {
     abort: async ({ path }) => {
       if (path.id.startsWith("ses_throw")) throw new Error("no such session")
@@ -35,6 +43,8 @@ for await (const line of readline.createInterface({ input: process.stdin })) {
   } else if (op.op === "wait") {
     await new Promise((r) => setTimeout(r, op.ms))
     say({ aborted })
+  } else if (op.op === "logs") {
+    say({ logs })
   }
 }
 process.exit(0)
