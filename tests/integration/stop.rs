@@ -1140,6 +1140,8 @@ fn the_policy_stops_a_looping_opencode_run_at_escalation_once_and_says_so_on_eve
         "{:?}",
         seen[0]
     );
+    // it stays until dismissed: the session waits to be resumed
+    assert_eq!(seen[0].expire, Some(0), "{:?}", seen[0]);
     assert!(
         seen[0].body.contains(&format!(
             "resume with `opencode -s {id}` (its TUI) or `opencode run -s {id} \"continue\"`"
