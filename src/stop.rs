@@ -103,7 +103,7 @@ pub enum StopPlan {
     Plugin(Vec<u32>),
 }
 
-const BY_HAND: &str = "press Esc twice in its TUI, or Ctrl-C its `opencode run` twice";
+const BY_HAND: &str = "press Esc twice in its TUI, or Ctrl-C in the terminal of its `opencode run`";
 
 /// The rule: once per action id; a server that runs the session first (it says so itself);
 /// then the plugin in a process that runs it; else a refusal saying what to do instead.
@@ -713,6 +713,23 @@ mod tests {
         }
     }
 
+    /// The words for stopping by hand name what reaches the session: one Ctrl-C ends an
+    /// `opencode run` (it said "twice"), and no key reaches a server's session.
+    #[test]
+    fn the_way_to_stop_by_hand_is_the_one_that_reaches_the_session() {
+        use crate::record::{stop_by_hand as by_hand, RunsIn};
+        assert_eq!(by_hand(Some(RunsIn::Tui)), Some("Esc twice in its TUI"));
+        assert_eq!(
+            by_hand(Some(RunsIn::Run)),
+            Some("Ctrl-C in the terminal of its `opencode run`")
+        );
+        assert_eq!(by_hand(Some(RunsIn::Server)), None);
+        assert_eq!(
+            by_hand(None),
+            Some("Esc twice in its TUI, Ctrl-C in the terminal of its `opencode run`")
+        );
+    }
+
     #[test]
     fn a_second_request_for_the_same_episode_does_nothing() {
         let prev = Previous {
@@ -783,7 +800,7 @@ mod tests {
             ..running()
         };
         let why = refusal(&not_installed);
-        assert!(why.contains("the stop plugin is not installed: press Esc twice in its TUI, or Ctrl-C its `opencode run` twice"), "{why}");
+        assert!(why.contains("the stop plugin is not installed: press Esc twice in its TUI, or Ctrl-C in the terminal of its `opencode run`"), "{why}");
         assert!(why.contains("deploy/install --with-stop-plugin"), "{why}");
         let not_loaded = Facts {
             plugin_pids: vec![],

@@ -169,6 +169,10 @@ fn loop_details(d: &mut Map<String, Value>, news: &LoopNews, tree: &[&Verdict]) 
     d.insert("directory".into(), json!(v.directory));
     d.insert("agent".into(), json!(v.agent));
     d.insert("model".into(), json!(v.model));
+    d.insert(
+        "runs_in".into(),
+        json!(v.liveness.as_ref().and_then(|l| l.runs_in)),
+    );
     d.insert("reasons".into(), json!(v.reasons));
     d.insert("signals".into(), Value::Object(v.signals.to_map()));
     d.insert("calls".into(), json!(v.calls));

@@ -77,9 +77,14 @@ pub fn what_to_do(ev: &Event) -> Option<String> {
         return None;
     }
     let session = ev.details.get("session").and_then(|s| s.as_str())?;
-    let mut todo = format!(
-        "Stop it: Esc twice in its TUI, Ctrl-C twice for `opencode run`, or wd-store stop {session}"
-    );
+    let runs_in = ev
+        .details
+        .get("runs_in")
+        .and_then(|r| serde_json::from_value(r.clone()).ok());
+    let mut todo = match crate::record::stop_by_hand(runs_in) {
+        Some(keys) => format!("Stop it: {keys}, or wd-store stop {session}"),
+        None => format!("Stop it: wd-store stop {session} (it aborts the session through its server)"),
+    };
     if let Some(m) = &ev.model {
         // block-model refuses opencode's default model (blocked, no new opencode could start)
         todo += &format!(

@@ -1302,7 +1302,7 @@ fn loops_and_alerts_tables_fit_100_columns_name_the_project_and_title_and_status
     let after_heading = &art[art.find("</h3>").unwrap() + 5..];
     assert!(
         after_heading.starts_with(&format!(
-            "<div class=\"todo\"><p><b>Stop it:</b> Esc twice in its TUI, Ctrl-C twice for <code>opencode run</code>, or <code>wd-store stop {root}</code>"
+            "<div class=\"todo\"><p><b>Stop it:</b> Esc twice in its TUI, Ctrl-C in the terminal of its <code>opencode run</code>, or <code>wd-store stop {root}</code>"
         )),
         "{art}"
     );

@@ -800,7 +800,7 @@ fn a_loop_whose_process_has_no_stop_plugin_and_no_server_is_refused_with_what_to
     assert_eq!(
         r.stderr(),
         format!(
-            "wd-store: stop: session {id} runs in a TUI or `opencode run`, which listen on no port, and the stop plugin is not installed: press Esc twice in its TUI, or Ctrl-C its `opencode run` twice, or install the plugin (deploy/install --with-stop-plugin) for the next ones\n"
+            "wd-store: stop: session {id} runs in a TUI or `opencode run`, which listen on no port, and the stop plugin is not installed: press Esc twice in its TUI, or Ctrl-C in the terminal of its `opencode run`, or install the plugin (deploy/install --with-stop-plugin) for the next ones\n"
         )
     );
     assert_eq!(r.stdout(), "");
@@ -813,7 +813,7 @@ fn a_loop_whose_process_has_no_stop_plugin_and_no_server_is_refused_with_what_to
     assert_eq!(
         r.stderr(),
         format!(
-            "wd-store: stop: session {id} runs in a TUI or `opencode run` that has not loaded the stop plugin (started before it was installed?) and no server lists it: press Esc twice in its TUI, or Ctrl-C its `opencode run` twice; opencode processes started from now on load the plugin\n"
+            "wd-store: stop: session {id} runs in a TUI or `opencode run` that has not loaded the stop plugin (started before it was installed?) and no server lists it: press Esc twice in its TUI, or Ctrl-C in the terminal of its `opencode run`; opencode processes started from now on load the plugin\n"
         )
     );
     // nothing was stopped: the loop goes on
