@@ -42,7 +42,8 @@ pub const PLUGIN_FILE: &str = "oc-watchdog-stop.js";
 pub struct Request<'a> {
     pub session: &'a str,
     pub episode: Option<&'a str>,
-    /// `operator` for `wd-store stop`; the policy's trigger (`escalated`, `cost_cap`, ...).
+    /// `operator` for `wd-store stop`, `popup` for the popup's stop action; the policy's trigger
+    /// (`escalated`, `cost_cap`, ...).
     pub reason: &'a str,
     /// How long to wait for the plugin's acknowledgement, then for the session to go idle.
     pub wait: Duration,
@@ -681,6 +682,7 @@ pub fn command(
     cfg: &Config,
     session: &str,
     wait: &str,
+    by: &str,
     out: &mut crate::cli::Out,
 ) -> Result<crate::cli::Exit> {
     let wait = crate::cli::parse_duration_ms(wait)?;
@@ -690,7 +692,7 @@ pub fn command(
         &Request {
             session,
             episode: None,
-            reason: "operator",
+            reason: by,
             wait: Duration::from_millis(wait.max(0) as u64),
         },
     )?;

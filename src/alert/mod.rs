@@ -154,7 +154,8 @@ pub struct AlertEpisode {
 pub struct StopSeen {
     pub action_id: String,
     pub session: String,
-    /// `operator` (`wd-store stop`) or the policy's trigger (`escalated`, `calls_cap`, `cost_cap`).
+    /// `operator` (`wd-store stop`), `popup` (the popup's stop action) or the policy's trigger
+    /// (`escalated`, `calls_cap`, `cost_cap`).
     pub by: String,
     /// When it was carried out, epoch ms.
     pub stopped: i64,
@@ -167,10 +168,10 @@ pub struct StopSeen {
 impl StopSeen {
     /// Who stopped it, in words.
     pub fn who(&self) -> &'static str {
-        if self.by == "operator" {
-            "the operator (wd-store stop)"
-        } else {
-            "the watchdog"
+        match self.by.as_str() {
+            "operator" => "the operator (wd-store stop)",
+            "popup" => "the operator (the popup's stop action)",
+            _ => "the watchdog",
         }
     }
 }

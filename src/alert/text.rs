@@ -107,8 +107,9 @@ fn escalation_lead(cfg: &Config, news: &LoopNews) -> String {
                     format!("the {}-min bar", f.escalate_after_minutes)
                 };
                 format!(
-                    "still looping {} and {c} calls after the alert, past {bar}: ",
-                    to_the_second(ms)
+                    "still looping {} and {} after the alert, past {bar}: ",
+                    to_the_second(ms),
+                    crate::event::calls(c)
                 )
             }
             None => format!(
@@ -245,10 +246,10 @@ fn stopped_words(ev: &mut Event, ep: &AlertEpisode, stop: &super::StopSeen, f: &
     let [_, resume] = crate::stop::resume_commands(&stop.session);
     ev.title = format!("stopped by {}: {}", stop.who(), ep.title);
     ev.summary = format!(
-        "session {} stopped by {} after {} calls and ${:.2}; resume with {}",
+        "session {} stopped by {} after {} and ${:.2}; resume with {}",
         stop.session,
         stop.who(),
-        f.calls,
+        crate::event::calls(f.calls),
         f.cost,
         crate::stop::resume_hint(&stop.session)
     );
