@@ -578,7 +578,7 @@ fn carry_out(
                 })
                 .map(|_| None)
         }
-        (Via::Plugin, _) => plugin_stop(&found.dir, o, left(), db, session),
+        (Via::Plugin, _) => plugin_stop(&found.dir, o, left(), db, (session, req.reason)),
     }
 }
 
@@ -623,6 +623,15 @@ fn finish(
     }
 }
 
+/// Who stopped the session, as the plugin's toast in its TUI says it (`why` of the request).
+pub fn toast_words(reason: &str) -> &'static str {
+    match reason {
+        "operator" => "The operator stopped this session (wd-store stop)",
+        "popup" => "The operator stopped this session (the popup's stop action)",
+        _ => "The watchdog stopped this session's loop",
+    }
+}
+
 /// The plugin's way: write the request, wait for its acknowledgement, then for the session to
 /// go idle in the database. The request and acknowledgement files are removed either way.
 fn plugin_stop(
@@ -630,7 +639,7 @@ fn plugin_stop(
     o: &StopOutcome,
     wait: Duration,
     db: &Db,
-    session: &str,
+    (session, reason): (&str, &str),
 ) -> Result<Option<(u32, Option<String>)>> {
     let file = dir.join(format!("{session}.json"));
     let ack_file = dir.join(format!("{session}.ack.json"));
@@ -640,7 +649,8 @@ fn plugin_stop(
     let id = format!("{}@{}", o.action_id, o.requested);
     write_atomic(
         &file,
-        &json!({"id": id, "session": session, "episode": o.episode, "expires": expires}),
+        &json!({"id": id, "session": session, "episode": o.episode, "expires": expires,
+                "why": toast_words(reason)}),
     )?;
     let t0 = Instant::now();
     let ack = wait_for(wait, || {

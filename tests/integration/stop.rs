@@ -655,6 +655,14 @@ fn a_looping_tui_session_under_tmux_is_stopped_through_the_plugin() {
     let o = stopped(&r, &id, "plugin", "TUI");
     // the TUI shows what Esc shows, and stays open with the session idle
     rig.wait_interrupted();
+    // its toast says the operator stopped it, and no internal id (it said "The watchdog
+    // stopped this session's loop (stop:ses_…@…)" for an operator's stop)
+    let pane = rig.pane();
+    assert!(pane.contains("The operator stopped"), "{pane}");
+    assert!(
+        !pane.contains("stop:ses_") && !pane.contains("The watchdog stopped"),
+        "{pane}"
+    );
     std::thread::sleep(Duration::from_secs(3));
     let calls = rig.calls(&id);
     nothing_after(&calls, o["stopped"].as_i64().unwrap());
