@@ -147,6 +147,8 @@ pub struct AlertEpisode {
     pub stop_tried: bool,
     /// Loops: the stop of this episode that was carried out (the policy's or an operator's).
     pub stop: Option<StopSeen>,
+    /// Where its session is, as its latest event told it (` "TITLE" in DIR`, or empty).
+    pub place: String,
 }
 
 /// A carried-out stop of a loop episode (a row of the `stops` table), as its events tell it.

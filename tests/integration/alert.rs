@@ -1593,3 +1593,28 @@ fn a_trigger_stays_on_screen_until_dismissed_and_an_all_clear_goes_after_10_s() 
     assert_eq!(gone.len(), 1, "{h}");
     assert!(gone[0].starts_with("resolved (stopped): "), "{h}");
 }
+
+#[test]
+fn a_resolve_says_which_session_it_resolves_by_title_and_project() {
+    // issue 41: a resolve named the session by its id alone; which loop of which project had
+    // ended was for the operator to look up
+    let rig = Rig::new("");
+    let root = "ses_0123456789abcdefPLACE";
+    let at = |class: &str| {
+        let mut v: Value = serde_json::from_str(&looping(root, root, true, 44, class)).unwrap();
+        v["title"] = json!("Fix the flaky payment retry test");
+        v["directory"] = json!(rig.home.join("work/billing-service").display().to_string());
+        v.to_string()
+    };
+    let (_, r) = rig.tick(T0, &[at("active")], &[]);
+    assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    let (_, r) = rig.tick(T0 + MIN5, &[at("idle")], &[]);
+    assert_eq!(states(&r), [("resolve".into(), "info".into())]);
+    let summary = r.records()[0]["summary"].as_str().unwrap().to_string();
+    assert!(
+        summary.starts_with(&format!(
+            "{root} \"Fix the flaky payment retry test\" in ~/work/billing-service: the loop stopped: "
+        )),
+        "{summary}"
+    );
+}

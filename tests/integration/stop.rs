@@ -598,7 +598,7 @@ fn a_looping_opencode_run_is_stopped_through_the_plugin_and_resumes_as_its_advic
     );
     assert!(
         summary.starts_with(&format!(
-            "session {id} stopped by the operator (wd-store stop) after "
+            "session {id} \"Scripted session\" in ~/proj stopped by the operator (wd-store stop) after "
         )) && summary.ends_with(&format!(
             "; resume with `opencode -s {id}` (its TUI) or `opencode run -s {id} \"continue\"`"
         )),
@@ -1125,7 +1125,7 @@ fn the_policy_stops_a_looping_opencode_run_at_escalation_once_and_says_so_on_eve
     assert_eq!(
         summary,
         format!(
-            "session {id} stopped by the watchdog after {} calls and ${:.2}; resume with `opencode -s {id}` (its TUI) or `opencode run -s {id} \"continue\"`",
+            "session {id} \"Scripted session\" in ~/proj stopped by the watchdog at its escalation ([stop] at_escalation) after {} calls and ${:.2}; resume with `opencode -s {id}` (its TUI) or `opencode run -s {id} \"continue\"`",
             burned.0, burned.1
         )
     );
@@ -1137,9 +1137,12 @@ fn the_policy_stops_a_looping_opencode_run_at_escalation_once_and_says_so_on_eve
         format!("opencode run -s {id} \"continue\"")
     );
     // on the desktop, with its resume line
-    let seen = pol
-        .desk
-        .wait_for(&format!("session {id} stopped by the watchdog"), 1);
+    let seen = pol.desk.wait_for(
+        &format!(
+            "session {id} \"Scripted session\" in ~/proj stopped by the watchdog at its escalation"
+        ),
+        1,
+    );
     assert_eq!(seen.len(), 1, "{:?}", pol.desk.seen());
     assert!(
         seen[0]
@@ -1315,12 +1318,15 @@ fn the_policy_stops_a_looping_tui_session_under_tmux_at_escalation_and_it_resume
     assert_eq!(
         summary,
         format!(
-            "session {id} stopped by the watchdog after {ep_calls} calls and ${ep_cost:.2}; resume with `opencode -s {id}` (its TUI) or `opencode run -s {id} \"continue\"`"
+            "session {id} \"Scripted session\" in ~/proj stopped by the watchdog at its escalation ([stop] at_escalation) after {ep_calls} calls and ${ep_cost:.2}; resume with `opencode -s {id}` (its TUI) or `opencode run -s {id} \"continue\"`"
         )
     );
-    let seen = pol
-        .desk
-        .wait_for(&format!("session {id} stopped by the watchdog"), 1);
+    let seen = pol.desk.wait_for(
+        &format!(
+            "session {id} \"Scripted session\" in ~/proj stopped by the watchdog at its escalation"
+        ),
+        1,
+    );
     assert_eq!(seen.len(), 1, "{:?}", pol.desk.seen());
 
     // the figures for the closing note: from the flag point to the stop
