@@ -138,7 +138,8 @@ export const OcWatchdogStop = async ({ client }) => {
     if (aborted) {
       try {
         await client.tui?.showToast?.({ body: { title: "oc-watchdog", variant: "warning", duration: 30000,
-          message: "The watchdog stopped this session's loop (" + r.id + "). Type a message to resume it." } })
+          message: (typeof r.why === "string" ? r.why.slice(0, 200) : "The watchdog stopped this session's loop") +
+            ". Type a message to resume it." } })
       } catch {}
     }
     write(path.join(dir, r.session + ".ack.json"), {

@@ -205,11 +205,20 @@ pub fn duration(ms: i64) -> String {
 /// What a loop burned, in the words of every channel: "41 calls and $0.37 over 12 min".
 pub fn burned(f: &Figures) -> String {
     format!(
-        "{} calls and ${:.2} over {}",
-        f.calls,
+        "{} and ${:.2} over {}",
+        calls(f.calls),
         f.cost,
         duration(f.duration_ms)
     )
+}
+
+/// "1 call", "41 calls".
+pub fn calls(n: u64) -> String {
+    if n == 1 {
+        "1 call".into()
+    } else {
+        format!("{n} calls")
+    }
 }
 
 /// An alert event. Maps one to one onto PagerDuty Events v2 (`dedup_key`, `severity`,

@@ -26,7 +26,8 @@ pub struct SessionEvidence {
     #[serde(default)]
     pub todos_open: Option<i64>,
     /// `ended`: oc-sessions found no opencode process that could run the session (it read
-    /// the database, looked for the processes, and none works in its directory).
+    /// the database, looked for the processes, and none works in its directory); else what
+    /// runs it, where it could tell: `tui`, `run` or `server` ([`crate::record::RunsIn`]).
     #[serde(default)]
     pub process: Option<String>,
 }
@@ -53,6 +54,7 @@ fn live(
         evidence,
         alert,
         action: (class == LivenessClass::Suspect).then_some(LivenessAction::Probe),
+        runs_in: crate::record::RunsIn::of(ev.process.as_deref()),
     }
 }
 

@@ -748,6 +748,47 @@ impl LivenessClass {
     }
 }
 
+/// What runs a session, as a person would stop it: a TUI (Esc twice), an `opencode run` (Ctrl-C
+/// in its terminal) or a server (`opencode serve`, `web`: aborted over HTTP). oc-sessions says
+/// it in the session record's `process` (beside `ended`, when nothing runs it any more).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunsIn {
+    Tui,
+    Run,
+    Server,
+}
+
+impl RunsIn {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunsIn::Tui => "tui",
+            RunsIn::Run => "run",
+            RunsIn::Server => "server",
+        }
+    }
+
+    /// The `process` of a session record ("tui", "run", "server"; not "ended").
+    pub fn of(process: Option<&str>) -> Option<RunsIn> {
+        [RunsIn::Tui, RunsIn::Run, RunsIn::Server]
+            .into_iter()
+            .find(|r| Some(r.as_str()) == process)
+    }
+}
+
+/// How a person stops a session by hand where it runs (opencode 1.18.33: the TUI's first Esc
+/// only asks "esc again to interrupt"; one Ctrl-C ends an `opencode run`, exit 130, in a
+/// terminal as in 7 timed runs of 7). `None` for a server's session: no key reaches it, and
+/// `wd-store stop` aborts it over HTTP. Unknown: every way.
+pub fn stop_by_hand(runs_in: Option<RunsIn>) -> Option<&'static str> {
+    match runs_in {
+        Some(RunsIn::Tui) => Some("Esc twice in its TUI"),
+        Some(RunsIn::Run) => Some("Ctrl-C in the terminal of its `opencode run`"),
+        Some(RunsIn::Server) => None,
+        None => Some("Esc twice in its TUI, Ctrl-C in the terminal of its `opencode run`"),
+    }
+}
+
 /// What a liveness class asks of the watchdog before anything else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -773,6 +814,9 @@ pub struct Liveness {
     pub alert: Option<Severity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<LivenessAction>,
+    /// What runs the session, where oc-sessions could tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs_in: Option<RunsIn>,
 }
 
 /// `{"kind":"blind", ...}`: a reader met a shape it cannot interpret. Never read as "no calls".

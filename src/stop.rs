@@ -42,7 +42,8 @@ pub const PLUGIN_FILE: &str = "oc-watchdog-stop.js";
 pub struct Request<'a> {
     pub session: &'a str,
     pub episode: Option<&'a str>,
-    /// `operator` for `wd-store stop`; the policy's trigger (`escalated`, `cost_cap`, ...).
+    /// `operator` for `wd-store stop`, `popup` for the popup's stop action; the policy's trigger
+    /// (`escalated`, `cost_cap`, ...).
     pub reason: &'a str,
     /// How long to wait for the plugin's acknowledgement, then for the session to go idle.
     pub wait: Duration,
@@ -106,7 +107,7 @@ pub enum StopPlan {
 /// The largest acknowledgement read (the plugin writes a few hundred bytes).
 const ACK_MAX_BYTES: u64 = 64 << 10;
 
-const BY_HAND: &str = "press Esc twice in its TUI, or Ctrl-C its `opencode run` twice";
+const BY_HAND: &str = "press Esc twice in its TUI, or Ctrl-C in the terminal of its `opencode run`";
 
 /// The rule: once per action id; a server that runs the session first (it says so itself);
 /// then the plugin in a process that runs it; else a refusal saying what to do instead.
@@ -583,7 +584,7 @@ fn carry_out(
                 })
                 .map(|_| None)
         }
-        (Via::Plugin, _) => plugin_stop(&found.dir, o, left(), db, session),
+        (Via::Plugin, _) => plugin_stop(&found.dir, o, left(), db, (session, req.reason)),
     }
 }
 
@@ -628,6 +629,15 @@ fn finish(
     }
 }
 
+/// Who stopped the session, as the plugin's toast in its TUI says it (`why` of the request).
+pub fn toast_words(reason: &str) -> &'static str {
+    match reason {
+        "operator" => "The operator stopped this session (wd-store stop)",
+        "popup" => "The operator stopped this session (the popup's stop action)",
+        _ => "The watchdog stopped this session's loop",
+    }
+}
+
 /// The plugin's way: write the request, wait for its acknowledgement, then for the session to
 /// go idle in the database. The request and acknowledgement files are removed either way.
 fn plugin_stop(
@@ -635,7 +645,7 @@ fn plugin_stop(
     o: &StopOutcome,
     wait: Duration,
     db: &Db,
-    session: &str,
+    (session, reason): (&str, &str),
 ) -> Result<Option<(u32, Option<String>)>> {
     let file = dir.join(format!("{session}.json"));
     let ack_file = dir.join(format!("{session}.ack.json"));
@@ -645,7 +655,8 @@ fn plugin_stop(
     let id = format!("{}@{}", o.action_id, o.requested);
     write_atomic(
         &file,
-        &json!({"id": id, "session": session, "episode": o.episode, "expires": expires}),
+        &json!({"id": id, "session": session, "episode": o.episode, "expires": expires,
+                "why": toast_words(reason)}),
     )?;
     let t0 = Instant::now();
     let ack = wait_for(wait, || {
@@ -687,6 +698,7 @@ pub fn command(
     cfg: &Config,
     session: &str,
     wait: &str,
+    by: &str,
     out: &mut crate::cli::Out,
 ) -> Result<crate::cli::Exit> {
     let wait = crate::cli::parse_duration_ms(wait)?;
@@ -696,7 +708,7 @@ pub fn command(
         &Request {
             session,
             episode: None,
-            reason: "operator",
+            reason: by,
             wait: Duration::from_millis(wait.max(0) as u64),
         },
     )?;
@@ -717,6 +729,23 @@ mod tests {
             plugin_pids: vec![42],
             ..Facts::default()
         }
+    }
+
+    /// The words for stopping by hand name what reaches the session: one Ctrl-C ends an
+    /// `opencode run` (it said "twice"), and no key reaches a server's session.
+    #[test]
+    fn the_way_to_stop_by_hand_is_the_one_that_reaches_the_session() {
+        use crate::record::{stop_by_hand as by_hand, RunsIn};
+        assert_eq!(by_hand(Some(RunsIn::Tui)), Some("Esc twice in its TUI"));
+        assert_eq!(
+            by_hand(Some(RunsIn::Run)),
+            Some("Ctrl-C in the terminal of its `opencode run`")
+        );
+        assert_eq!(by_hand(Some(RunsIn::Server)), None);
+        assert_eq!(
+            by_hand(None),
+            Some("Esc twice in its TUI, Ctrl-C in the terminal of its `opencode run`")
+        );
     }
 
     #[test]
@@ -789,7 +818,7 @@ mod tests {
             ..running()
         };
         let why = refusal(&not_installed);
-        assert!(why.contains("the stop plugin is not installed: press Esc twice in its TUI, or Ctrl-C its `opencode run` twice"), "{why}");
+        assert!(why.contains("the stop plugin is not installed: press Esc twice in its TUI, or Ctrl-C in the terminal of its `opencode run`"), "{why}");
         assert!(why.contains("deploy/install --with-stop-plugin"), "{why}");
         let not_loaded = Facts {
             plugin_pids: vec![],

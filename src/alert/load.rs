@@ -52,7 +52,26 @@ fn episode_row(r: &rusqlite::Row) -> rusqlite::Result<AlertEpisode> {
         landed: r.get(16)?,
         stop_tried: false,
         stop: None,
+        place: String::new(),
     })
+}
+
+/// Where the episode's session is (its title and project), as its latest event that says it
+/// told: a resolve says what it resolves.
+fn load_place(conn: &Connection, ep: &mut AlertEpisode) -> Result<()> {
+    let mut st = conn.prepare_cached(
+        "SELECT json_extract(body, '$.details.title'), json_extract(body, '$.details.directory')
+         FROM events WHERE episode = ?1
+           AND coalesce(json_extract(body, '$.details.title'), json_extract(body, '$.details.directory')) IS NOT NULL
+         ORDER BY id DESC LIMIT 1",
+    )?;
+    let told: Option<(Option<String>, Option<String>)> = st
+        .query_row([ep.id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    if let Some((title, dir)) = told {
+        ep.place = super::text::place(title.as_deref(), dir.as_deref());
+    }
+    Ok(())
 }
 
 /// The stop of a loop episode: whether one was asked, and the one carried out.
@@ -142,6 +161,9 @@ pub fn open_episodes(conn: &Connection) -> Result<Vec<AlertEpisode>> {
     let mut eps = st
         .query_map([], episode_row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
+    for e in eps.iter_mut() {
+        load_place(conn, e)?;
+    }
     for e in eps.iter_mut().filter(|e| e.kind == Some(AlertKind::Loop)) {
         load_marks(conn, e)?;
         load_stop(conn, e)?;
@@ -167,6 +189,7 @@ pub fn last_episodes(
         if let Some(mut e) = st.query_row([&key], episode_row).optional()? {
             load_marks(conn, &mut e)?;
             load_stop(conn, &mut e)?;
+            load_place(conn, &mut e)?;
             out.insert(key, e);
         }
     }

@@ -147,6 +147,8 @@ pub struct AlertEpisode {
     pub stop_tried: bool,
     /// Loops: the stop of this episode that was carried out (the policy's or an operator's).
     pub stop: Option<StopSeen>,
+    /// Where its session is, as its latest event told it (` "TITLE" in DIR`, or empty).
+    pub place: String,
 }
 
 /// A carried-out stop of a loop episode (a row of the `stops` table), as its events tell it.
@@ -154,7 +156,8 @@ pub struct AlertEpisode {
 pub struct StopSeen {
     pub action_id: String,
     pub session: String,
-    /// `operator` (`wd-store stop`) or the policy's trigger (`escalated`, `calls_cap`, `cost_cap`).
+    /// `operator` (`wd-store stop`), `popup` (the popup's stop action) or the policy's trigger
+    /// (`escalated`, `calls_cap`, `cost_cap`).
     pub by: String,
     /// When it was carried out, epoch ms.
     pub stopped: i64,
@@ -167,10 +170,10 @@ pub struct StopSeen {
 impl StopSeen {
     /// Who stopped it, in words.
     pub fn who(&self) -> &'static str {
-        if self.by == "operator" {
-            "the operator (wd-store stop)"
-        } else {
-            "the watchdog"
+        match self.by.as_str() {
+            "operator" => "the operator (wd-store stop)",
+            "popup" => "the operator (the popup's stop action)",
+            _ => "the watchdog",
         }
     }
 }

@@ -473,6 +473,19 @@ mod tests {
             why,
             "session r stopped by the operator (wd-store stop) over HTTP, 0 call(s) after the request"
         );
+        // a click on the popup's stop action is the operator's, and says so (it read
+        // "(wd-store stop)")
+        let a = AlertEpisode {
+            stop: Some(stop("popup", 2_000)),
+            ..episode(Severity::Warning)
+        };
+        let Some(Step::Resolve { why, .. }) = stopped_step(&a, None) else {
+            panic!("no resolve")
+        };
+        assert_eq!(
+            why,
+            "session r stopped by the operator (the popup's stop action) through the plugin in opencode process 42, 1 call(s) after the request"
+        );
         assert_eq!(stopped_step(&episode(Severity::Warning), None), None);
     }
 

@@ -43,11 +43,16 @@ fn put_figures(d: &mut Map<String, Value>, f: &Figures) {
 
 /// Which session, as its owner knows it: ` "its title" in ~/work/app` (what is known of it).
 pub fn session_place(v: &Verdict) -> String {
+    place(v.title.as_deref(), v.directory.as_deref())
+}
+
+/// ` "TITLE" in DIR` of a session, either part left out when unknown.
+pub fn place(title: Option<&str>, directory: Option<&str>) -> String {
     let mut s = String::new();
-    if let Some(t) = v.title.as_deref().filter(|t| !t.is_empty()) {
+    if let Some(t) = title.filter(|t| !t.is_empty()) {
         s += &format!(" \"{t}\"");
     }
-    if let Some(d) = v.directory.as_deref().filter(|d| !d.is_empty()) {
+    if let Some(d) = directory.filter(|d| !d.is_empty()) {
         s += &format!(" in {}", crate::paths::short(d));
     }
     s
@@ -107,8 +112,9 @@ fn escalation_lead(cfg: &Config, news: &LoopNews) -> String {
                     format!("the {}-min bar", f.escalate_after_minutes)
                 };
                 format!(
-                    "still looping {} and {c} calls after the alert, past {bar}: ",
-                    to_the_second(ms)
+                    "still looping {} and {} after the alert, past {bar}: ",
+                    to_the_second(ms),
+                    crate::event::calls(c)
                 )
             }
             None => format!(
@@ -169,6 +175,10 @@ fn loop_details(d: &mut Map<String, Value>, news: &LoopNews, tree: &[&Verdict]) 
     d.insert("directory".into(), json!(v.directory));
     d.insert("agent".into(), json!(v.agent));
     d.insert("model".into(), json!(v.model));
+    d.insert(
+        "runs_in".into(),
+        json!(v.liveness.as_ref().and_then(|l| l.runs_in)),
+    );
     d.insert("reasons".into(), json!(v.reasons));
     d.insert("signals".into(), Value::Object(v.signals.to_map()));
     d.insert("calls".into(), json!(v.calls));
@@ -204,15 +214,21 @@ pub fn resolve_event(
     ev.title = format!("resolved ({}): {}", reason.as_str(), ep.title);
     ev.summary = match (kind, figures) {
         (AlertKind::Loop, Some(f)) if counts_ticks => format!(
-            "{}: {why}; the loop burned {}, {} flagged tick(s)",
+            "{}{}: {why}; the loop burned {}, {} flagged tick(s)",
             ep.subject,
+            ep.place,
             burned(&f),
             f.flagged_ticks
         ),
         (AlertKind::Loop, Some(f)) => {
-            format!("{}: {why}; the loop burned {}", ep.subject, burned(&f))
+            format!(
+                "{}{}: {why}; the loop burned {}",
+                ep.subject,
+                ep.place,
+                burned(&f)
+            )
         }
-        _ => format!("{}: {why}", ep.subject),
+        _ => format!("{}{}: {why}", ep.subject, ep.place),
     };
     ev.agent = ep.agent.clone();
     ev.model = ep.model.clone();
@@ -241,10 +257,12 @@ fn stopped_words(ev: &mut Event, ep: &AlertEpisode, stop: &super::StopSeen, f: &
     let [_, resume] = crate::stop::resume_commands(&stop.session);
     ev.title = format!("stopped by {}: {}", stop.who(), ep.title);
     ev.summary = format!(
-        "session {} stopped by {} after {} calls and ${:.2}; resume with {}",
+        "session {}{} stopped by {}{} after {} and ${:.2}; resume with {}",
         stop.session,
+        ep.place,
         stop.who(),
-        f.calls,
+        super::decide::stopped::reason_words(&stop.by),
+        crate::event::calls(f.calls),
         f.cost,
         crate::stop::resume_hint(&stop.session)
     );

@@ -78,10 +78,20 @@ pub fn what_to_do(ev: &Event) -> Option<String> {
         return None;
     }
     let session = ev.details.get("session").and_then(|s| s.as_str())?;
-    let mut todo = format!(
-        "Stop it: Esc twice in its TUI, Ctrl-C twice for `opencode run`, or {}",
-        shell_line("wd-store", &["stop", session])
-    );
+    let runs_in = ev
+        .details
+        .get("runs_in")
+        .and_then(|r| serde_json::from_value(r.clone()).ok());
+    let mut todo = match crate::record::stop_by_hand(runs_in) {
+        Some(keys) => format!(
+            "Stop it: {keys}, or {}",
+            shell_line("wd-store", &["stop", session])
+        ),
+        None => format!(
+            "Stop it: {} (it aborts the session through its server)",
+            shell_line("wd-store", &["stop", session])
+        ),
+    };
     if let Some(m) = &ev.model {
         // block-model refuses opencode's default model (blocked, no new opencode could start)
         todo += &format!(
@@ -108,13 +118,30 @@ fn show(ev: &Event, wait: Duration, replaces: Option<u32>) -> Result<String, Str
         url: ev.link.as_deref(),
         replaces,
         stop,
+        expire_ms: expire_ms(ev),
     };
     crate::notify::show(&notice, wait)
+}
+
+/// How long a resolve that needs nobody stays on screen, in ms.
+pub const RESOLVE_EXPIRE_MS: u32 = 10_000;
+
+/// How long the popup stays (the Notify call's `expire_timeout`, 0 until dismissed): what
+/// needs a person (every trigger and escalation, and the resolve of a stop the watchdog or the
+/// operator carried out, whose session waits to be resumed: it carries `details.stop`) stays
+/// until dismissed; an all-clear goes after [`RESOLVE_EXPIRE_MS`]. Left to the server, dunst's
+/// defaults took a trigger or a stop off the screen after about 10 s.
+pub fn expire_ms(ev: &Event) -> u32 {
+    match ev.state {
+        Transition::Resolve if !ev.details.contains_key("stop") => RESOLVE_EXPIRE_MS,
+        _ => 0,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::Reason;
     use crate::notify::{no_answer, not_asked};
 
     /// A question unanswered before the Notify call left nothing on screen: owed again. A
@@ -126,5 +153,29 @@ mod tests {
         let wait = Duration::from_millis(700);
         assert!(Desktop {}.unsent(&not_asked(wait)));
         assert!(!Desktop {}.unsent(&no_answer(wait)));
+    }
+
+    /// What needs a person stays until dismissed (0); an all-clear goes after 10 s.
+    #[test]
+    fn a_trigger_an_escalation_and_a_stop_stay_an_all_clear_goes() {
+        let mut ev = crate::alert::text::blind_event(
+            &crate::config::Config::default(),
+            &[("s".into(), "r".into())],
+            1_000_000,
+        );
+        for (state, reason, ms) in [
+            (Transition::Trigger, None, 0),
+            (Transition::Escalate, Some(Reason::StillLooping), 0),
+            (Transition::Resolve, Some(Reason::Stopped), 10_000),
+            (Transition::Resolve, Some(Reason::Progress), 10_000),
+        ] {
+            ev.state = state;
+            ev.reason = reason;
+            assert_eq!(expire_ms(&ev), ms, "{state:?} {reason:?}");
+        }
+        // the resolve of a carried-out stop
+        ev.details
+            .insert("stop".into(), serde_json::json!({"by": "escalated"}));
+        assert_eq!(expire_ms(&ev), 0);
     }
 }

@@ -16,7 +16,9 @@ mod follow;
 use crate::cli::{now_ms, parse_when, Exit, Out};
 use crate::config::{Config, Discover};
 use crate::record::{to_line, Blind, SourceRead};
-use crate::sources::merge::{ended_where_no_process, idle_is_unknown_where_unasked, read_db, Seen};
+use crate::sources::merge::{
+    ended_where_no_process, idle_is_unknown_where_unasked, read_db, runs_in, Seen,
+};
 use crate::sources::server::{read_server, ServerRead};
 use crate::sources::{self, db::Db, Found};
 use anyhow::{bail, Result};
@@ -249,6 +251,7 @@ fn collect(
     if db.is_some() {
         ended_where_no_process(&mut seen.sessions, procs, &asked, looked);
     }
+    runs_in(&mut seen.sessions, procs);
     server_todos(seen, &reads);
     seen.refuse_strange_ids();
     reads

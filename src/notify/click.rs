@@ -42,6 +42,9 @@ pub struct Note {
     /// The session the "stop" action stops.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop: Option<String>,
+    /// The Notify call's `expire_timeout` in ms (0 until dismissed); none, the server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expire_ms: Option<u32>,
 }
 
 /// Shows `note` from a child that waits for the click. `None` when no child can be started
@@ -169,6 +172,9 @@ pub fn notify_and_wait(
         .summary(&note.summary)
         .body(&note.body)
         .urgency(super::urgency(&note.urgency));
+    if let Some(ms) = note.expire_ms {
+        n.timeout(super::timeout(ms));
+    }
     if let Some(id) = note.replaces {
         n.id(id);
     }

@@ -26,6 +26,16 @@ pub struct Notice<'a> {
     /// A session the popup offers to stop (a "Stop the session" action running
     /// `wd-store stop SESSION`, where the server shows actions).
     pub stop: Option<&'a str>,
+    /// How long the popup stays: the Notify call's `expire_timeout` in ms, 0 until dismissed.
+    pub expire_ms: u32,
+}
+
+/// The Notify call's `expire_timeout` (0 never expires, as the spec has it).
+fn timeout(ms: u32) -> notify_rust::Timeout {
+    match ms {
+        0 => notify_rust::Timeout::Never,
+        ms => notify_rust::Timeout::Milliseconds(ms),
+    }
 }
 
 fn urgency(u: &str) -> notify_rust::Urgency {
@@ -111,6 +121,7 @@ pub fn show(n: &Notice, wait: Duration) -> Result<String, String> {
         url: n.url,
         replaces: n.replaces,
         stop: n.stop,
+        expire_ms: n.expire_ms,
     };
     // with a link: shown by a child that stays to open the page when the alert is clicked
     if let Some(url) = n.url {
@@ -121,6 +132,7 @@ pub fn show(n: &Notice, wait: Duration) -> Result<String, String> {
             url: url.to_string(),
             replaces: n.replaces,
             stop: n.stop.map(str::to_string),
+            expire_ms: Some(n.expire_ms),
         };
         if let Some(r) = click::show(&note, wait) {
             return r
@@ -132,7 +144,8 @@ pub fn show(n: &Notice, wait: Duration) -> Result<String, String> {
     note.appname("oc-watchdog")
         .summary(n.summary)
         .body(n.body)
-        .urgency(urgency(n.urgency));
+        .urgency(urgency(n.urgency))
+        .timeout(timeout(n.expire_ms));
     if let Some(id) = n.replaces {
         note.id(id);
     }

@@ -578,7 +578,7 @@ fn what_it_repeats(s: &mut String, l: &Loop) {
 }
 
 /// What to do about a loop, first thing under its heading: how to stop the session (Esc in
-/// its TUI, Ctrl-C twice for `opencode run`, or `wd-store stop`), how to keep its model away, and the
+/// its TUI, Ctrl-C in the terminal of its `opencode run`, or `wd-store stop`), how to keep its model away, and the
 /// anchor of this article (the one the alerts link to).
 fn what_to_do(s: &mut String, l: &Loop, id: &str) {
     if l.kind != "loop" {
@@ -587,7 +587,7 @@ fn what_to_do(s: &mut String, l: &Loop, id: &str) {
     let session = l.session.as_deref().unwrap_or(&l.root);
     let _ = write!(
         s,
-        "<div class=\"todo\"><p><b>Stop it:</b> Esc twice in its TUI, Ctrl-C twice for <code>opencode run</code>, or <code>{}</code> (it stays resumable).</p>",
+        "<div class=\"todo\"><p><b>Stop it:</b> Esc twice in its TUI, Ctrl-C in the terminal of its <code>opencode run</code>, or <code>{}</code> (it stays resumable).</p>",
         esc(&shell_line("wd-store", &["stop", session]))
     );
     if let Some(m) = l.model.as_deref().filter(|m| m.contains('/')) {

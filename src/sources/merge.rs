@@ -7,7 +7,7 @@ use super::db::Db;
 use super::discover;
 use super::server::ServerRead;
 use super::Source;
-use crate::record::Session;
+use crate::record::{RunsIn, Session};
 use anyhow::Result;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -364,6 +364,24 @@ const SLACK_MS: i64 = 2_000;
 /// after it started (runs in turn, each taking the first not yet taken), and that session's
 /// subagents. Only a session with no live status and no write since its run ended.
 pub fn ended_with_their_run(sessions: &mut [Session], runs: &[RunProcess]) {
+    let run_of = run_owners(sessions, runs);
+    for s in sessions.iter_mut() {
+        let Some(ended) = run_of(&s.id).and_then(|r| r.ended) else {
+            continue;
+        };
+        if s.status.is_none() && !matches!(s.updated, Some(u) if u > ended + SLACK_MS) {
+            s.extra.insert("process".into(), Value::from("ended"));
+        }
+    }
+}
+
+/// The run that runs each session, by the rule of [`ended_with_their_run`]: a run runs the
+/// session it names, else the first one created in its directory after it started, and that
+/// session's subagents.
+fn run_owners<'a>(
+    sessions: &[Session],
+    runs: &'a [RunProcess],
+) -> impl Fn(&str) -> Option<&'a RunProcess> {
     let mut by_start: Vec<&RunProcess> = runs.iter().collect();
     by_start.sort_by_key(|r| (r.started, r.pid));
     let mut owner: HashMap<String, &RunProcess> = HashMap::new();
@@ -393,7 +411,7 @@ pub fn ended_with_their_run(sessions: &mut [Session], runs: &[RunProcess]) {
         .iter()
         .filter_map(|s| Some((s.id.clone(), s.parent.clone()?)))
         .collect();
-    let run_of = |id: &str| -> Option<&RunProcess> {
+    move |id: &str| -> Option<&'a RunProcess> {
         let mut cur = id.to_string();
         for _ in 0..64 {
             if let Some(r) = owner.get(&cur) {
@@ -402,13 +420,57 @@ pub fn ended_with_their_run(sessions: &mut [Session], runs: &[RunProcess]) {
             cur = parents.get(&cur)?.clone();
         }
         None
-    };
-    for s in sessions.iter_mut() {
-        let Some(ended) = run_of(&s.id).and_then(|r| r.ended) else {
-            continue;
-        };
-        if s.status.is_none() && !matches!(s.updated, Some(u) if u > ended + SLACK_MS) {
-            s.extra.insert("process".into(), Value::from("ended"));
+    }
+}
+
+/// What runs each session not marked `ended`, as a person would stop it, in its `process`:
+/// `server` when a server lists it (its source is the server's URL), `run` when a running
+/// `opencode run` runs it (the rule of [`run_owners`]), `tui` when none does and an opencode
+/// process that neither runs nor listens (a TUI) works in its directory. Nothing when none of
+/// these holds: the words then name every way.
+pub fn runs_in(sessions: &mut [Session], procs: &[discover::Process]) {
+    let runs: Vec<RunProcess> = procs
+        .iter()
+        .filter_map(|p| {
+            Some(RunProcess {
+                pid: p.pid,
+                cwd: p.cwd.clone()?,
+                started: p.started?,
+                session: p.run.clone()?,
+                ended: None,
+            })
+        })
+        .collect();
+    let tuis: Vec<&Path> = procs
+        .iter()
+        .filter(|p| p.run.is_none() && p.urls.is_empty())
+        .filter_map(|p| p.cwd.as_deref())
+        .collect();
+    let run_of = run_owners(sessions, &runs);
+    let said: Vec<Option<RunsIn>> = sessions
+        .iter()
+        .map(|s| {
+            if s.extra.contains_key("process") {
+                None
+            } else if s.source.as_deref().is_some_and(|u| u.starts_with("http"))
+                && s.status.is_some()
+            {
+                // a server's status, which no process it was not asked about could contradict
+                // (`idle_is_unknown_where_unasked`)
+                Some(RunsIn::Server)
+            } else if run_of(&s.id).is_some() {
+                Some(RunsIn::Run)
+            } else {
+                let dir = s.directory.as_deref().map(Path::new)?;
+                tuis.iter()
+                    .any(|c| dir.starts_with(c))
+                    .then_some(RunsIn::Tui)
+            }
+        })
+        .collect();
+    for (s, r) in sessions.iter_mut().zip(said) {
+        if let Some(r) = r {
+            s.extra.insert("process".into(), Value::from(r.as_str()));
         }
     }
 }
@@ -593,5 +655,82 @@ mod tests {
         // not looked for, or a process whose directory cannot be read: nothing is said
         assert!(ended(&[], false).is_empty());
         assert!(ended(&[proc_in(1, Some("/w/a")), proc_in(2, None)], true).is_empty());
+    }
+
+    /// A server's popup said "Esc twice in its TUI, Ctrl-C twice for `opencode run`", neither
+    /// of which reaches it: what runs each session is told, for the words to say.
+    #[test]
+    fn what_runs_a_session_is_a_server_a_run_or_a_tui() {
+        let sess =
+            |id: &str, dir: &str, source: &str, status: Option<&str>, created: i64| Session {
+                id: id.into(),
+                directory: Some(dir.into()),
+                source: Some(source.into()),
+                status: status.map(String::from),
+                created: Some(created),
+                ..Session::default()
+            };
+        let db = "/h/.local/share/opencode/opencode.db";
+        let mut all = vec![
+            sess(
+                "ses_served",
+                "/w/s",
+                "http://127.0.0.1:4096",
+                Some("busy"),
+                10,
+            ),
+            sess("ses_run", "/w/r", db, None, 1_005),
+            sess("ses_named", "/w/r", db, None, 5),
+            sess("ses_tui", "/w/t/sub", db, None, 10),
+            sess("ses_nobody", "/w/x", db, None, 10),
+            sess("ses_gone", "/w/t", db, None, 10),
+        ];
+        all[5].extra.insert("process".into(), Value::from("ended"));
+        let mut sub = sess("ses_sub", "/w/r", db, None, 1_010);
+        sub.parent = Some("ses_run".into());
+        all.push(sub);
+        let proc_ =
+            |pid: u32, cwd: &str, run: Option<Option<&str>>, urls: bool| discover::Process {
+                pid,
+                uid: 0,
+                cwd: Some(cwd.into()),
+                db: None,
+                urls: if urls {
+                    vec![(4096, "http://127.0.0.1:4096".into())]
+                } else {
+                    vec![]
+                },
+                ppid: 0,
+                started: Some(1_000),
+                run: run.map(|r| r.map(String::from)),
+            };
+        let procs = [
+            proc_(1, "/w/s", None, true),
+            proc_(2, "/w/r", Some(None), false),
+            proc_(3, "/w/r", Some(Some("ses_named")), false),
+            proc_(4, "/w/t", None, false),
+        ];
+        runs_in(&mut all, &procs);
+        let got: Vec<(&str, Option<&str>)> = all
+            .iter()
+            .map(|s| {
+                (
+                    s.id.as_str(),
+                    s.extra.get("process").and_then(|p| p.as_str()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("ses_served", Some("server")),
+                ("ses_run", Some("run")),
+                ("ses_named", Some("run")),
+                ("ses_tui", Some("tui")),
+                ("ses_nobody", None),
+                ("ses_gone", Some("ended")),
+                ("ses_sub", Some("run")),
+            ]
+        );
     }
 }

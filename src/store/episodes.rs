@@ -11,7 +11,7 @@ use rusqlite::{params, types::Value as Sql, Transaction};
 /// [`so_far`]); the duration in the words of the events (`alert::text::duration`: "44 s",
 /// "12 min", "2 h 05 min").
 pub const BURNED: &str =
-    "CASE WHEN p.calls IS NOT NULL THEN printf('%d calls, $%.2f, %s', p.calls, p.cost,
+    "CASE WHEN p.calls IS NOT NULL THEN printf('%d call%s, $%.2f, %s', p.calls, CASE p.calls WHEN 1 THEN '' ELSE 's' END, p.cost,
        (SELECT CASE WHEN s < 60 THEN printf('%d s', s) WHEN s < 3600 THEN printf('%d min', s / 60)
                     ELSE printf('%d h %02d min', s / 3600, s % 3600 / 60) END
         FROM (SELECT max(coalesce(p.duration_ms, 0), 0) / 1000 AS s))) END";
@@ -19,9 +19,11 @@ pub const BURNED: &str =
 /// A loop episode's stop (issue 28), in one line: who stopped which session, how, and how to
 /// resume it; or that a stop was refused or failed, and why. NULL when none was asked.
 pub const STOP: &str = "(SELECT CASE s.status
-       WHEN 'stopped' THEN printf('session %s stopped by %s (%s) via %s, %d call(s) after the request; resume with `opencode -s %s` (its TUI) or `opencode run -s %s \"continue\"`',
-                                  s.session, CASE s.reason WHEN 'operator' THEN 'the operator' ELSE 'the watchdog' END,
-                                  s.reason, coalesce(s.via, '?'), coalesce(s.calls_after_request, 0), s.session, s.session)
+       WHEN 'stopped' THEN printf('session %s stopped by %s via %s, %d call(s) after the request; resume with `opencode -s %s` (its TUI) or `opencode run -s %s \"continue\"`',
+                                  s.session, CASE s.reason WHEN 'operator' THEN 'the operator (wd-store stop)'
+                                      WHEN 'popup' THEN 'the operator (the popup''s stop action)'
+                                      ELSE 'the watchdog (' || s.reason || ')' END,
+                                  coalesce(s.via, '?'), coalesce(s.calls_after_request, 0), s.session, s.session)
        WHEN 'failed' THEN printf('stop of session %s (%s) not carried out: %s', s.session, s.reason, coalesce(s.detail, ''))
        ELSE printf('stop of session %s (%s) requested', s.session, s.reason) END
      FROM stops s WHERE s.episode = 'episode:' || p.id ORDER BY s.status = 'stopped' DESC, s.t DESC LIMIT 1)";
@@ -147,7 +149,7 @@ pub fn prune(tx: &Transaction<'_>, before: i64) -> Result<(usize, usize)> {
 
 #[cfg(test)]
 mod tests {
-    use super::BURNED;
+    use super::{BURNED, STOP};
     use crate::event::Figures;
     use crate::event::{burned, duration};
 
@@ -186,5 +188,61 @@ mod tests {
             .query_row(&format!("SELECT {BURNED} FROM (SELECT NULL AS calls, NULL AS cost, NULL AS duration_ms) p"), [], |r| r.get(0))
             .unwrap();
         assert_eq!(none, None);
+    }
+
+    /// One call is "1 call", in the column as in the events ("1 calls" before).
+    #[test]
+    fn one_call_is_one_call() {
+        let c = rusqlite::Connection::open_in_memory().unwrap();
+        let sql = format!(
+            "SELECT {BURNED} FROM (SELECT 1 AS calls, 0.01 AS cost, 5000 AS duration_ms) p"
+        );
+        let got: String = c.query_row(&sql, [], |r| r.get(0)).unwrap();
+        assert_eq!(got, "1 call, $0.01, 5 s");
+        let f = Figures {
+            calls: 1,
+            cost: 0.01,
+            duration_ms: 5000,
+            ..Figures::default()
+        };
+        assert_eq!(burned(&f), "1 call and $0.01 over 5 s");
+    }
+
+    /// Who stopped a loop, once: "stopped by the operator (operator) via http" said the reason
+    /// twice, and a stop from the popup's action read as `wd-store stop`.
+    #[test]
+    fn a_stop_line_says_who_and_how_once() {
+        let c = rusqlite::Connection::open_in_memory().unwrap();
+        c.execute_batch(
+            "CREATE TABLE stops (session TEXT, episode TEXT, reason TEXT, status TEXT, via TEXT,
+                                 calls_after_request INTEGER, detail TEXT, t INTEGER);",
+        )
+        .unwrap();
+        let line = |reason: &str, via: &str| -> String {
+            c.execute("DELETE FROM stops", []).unwrap();
+            c.execute(
+                "INSERT INTO stops VALUES ('ses_a', 'episode:1', ?1, 'stopped', ?2, 1, NULL, 1)",
+                [reason, via],
+            )
+            .unwrap();
+            c.query_row(&format!("SELECT {STOP} FROM (SELECT 1 AS id) p"), [], |r| {
+                r.get(0)
+            })
+            .unwrap()
+        };
+        let resume =
+            "resume with `opencode -s ses_a` (its TUI) or `opencode run -s ses_a \"continue\"`";
+        assert_eq!(
+            line("operator", "http"),
+            format!("session ses_a stopped by the operator (wd-store stop) via http, 1 call(s) after the request; {resume}")
+        );
+        assert_eq!(
+            line("popup", "plugin"),
+            format!("session ses_a stopped by the operator (the popup's stop action) via plugin, 1 call(s) after the request; {resume}")
+        );
+        assert_eq!(
+            line("escalated", "plugin"),
+            format!("session ses_a stopped by the watchdog (escalated) via plugin, 1 call(s) after the request; {resume}")
+        );
     }
 }

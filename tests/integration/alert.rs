@@ -1302,7 +1302,7 @@ fn loops_and_alerts_tables_fit_100_columns_name_the_project_and_title_and_status
     let after_heading = &art[art.find("</h3>").unwrap() + 5..];
     assert!(
         after_heading.starts_with(&format!(
-            "<div class=\"todo\"><p><b>Stop it:</b> Esc twice in its TUI, Ctrl-C twice for <code>opencode run</code>, or <code>wd-store stop {root}</code>"
+            "<div class=\"todo\"><p><b>Stop it:</b> Esc twice in its TUI, Ctrl-C in the terminal of its <code>opencode run</code>, or <code>wd-store stop {root}</code>"
         )),
         "{art}"
     );
@@ -1656,4 +1656,97 @@ fn a_session_or_model_id_with_shell_syntax_ran_when_its_offered_command_was_past
         .map(|e| e.unwrap().file_name())
         .collect();
     assert!(made.is_empty(), "pasting {offered:#?} ran {made:?}");
+}
+
+#[test]
+fn a_trigger_stays_on_screen_until_dismissed_and_an_all_clear_goes_after_10_s() {
+    // issue 41: the watchdog left the expiry to the server, and under dunst's defaults a
+    // trigger (and a stop, a "needs a person") was gone after about 10 s, with nobody told.
+    // What needs a person now asks to stay (expire_timeout 0); an all-clear asks for 10 s
+    let d = &Desktop::private();
+    let rig = Rig::new("[[channels]]\nname = \"desk\"\ntype = \"desktop\"\n");
+    let env = desktop_env(d);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (a, b) = (
+        format!("ses_stays{}", std::process::id()),
+        format!("ses_goes{}", std::process::id()),
+    );
+    let (_, r) = rig.tick(
+        T0,
+        &[
+            looping(&a, &a, true, 44, "active"),
+            looping(&b, &b, true, 44, "active"),
+        ],
+        &env,
+    );
+    assert_eq!(states(&r).len(), 2, "{}", r.story());
+    let (_, r) = rig.tick(
+        T0 + 60_000,
+        &[
+            looping(&a, &a, true, 50, "active"),
+            looping(&b, &b, true, 44, "idle"),
+        ],
+        &env,
+    );
+    assert_eq!(states(&r), [("resolve".into(), "info".into())]);
+    let resolved = std::time::Instant::now();
+    // what the Notify calls asked for
+    let asked = |s: &str| -> Vec<(String, Option<i32>)> {
+        d.wait_for(s, 1)
+            .iter()
+            .map(|n| (n.summary.split(':').next().unwrap().to_string(), n.expire))
+            .collect()
+    };
+    assert_eq!(asked(&a), [("opencode loop".to_string(), Some(0))]);
+    assert_eq!(
+        asked(&b),
+        [
+            ("opencode loop".to_string(), Some(0)),
+            ("resolved (stopped)".to_string(), Some(10_000))
+        ]
+    );
+    // and what dunst did with them: 11 s on, the trigger is still shown, the all-clear went
+    // into its history
+    std::thread::sleep(std::time::Duration::from_secs(11).saturating_sub(resolved.elapsed()));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(dunst_counts(d), (1, 0, 1), "(displayed, waiting, history)");
+    let history = std::process::Command::new("dunstctl")
+        .arg("history")
+        .env("DBUS_SESSION_BUS_ADDRESS", &d.bus)
+        .output()
+        .unwrap();
+    let h: Value = serde_json::from_slice(&history.stdout).unwrap();
+    let gone: Vec<&str> = h["data"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["summary"]["data"].as_str().unwrap())
+        .collect();
+    assert_eq!(gone.len(), 1, "{h}");
+    assert!(gone[0].starts_with("resolved (stopped): "), "{h}");
+}
+
+#[test]
+fn a_resolve_says_which_session_it_resolves_by_title_and_project() {
+    // issue 41: a resolve named the session by its id alone; which loop of which project had
+    // ended was for the operator to look up
+    let rig = Rig::new("");
+    let root = "ses_0123456789abcdefPLACE";
+    let at = |class: &str| {
+        let mut v: Value = serde_json::from_str(&looping(root, root, true, 44, class)).unwrap();
+        v["title"] = json!("Fix the flaky payment retry test");
+        v["directory"] = json!(rig.home.join("work/billing-service").display().to_string());
+        v.to_string()
+    };
+    let (_, r) = rig.tick(T0, &[at("active")], &[]);
+    assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
+    let (_, r) = rig.tick(T0 + MIN5, &[at("idle")], &[]);
+    assert_eq!(states(&r), [("resolve".into(), "info".into())]);
+    let summary = r.records()[0]["summary"].as_str().unwrap().to_string();
+    assert!(
+        summary.starts_with(&format!(
+            "{root} \"Fix the flaky payment retry test\" in ~/work/billing-service: the loop stopped: "
+        )),
+        "{summary}"
+    );
 }

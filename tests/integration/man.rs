@@ -518,3 +518,81 @@ fn purge_removes_block_model_lock_files_and_says_nothing_of_proc() {
     assert!(config.exists(), "the opencode config is the user's");
     assert!(!home.join(".local/state/oc-watchdog").exists());
 }
+
+/// An operator's journey: `deploy/install --uninstall` left an `oc-watchdog-follow` started by
+/// hand running (it kept alerting after the uninstall), the directories the install had made,
+/// empty, and said nothing of the state files it kept.
+#[test]
+fn uninstall_stops_a_follow_pipeline_started_by_hand_and_removes_the_directories_it_made() {
+    let home = Home::new();
+    let h = home.path();
+    let o = install(h, &["--from", bins().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", story("deploy/install", &o));
+    let mut follow = crate::support::installed_cmd(
+        home.join(".local/bin/oc-watchdog-follow").to_str().unwrap(),
+        h,
+    )
+    .current_dir(h)
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let pid = follow.id();
+    // its pipeline runs (oc-sessions --follow is one of its stages)
+    let stage = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c).replace('\0', " ");
+                c.contains("oc-sessions --follow")
+                    && std::fs::read_link(e.path().join("cwd")).is_ok_and(|d| d.starts_with(h))
+            })
+        })
+    };
+    let t0 = Instant::now();
+    while !stage() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the follow pipeline did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = install(h, &["--uninstall"]);
+    assert!(o.status.success(), "{}", story("--uninstall", &o));
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        said.contains(&format!(
+            "stopped the follow pipeline started by hand (process {pid})"
+        )),
+        "{said}"
+    );
+    let t0 = Instant::now();
+    while follow.try_wait().unwrap().is_none() || stage() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the follow pipeline still runs after --uninstall"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // what the install made is gone; what was there before stays
+    for d in [
+        ".local/bin",
+        ".config/systemd",
+        ".config/oc-watchdog",
+        ".config/fish",
+        ".local/share/man",
+        ".local/share/bash-completion",
+        ".local/share/zsh",
+    ] {
+        assert!(!home.join(d).exists(), "--uninstall left {d}");
+    }
+    for d in [".config", ".local/share", ".local/state"] {
+        assert!(home.join(d).is_dir(), "--uninstall removed {d}");
+    }
+    // and it says what it keeps
+    let state = home.join(".local/state/oc-watchdog");
+    assert!(
+        said.contains(&format!("kept in {}: ", state.display())) && said.contains("watchdog.db"),
+        "{said}"
+    );
+}

@@ -598,7 +598,7 @@ fn a_looping_opencode_run_is_stopped_through_the_plugin_and_resumes_as_its_advic
     );
     assert!(
         summary.starts_with(&format!(
-            "session {id} stopped by the operator (wd-store stop) after "
+            "session {id} \"Scripted session\" in ~/proj stopped by the operator (wd-store stop) after "
         )) && summary.ends_with(&format!(
             "; resume with `opencode -s {id}` (its TUI) or `opencode run -s {id} \"continue\"`"
         )),
@@ -655,6 +655,14 @@ fn a_looping_tui_session_under_tmux_is_stopped_through_the_plugin() {
     let o = stopped(&r, &id, "plugin", "TUI");
     // the TUI shows what Esc shows, and stays open with the session idle
     rig.wait_interrupted();
+    // its toast says the operator stopped it, and no internal id (it said "The watchdog
+    // stopped this session's loop (stop:ses_…@…)" for an operator's stop)
+    let pane = rig.pane();
+    assert!(pane.contains("The operator stopped"), "{pane}");
+    assert!(
+        !pane.contains("stop:ses_") && !pane.contains("The watchdog stopped"),
+        "{pane}"
+    );
     std::thread::sleep(Duration::from_secs(3));
     let calls = rig.calls(&id);
     nothing_after(&calls, o["stopped"].as_i64().unwrap());
@@ -800,7 +808,7 @@ fn a_loop_whose_process_has_no_stop_plugin_and_no_server_is_refused_with_what_to
     assert_eq!(
         r.stderr(),
         format!(
-            "wd-store: stop: session {id} runs in a TUI or `opencode run`, which listen on no port, and the stop plugin is not installed: press Esc twice in its TUI, or Ctrl-C its `opencode run` twice, or install the plugin (deploy/install --with-stop-plugin) for the next ones\n"
+            "wd-store: stop: session {id} runs in a TUI or `opencode run`, which listen on no port, and the stop plugin is not installed: press Esc twice in its TUI, or Ctrl-C in the terminal of its `opencode run`, or install the plugin (deploy/install --with-stop-plugin) for the next ones\n"
         )
     );
     assert_eq!(r.stdout(), "");
@@ -813,7 +821,7 @@ fn a_loop_whose_process_has_no_stop_plugin_and_no_server_is_refused_with_what_to
     assert_eq!(
         r.stderr(),
         format!(
-            "wd-store: stop: session {id} runs in a TUI or `opencode run` that has not loaded the stop plugin (started before it was installed?) and no server lists it: press Esc twice in its TUI, or Ctrl-C its `opencode run` twice; opencode processes started from now on load the plugin\n"
+            "wd-store: stop: session {id} runs in a TUI or `opencode run` that has not loaded the stop plugin (started before it was installed?) and no server lists it: press Esc twice in its TUI, or Ctrl-C in the terminal of its `opencode run`; opencode processes started from now on load the plugin\n"
         )
     );
     // nothing was stopped: the loop goes on
@@ -1117,7 +1125,7 @@ fn the_policy_stops_a_looping_opencode_run_at_escalation_once_and_says_so_on_eve
     assert_eq!(
         summary,
         format!(
-            "session {id} stopped by the watchdog after {} calls and ${:.2}; resume with `opencode -s {id}` (its TUI) or `opencode run -s {id} \"continue\"`",
+            "session {id} \"Scripted session\" in ~/proj stopped by the watchdog at its escalation ([stop] at_escalation) after {} calls and ${:.2}; resume with `opencode -s {id}` (its TUI) or `opencode run -s {id} \"continue\"`",
             burned.0, burned.1
         )
     );
@@ -1129,9 +1137,12 @@ fn the_policy_stops_a_looping_opencode_run_at_escalation_once_and_says_so_on_eve
         format!("opencode run -s {id} \"continue\"")
     );
     // on the desktop, with its resume line
-    let seen = pol
-        .desk
-        .wait_for(&format!("session {id} stopped by the watchdog"), 1);
+    let seen = pol.desk.wait_for(
+        &format!(
+            "session {id} \"Scripted session\" in ~/proj stopped by the watchdog at its escalation"
+        ),
+        1,
+    );
     assert_eq!(seen.len(), 1, "{:?}", pol.desk.seen());
     assert!(
         seen[0]
@@ -1140,6 +1151,8 @@ fn the_policy_stops_a_looping_opencode_run_at_escalation_once_and_says_so_on_eve
         "{:?}",
         seen[0]
     );
+    // it stays until dismissed: the session waits to be resumed
+    assert_eq!(seen[0].expire, Some(0), "{:?}", seen[0]);
     assert!(
         seen[0].body.contains(&format!(
             "resume with `opencode -s {id}` (its TUI) or `opencode run -s {id} \"continue\"`"
@@ -1305,12 +1318,15 @@ fn the_policy_stops_a_looping_tui_session_under_tmux_at_escalation_and_it_resume
     assert_eq!(
         summary,
         format!(
-            "session {id} stopped by the watchdog after {ep_calls} calls and ${ep_cost:.2}; resume with `opencode -s {id}` (its TUI) or `opencode run -s {id} \"continue\"`"
+            "session {id} \"Scripted session\" in ~/proj stopped by the watchdog at its escalation ([stop] at_escalation) after {ep_calls} calls and ${ep_cost:.2}; resume with `opencode -s {id}` (its TUI) or `opencode run -s {id} \"continue\"`"
         )
     );
-    let seen = pol
-        .desk
-        .wait_for(&format!("session {id} stopped by the watchdog"), 1);
+    let seen = pol.desk.wait_for(
+        &format!(
+            "session {id} \"Scripted session\" in ~/proj stopped by the watchdog at its escalation"
+        ),
+        1,
+    );
     assert_eq!(seen.len(), 1, "{:?}", pol.desk.seen());
 
     // the figures for the closing note: from the flag point to the stop

@@ -140,6 +140,17 @@ fn the_installed_tick_alerts_once_resolves_stopped_and_gone_and_stays_honest() {
         seen[0].summary,
         "opencode loop: build repeats read docs/spec.md"
     );
+    // a server runs it: no key stops it, wd-store stop aborts it over HTTP (its popup said
+    // "Esc twice in its TUI, Ctrl-C twice for `opencode run`"); and it stays until dismissed
+    assert!(
+        seen[0].body.contains(&format!(
+            "\nStop it: wd-store stop {} (it aborts the session through its server)",
+            looping.id
+        )),
+        "{:?}",
+        seen[0]
+    );
+    assert_eq!(seen[0].expire, Some(0));
     // the loop ended before the next tick (the session is idle and made no call): resolved
     // with `stopped`, never escalated
     let r = w.tick();
@@ -159,6 +170,8 @@ fn the_installed_tick_alerts_once_resolves_stopped_and_gone_and_stays_honest() {
         seen[1].summary,
         "resolved (stopped): opencode loop: build repeats read docs/spec.md"
     );
+    // an all-clear: it may go
+    assert_eq!(seen[1].expire, Some(10_000));
     assert!(
         seen[1].body.contains("the loop burned 8 calls and $"),
         "{:?}",
@@ -739,7 +752,7 @@ fn opencode_run_killed_with_ctrl_c_resolves_the_process_ended_and_is_never_stall
             "session {id} \"Scripted session\" in {}, agent build",
             sim.proj.display()
         )) && seen[0].body.contains(&format!(
-            "Stop it: Esc twice in its TUI, Ctrl-C twice for `opencode run`, or wd-store stop {id}; keep the model away: wd-store block-model "
+            "Stop it: Ctrl-C in the terminal of its `opencode run`, or wd-store stop {id}; keep the model away: wd-store block-model "
         )) && seen[0].body.contains(" (not while it is opencode's default model)"),
         "{:?}",
         seen[0]

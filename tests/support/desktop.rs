@@ -23,6 +23,8 @@ pub struct Seen {
     pub body: String,
     /// 0 low, 1 normal, 2 critical.
     pub urgency: Option<u8>,
+    /// The call's `expire_timeout` in ms: -1 the server's default, 0 never.
+    pub expire: Option<i32>,
     /// Every string of the call: the four above, then the actions (id, label, ...) and hints.
     pub strings: Vec<String>,
 }
@@ -181,7 +183,14 @@ impl Desktop {
                 .and_then(|rest| rest.split("variant").nth(1))
                 .and_then(|v| v.split_whitespace().nth(1))
                 .and_then(|b| b.parse().ok());
+            // the last argument, after the hints
+            let expire = block
+                .rsplit("int32 ")
+                .next()
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok());
             out.push(Seen {
+                expire,
                 app: strings.first().cloned().unwrap_or_default(),
                 summary: strings.get(2).cloned().unwrap_or_default(),
                 body: strings.get(3).cloned().unwrap_or_default(),

@@ -67,7 +67,7 @@ pub fn interrupt_of_stop(stopped: &HashMap<String, i64>, v: &Verdict) -> bool {
 }
 
 /// Words for a recorded stop reason.
-fn reason_words(by: &str) -> &'static str {
+pub fn reason_words(by: &str) -> &'static str {
     match by {
         "escalated" => " at its escalation ([stop] at_escalation)",
         "calls_cap" => " past its calls cap ([stop] after_calls)",

@@ -376,7 +376,7 @@ fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> R
         Cmd::Rollup { by, since } => queries::rollup(cx, &by, &since, out),
         Cmd::Blocks { all } => queries::blocks(cx, all, out),
         Cmd::Stop { session, wait } => {
-            crate::stop::command(&mut cx.store, &cx.cfg, &session, &wait, out)
+            crate::stop::command(&mut cx.store, &cx.cfg, &session, &wait, "operator", out)
         }
         Cmd::Channels { set } => channels::run(cx, set, out),
         Cmd::Prune { older_than } => upkeep::prune(cx, older_than, out),
@@ -418,7 +418,7 @@ fn notify_on_action(
     // alerter that reads this helper's first line is gone by then
     let mut stop = |session: &str| -> Result<()> {
         let mut said = Out::new(Box::new(std::io::stderr()), false);
-        crate::stop::command(&mut cx.store, &cx.cfg, session, "15s", &mut said)?;
+        crate::stop::command(&mut cx.store, &cx.cfg, session, "15s", "popup", &mut said)?;
         Ok(said.flush()?)
     };
     click::notify_and_wait(

@@ -65,6 +65,8 @@ pub fn not_watching(config: Option<&Path>, db: Option<PathBuf>, e: &anyhow::Erro
         url: None,
         replaces: None,
         stop: None,
+        // needs a person: stays until dismissed
+        expire_ms: 0,
     };
     match crate::notify::show(&notice, SHOW_WAIT) {
         Ok(_) => {
