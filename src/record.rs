@@ -533,27 +533,43 @@ impl Verdict {
 
 /// What the alert lifecycle, the store and the page read of a verdict.
 impl Verdict {
-    /// What it repeats, in words, for alert titles: the most-worked target, the slow call, or
-    /// the re-read file.
+    /// What it repeats, in words, for alert titles: the file it pages through or re-reads, else
+    /// what the flagging signals name (the most-worked target, the repeated call, the failing
+    /// check), else the slow call.
     pub fn repeats(&self) -> String {
         let has = |s: Signal| self.reasons.contains(&s);
-        if has(Signal::Coverage) && !has(Signal::Top) && !has(Signal::Dup) {
-            if let Some(f) = self.signals.what(Signal::Coverage) {
+        if !has(Signal::Top) && !has(Signal::Dup) {
+            if let Some(f) = self
+                .signals
+                .what(Signal::Circling)
+                .filter(|_| has(Signal::Circling))
+            {
+                let n = self.signals.value(Signal::Circling);
+                return format!("pages through {f} ({n:.1} passes)");
+            }
+            if let Some(f) = self
+                .signals
+                .what(Signal::Coverage)
+                .filter(|_| has(Signal::Coverage))
+            {
                 let c = self.signals.value(Signal::Coverage);
                 return format!("re-reads {f} ({c:.1}x its length)");
             }
         }
-        match self
-            .signals
-            .what(Signal::Top)
-            .or(self.signals.what(Signal::Slow))
-        {
+        match self.top_target().or(self.signals.what(Signal::Slow)) {
             Some(t) => format!("repeats {t}"),
             None => "loops".into(),
         }
     }
+    /// What the loop works over and over, for the alerts' `top_target` column and the tables:
+    /// what the first flagging signal that names one names (the most-worked target, the repeated
+    /// call, the circled or re-read file, the failing check), else the most-worked target. A
+    /// circling loop's verdict named its file while its alert said "-".
     pub fn top_target(&self) -> Option<&str> {
-        self.signals.what(Signal::Top)
+        self.reasons
+            .iter()
+            .find_map(|&s| self.signals.what(s))
+            .or(self.signals.what(Signal::Top))
     }
     pub fn liveness_class(&self) -> Option<LivenessClass> {
         self.liveness.as_ref().map(|l| l.class)
@@ -898,6 +914,28 @@ mod tests {
             to_line("blind", &b).unwrap(),
             r#"{"kind":"blind","source":"http://x","reason":"r"}"#
         );
+    }
+
+    #[test]
+    fn a_circling_loop_names_its_file_in_the_title_and_the_top_target() {
+        // "opencode loop: build loops" with top target "-", though the verdict named the file
+        let line = r#"{"kind":"verdict","session":"ses_a","root":"ses_a","flagged":true,
+            "reasons":["circling"],"signals":{"top":1,"top_target":null,"circling":3.07,
+            "circling_file":"docs/spec.md"},"calls":21}"#;
+        let v: Verdict = serde_json::from_str(line).unwrap();
+        assert_eq!(v.repeats(), "pages through docs/spec.md (3.1 passes)");
+        assert_eq!(v.top_target(), Some("docs/spec.md"));
+        // a failing check names the check; the most-worked target stays first when top flags
+        let line = r#"{"kind":"verdict","session":"ses_b","root":"ses_b","flagged":true,
+            "reasons":["same_failure"],"signals":{"top":2,"top_target":"read a.py",
+            "same_failure":4,"same_failure_call":"bash python3 tools/check.py"},"calls":9}"#;
+        let v: Verdict = serde_json::from_str(line).unwrap();
+        assert_eq!(v.repeats(), "repeats bash python3 tools/check.py");
+        let line = r#"{"kind":"verdict","session":"ses_c","root":"ses_c","flagged":true,
+            "reasons":["top","same_failure"],"signals":{"top":12,"top_target":"read a.py",
+            "same_failure":4,"same_failure_call":"bash python3 tools/check.py"},"calls":30}"#;
+        let v: Verdict = serde_json::from_str(line).unwrap();
+        assert_eq!(v.top_target(), Some("read a.py"));
     }
 
     #[test]
