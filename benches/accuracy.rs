@@ -5,7 +5,8 @@
 //! A loop is caught **on time** when the first flag comes at or after its labelled start
 //! (`flag_after`), **early** when before it (a false alarm at that moment, not a catch), and
 //! **missed** when it never flags; a run labelled `no_flag`, or any run of the productive
-//! corpus, that flags at all is a **false flag**. A flag after the label's `flag_by` (the
+//! corpus, that flags at all is a **false flag** (a session a labelled corpus leaves unlabelled
+//! is not counted). A flag after the label's `flag_by` (the
 //! fixture's loops that must be told within so many calls) counts as missed. "Calls in" is the median position of the
 //! on-time first flags in their loops (1 = the loop's first call).
 //!
@@ -103,7 +104,9 @@ struct Start {
 /// One session of a corpus: its label and its calls' (tool, canonical args, time).
 struct Run {
     source: String,
-    expect_flag: bool,
+    /// The label: a loop, a productive run, or none (a session the labels leave out, unless the
+    /// whole corpus is of productive runs).
+    expect: Option<bool>,
     flag_after: Option<i64>,
     flag_by: Option<i64>,
     calls: Vec<(String, String, i64)>,
@@ -141,7 +144,7 @@ fn read_runs(path: &Path) -> (Vec<String>, BTreeMap<String, Run>) {
                     id,
                     Run {
                         source: s("corpus").unwrap_or_else(|| "opencode (fixture)".into()),
-                        expect_flag: s("expect").as_deref() == Some("flag"),
+                        expect: s("expect").map(|e| e == "flag"),
                         flag_after: v.get("flag_after").and_then(Value::as_i64),
                         flag_by: v.get("flag_by").and_then(Value::as_i64),
                         calls: Vec::new(),
@@ -158,6 +161,12 @@ fn read_runs(path: &Path) -> (Vec<String>, BTreeMap<String, Run>) {
                 run.calls.push((s("tool").unwrap_or_default(), args, t));
             }
             _ => {}
+        }
+    }
+    // a corpus with no label at all is one of productive runs (the false-flag rate's)
+    if runs.values().all(|r| r.expect.is_none()) {
+        for r in runs.values_mut() {
+            r.expect = Some(false);
         }
     }
     (order, runs)
@@ -275,21 +284,24 @@ fn main() {
         let mut by_source: BTreeMap<&str, (Tally, Tally)> = BTreeMap::new();
         for id in &order {
             let run = &runs[id];
+            let Some(expect_flag) = run.expect else {
+                continue;
+            };
             let start = run.start();
             let ours = flags.get(id).copied().flatten();
             if std::env::var_os("ACCURACY_VERBOSE").is_some() {
                 let at = |f: Option<(u64, i64)>| f.map_or("-".into(), |f| f.0.to_string());
                 println!(
                     "  {id}: {} from call {}, progress-detect {}, ForgeCode {}",
-                    if run.expect_flag { "loop" } else { "no loop" },
+                    if expect_flag { "loop" } else { "no loop" },
                     start.call,
                     at(ours),
                     at(forgecode(&run.calls))
                 );
             }
             let t = by_source.entry(&run.source).or_default();
-            t.0.add(run.expect_flag, ours, &start);
-            t.1.add(run.expect_flag, forgecode(&run.calls), &start);
+            t.0.add(expect_flag, ours, &start);
+            t.1.add(expect_flag, forgecode(&run.calls), &start);
         }
         for (source, (ours, forge)) in &by_source {
             println!(
