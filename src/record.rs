@@ -555,6 +555,14 @@ impl Verdict {
                 let c = self.signals.value(Signal::Coverage);
                 return format!("re-reads {f} ({c:.1}x its length)");
             }
+            if let Some(t) = self
+                .signals
+                .what(Signal::Relanded)
+                .filter(|_| has(Signal::Relanded))
+            {
+                let n = self.signals.value(Signal::Relanded);
+                return format!("makes one change again: {t} ({n} more times, nothing new)");
+            }
         }
         match self.top_target().or(self.signals.what(Signal::Slow)) {
             Some(t) => format!("repeats {t}"),
@@ -648,6 +656,7 @@ pub enum Signal {
     Cycle,
     SameFailure,
     Unmoved,
+    Relanded,
     Circling,
 }
 
@@ -936,6 +945,16 @@ mod tests {
             "same_failure":4,"same_failure_call":"bash python3 tools/check.py"},"calls":30}"#;
         let v: Verdict = serde_json::from_str(line).unwrap();
         assert_eq!(v.top_target(), Some("read a.py"));
+        // a fix re-sent that lands again and again says so, not "repeats"
+        let line = r#"{"kind":"verdict","session":"ses_d","root":"ses_d","flagged":true,
+            "reasons":["relanded"],"signals":{"top":9,"top_target":"edit src/cli.py",
+            "relanded":3,"relanded_call":"edit src/cli.py"},"calls":20}"#;
+        let v: Verdict = serde_json::from_str(line).unwrap();
+        assert_eq!(
+            v.repeats(),
+            "makes one change again: edit src/cli.py (3 more times, nothing new)"
+        );
+        assert_eq!(v.top_target(), Some("edit src/cli.py"));
     }
 
     #[test]

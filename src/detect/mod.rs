@@ -655,6 +655,11 @@ fn feed(
     let mut obs = Obs::of(c, args, st.calls, dir.as_deref());
     st.digest.push(line, &obs);
     // progress
+    obs.relanded = c.landed
+        && st
+            .progress
+            .as_ref()
+            .is_some_and(|p| p.landed_before(obs.exact));
     let landed = c.landed && st.land(&obs);
     if c.landed && !landed {
         // a change that changed nothing new: what it answers (a file grown by one more copy
@@ -998,6 +1003,7 @@ mod tests {
                 out: None,
                 failed: i == 3,
                 exit,
+                relanded: false,
                 dir: None,
             };
             d.push(&mut buf, &obs);
@@ -1104,9 +1110,10 @@ mod tests {
             f.call("s", "edit", e.clone(), true, None);
         }
         let v = f.v("s");
-        assert_eq!(v.reasons, [Signal::Run]);
-        // landed at call 1; the 5th identical call in a row after it is call 6
-        assert_eq!(v.first_flag.unwrap().index, 6);
+        assert_eq!(v.reasons, [Signal::Run, Signal::Relanded]);
+        // landed at call 1; landed again at calls 2, 3 and 4: the third relanding flags, before
+        // the 5th identical call in a row after the landing (call 6) makes it a run
+        assert_eq!(v.first_flag.unwrap().index, 4);
         assert_eq!(v.evidence.unwrap().last_landed.unwrap().index, 1);
     }
 
@@ -1263,5 +1270,132 @@ mod tests {
             proptest::prop_assert_eq!(calls, distinct.len() as u64);
             proptest::prop_assert_eq!(f.d.repeated, distinct.len() as u64);
         }
+    }
+
+    /// One call with its status and output, as a real run's records give them.
+    fn sent(f: &mut Feed, tool: &str, args: Value, status: &str, landed: bool, out: &str) {
+        let text = args.to_string();
+        let a: target::ArgList = serde_json::from_str(&text).unwrap();
+        f.n += 1;
+        let id = format!("prt_{}", f.n);
+        f.d.call(&CallIn {
+            status,
+            landed,
+            exit: (tool == "bash").then_some(0),
+            out: Some(out),
+            ..f.call_in("s", &id, f.n * 1000, tool, &a)
+        });
+    }
+
+    #[test]
+    fn a_landed_fix_re_sent_is_no_progress_and_flags_at_its_third_relanding() {
+        // RepairAgent on defects4j JacksonDatabind 44 (the external corpus): one fix lands, then
+        // rounds of another fix rejected, the same landed fix again (the harness puts the file back
+        // after each failing test run, so it lands every time, with the same test report), a
+        // read and a new hypothesis
+        let mut f = Feed::new();
+        f.session("s", None, "build");
+        let file = "org/SimpleType.java";
+        let fix = |h: &str| json!({"filePath": file, "changes": format!("sha1:{h}")});
+        sent(
+            &mut f,
+            "read",
+            json!({"filePath": file}),
+            "completed",
+            false,
+            "sha1:r",
+        );
+        sent(
+            &mut f,
+            "edit",
+            fix("ab16"),
+            "completed",
+            true,
+            "sha1:report",
+        );
+        let mut flagged_at = None;
+        for round in 0..4 {
+            let other = fix(&format!("r{round}"));
+            sent(&mut f, "edit", other, "error", false, "sha1:rejected");
+            sent(
+                &mut f,
+                "edit",
+                fix("ab16"),
+                "completed",
+                true,
+                "sha1:report",
+            );
+            let think = json!({"hypothesis": format!("sha1:h{round}")});
+            sent(
+                &mut f,
+                "express_hypothesis",
+                think,
+                "completed",
+                false,
+                "sha1:ok",
+            );
+            if flagged_at.is_none() && f.v("s").flagged {
+                flagged_at = Some(f.n);
+            }
+        }
+        let v = f.v("s");
+        assert_eq!(v.reasons, [Signal::Relanded]);
+        // landed at call 2; landed again at calls 4, 7 and 10: the third relanding flags
+        assert_eq!(flagged_at, Some(11));
+        assert_eq!(v.first_flag.unwrap().index, 10);
+        let e = v.evidence.unwrap();
+        let at: Vec<u64> = e.calls.iter().map(|c| c.index).collect();
+        assert_eq!(at, [4, 7, 10, 13]);
+        assert_eq!(e.last_landed.unwrap().index, 2);
+        assert_eq!(v.signals.value(Signal::Relanded), 4.0);
+        assert_eq!(
+            v.signals.what(Signal::Relanded),
+            Some("edit org/SimpleType.java")
+        );
+    }
+
+    #[test]
+    fn hard_negative_a_script_rebuilt_from_the_same_lines_with_one_new_line_each_time_is_work() {
+        // mini-swe-agent fixing django 14349 (a productive run): it writes fix.py line by line
+        // with echo, runs it, looks, puts the file back, and writes it again: the same lines land
+        // again every round (four changes already made, between one new line and the next), but
+        // the line it is fixing is new each time
+        let mut f = Feed::new();
+        f.session("s", None, "build");
+        let bash = |c: String| json!({"command": c});
+        for round in 0..6 {
+            let lines = [
+                "echo 'lines = open(\"v.py\").readlines()' > fix.py".to_string(),
+                "echo -n 'lines.insert(114, \"' >> fix.py".to_string(),
+                format!("echo -n 'if any(x in value for x in {round}):' >> fix.py"),
+                "echo '\")' >> fix.py".to_string(),
+                "echo 'open(\"v.py\", \"w\").write(\"\".join(lines))' >> fix.py".to_string(),
+            ];
+            for l in lines {
+                sent(&mut f, "bash", bash(l), "completed", true, "sha1:empty");
+            }
+            sent(
+                &mut f,
+                "bash",
+                bash("python3 fix.py".into()),
+                "completed",
+                false,
+                "sha1:empty",
+            );
+            let look = bash("sed -n '113,118p' v.py".into());
+            sent(
+                &mut f,
+                "bash",
+                look,
+                "completed",
+                false,
+                &format!("sha1:v{round}"),
+            );
+            let undo = bash("git checkout v.py".into());
+            sent(&mut f, "bash", undo, "completed", false, "sha1:empty");
+        }
+        let v = f.v("s");
+        assert!(v.first_flag.is_none(), "{:?}", v.reasons);
+        assert_eq!(v.signals.value(Signal::Relanded), 1.0);
     }
 }

@@ -132,6 +132,11 @@ impl Landings {
         true
     }
 
+    /// Whether a change with this identity (`exact`) is among the latest effective landings.
+    pub fn landed_before(&self, exact: u64) -> bool {
+        self.exacts.contains(&exact)
+    }
+
     /// The last effective landing of the session itself.
     pub fn last(&self) -> Option<CallRef> {
         self.landings.back().map(|l| CallRef {

@@ -31,6 +31,9 @@ pub struct Obs<'a> {
     pub failed: bool,
     /// A command's exit code, if known.
     pub exit: Option<i64>,
+    /// The call says it landed a change identical to one the session already landed (the same
+    /// tool and arguments): the change is made again, which is no progress.
+    pub relanded: bool,
     /// The session's directory, for describing targets relative to it.
     pub dir: Option<&'a str>,
 }
@@ -70,6 +73,7 @@ impl<'a> Obs<'a> {
                 .map(super::target::hash_str),
             failed: c.status == "error" || c.exit.is_some_and(|e| e != 0),
             exit: c.exit,
+            relanded: false,
             dir,
         }
     }

@@ -486,7 +486,7 @@ mod tests {
             last.insert(v.session.clone(), v);
         }
         // a session's verdict is written again as its calls come, not once per sweep
-        assert_eq!(written.len(), 416);
+        assert_eq!(written.len(), 417);
         assert_eq!(kind(&followed, "sweep").len(), 323);
         for b in &batch {
             let f = &last[&b.session];

@@ -213,6 +213,7 @@ registry! {
     cycle: cycle::Cycle,
     same_failure: same_failure::SameFailure,
     unmoved: unmoved::Unmoved,
+    relanded: relanded::Relanded,
     circling: circling::Circling,
 }
 
@@ -272,6 +273,7 @@ pub mod testing {
         pub failed: bool,
         pub exit: Option<i64>,
         pub lines: Option<u32>,
+        pub relanded: bool,
     }
 
     pub fn c(tool: &'static str, args: Value) -> C {
@@ -282,6 +284,7 @@ pub mod testing {
             failed: false,
             exit: None,
             lines: None,
+            relanded: false,
         }
     }
 
@@ -322,6 +325,7 @@ pub mod testing {
                 out: x.out,
                 failed: x.failed,
                 exit: x.exit,
+                relanded: x.relanded,
                 dir: None,
             };
             if self.region.len() == self.cfg.window() {
