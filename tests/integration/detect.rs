@@ -35,7 +35,7 @@ fn backtest_every_label_holds() {
     );
     assert!(
         out.ends_with(
-            "first flag over 23 loops: median call 7 of the loop (from 1 to 21)\nbacktest: 35/35 labels hold\n"
+            "first flag over 23 loops: median call 6 of the loop (from 1 to 21)\nbacktest: 35/35 labels hold\n"
         ),
         "{out}"
     );
@@ -536,8 +536,8 @@ fn check_and_flag_rate_max_honour_format_csv() {
             "flag",
             "ok",
             "1",
-            "7",
-            "7"
+            "6",
+            "6"
         ]
     );
     assert!(

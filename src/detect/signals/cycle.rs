@@ -1,7 +1,8 @@
 //! `cycle`: a block of 2 to 12 different calls repeated back to back since the last landed change
 //! (read, failing edit, test; read, grep, grep, read; ...), for `cycle_calls_min` calls and at
 //! least two full rounds and the start of a third (a new role re-reading, once, what the last
-//! one just read is two rounds that stop). Nothing landed, so a round repeats the last one exactly: its calls can
+//! one just read is two rounds that stop). Two full rounds are enough when a call of the block
+//! failed: the same call failed again with the same answer, which no re-reading does. Nothing landed, so a round repeats the last one exactly: its calls can
 //! only give the same answers. Known outputs that differ from the round before are polling and
 //! break the cycle; unknown outputs prove nothing either way.
 
@@ -20,8 +21,8 @@ pub const PERIOD_MAX: usize = 12;
 
 #[derive(Default, Clone)]
 pub struct CycleState {
-    /// The last `PERIOD_MAX` calls: (exact, output).
-    recent: VecDeque<(u64, Option<u64>)>,
+    /// The last `PERIOD_MAX` calls: (exact, output, failed).
+    recent: VecDeque<(u64, Option<u64>, bool)>,
     /// Per period p: how many of the latest calls equal the call p before them.
     matched: [u16; PERIOD_MAX + 1],
     /// How many of the latest calls are the same exact call (at most `PERIOD_MAX`): a block
@@ -31,16 +32,20 @@ pub struct CycleState {
     last: u64,
 }
 
-/// Calls a cycle of period p needs in all.
-fn needed(p: usize, cx: &Cx) -> usize {
-    cx.cfg.count(CYCLE_CALLS_MIN).max(2 * p + 1)
+/// Calls a cycle of period p needs in all: two rounds and the start of a third, or two rounds
+/// when the block holds a call that failed (with a known answer, the same in both rounds).
+fn needed(p: usize, failing: bool, cx: &Cx) -> usize {
+    let rounds = if failing { 2 * p } else { 2 * p + 1 };
+    cx.cfg.count(CYCLE_CALLS_MIN).max(rounds)
 }
 
 /// The shortest period that is cycling: (period, calls in the cycle).
 fn cycling(st: &CycleState, cx: &Cx) -> Option<(usize, usize)> {
     (2..=PERIOD_MAX).find_map(|p| {
         let calls = st.matched[p] as usize + p;
-        if st.matched[p] == 0 || calls < needed(p, cx) {
+        let n = st.recent.len();
+        let failing = p <= n && st.recent.range(n - p..).any(|&(_, _, f)| f);
+        if st.matched[p] == 0 || calls < needed(p, failing, cx) {
             return None;
         }
         // a block of one call repeated is a run, not a cycle (a period matched holds more than
@@ -64,7 +69,7 @@ impl Rule for Cycle {
         let n = st.recent.len();
         for p in 2..=PERIOD_MAX {
             let same = p <= n && {
-                let (k, out) = st.recent[n - p];
+                let (k, out, _) = st.recent[n - p];
                 k == c.exact && !matches!((out, c.out), (Some(a), Some(b)) if a != b)
             };
             st.matched[p] = if same {
@@ -74,14 +79,14 @@ impl Rule for Cycle {
             };
         }
         st.same = match st.recent.back() {
-            Some(&(k, _)) if k == c.exact => (st.same + 1).min(PERIOD_MAX as u8),
+            Some(&(k, _, _)) if k == c.exact => (st.same + 1).min(PERIOD_MAX as u8),
             _ => 1,
         };
         if n == PERIOD_MAX {
             st.recent.pop_front();
         }
         room_ring(&mut st.recent);
-        st.recent.push_back((c.exact, c.out));
+        st.recent.push_back((c.exact, c.out, c.failed && c.out.is_some()));
         st.last = c.index;
     }
     fn landed(st: &mut CycleState) {
@@ -191,6 +196,49 @@ mod tests {
         assert!(s.fires());
         assert_eq!(s.reading().value, 3.0);
         assert_eq!(s.case().start.unwrap().index, 1);
+    }
+
+    #[test]
+    fn a_block_with_a_failing_call_fires_after_two_full_rounds() {
+        // the fixture's "header comment worker": read five lines, two edits whose oldString is
+        // not there (each fails with the same error), again and again
+        let failing = |h: &str| C {
+            out: Some(5),
+            failed: true,
+            ..c(
+                "edit",
+                json!({"filePath": "/w/navbar.js", "oldString": "sha1:old", "newString": h}),
+            )
+        };
+        let head = || C {
+            out: Some(1),
+            ..c("read", json!({"filePath": "/w/navbar.js", "limit": 5}))
+        };
+        let mut s = Bench::<Cycle>::default();
+        s.feed(head())
+            .feed(failing("sha1:f2")) 
+            .feed(failing("sha1:ec"))
+            .feed(head())
+            .feed(failing("sha1:f2"));
+        assert!(!s.fires());
+        s.feed(failing("sha1:ec"));
+        assert!(s.fires(), "two rounds with a failure in them");
+        assert_eq!(s.case().start.unwrap().index, 1);
+        // the same block whose edits are not known to fail needs the start of a third round
+        let passing = |h: &str| C {
+            failed: false,
+            ..failing(h)
+        };
+        let mut s = Bench::<Cycle>::default();
+        s.feed(head())
+            .feed(passing("sha1:f2"))
+            .feed(passing("sha1:ec"))
+            .feed(head())
+            .feed(passing("sha1:f2"))
+            .feed(passing("sha1:ec"));
+        assert!(!s.fires());
+        s.feed(head());
+        assert!(s.fires());
     }
 
     #[test]
