@@ -5,7 +5,9 @@
 //! running (from `/proc`), each server's every project (`GET /project`, then `?directory=`);
 //! then every other source given (`--source`) or configured (`[opencode] sources`), through
 //! its [`crate::sources::Source`] alone. A session seen in several places is one record: the
-//! server's live fields win, `sources` names them all.
+//! server's live fields win, `sources` names them all. Then the other agents whose directories
+//! are there ([`crate::sources::agents_to_read`]: Claude Code's, Codex's), each through its
+//! [`crate::sources::Records`], unless `[agents]` turns it off.
 //!
 //! Out: one `source` record per source read (what it is and how it was found), a `blind` record
 //! per source that could not be read (exit 2), then the `session` records. With no opencode
@@ -37,7 +39,8 @@ Examples:
   oc-sessions --since \"$(wd-store last-tick)\" | oc-calls | progress-detect";
 
 /// List opencode sessions (and their session trees) as JSON Lines, from opencode's database
-/// and every live opencode server.
+/// and every live opencode server, and Claude Code's and Codex's sessions from their own
+/// directories.
 #[derive(Parser, Debug)]
 #[command(name = "oc-sessions", version, after_help = EXAMPLES)]
 pub struct Args {
