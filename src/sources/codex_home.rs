@@ -244,7 +244,11 @@ fn held_locks(dir: &Path) -> HashMap<String, u32> {
         .flatten()
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "lock"))
+        // a thread's lock, not Codex's own `.coordination.lock` beside them
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "lock")
+                && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
         .collect();
     if locks.is_empty() {
         return out;

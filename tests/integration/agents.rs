@@ -555,3 +555,144 @@ fn a_home_with_neither_agent_gives_nothing_and_an_agent_turned_off_is_not_read()
         ]
     );
 }
+
+/// Polls `oc-sessions` until the session in `dir` is listed with `status`; gives it back.
+fn listed_as(home: &Home, dir: &Path, status: &str) -> Value {
+    let t0 = std::time::Instant::now();
+    loop {
+        let s = home.cmd("oc-sessions").run();
+        if let Some(x) = s
+            .kind("session")
+            .into_iter()
+            .find(|x| x["directory"] == dir.to_str().unwrap() && x["status"] == status)
+        {
+            return x;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "no {status} session in {}\n{}",
+            dir.display(),
+            s.story()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// A process group this test started, killed at once (SIGKILL: nothing is cleaned up) when
+/// asked or when the test ends.
+struct Group(std::process::Child, bool);
+
+impl Group {
+    fn kill(&mut self) {
+        let st = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        self.0.wait().unwrap();
+        self.1 = true;
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.kill();
+        }
+    }
+}
+
+/// A session runs while its process does: Claude Code's `sessions/<pid>.json` with a live pid of
+/// that start time, Codex's thread lock held open by a live process. Killed, each leaves its
+/// file behind, and the session is then idle, its unanswered call failed, nothing in flight.
+#[test]
+fn a_running_agent_session_is_busy_and_after_sigkill_its_stale_file_or_lock_is_not_running() {
+    use std::os::unix::process::CommandExt;
+    let home = Home::new();
+    agent_home(home.path());
+    let model = AgentModel::start();
+    let (cproj, xproj) = (
+        make_project(&home.join("cslow")),
+        make_project(&home.join("xslow")),
+    );
+    // Claude Code refuses a bare `sleep`; the tool's process outlives the agent killed (Claude
+    // Code starts it in a session of its own), so it ends by itself soon after the test
+    let sleep = "python3 -c 'import time; time.sleep(30)'";
+    model.script(
+        "cslow",
+        &json!([{"tool": "Bash", "args": {"command": sleep, "description": "wait"}}]),
+    );
+    model.script(
+        "xslow",
+        &json!([{"tool": "exec_command", "args": {"cmd": sleep}}]),
+    );
+    for (proj, script, program) in [(&cproj, "cslow", "claude-code"), (&xproj, "xslow", "codex")] {
+        let mut cmd = if program == "codex" {
+            model.codex_cmd(home.path(), proj, script)
+        } else {
+            model.claude_cmd(home.path(), proj, script)
+        };
+        let mut child = Group(
+            cmd.stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .process_group(0)
+                .spawn()
+                .unwrap(),
+            false,
+        );
+        // listed busy, with the call in flight running, while the process runs
+        let t0 = std::time::Instant::now();
+        let (busy, c) = loop {
+            let busy = listed_as(&home, proj, "busy");
+            let c = home.cmd("oc-calls").stdin(format!("{busy}\n")).run();
+            c.ok();
+            if c.kind("call").iter().any(|k| k["args"]["command"] == sleep) {
+                break (busy, c);
+            }
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(60),
+                "{}",
+                c.story()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        };
+        assert_eq!(busy["program"], program);
+        let calls = c.kind("call");
+        assert_eq!(calls.len(), 1, "{}", c.story());
+        assert_eq!(calls[0]["status"], "running", "{}", c.story());
+        assert_eq!(c.kind("activity")[0]["in_flight"], true);
+        child.kill();
+
+        // the file the killed process left is there, and names no running session
+        let left: Vec<_> = if program == "codex" {
+            std::fs::read_dir(home.join(".codex/thread-writer-locks"))
+        } else {
+            std::fs::read_dir(home.join(".claude/sessions"))
+        }
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        // Codex's own `.coordination.lock` beside the threads' is not one
+        .filter(|n| !n.starts_with('.') && (n.ends_with(".lock") || n.ends_with(".json")))
+        .collect();
+        assert_eq!(left.len(), 1, "{program}: {left:?}");
+        let idle = listed_as(&home, proj, "idle");
+        assert_eq!(idle["id"], busy["id"]);
+        let s = home.cmd("oc-sessions").run();
+        let c = home.cmd("oc-calls").stdin(s.stdout()).run();
+        c.ok();
+        let last = c
+            .kind("call")
+            .into_iter()
+            .rfind(|k| k["session"] == idle["id"])
+            .unwrap();
+        assert_eq!(last["status"], "error", "{}", c.story());
+        let act = c
+            .kind("activity")
+            .into_iter()
+            .find(|a| a["session"] == idle["id"])
+            .unwrap();
+        assert_eq!(act["in_flight"], false);
+        assert_eq!(act["running"], json!([]));
+    }
+}
