@@ -454,7 +454,11 @@ fn claude_code_and_codex_sessions_in_home_are_watched_with_no_configuration_and_
         .iter()
         .all(|a| a["in_flight"] == false && a["running"] == json!([])));
 
-    let v = home.cmd("progress-detect").stdin(c.stdout()).run();
+    // as the tick runs it: wd-store calls keeps the latest calls for the page
+    let staged = home.cmd("wd-store").args(["calls"]).stdin(c.stdout()).run();
+    staged.ok();
+    assert_eq!(staged.stdout(), c.stdout());
+    let v = home.cmd("progress-detect").stdin(staged.stdout()).run();
     v.ok();
     let verdicts = v.kind("verdict");
     let verdict = |x: &Value| -> Value {
@@ -506,6 +510,16 @@ fn claude_code_and_codex_sessions_in_home_are_watched_with_no_configuration_and_
     got.sort();
     want.sort();
     assert_eq!(got, want, "{}", a.story());
+    // the operator's page names the program and the project of each loop
+    home.cmd("wd-store").args(["report"]).run().ok();
+    let page = std::fs::read_to_string(home.join(".local/state/oc-watchdog/report.html")).unwrap();
+    for (program, proj) in [("Claude Code", &cloop), ("Codex", &xloop)] {
+        assert!(
+            page.contains(&format!("{program} loop: agent repeats bash {TEST}")),
+            "{program} not on the page"
+        );
+        assert!(page.contains(proj.file_name().unwrap().to_str().unwrap()));
+    }
 }
 
 /// An agent that is not installed costs nothing and says nothing; one turned off in the config
