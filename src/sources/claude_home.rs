@@ -24,6 +24,9 @@ pub struct ClaudeHome {
     live: HashMap<String, u32>,
     /// Main transcripts read, by session id: a subagent is read with its session.
     read: RefCell<HashMap<String, Read>>,
+    /// The main transcripts found, listed once per open (oc-calls asks for one session after
+    /// another).
+    found: std::cell::OnceCell<Vec<Found>>,
 }
 
 impl SourceKind for ClaudeHome {
@@ -66,11 +69,20 @@ impl ClaudeHome {
             dir: dir.to_path_buf(),
             live: live_sessions(&dir.join("sessions")),
             read: RefCell::new(HashMap::new()),
+            found: std::cell::OnceCell::new(),
         }
     }
 
-    /// Every main transcript under `projects/`, with its subagents' ids.
-    fn found(&self) -> std::io::Result<Vec<Found>> {
+    /// Every main transcript under `projects/`, with its subagents' ids, listed once.
+    fn found(&self) -> std::io::Result<&[Found]> {
+        if let Some(f) = self.found.get() {
+            return Ok(f);
+        }
+        let f = self.list_found()?;
+        Ok(self.found.get_or_init(|| f))
+    }
+
+    fn list_found(&self) -> std::io::Result<Vec<Found>> {
         let mut out = Vec::new();
         let projects = self.dir.join("projects");
         let dirs = match std::fs::read_dir(&projects) {
@@ -138,11 +150,11 @@ impl ClaudeHome {
 
     /// The main transcript holding session `id` (a main session's or a subagent's).
     fn file_of(&self, id: &str) -> Option<(String, PathBuf)> {
-        let found = self.found().ok()?;
-        found
-            .into_iter()
+        self.found()
+            .ok()?
+            .iter()
             .find(|f| f.id == id || f.subagents.iter().any(|s| s == id))
-            .map(|f| (f.id, f.file))
+            .map(|f| (f.id.clone(), f.file.clone()))
     }
 }
 
@@ -174,7 +186,7 @@ impl Records for ClaudeHome {
         if !pids.is_empty() {
             l.facts.insert("pids".into(), json!(pids));
         }
-        for f in &found {
+        for f in found {
             let picked = f.updated.is_some_and(|u| u >= since)
                 || self.live.contains_key(&f.id)
                 || also.contains(f.id.as_str())

@@ -24,6 +24,8 @@ pub struct CodexHome {
     live: HashMap<String, u32>,
     /// Rollouts read, by thread id.
     read: RefCell<HashMap<String, Transcript>>,
+    /// The rollouts found, listed once per open (oc-calls asks for one thread after another).
+    rollouts: std::cell::OnceCell<Vec<(String, PathBuf, Option<i64>)>>,
 }
 
 impl SourceKind for CodexHome {
@@ -67,11 +69,20 @@ impl CodexHome {
             dir: dir.to_path_buf(),
             live: held_locks(&dir.join("thread-writer-locks")),
             read: RefCell::new(HashMap::new()),
+            rollouts: std::cell::OnceCell::new(),
         }
     }
 
-    /// Every rollout under `sessions/`: thread id, file, modification time.
-    fn rollouts(&self) -> std::io::Result<Vec<(String, PathBuf, Option<i64>)>> {
+    /// Every rollout under `sessions/`: thread id, file, modification time; listed once.
+    fn rollouts(&self) -> std::io::Result<&[(String, PathBuf, Option<i64>)]> {
+        if let Some(r) = self.rollouts.get() {
+            return Ok(r);
+        }
+        let r = self.list_rollouts()?;
+        Ok(self.rollouts.get_or_init(|| r))
+    }
+
+    fn list_rollouts(&self) -> std::io::Result<Vec<(String, PathBuf, Option<i64>)>> {
         let dir = self.dir.join("sessions");
         if !dir.is_dir() {
             return Ok(Vec::new());
