@@ -20,6 +20,7 @@ pub struct Config {
     pub stop: StopConfig,
     pub report: ReportConfig,
     pub follow: FollowConfig,
+    pub agents: AgentsConfig,
     pub channels: Vec<crate::channels::ChannelConfig>,
 }
 
@@ -119,6 +120,26 @@ impl Default for AlertConfig {
             escalate_after_ticks: 3,
             link_base: String::new(),
             source: "oc-watchdog".into(),
+        }
+    }
+}
+
+/// `[agents]`: which other agents' sessions `oc-sessions` reads besides opencode's, each only
+/// where its data is (an agent not installed costs a `stat`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentsConfig {
+    /// Claude Code's sessions, in `$CLAUDE_CONFIG_DIR` (else `~/.claude`).
+    pub claude_code: bool,
+    /// Codex CLI's sessions, in `$CODEX_HOME` (else `~/.codex`).
+    pub codex: bool,
+}
+
+impl Default for AgentsConfig {
+    fn default() -> Self {
+        AgentsConfig {
+            claude_code: true,
+            codex: true,
         }
     }
 }

@@ -122,7 +122,8 @@ const STREAM: &str = "\
 session  {kind, id, parent, agent, title, directory, created, updated, status, source, sources, model,
          program}
          source: the server URL when a server lists it, else the database path (export:FILE
-         from an export); sources: every source listing it, when more than one does
+         from an export; claude-code:DIR or codex:DIR from another agent's own directory);
+         sources: every source listing it, when more than one does
          program: claude-code or codex for a session another agent ran (absent: opencode)
          fixture labels: expect (flag|no_flag), flag_after (ms), flag_by (ms)
 call     {kind, session, id, t, end, tool, args, status, landed, exit, file_lines, model, cost, out}
@@ -130,8 +131,9 @@ call     {kind, session, id, t, end, tool, args, status, landed, exit, file_line
 blind    {kind, source, reason}      a source that could not be read (hung, too big, locked,
          corrupt, a shape this reader does not know)
 source   {kind, source, reader, found, version, sessions, ...}   one per source read:
-         reader database (schema, pids of opencode processes writing it) or server (pids,
-         projects); found: argument, configured, default, discovered
+         reader database (schema, pids of opencode processes writing it), server (pids,
+         projects), claude-code (transcripts, pids of running sessions) or codex (rollouts,
+         pids); found: argument, configured, default, discovered
 activity {kind, session, last_progress, in_flight, running [{tool, t, timeout}], error}
          after each session's calls: times and states for the liveness judge, no content
 sweep    {kind, n, t, full}   --follow: the end of one read (full: what a tick lists, with the
@@ -197,7 +199,8 @@ writes   verdict {kind, session, root, parent, agent, title, read_only, calls, f
          cycle, same_failure, same_failure_call, unmoved, unmoved_call, relanded, relanded_call,
          circling, circling_file},
          landed_in_window, calls_since_landed, cost_since_landed, first_flag {index, t, id} | null,
-         model, t, source, evidence {loop_start, last_landed, calls [{index, t, id}]} and digest
+         model, t, program (claude-code or codex; absent for opencode), source,
+         evidence {loop_start, last_landed, calls [{index, t, id}]} and digest
          [\"tool target [exit n]\"] (flagged verdicts), liveness {class, silence_s, status,
          evidence, alert, action}};
          with labels also expect and ok; liveness only where a session record or an activity

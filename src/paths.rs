@@ -109,6 +109,18 @@ pub fn read_own_small(file: &Path, max: u64) -> std::io::Result<Option<String>> 
     Ok(Some(text))
 }
 
+/// Claude Code's own directory, as Claude Code finds it: `$CLAUDE_CONFIG_DIR` when set (and
+/// absolute), else `~/.claude`.
+pub fn claude_code_dir() -> PathBuf {
+    xdg_dir("CLAUDE_CONFIG_DIR", ".claude")
+}
+
+/// Codex CLI's own directory, as Codex finds it: `$CODEX_HOME` when set (and absolute), else
+/// `~/.codex`.
+pub fn codex_dir() -> PathBuf {
+    xdg_dir("CODEX_HOME", ".codex")
+}
+
 /// The config file read when no `--config` is given: `$XDG_CONFIG_HOME/oc-watchdog/watchdog.toml`.
 pub fn config_file() -> PathBuf {
     config_home().join("oc-watchdog/watchdog.toml")

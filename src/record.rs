@@ -308,16 +308,32 @@ pub fn refuse_session(prog: &str, id: &str, why: &str) {
     eprintln!("{prog}: session {id:?} refused: {why} is not an opencode session id (ses_ and letters or digits)");
 }
 
+/// Whether `id` is a session id another agent's wing wrote (a Claude Code session's UUID, its
+/// subagent's `agent-<id>`, a Codex thread's UUID): letters, digits, `-` and `_`, at most 80.
+/// Such ids reach logs, SQL parameters and file names as they are, so nothing else passes.
+pub fn is_agent_session_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 80
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 impl Session {
-    /// Whether this session's id and its parent's have opencode's form; when not, says so
+    /// Whether this session's id and its parent's have the form its agent program gives them
+    /// (opencode's `ses_...`, [`is_agent_session_id`] for the others); when not, says so
     /// ([`refuse_session`]) for `prog`.
     pub fn has_opencode_ids(&self, prog: &str) -> bool {
-        if !is_session_id(&self.id) {
+        let ok = |id: &str| match self.program {
+            None | Some(Program::Opencode) => is_session_id(id),
+            Some(_) => is_agent_session_id(id),
+        };
+        if !ok(&self.id) {
             refuse_session(prog, &self.id, "its id");
             return false;
         }
         match &self.parent {
-            Some(p) if !is_session_id(p) => {
+            Some(p) if !ok(p) => {
                 refuse_session(prog, &self.id, &format!("its parent {p:?}"));
                 false
             }
@@ -392,6 +408,15 @@ impl Program {
             Program::Opencode => "opencode",
             Program::ClaudeCode => "claude-code",
             Program::Codex => "codex",
+        }
+    }
+
+    /// Its name as people know it, in alert titles and on the page.
+    pub fn display(self) -> &'static str {
+        match self {
+            Program::Opencode => "opencode",
+            Program::ClaudeCode => "Claude Code",
+            Program::Codex => "Codex",
         }
     }
 }
@@ -491,6 +516,9 @@ pub struct Verdict {
     /// Time of the session's last call.
     #[serde(default)]
     pub t: Option<i64>,
+    /// The agent program that ran the session, when it is not opencode (the session record's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<Program>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
     /// Every source that listed the session, when more than one did (the session record's).

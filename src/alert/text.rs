@@ -5,6 +5,7 @@
 pub use super::{burned, duration};
 use super::{AlertEpisode, AlertKind, Event, Figures, Reason, Transition, Verdict};
 use crate::config::Config;
+use crate::record::Program;
 use crate::severity::Severity;
 use serde_json::{json, Map, Value};
 
@@ -87,7 +88,8 @@ pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> 
     );
     ev.severity = news.severity;
     ev.state = news.state;
-    ev.title = format!("opencode loop: {agent} {repeats}");
+    let program = v.program.unwrap_or(Program::Opencode).display();
+    ev.title = format!("{program} loop: {agent} {repeats}");
     ev.summary = loop_summary(cfg, &news, v, &agent, &repeats);
     ev.agent = v.agent.clone();
     ev.model = v.model.clone();
@@ -170,6 +172,9 @@ fn loop_summary(cfg: &Config, news: &LoopNews, v: &Verdict, agent: &str, repeats
 fn loop_details(d: &mut Map<String, Value>, news: &LoopNews, tree: &[&Verdict]) {
     let v = tree[0];
     d.insert("session".into(), json!(v.session));
+    if let Some(p) = v.program {
+        d.insert("program".into(), json!(p));
+    }
     d.insert("root".into(), json!(v.root()));
     d.insert("title".into(), json!(v.title));
     d.insert("directory".into(), json!(v.directory));
@@ -294,7 +299,8 @@ pub fn live_event(cfg: &Config, kind: AlertKind, sev: Severity, v: &Verdict, now
     let evidence = v.liveness_evidence();
     let mut ev = base(cfg, kind, kind.key(&v.session), &v.session, now);
     ev.severity = sev;
-    ev.title = format!("opencode {agent} session {what}");
+    let program = v.program.unwrap_or(Program::Opencode).display();
+    ev.title = format!("{program} {agent} session {what}");
     ev.summary = format!(
         "session {}{} (agent {agent}): {evidence}",
         v.session,
@@ -350,6 +356,36 @@ pub fn blind_evidence(reasons: &[(String, String)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_loop_alert_names_the_agent_program_and_opencodes_reads_as_before() {
+        let cfg = Config::default();
+        let title = |program: Option<Program>| {
+            let v = Verdict {
+                session: "s".into(),
+                agent: Some("build".into()),
+                program,
+                ..Verdict::default()
+            };
+            let news = LoopNews {
+                state: Transition::Trigger,
+                severity: Severity::Warning,
+                opened: 0,
+                figures: Figures::default(),
+                reason: None,
+                again: false,
+                since_trigger: None,
+            };
+            let ev = loop_event(&cfg, news, &[&v], 0);
+            (ev.title, ev.details.get("program").cloned())
+        };
+        assert_eq!(title(None).0, "opencode loop: build loops");
+        assert_eq!(title(None).1, None);
+        let (t, p) = title(Some(Program::ClaudeCode));
+        assert_eq!(t, "Claude Code loop: build loops");
+        assert_eq!(p, Some(json!("claude-code")));
+        assert_eq!(title(Some(Program::Codex)).0, "Codex loop: build loops");
+    }
 
     #[test]
     fn durations_read_as_people_say_them() {

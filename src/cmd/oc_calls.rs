@@ -144,6 +144,19 @@ impl Calls<'_> {
         }
     }
 
+    /// Emits the calls and the activity of a session another agent's wing read.
+    fn emit_transcript(&mut self, t: &transcript::Transcript) -> Result<()> {
+        for call in &t.calls {
+            if self.written.insert((call.session.clone(), call.id.clone())) {
+                self.out.line(&to_line("call", call)?)?;
+            }
+        }
+        if self.active.insert(t.session.id.clone()) {
+            self.out.line(&to_line("activity", &t.activity)?)?;
+        }
+        Ok(())
+    }
+
     fn blind(&mut self, source: &str, reason: &str) -> Result<()> {
         self.code = Exit::Error;
         blind(self.out, source, reason)
@@ -178,6 +191,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
 
     let mut stream = Stream {
         opened: HashMap::new(),
+        records: HashMap::new(),
         limits: sources::Limits::of(&cfg.opencode),
         progress: Progress::new(usize::MAX),
         read: 0,
@@ -195,6 +209,8 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
 /// listed is read from its source (opened once).
 struct Stream {
     opened: HashMap<SourceId, Box<dyn Source>>,
+    /// Sources of the project's own records (other agents' files), opened once.
+    records: HashMap<SourceId, Box<dyn sources::Records>>,
     limits: sources::Limits,
     progress: Progress,
     read: usize,
@@ -254,6 +270,19 @@ impl Stream {
             self.bad = true;
             return Ok(());
         };
+        if let Some(records) = match self.records.entry(src.clone()) {
+            Entry::Occupied(e) => Some(e.into_mut()),
+            Entry::Vacant(e) => e.key().records().map(|r| e.insert(r)),
+        } {
+            self.progress.show(self.read);
+            self.read += 1;
+            return match records.read(&s.id) {
+                Ok(Some(t)) => c.emit_transcript(&t),
+                // gone since listed: nothing to judge, nothing wrong
+                Ok(None) => Ok(()),
+                Err(why) => c.blind(&src.to_string(), &why),
+            };
+        }
         let reader = match self.opened.entry(src) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => match sources::open(e.key(), self.limits) {
@@ -380,14 +409,7 @@ fn emit_transcripts(c: &mut Calls, source: &str, r: transcript::Read) -> Result<
             continue;
         }
         c.out.line(&to_line("session", &t.session)?)?;
-        for call in &t.calls {
-            if c.written.insert((call.session.clone(), call.id.clone())) {
-                c.out.line(&to_line("call", call)?)?;
-            }
-        }
-        if c.active.insert(t.session.id.clone()) {
-            c.out.line(&to_line("activity", &t.activity)?)?;
-        }
+        c.emit_transcript(&t)?;
     }
     for why in r.problems {
         c.blind(source, &why)?;

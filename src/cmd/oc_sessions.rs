@@ -5,7 +5,9 @@
 //! running (from `/proc`), each server's every project (`GET /project`, then `?directory=`);
 //! then every other source given (`--source`) or configured (`[opencode] sources`), through
 //! its [`crate::sources::Source`] alone. A session seen in several places is one record: the
-//! server's live fields win, `sources` names them all.
+//! server's live fields win, `sources` names them all. Then the other agents whose directories
+//! are there ([`crate::sources::agents_to_read`]: Claude Code's, Codex's), each through its
+//! [`crate::sources::Records`], unless `[agents]` turns it off.
 //!
 //! Out: one `source` record per source read (what it is and how it was found), a `blind` record
 //! per source that could not be read (exit 2), then the `session` records. With no opencode
@@ -37,7 +39,8 @@ Examples:
   oc-sessions --since \"$(wd-store last-tick)\" | oc-calls | progress-detect";
 
 /// List opencode sessions (and their session trees) as JSON Lines, from opencode's database
-/// and every live opencode server.
+/// and every live opencode server, and Claude Code's and Codex's sessions from their own
+/// directories.
 #[derive(Parser, Debug)]
 #[command(name = "oc-sessions", version, after_help = EXAMPLES)]
 pub struct Args {
@@ -136,12 +139,18 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
     );
     let others = sources::others_to_read(&args.sources, &cfg, &db_path);
     let others = read_others(&others, (since, &also), limits, &mut seen);
+    let agents: Vec<_> = sources::agents_to_read(&cfg)
+        .into_iter()
+        .filter(|a| !others.iter().any(|(o, _)| o == a))
+        .collect();
+    let agents = read_agents(&agents, (since, &also), &mut seen);
     if let Some(db) = &db {
         let writers: Vec<u32> = procs.iter().map(|p| p.pid).collect();
         write_db_source(out, db, db_found, &writers, &seen)?;
     }
     write_server_sources(out, &reads, &seen)?;
     write_other_sources(out, &others, &seen)?;
+    write_agent_sources(out, &agents, &seen)?;
     write_rest(out, &reads, &seen)
 }
 
@@ -167,6 +176,11 @@ fn read_others(
 ) -> Vec<(sources::SourceId, Found)> {
     let mut read = Vec::new();
     for (id, found) in others {
+        if let Some(records) = id.records() {
+            merge_records(records.as_ref(), pick, seen);
+            read.push((id.clone(), *found));
+            continue;
+        }
         let opened = match sources::open(id, limits) {
             Ok(Some(src)) => src,
             Ok(None) => {
@@ -189,6 +203,64 @@ fn read_others(
     }
     seen.refuse_strange_ids();
     read
+}
+
+/// Lists the sessions of a source of records into `seen`, picked as [`collect`] picks; what it
+/// could not read is a blind record naming it. Returns what its `source` record says.
+fn merge_records(
+    records: &dyn sources::Records,
+    pick: (i64, &[String]),
+    seen: &mut Seen,
+) -> Map<String, Value> {
+    let name = records.id().to_string();
+    let listing = records.list(pick.0, pick.1);
+    for why in &listing.problems {
+        seen.blind(&name, why);
+    }
+    seen.sessions.extend(listing.sessions);
+    listing.facts
+}
+
+/// Reads the other agents found on this machine ([`sources::agents_to_read`]) into `seen`.
+/// Returns each read with what its `source` record says.
+fn read_agents(
+    agents: &[sources::SourceId],
+    pick: (i64, &[String]),
+    seen: &mut Seen,
+) -> Vec<(sources::SourceId, Map<String, Value>)> {
+    let mut read = Vec::new();
+    for id in agents {
+        if let Some(records) = id.records() {
+            let facts = merge_records(records.as_ref(), pick, seen);
+            read.push((id.clone(), facts));
+        }
+    }
+    seen.refuse_strange_ids();
+    read
+}
+
+/// The `source` records of the other agents read: the program, how many sessions were listed,
+/// what was found.
+fn write_agent_sources(
+    out: &mut Out,
+    agents: &[(sources::SourceId, Map<String, Value>)],
+    seen: &Seen,
+) -> Result<()> {
+    for (id, facts) in agents {
+        let name = id.to_string();
+        out.line(&to_line(
+            "source",
+            &SourceRead {
+                sessions: seen.count(&name),
+                source: name,
+                reader: Some(id.reader().into()),
+                found: vec![Found::Default],
+                version: None,
+                extra: facts.clone(),
+            },
+        )?)?;
+    }
+    Ok(())
 }
 
 /// The `source` records of the other sources read.

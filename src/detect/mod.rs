@@ -23,7 +23,7 @@ pub mod signals;
 pub mod target;
 pub use signals::thresholds;
 
-use crate::record::{CallRef, Evidence, Expect, Session, Verdict, DIGEST_CALLS};
+use crate::record::{CallRef, Evidence, Expect, Program, Session, Verdict, DIGEST_CALLS};
 use progress::{EditSig, Landings};
 use region::{Obs, Region};
 use signals::{Cx, States};
@@ -60,6 +60,7 @@ struct Meta {
     title: Option<Box<str>>,
     source: Option<Box<str>>,
     model: Option<Box<str>>,
+    program: Option<Program>,
     sources: Vec<String>,
     expect: Option<Expect>,
     flag_after: Option<i64>,
@@ -84,6 +85,7 @@ impl From<Session> for Meta {
             title: boxed(s.title),
             source: boxed(s.source),
             model: boxed(s.model),
+            program: s.program,
             sources: s.sources,
             expect: s.expect,
             flag_after: s.flag_after,
@@ -610,6 +612,7 @@ impl Detector {
                 .map(String::from)
                 .or_else(|| meta.and_then(|m| owned(&m.model))),
             t: (st.calls > 0).then_some(st.last_t),
+            program: meta.and_then(|m| m.program),
             source: meta.and_then(|m| owned(&m.source)),
             sources: meta.map(|m| m.sources.clone()).unwrap_or_default(),
             evidence,

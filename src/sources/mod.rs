@@ -9,9 +9,16 @@
 //! wings, straight into records: Claude Code's by [`claude_code`], Codex's by [`codex`], with
 //! the helpers of [`transcript`]; [`sent`] tells which wrote a file.
 //!
-//! Adding a kind of source: a file with its type implementing [`Source`] and [`SourceKind`]
-//! (how its `source` string reads, what a message calls it, how it is opened), and its line in
-//! [`registry!`] below, which makes its [`SourceId`] variant.
+//! Other agents' sessions on this machine are read the same way, live: Claude Code's directory
+//! ([`claude_home`]) and Codex's ([`codex_home`]) are kinds of source too, but they yield the
+//! project's own records through [`Records`] (sessions with their status, each session's calls
+//! and activity), not opencode's JSON. [`agents_to_read`] says which are read with no
+//! configuration: each whose directory is there, unless `[agents]` turns it off.
+//!
+//! Adding a kind of source: a file with its type implementing [`SourceKind`] (how its `source`
+//! string reads, what a message calls it, how it is opened) and either [`Source`] (opencode's
+//! shapes) or [`Records`] (the project's records), and its line in [`registry!`] below, which
+//! makes its [`SourceId`] variant.
 
 pub mod claude_code;
 pub mod codex;
@@ -24,7 +31,7 @@ pub mod sent;
 pub mod transcript;
 pub mod vocab;
 
-use crate::record::Session;
+use crate::record::{Program, Session};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -50,6 +57,42 @@ pub trait SourceKind {
     /// Opens it for reading one session after another (`None`: nothing to open again, as an
     /// export whose sessions and calls are in the stream that named it).
     fn open(name: &Self::Name, limits: Limits) -> Result<Option<Box<dyn Source>>, String>;
+    /// Opens it as a source of the project's own records (`None`: a kind that speaks
+    /// opencode's shapes, opened by [`SourceKind::open`]).
+    fn records(name: &Self::Name) -> Option<Box<dyn Records>> {
+        let _ = name;
+        None
+    }
+}
+
+/// A source that yields the project's own records: another agent's sessions, read by its wing
+/// straight into [`Session`]s and [`transcript::Transcript`]s, with no opencode shape between.
+pub trait Records {
+    /// What the records read from here name as their `source`.
+    fn id(&self) -> SourceId;
+
+    /// The agent program whose sessions these are.
+    fn program(&self) -> Program;
+
+    /// The sessions updated at or after `since` (ms), those named in `also`, and every running
+    /// one, each with its status (`busy` while its process runs, else `idle`), newest first; and
+    /// what could not be read, each a `blind` reason naming its file.
+    fn list(&self, since: i64, also: &[String]) -> Listing;
+
+    /// One session's calls and activity, as the running process (or its absence) says (`None`:
+    /// not here, or gone since listed).
+    fn read(&self, id: &str) -> Result<Option<transcript::Transcript>, String>;
+}
+
+/// What a [`Records`] source lists.
+#[derive(Debug, Default)]
+pub struct Listing {
+    pub sessions: Vec<Session>,
+    /// Each a `blind` reason.
+    pub problems: Vec<String>,
+    /// What its `source` record says besides the count: the files it found, the running
+    /// processes.
+    pub facts: serde_json::Map<String, Value>,
 }
 
 /// The kinds of source, each `Variant(Name) = module::Type`: the module is declared, and the
@@ -90,6 +133,14 @@ macro_rules! registry {
                 }
             }
 
+            /// Opens it as a source of the project's own records (`None`: it speaks opencode's
+            /// shapes; see [`SourceId::open`]).
+            pub fn records(&self) -> Option<Box<dyn Records>> {
+                match self {
+                    $(SourceId::$var(name) => <$module::$ty as SourceKind>::records(name),)*
+                }
+            }
+
             /// Opens the source it names, for reading one session after another (`None`:
             /// nothing to open again).
             fn open(&self, limits: Limits) -> Result<Option<Box<dyn Source>>, String> {
@@ -112,6 +163,8 @@ macro_rules! registry {
 registry! {
     Server(String) = server::Server,
     Export(String) = export::ExportFile,
+    ClaudeCode(PathBuf) = claude_home::ClaudeHome,
+    Codex(PathBuf) = codex_home::CodexHome,
     // last: what is neither a URL nor an export is a database path
     Database(PathBuf) = db::Db,
 }
@@ -283,6 +336,22 @@ pub fn others_to_read(
         if !matches!(id, SourceId::Server(_)) && !ours && !out.iter().any(|(o, _)| *o == id) {
             out.push((id, found));
         }
+    }
+    out
+}
+
+/// The other agents to read with no configuration: Claude Code's directory and Codex's, each
+/// when it is there and `[agents]` does not turn it off. An agent that is not installed costs
+/// one `stat` and is not named.
+pub fn agents_to_read(cfg: &crate::config::Config) -> Vec<SourceId> {
+    let mut out = Vec::new();
+    let claude = crate::paths::claude_code_dir();
+    if cfg.agents.claude_code && claude.is_dir() {
+        out.push(SourceId::ClaudeCode(claude));
+    }
+    let codex = crate::paths::codex_dir();
+    if cfg.agents.codex && codex.is_dir() {
+        out.push(SourceId::Codex(codex));
     }
     out
 }

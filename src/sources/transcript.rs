@@ -64,6 +64,40 @@ pub fn jsonl_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// Sets what a session read from the agent's own files says of its run by whether its process
+/// runs (`running`): `busy` while it does; `idle` once it does not, and then nothing is in
+/// flight any more and a call left without a result (the process was killed during it) never
+/// gets one. A subagent of a running session is busy only while its own turn is in flight.
+pub fn settle(t: &mut Transcript, running: bool) {
+    let busy = running && (t.session.parent.is_none() || t.activity.in_flight);
+    t.session.status = Some(if busy { "busy" } else { "idle" }.into());
+    if !running {
+        t.activity.in_flight = false;
+        t.activity.running.clear();
+        for c in &mut t.calls {
+            if c.status == "running" || c.status == "pending" {
+                c.status = "error".into();
+            }
+        }
+    }
+}
+
+/// The modification time of a file in ms (`None`: not there, or no time).
+pub fn mtime_ms(path: &Path) -> Option<i64> {
+    let t = std::fs::metadata(path).ok()?.modified().ok()?;
+    let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
+    i64::try_from(d.as_millis()).ok()
+}
+
+/// The start time of process `pid` (field 22 of `/proc/<pid>/stat`, clock ticks since boot),
+/// which tells a process from a later one given the same pid (`None`: no such process).
+pub fn proc_start(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // the command name (field 2) is in parentheses and may hold spaces: count after it
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19).map(String::from)
+}
+
 /// Milliseconds since the epoch of an RFC 3339 time (`2026-12-04T18:23:23.131Z`).
 pub fn ms(v: Option<&Value>) -> Option<i64> {
     let t: jiff::Timestamp = v?.as_str()?.parse().ok()?;

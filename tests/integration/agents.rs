@@ -325,3 +325,388 @@ fn a_claude_code_subagents_loop_is_flagged_with_its_parent_as_root() {
     assert_eq!(vs["calls"], 16);
     assert_eq!(vs["signals"]["top_target"], "bash grep -n mean src/calc.py");
 }
+
+/// The scripts of a looping and a healthy session for each agent, run to their ends in `home`
+/// (their HOME), each in a project of its own: `(cloop, cwork, xloop, xwork)`.
+fn loops_and_healthy_sessions(
+    model: &AgentModel,
+    home: &Path,
+    proj: impl Fn(&str) -> std::path::PathBuf,
+) -> [std::path::PathBuf; 4] {
+    let (cloop, cwork, xloop, xwork) = (proj("cloop"), proj("cwork"), proj("xloop"), proj("xwork"));
+    let bash = |c: &str| json!({"tool": "Bash", "args": {"command": c, "description": "run"}});
+    let exec = |c: &str| json!({"tool": "exec_command", "args": {"cmd": c}});
+    model.script("cloop", &Value::Array(vec![bash(TEST); 16]));
+    let calc = cwork.join("src/calc.py").display().to_string();
+    model.script(
+        "cwork",
+        &json!([
+            {"tool": "Read", "args": {"file_path": calc}},
+            bash(TEST),
+            {"tool": "Edit", "args": {"file_path": calc, "old_string": "    return sum(xs) / len(xs)",
+                                      "new_string": "    return sum(xs) / len(xs) if xs else 0"}},
+            bash(TEST),
+            bash("git add -A && git commit -qm 'fix mean'"),
+            {"text": "Fixed and committed."}
+        ]),
+    );
+    model.script("xloop", &Value::Array(vec![exec(TEST); 16]));
+    model.script(
+        "xwork",
+        &json!([
+            exec("cat src/calc.py"),
+            exec(TEST),
+            {"tool": "apply_patch", "args": "*** Begin Patch\n*** Update File: src/calc.py\n@@\n def mean(xs):\n-    return sum(xs) / len(xs)\n+    return sum(xs) / len(xs) if xs else 0\n*** End Patch\n"},
+            exec(TEST),
+            exec("git add -A && git commit -qm 'fix mean'"),
+            {"text": "Fixed and committed."}
+        ]),
+    );
+    model.claude(home, &cloop, "cloop");
+    model.claude(home, &cwork, "cwork");
+    model.codex(home, &xloop, "xloop");
+    model.codex(home, &xwork, "xwork");
+    [cloop, cwork, xloop, xwork]
+}
+
+/// What a user gets who runs Claude Code and Codex and installs nothing else: the plain
+/// pipeline, with no --export and no config, finds both agents' sessions in HOME, says so in
+/// its `source` records, flags the two loops naming the agent program, and not the healthy two;
+/// the alert's title names the program.
+#[test]
+fn claude_code_and_codex_sessions_in_home_are_watched_with_no_configuration_and_loops_name_their_program(
+) {
+    let home = Home::new();
+    agent_home(home.path());
+    let model = AgentModel::start();
+    let [cloop, cwork, xloop, xwork] =
+        loops_and_healthy_sessions(&model, home.path(), |n| make_project(&home.join(n)));
+
+    let s = home.cmd("oc-sessions").run();
+    s.ok();
+    assert_eq!(s.kind("blind"), Vec::<Value>::new(), "{}", s.story());
+    let (claude_dir, codex_dir) = (home.join(".claude"), home.join(".codex"));
+    assert_eq!(
+        s.kind("source"),
+        [
+            json!({"kind": "source", "source": format!("claude-code:{}", claude_dir.display()),
+                   "reader": "claude-code", "found": ["default"], "version": null,
+                   "sessions": 2, "transcripts": 2}),
+            json!({"kind": "source", "source": format!("codex:{}", codex_dir.display()),
+                   "reader": "codex", "found": ["default"], "version": null,
+                   "sessions": 2, "rollouts": 2}),
+        ],
+        "{}",
+        s.story()
+    );
+    let sessions = s.kind("session");
+    assert_eq!(sessions.len(), 4, "{}", s.story());
+    let of = |dir: &Path| -> Value {
+        sessions
+            .iter()
+            .find(|x| x["directory"] == dir.to_str().unwrap())
+            .unwrap_or_else(|| panic!("no session in {}\n{}", dir.display(), s.story()))
+            .clone()
+    };
+    let (sc_loop, sc_work, sx_loop, sx_work) = (of(&cloop), of(&cwork), of(&xloop), of(&xwork));
+    for (x, program) in [
+        (&sc_loop, "claude-code"),
+        (&sc_work, "claude-code"),
+        (&sx_loop, "codex"),
+        (&sx_work, "codex"),
+    ] {
+        assert_eq!(x["program"], program, "{x}");
+        // every run ended: no process runs them
+        assert_eq!(x["status"], "idle", "{x}");
+        assert_eq!(x["parent"], Value::Null);
+    }
+    assert_eq!(
+        sc_loop["source"],
+        format!("claude-code:{}", claude_dir.display())
+    );
+    assert_eq!(sx_loop["source"], format!("codex:{}", codex_dir.display()));
+    assert_eq!(sx_work["model"], "sim/gpt-5.5");
+
+    let c = home.cmd("oc-calls").stdin(s.stdout()).run();
+    c.ok();
+    let calls = c.kind("call");
+    let count = |x: &Value| calls.iter().filter(|k| k["session"] == x["id"]).count();
+    assert_eq!(
+        [
+            count(&sc_loop),
+            count(&sc_work),
+            count(&sx_loop),
+            count(&sx_work)
+        ],
+        [16, 5, 16, 5],
+        "{}",
+        c.story()
+    );
+    let landed: Vec<bool> = calls
+        .iter()
+        .filter(|k| k["session"] == sx_work["id"])
+        .map(|k| k["landed"].as_bool().unwrap())
+        .collect();
+    assert_eq!(landed, [false, false, true, false, true]);
+    assert_eq!(c.kind("activity").len(), 4);
+    assert!(c
+        .kind("activity")
+        .iter()
+        .all(|a| a["in_flight"] == false && a["running"] == json!([])));
+
+    // as the tick runs it: wd-store calls keeps the latest calls for the page
+    let staged = home.cmd("wd-store").args(["calls"]).stdin(c.stdout()).run();
+    staged.ok();
+    assert_eq!(staged.stdout(), c.stdout());
+    let v = home.cmd("progress-detect").stdin(staged.stdout()).run();
+    v.ok();
+    let verdicts = v.kind("verdict");
+    let verdict = |x: &Value| -> Value {
+        verdicts
+            .iter()
+            .find(|v| v["session"] == x["id"])
+            .unwrap()
+            .clone()
+    };
+    for (x, program) in [(&sc_loop, "claude-code"), (&sx_loop, "codex")] {
+        let vd = verdict(x);
+        assert_eq!(vd["flagged"], true, "{vd}");
+        assert_eq!(vd["program"], program);
+        assert_eq!(vd["calls"], 16);
+        assert_eq!(vd["signals"]["top_target"], format!("bash {TEST}"));
+    }
+    for (x, program) in [(&sc_work, "claude-code"), (&sx_work, "codex")] {
+        let vd = verdict(x);
+        assert_eq!(vd["flagged"], false, "{vd}");
+        assert_eq!(vd["program"], program);
+        assert_eq!(vd["calls"], 5);
+    }
+
+    // the alerts name the program, and are raised on these sessions
+    let t = home.cmd("wd-store").args(["tick"]).stdin(v.stdout()).run();
+    t.ok();
+    let a = home.cmd("wd-alert").stdin(t.stdout()).run();
+    let titles: Vec<String> = a
+        .stderr()
+        .lines()
+        .filter(|l| l.starts_with("oc-watchdog: dedup="))
+        .map(|l| {
+            l.split(" severity=").next().unwrap().to_string()
+                + " "
+                + l.split(" title=").nth(1).unwrap()
+        })
+        .collect();
+    let mut want = vec![
+        format!(
+            "oc-watchdog: dedup=opencode-loop:{} state=trigger \"Claude Code loop: agent repeats bash {TEST}\"",
+            sc_loop["id"].as_str().unwrap()
+        ),
+        format!(
+            "oc-watchdog: dedup=opencode-loop:{} state=trigger \"Codex loop: agent repeats bash {TEST}\"",
+            sx_loop["id"].as_str().unwrap()
+        ),
+    ];
+    let mut got = titles.clone();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "{}", a.story());
+    // the operator's page names the program and the project of each loop
+    home.cmd("wd-store").args(["report"]).run().ok();
+    let page = std::fs::read_to_string(home.join(".local/state/oc-watchdog/report.html")).unwrap();
+    for (program, proj) in [("Claude Code", &cloop), ("Codex", &xloop)] {
+        assert!(
+            page.contains(&format!("{program} loop: agent repeats bash {TEST}")),
+            "{program} not on the page"
+        );
+        assert!(page.contains(proj.file_name().unwrap().to_str().unwrap()));
+    }
+}
+
+/// An agent that is not installed costs nothing and says nothing; one turned off in the config
+/// is not read.
+#[test]
+fn a_home_with_neither_agent_gives_nothing_and_an_agent_turned_off_is_not_read() {
+    let home = Home::new();
+    let s = home.cmd("oc-sessions").run();
+    s.ok();
+    assert_eq!(s.stdout(), "");
+    assert_eq!(s.stderr(), "");
+    let c = home.cmd("oc-calls").stdin(s.stdout()).run();
+    c.ok();
+    assert_eq!(c.stdout(), "");
+
+    // both present, one off: only the other's source record (an empty one: no sessions yet)
+    std::fs::create_dir_all(home.join(".claude/projects")).unwrap();
+    std::fs::create_dir_all(home.join(".codex/sessions")).unwrap();
+    let conf = home.join("watchdog.toml");
+    std::fs::write(&conf, "[agents]\nclaude_code = false\n").unwrap();
+    let s = home
+        .cmd("oc-sessions")
+        .args(["--config", conf.to_str().unwrap()])
+        .run();
+    s.ok();
+    assert_eq!(
+        s.records(),
+        [
+            json!({"kind": "source", "source": format!("codex:{}", home.join(".codex").display()),
+                "reader": "codex", "found": ["default"], "version": null, "sessions": 0,
+                "rollouts": 0})
+        ]
+    );
+    // a transcript that is not JSON is a blind record naming it, never a silent all-clear
+    let bad = home.join(".claude/projects/-p/0b7c6f1e-0000-4000-8000-000000000000.jsonl");
+    std::fs::create_dir_all(bad.parent().unwrap()).unwrap();
+    std::fs::write(&bad, "not json\n{\"type\":\"user\"}\n").unwrap();
+    let s = home.cmd("oc-sessions").run();
+    s.expect_code(2);
+    assert_eq!(
+        s.kind("blind"),
+        [
+            json!({"kind": "blind", "source": format!("claude-code:{}", home.join(".claude").display()),
+                "reason": format!("{}:1: not JSON: expected ident at line 1 column 2", bad.display())}),
+            json!({"kind": "blind", "source": format!("claude-code:{}", home.join(".claude").display()),
+                "reason": format!("{}: no record names its session", bad.display())})
+        ]
+    );
+}
+
+/// Polls `oc-sessions` until the session in `dir` is listed with `status`; gives it back.
+fn listed_as(home: &Home, dir: &Path, status: &str) -> Value {
+    let t0 = std::time::Instant::now();
+    loop {
+        let s = home.cmd("oc-sessions").run();
+        if let Some(x) = s
+            .kind("session")
+            .into_iter()
+            .find(|x| x["directory"] == dir.to_str().unwrap() && x["status"] == status)
+        {
+            return x;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "no {status} session in {}\n{}",
+            dir.display(),
+            s.story()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// A process group this test started, killed at once (SIGKILL: nothing is cleaned up) when
+/// asked or when the test ends.
+struct Group(std::process::Child, bool);
+
+impl Group {
+    fn kill(&mut self) {
+        let st = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        self.0.wait().unwrap();
+        self.1 = true;
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.kill();
+        }
+    }
+}
+
+/// A session runs while its process does: Claude Code's `sessions/<pid>.json` with a live pid of
+/// that start time, Codex's thread lock held open by a live process. Killed, each leaves its
+/// file behind, and the session is then idle, its unanswered call failed, nothing in flight.
+#[test]
+fn a_running_agent_session_is_busy_and_after_sigkill_its_stale_file_or_lock_is_not_running() {
+    use std::os::unix::process::CommandExt;
+    let home = Home::new();
+    agent_home(home.path());
+    let model = AgentModel::start();
+    let (cproj, xproj) = (
+        make_project(&home.join("cslow")),
+        make_project(&home.join("xslow")),
+    );
+    // Claude Code refuses a bare `sleep`; the tool's process outlives the agent killed (Claude
+    // Code starts it in a session of its own), so it ends by itself soon after the test
+    let sleep = "python3 -c 'import time; time.sleep(30)'";
+    model.script(
+        "cslow",
+        &json!([{"tool": "Bash", "args": {"command": sleep, "description": "wait"}}]),
+    );
+    model.script(
+        "xslow",
+        &json!([{"tool": "exec_command", "args": {"cmd": sleep}}]),
+    );
+    for (proj, script, program) in [(&cproj, "cslow", "claude-code"), (&xproj, "xslow", "codex")] {
+        let mut cmd = if program == "codex" {
+            model.codex_cmd(home.path(), proj, script)
+        } else {
+            model.claude_cmd(home.path(), proj, script)
+        };
+        let mut child = Group(
+            cmd.stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .process_group(0)
+                .spawn()
+                .unwrap(),
+            false,
+        );
+        // listed busy, with the call in flight running, while the process runs
+        let t0 = std::time::Instant::now();
+        let (busy, c) = loop {
+            let busy = listed_as(&home, proj, "busy");
+            let c = home.cmd("oc-calls").stdin(format!("{busy}\n")).run();
+            c.ok();
+            if c.kind("call").iter().any(|k| k["args"]["command"] == sleep) {
+                break (busy, c);
+            }
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(60),
+                "{}",
+                c.story()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        };
+        assert_eq!(busy["program"], program);
+        let calls = c.kind("call");
+        assert_eq!(calls.len(), 1, "{}", c.story());
+        assert_eq!(calls[0]["status"], "running", "{}", c.story());
+        assert_eq!(c.kind("activity")[0]["in_flight"], true);
+        child.kill();
+
+        // the file the killed process left is there, and names no running session
+        let left: Vec<_> = if program == "codex" {
+            std::fs::read_dir(home.join(".codex/thread-writer-locks"))
+        } else {
+            std::fs::read_dir(home.join(".claude/sessions"))
+        }
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        // Codex's own `.coordination.lock` beside the threads' is not one
+        .filter(|n| !n.starts_with('.') && (n.ends_with(".lock") || n.ends_with(".json")))
+        .collect();
+        assert_eq!(left.len(), 1, "{program}: {left:?}");
+        let idle = listed_as(&home, proj, "idle");
+        assert_eq!(idle["id"], busy["id"]);
+        let s = home.cmd("oc-sessions").run();
+        let c = home.cmd("oc-calls").stdin(s.stdout()).run();
+        c.ok();
+        let last = c
+            .kind("call")
+            .into_iter()
+            .rfind(|k| k["session"] == idle["id"])
+            .unwrap();
+        assert_eq!(last["status"], "error", "{}", c.story());
+        let act = c
+            .kind("activity")
+            .into_iter()
+            .find(|a| a["session"] == idle["id"])
+            .unwrap();
+        assert_eq!(act["in_flight"], false);
+        assert_eq!(act["running"], json!([]));
+    }
+}

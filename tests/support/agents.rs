@@ -61,28 +61,46 @@ impl AgentModel {
 
     /// Runs `claude -p "SCRIPT:<script> ..."` in `proj` with `home` as its HOME, to its end.
     pub fn claude(&self, home: &Path, proj: &Path, script: &str) -> std::process::Output {
-        let out = agent_env(Command::new("claude"), home, proj)
-            .env(
-                "ANTHROPIC_BASE_URL",
-                format!("http://127.0.0.1:{}", self.port),
-            )
-            .env("ANTHROPIC_API_KEY", "sim")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-            .env("DISABLE_AUTOUPDATER", "1")
-            // --dangerously-skip-permissions refuses to start as root without it
-            .env("IS_SANDBOX", "1")
-            .args(["-p", &format!("SCRIPT:{script} fix the tests")])
-            .arg("--dangerously-skip-permissions")
-            .stdin(Stdio::null())
+        let out = self
+            .claude_cmd(home, proj, script)
             .output()
             .expect("claude (npm i -g @anthropic-ai/claude-code; tests/setup installs it)");
         assert!(out.status.success(), "claude -p: {}", story(&out));
         out
     }
 
+    /// The `claude -p` command [`AgentModel::claude`] runs, to run it otherwise.
+    pub fn claude_cmd(&self, home: &Path, proj: &Path, script: &str) -> Command {
+        let mut c = agent_env(Command::new("claude"), home, proj);
+        c.env(
+            "ANTHROPIC_BASE_URL",
+            format!("http://127.0.0.1:{}", self.port),
+        )
+        .env("ANTHROPIC_API_KEY", "sim")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        // --dangerously-skip-permissions refuses to start as root without it
+        .env("IS_SANDBOX", "1")
+        .args(["-p", &format!("SCRIPT:{script} fix the tests")])
+        .arg("--dangerously-skip-permissions")
+        .stdin(Stdio::null());
+        c
+    }
+
     /// Runs `codex exec "SCRIPT:<script> ..."` in `proj` with `home` as its HOME (its config
     /// pointing at this model), to its end.
     pub fn codex(&self, home: &Path, proj: &Path, script: &str) -> std::process::Output {
+        let out = self
+            .codex_cmd(home, proj, script)
+            .output()
+            .expect("codex (npm i -g @openai/codex; tests/setup installs it)");
+        assert!(out.status.success(), "codex exec: {}", story(&out));
+        out
+    }
+
+    /// The `codex exec` command [`AgentModel::codex`] runs (its config written), to run it
+    /// otherwise.
+    pub fn codex_cmd(&self, home: &Path, proj: &Path, script: &str) -> Command {
         let conf = home.join(".codex");
         std::fs::create_dir_all(&conf).unwrap();
         // a model slug Codex knows, so that it offers its apply_patch tool
@@ -97,14 +115,11 @@ impl AgentModel {
             ),
         )
         .unwrap();
-        let out = agent_env(Command::new("codex"), home, proj)
-            .env("SIM_API_KEY", "sim")
+        let mut c = agent_env(Command::new("codex"), home, proj);
+        c.env("SIM_API_KEY", "sim")
             .args(["exec", "--json", &format!("SCRIPT:{script} fix the tests")])
-            .stdin(Stdio::null())
-            .output()
-            .expect("codex (npm i -g @openai/codex; tests/setup installs it)");
-        assert!(out.status.success(), "codex exec: {}", story(&out));
-        out
+            .stdin(Stdio::null());
+        c
     }
 }
 

@@ -1,0 +1,314 @@
+//! Claude Code's directory as a source (`claude-code:<dir>`, the directory `$CLAUDE_CONFIG_DIR`
+//! names, else `~/.claude`): its sessions listed and read live, as records.
+//!
+//! A session is `projects/<cwd as dashes>/<session>.jsonl`, its subagents
+//! `<session>/subagents/agent-<id>.jsonl` beside it; both are read by Claude Code's wing
+//! ([`super::claude_code`]) and a file is picked by its modification time, so an idle history
+//! costs a `stat` per session. A session runs while `sessions/<pid>.json` names it and that
+//! process is alive with the start time the file gives (`procStart`): the file a killed process
+//! left behind names a dead pid, or one a later process reuses, and is not a running session.
+
+use super::claude_code;
+use super::transcript::{mtime_ms, proc_start, settle, Read, Transcript};
+use super::{Limits, Listing, Records, Source, SourceId, SourceKind};
+use crate::record::Program;
+use serde_json::{json, Value};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+/// Claude Code's directory, read as a source of records.
+pub struct ClaudeHome {
+    dir: PathBuf,
+    /// Sessions whose process runs, with its pid.
+    live: HashMap<String, u32>,
+    /// Main transcripts read, by session id: a subagent is read with its session.
+    read: RefCell<HashMap<String, Read>>,
+    /// The main transcripts found, listed once per open (oc-calls asks for one session after
+    /// another).
+    found: std::cell::OnceCell<Vec<Found>>,
+}
+
+impl SourceKind for ClaudeHome {
+    type Name = PathBuf;
+    const PHRASE: &'static str = "Claude Code's files";
+    const READER: &'static str = "claude-code";
+
+    fn claim(wire: &str) -> Option<PathBuf> {
+        wire.strip_prefix("claude-code:").map(PathBuf::from)
+    }
+
+    fn write(name: &PathBuf, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "claude-code:{}", name.display())
+    }
+
+    fn open(name: &PathBuf, _: Limits) -> Result<Option<Box<dyn Source>>, String> {
+        Err(format!(
+            "{}: Claude Code's sessions are read as records, not as opencode's",
+            name.display()
+        ))
+    }
+
+    fn records(name: &PathBuf) -> Option<Box<dyn Records>> {
+        Some(Box::new(ClaudeHome::new(name)))
+    }
+}
+
+/// One main transcript found: its session id, its file, and the newest modification among it
+/// and its subagents' files.
+struct Found {
+    id: String,
+    file: PathBuf,
+    updated: Option<i64>,
+    subagents: Vec<String>,
+}
+
+impl ClaudeHome {
+    pub fn new(dir: &Path) -> ClaudeHome {
+        ClaudeHome {
+            dir: dir.to_path_buf(),
+            live: live_sessions(&dir.join("sessions")),
+            read: RefCell::new(HashMap::new()),
+            found: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// Every main transcript under `projects/`, with its subagents' ids, listed once.
+    fn found(&self) -> std::io::Result<&[Found]> {
+        if let Some(f) = self.found.get() {
+            return Ok(f);
+        }
+        let f = self.list_found()?;
+        Ok(self.found.get_or_init(|| f))
+    }
+
+    fn list_found(&self) -> std::io::Result<Vec<Found>> {
+        let mut out = Vec::new();
+        let projects = self.dir.join("projects");
+        let dirs = match std::fs::read_dir(&projects) {
+            Ok(d) => d,
+            // a Claude Code that never ran a session has no projects yet
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(e),
+        };
+        for d in dirs {
+            let d = d?.path();
+            if !d.is_dir() {
+                continue;
+            }
+            for f in std::fs::read_dir(&d)? {
+                let file = f?.path();
+                if !file.extension().is_some_and(|x| x == "jsonl") {
+                    continue;
+                }
+                let Some(id) = file.file_stem().and_then(|s| s.to_str()).map(String::from)
+                else {
+                    continue;
+                };
+                let mut updated = mtime_ms(&file);
+                let mut subagents = Vec::new();
+                let subs = file.with_extension("").join("subagents");
+                for s in std::fs::read_dir(&subs).into_iter().flatten().flatten() {
+                    let p = s.path();
+                    if p.extension().is_some_and(|x| x == "jsonl") {
+                        updated = updated.max(mtime_ms(&p));
+                        if let Some(stem) = p.file_stem().and_then(|s| s.to_str()) {
+                            subagents.push(stem.to_string());
+                        }
+                    }
+                }
+                out.push(Found {
+                    id,
+                    file,
+                    updated,
+                    subagents,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads one main transcript with its subagents (once), each session settled by whether
+    /// the main session's process runs.
+    fn read_main(&self, id: &str, file: &Path) -> Result<(), String> {
+        if self.read.borrow().contains_key(id) {
+            return Ok(());
+        }
+        let name = file.display().to_string();
+        let text =
+            std::fs::read_to_string(file).map_err(|e| format!("{name}: cannot read: {e}"))?;
+        let mut r = claude_code::read_with_subagents(file, &name, &text);
+        let running = self.live.contains_key(id);
+        let wire = self.id().to_string();
+        for t in &mut r.sessions {
+            t.session.source = Some(wire.clone());
+            settle(t, running);
+        }
+        self.read.borrow_mut().insert(id.to_string(), r);
+        Ok(())
+    }
+
+    /// The main transcript holding session `id` (a main session's or a subagent's).
+    fn file_of(&self, id: &str) -> Option<(String, PathBuf)> {
+        self.found()
+            .ok()?
+            .iter()
+            .find(|f| f.id == id || f.subagents.iter().any(|s| s == id))
+            .map(|f| (f.id.clone(), f.file.clone()))
+    }
+}
+
+impl Records for ClaudeHome {
+    fn id(&self) -> SourceId {
+        SourceId::ClaudeCode(self.dir.clone())
+    }
+
+    fn program(&self) -> Program {
+        Program::ClaudeCode
+    }
+
+    fn list(&self, since: i64, also: &[String]) -> Listing {
+        let mut l = Listing::default();
+        let found = match self.found() {
+            Ok(f) => f,
+            Err(e) => {
+                l.problems.push(format!(
+                    "{}: cannot list: {e}",
+                    self.dir.join("projects").display()
+                ));
+                return l;
+            }
+        };
+        let also: HashSet<&str> = also.iter().map(String::as_str).collect();
+        l.facts.insert("transcripts".into(), json!(found.len()));
+        let mut pids: Vec<u32> = self.live.values().copied().collect();
+        pids.sort_unstable();
+        if !pids.is_empty() {
+            l.facts.insert("pids".into(), json!(pids));
+        }
+        for f in found {
+            let picked = f.updated.is_some_and(|u| u >= since)
+                || self.live.contains_key(&f.id)
+                || also.contains(f.id.as_str())
+                || f.subagents.iter().any(|s| also.contains(s.as_str()));
+            if !picked {
+                continue;
+            }
+            if let Err(why) = self.read_main(&f.id, &f.file) {
+                l.problems.push(why);
+                continue;
+            }
+            let read = self.read.borrow();
+            let r = &read[&f.id];
+            if r.sessions.is_empty() && r.problems.is_empty() {
+                // a transcript with no conversation yet (a session just started)
+                continue;
+            }
+            l.sessions
+                .extend(r.sessions.iter().map(|t| t.session.clone()));
+            l.problems.extend(r.problems.iter().cloned());
+        }
+        l.sessions
+            .sort_by(|a, b| b.updated.cmp(&a.updated).then(a.id.cmp(&b.id)));
+        l
+    }
+
+    fn read(&self, id: &str) -> Result<Option<Transcript>, String> {
+        let holder = self
+            .read
+            .borrow()
+            .iter()
+            .find(|(_, r)| r.sessions.iter().any(|t| t.session.id == id))
+            .map(|(k, _)| k.clone());
+        let main = match holder {
+            Some(m) => m,
+            None => {
+                let Some((main, file)) = self.file_of(id) else {
+                    return Ok(None);
+                };
+                self.read_main(&main, &file)?;
+                main
+            }
+        };
+        let read = self.read.borrow();
+        Ok(read
+            .get(&main)
+            .and_then(|r| r.sessions.iter().find(|t| t.session.id == id))
+            .cloned())
+    }
+}
+
+/// The sessions whose process runs, by `sessions/<pid>.json` (Claude Code writes one per
+/// process, and removes it on every exit but SIGKILL): those whose pid is alive with the start
+/// time the file gives.
+fn live_sessions(dir: &Path) -> HashMap<String, u32> {
+    let mut out = HashMap::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        // `<pid>.json`; the `<pid>.<hash>.key` files beside them hold tokens, never read
+        let Some(pid) = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".json"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(Some(text)) = crate::paths::read_own_small(&p, 64 * 1024) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<Value>(&text) else {
+            continue;
+        };
+        let Some(session) = v["sessionId"].as_str() else {
+            continue;
+        };
+        let start = match &v["procStart"] {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        };
+        if v["pid"].as_u64() == Some(u64::from(pid))
+            && start.is_some()
+            && proc_start(pid) == start
+        {
+            out.insert(session.to_string(), pid);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sessions_file_counts_only_while_its_process_has_the_start_time_it_gives() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        let start = proc_start(me).unwrap();
+        let write = |pid: u32, session: &str, start: &str| {
+            std::fs::write(
+                dir.path().join(format!("{pid}.json")),
+                json!({"pid": pid, "sessionId": session, "procStart": start}).to_string(),
+            )
+            .unwrap();
+        };
+        write(me, "alive", &start);
+        // a pid reused by a later process: another start time
+        write(1, "reused", "1");
+        // a killed process's file: no such pid
+        write(4_000_000, "dead", &start);
+        let live = live_sessions(dir.path());
+        assert_eq!(live, HashMap::from([("alive".to_string(), me)]));
+    }
+
+    #[test]
+    fn its_source_string_is_the_directory_and_reads_back_the_same() {
+        let id = SourceId::parse("claude-code:/home/u/.claude");
+        assert_eq!(id, SourceId::ClaudeCode("/home/u/.claude".into()));
+        assert_eq!(id.to_string(), "claude-code:/home/u/.claude");
+        assert_eq!(id.reader(), "claude-code");
+        assert!(id.records().is_some());
+    }
+}

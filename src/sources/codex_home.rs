@@ -1,0 +1,322 @@
+//! Codex CLI's directory as a source (`codex:<dir>`, the directory `$CODEX_HOME` names, else
+//! `~/.codex`): its threads listed and read live, as records.
+//!
+//! A thread is a rollout, `sessions/YYYY/MM/DD/rollout-<time>-<thread id>.jsonl` (a subagent's
+//! thread a rollout of its own naming its parent), read by Codex's wing ([`super::codex`]) and
+//! picked by its modification time, so an idle history costs a `stat` per thread. Titles come
+//! from the thread index (`state_5.sqlite`, table `threads`) when it is there. A thread runs
+//! while its `thread-writer-locks/<thread>.lock` is held open by a live process: the lock a
+//! killed process left behind is held by nobody, and is not a running thread.
+
+use super::codex;
+use super::transcript::{jsonl_files, mtime_ms, settle, Transcript};
+use super::{Limits, Listing, Records, Source, SourceId, SourceKind};
+use crate::record::Program;
+use serde_json::json;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+/// Codex's directory, read as a source of records.
+pub struct CodexHome {
+    dir: PathBuf,
+    /// Threads whose lock a live process holds, with its pid.
+    live: HashMap<String, u32>,
+    /// Rollouts read, by thread id.
+    read: RefCell<HashMap<String, Transcript>>,
+    /// The rollouts found, listed once per open (oc-calls asks for one thread after another).
+    rollouts: std::cell::OnceCell<Vec<(String, PathBuf, Option<i64>)>>,
+}
+
+impl SourceKind for CodexHome {
+    type Name = PathBuf;
+    const PHRASE: &'static str = "Codex's files";
+    const READER: &'static str = "codex";
+
+    fn claim(wire: &str) -> Option<PathBuf> {
+        wire.strip_prefix("codex:").map(PathBuf::from)
+    }
+
+    fn write(name: &PathBuf, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "codex:{}", name.display())
+    }
+
+    fn open(name: &PathBuf, _: Limits) -> Result<Option<Box<dyn Source>>, String> {
+        Err(format!(
+            "{}: Codex's sessions are read as records, not as opencode's",
+            name.display()
+        ))
+    }
+
+    fn records(name: &PathBuf) -> Option<Box<dyn Records>> {
+        Some(Box::new(CodexHome::new(name)))
+    }
+}
+
+/// The thread id a rollout's file name ends with (`rollout-<time>-<36-character uuid>.jsonl`).
+fn thread_of(file: &Path) -> Option<String> {
+    let stem = file.file_stem()?.to_str()?;
+    let rest = stem.strip_prefix("rollout-")?;
+    let id = rest.get(rest.len().checked_sub(36)?..)?;
+    (id.bytes().filter(|&b| b == b'-').count() == 4
+        && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-'))
+    .then(|| id.to_string())
+}
+
+impl CodexHome {
+    pub fn new(dir: &Path) -> CodexHome {
+        CodexHome {
+            dir: dir.to_path_buf(),
+            live: held_locks(&dir.join("thread-writer-locks")),
+            read: RefCell::new(HashMap::new()),
+            rollouts: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// Every rollout under `sessions/`: thread id, file, modification time; listed once.
+    fn rollouts(&self) -> std::io::Result<&[(String, PathBuf, Option<i64>)]> {
+        if let Some(r) = self.rollouts.get() {
+            return Ok(r);
+        }
+        let r = self.list_rollouts()?;
+        Ok(self.rollouts.get_or_init(|| r))
+    }
+
+    fn list_rollouts(&self) -> std::io::Result<Vec<(String, PathBuf, Option<i64>)>> {
+        let dir = self.dir.join("sessions");
+        if !dir.is_dir() {
+            return Ok(Vec::new());
+        }
+        Ok(jsonl_files(&dir)?
+            .into_iter()
+            .filter_map(|f| {
+                let id = thread_of(&f)?;
+                let t = mtime_ms(&f);
+                Some((id, f, t))
+            })
+            .collect())
+    }
+
+    /// Reads one rollout (once), settled by whether its lock is held.
+    fn read_rollout(
+        &self,
+        file: &Path,
+        titles: &HashMap<String, String>,
+        problems: &mut Vec<String>,
+    ) -> Option<String> {
+        let name = file.display().to_string();
+        let text = match std::fs::read_to_string(file) {
+            Ok(t) => t,
+            Err(e) => {
+                problems.push(format!("{name}: cannot read: {e}"));
+                return None;
+            }
+        };
+        let r = codex::read(&name, &text);
+        problems.extend(r.problems);
+        let mut t = r.sessions.into_iter().next()?;
+        let id = t.session.id.clone();
+        t.session.source = Some(self.id().to_string());
+        t.session.title = titles.get(&id).cloned();
+        settle(&mut t, self.live.contains_key(&id));
+        self.read.borrow_mut().insert(id.clone(), t);
+        Some(id)
+    }
+}
+
+impl Records for CodexHome {
+    fn id(&self) -> SourceId {
+        SourceId::Codex(self.dir.clone())
+    }
+
+    fn program(&self) -> Program {
+        Program::Codex
+    }
+
+    fn list(&self, since: i64, also: &[String]) -> Listing {
+        let mut l = Listing::default();
+        let rollouts = match self.rollouts() {
+            Ok(r) => r,
+            Err(e) => {
+                l.problems.push(format!(
+                    "{}: cannot list: {e}",
+                    self.dir.join("sessions").display()
+                ));
+                return l;
+            }
+        };
+        let titles = titles(&self.dir.join("state_5.sqlite"), &mut l.problems);
+        l.facts.insert("rollouts".into(), json!(rollouts.len()));
+        let mut pids: Vec<u32> = self.live.values().copied().collect();
+        pids.sort_unstable();
+        pids.dedup();
+        if !pids.is_empty() {
+            l.facts.insert("pids".into(), json!(pids));
+        }
+        let also: HashSet<&str> = also.iter().map(String::as_str).collect();
+        let by_id: HashMap<&str, &PathBuf> =
+            rollouts.iter().map(|(id, f, _)| (id.as_str(), f)).collect();
+        let mut todo: Vec<&PathBuf> = rollouts
+            .iter()
+            .filter(|(id, _, t)| {
+                t.is_some_and(|t| t >= since)
+                    || self.live.contains_key(id)
+                    || also.contains(id.as_str())
+            })
+            .map(|(_, f, _)| f)
+            .collect();
+        let mut listed = HashSet::new();
+        // a subagent's thread brings its parent (and its parent's) into the list
+        while let Some(f) = todo.pop() {
+            let Some(id) = self.read_rollout(f, &titles, &mut l.problems) else {
+                continue;
+            };
+            if !listed.insert(id.clone()) {
+                continue;
+            }
+            let read = self.read.borrow();
+            let s = &read[&id].session;
+            if let Some(p) = s.parent.as_deref() {
+                if !listed.contains(p) {
+                    if let Some(pf) = by_id.get(p) {
+                        todo.push(pf);
+                    }
+                }
+            }
+            l.sessions.push(s.clone());
+        }
+        l.sessions
+            .sort_by(|a, b| b.updated.cmp(&a.updated).then(a.id.cmp(&b.id)));
+        l
+    }
+
+    fn read(&self, id: &str) -> Result<Option<Transcript>, String> {
+        if let Some(t) = self.read.borrow().get(id) {
+            return Ok(Some(t.clone()));
+        }
+        let rollouts = self
+            .rollouts()
+            .map_err(|e| format!("{}: cannot list: {e}", self.dir.display()))?;
+        let Some((_, file, _)) = rollouts.iter().find(|(r, _, _)| r == id) else {
+            return Ok(None);
+        };
+        let mut problems = Vec::new();
+        self.read_rollout(file, &HashMap::new(), &mut problems);
+        if let Some(why) = problems.into_iter().next() {
+            return Err(why);
+        }
+        Ok(self.read.borrow().get(id).cloned())
+    }
+}
+
+/// Thread titles from Codex's thread index, read-only (none when there is no index; an index
+/// of a shape not known is a problem named by its file).
+fn titles(db: &Path, problems: &mut Vec<String>) -> HashMap<String, String> {
+    use rusqlite::{Connection, OpenFlags};
+    let mut out = HashMap::new();
+    if !db.is_file() {
+        return out;
+    }
+    let got = (|| -> rusqlite::Result<()> {
+        let conn = Connection::open_with_flags(
+            db,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(std::time::Duration::from_secs(2))?;
+        let mut st = conn.prepare("SELECT id, title FROM threads")?;
+        let rows = st.query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+        })?;
+        for row in rows {
+            if let (id, Some(title)) = row? {
+                if !title.is_empty() {
+                    out.insert(id, title);
+                }
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = got {
+        problems.push(format!("{}: cannot read thread titles: {e}", db.display()));
+    }
+    out
+}
+
+/// The threads whose lock file in `dir` a live process holds open, with its pid: Codex keeps
+/// `<thread>.lock` open while it writes the thread, and a killed process leaves it behind held
+/// by nobody. Only processes named `codex` are looked at, and only when there is a lock.
+fn held_locks(dir: &Path) -> HashMap<String, u32> {
+    let mut out = HashMap::new();
+    let Ok(dir) = std::fs::canonicalize(dir) else {
+        return out;
+    };
+    let locks: HashSet<PathBuf> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        // a thread's lock, not Codex's own `.coordination.lock` beside them
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "lock")
+                && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
+        .collect();
+    if locks.is_empty() {
+        return out;
+    }
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != "codex" {
+            continue;
+        }
+        for fd in std::fs::read_dir(e.path().join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let Ok(target) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            if locks.contains(&target) {
+                if let Some(id) = target.file_stem().and_then(|s| s.to_str()) {
+                    out.insert(id.to_string(), pid);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rollouts_thread_is_the_uuid_its_name_ends_with() {
+        let f = Path::new(
+            "/h/.codex/sessions/2026/12/04/rollout-2026-12-04T18-26-25-01a2424e-e1ee-7de2-9e5a-01e48aaf54aa.jsonl",
+        );
+        assert_eq!(
+            thread_of(f).as_deref(),
+            Some("01a2424e-e1ee-7de2-9e5a-01e48aaf54aa")
+        );
+        assert_eq!(thread_of(Path::new("/h/notes.jsonl")), None);
+        assert_eq!(thread_of(Path::new("/h/rollout-short.jsonl")), None);
+    }
+
+    #[test]
+    fn a_lock_nobody_holds_is_not_a_running_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path()
+                .join("01a2424e-e1ee-7de2-9e5a-01e48aaf54aa.lock"),
+            "",
+        )
+        .unwrap();
+        assert!(held_locks(dir.path()).is_empty());
+        assert!(held_locks(&dir.path().join("none")).is_empty());
+    }
+}
