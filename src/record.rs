@@ -411,6 +411,31 @@ impl Program {
         }
     }
 
+    /// How a person stops a session of this agent by hand where it runs, for the agents
+    /// `wd-store stop` does not reach (it stops opencode's sessions only): `None` for opencode,
+    /// whose ways depend on the process ([`stop_by_hand`]). SIGINT (Ctrl-C) ends a `claude -p`
+    /// or `codex exec` turn gracefully (../shared/agents); Esc interrupts either's interactive
+    /// turn.
+    pub fn stop_by_hand(self) -> Option<&'static str> {
+        match self {
+            Program::Opencode => None,
+            Program::ClaudeCode => Some(
+                "Ctrl-C in the terminal of its `claude -p`, Esc in its interactive session (wd-store stop reaches opencode's sessions only)",
+            ),
+            Program::Codex => Some(
+                "Ctrl-C in the terminal of its `codex exec`, Esc in its TUI (wd-store stop reaches opencode's sessions only)",
+            ),
+        }
+    }
+
+    /// The agent named in a loop event's `details.program` (`None`: opencode's, or an event
+    /// from before agents were named).
+    pub fn of_details(details: &Map<String, Value>) -> Option<Program> {
+        details
+            .get("program")
+            .and_then(|p| serde_json::from_value(p.clone()).ok())
+    }
+
     /// Its name as people know it, in alert titles and on the page.
     pub fn display(self) -> &'static str {
         match self {

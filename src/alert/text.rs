@@ -90,7 +90,7 @@ pub fn loop_event(cfg: &Config, news: LoopNews, tree: &[&Verdict], now: i64) -> 
     ev.state = news.state;
     let program = v.program.unwrap_or(Program::Opencode).display();
     ev.title = format!("{program} loop: {agent} {repeats}");
-    ev.summary = loop_summary(cfg, &news, v, &agent, &repeats);
+    ev.summary = loop_summary(cfg, &news, v, &repeats);
     ev.agent = v.agent.clone();
     ev.model = v.model.clone();
     ev.reason = news.reason;
@@ -142,7 +142,7 @@ fn to_the_second(ms: i64) -> String {
 
 /// A loop event's one line for people: which session, what it repeats, what it burned and
 /// which signals flagged it.
-fn loop_summary(cfg: &Config, news: &LoopNews, v: &Verdict, agent: &str, repeats: &str) -> String {
+fn loop_summary(cfg: &Config, news: &LoopNews, v: &Verdict, repeats: &str) -> String {
     let lead = escalation_lead(cfg, news);
     let in_tree = if v.root() != v.session {
         format!(" (in the tree of {})", v.root())
@@ -155,9 +155,14 @@ fn loop_summary(cfg: &Config, news: &LoopNews, v: &Verdict, agent: &str, repeats
         "since its last landed change"
     };
     format!(
-        "{lead}session {}{}{in_tree}, agent {agent}{}: {repeats}; {} {since} (flagged by {})",
+        "{lead}session {}{}{in_tree}{}{}: {repeats}; {} {since} (flagged by {})",
         v.session,
         session_place(v),
+        // an agent that names none (Claude Code's main session) is not "agent agent"
+        v.agent
+            .as_deref()
+            .map(|a| format!(", agent {a}"))
+            .unwrap_or_default(),
         v.model
             .as_deref()
             .map(|m| format!(", model {m}"))

@@ -78,6 +78,11 @@ pub fn what_to_do(ev: &Event) -> Option<String> {
         return None;
     }
     let session = ev.details.get("session").and_then(|s| s.as_str())?;
+    let program = crate::record::Program::of_details(&ev.details);
+    if let Some(keys) = program.and_then(|p| p.stop_by_hand()) {
+        // no stop command, no model block: both reach opencode only
+        return Some(format!("Stop it: {keys}"));
+    }
     let runs_in = ev
         .details
         .get("runs_in")
@@ -104,7 +109,11 @@ pub fn what_to_do(ev: &Event) -> Option<String> {
 
 fn show(ev: &Event, wait: Duration, replaces: Option<u32>) -> Result<String, String> {
     let body = body(ev);
+    // the "Stop the session" button runs wd-store stop: opencode's sessions only
+    let opencode = crate::record::Program::of_details(&ev.details)
+        .map_or(true, |p| p == crate::record::Program::Opencode);
     let stop = what_to_do(ev)
+        .filter(|_| opencode)
         .and(ev.details.get("session"))
         .and_then(|s| s.as_str());
     let notice = crate::notify::Notice {
@@ -177,5 +186,40 @@ mod tests {
         ev.details
             .insert("stop".into(), serde_json::json!({"by": "escalated"}));
         assert_eq!(expire_ms(&ev), 0);
+    }
+
+    /// A Claude Code or Codex loop is told how to stop it where it runs: `wd-store stop` and
+    /// `block-model` reach opencode only (a trial's popup offered both for a `claude -p` loop).
+    #[test]
+    fn an_other_agents_loop_offers_its_own_keys_and_no_opencode_command() {
+        let mut ev = crate::alert::text::blind_event(
+            &crate::config::Config::default(),
+            &[("s".into(), "r".into())],
+            1_000_000,
+        );
+        ev.alert = AlertKind::Loop;
+        ev.state = Transition::Trigger;
+        ev.model = Some("claude-opus-5-5".into());
+        let id = "3659d241-be04-4c30-82c8-07ddbd4b2968";
+        ev.details.insert("session".into(), serde_json::json!(id));
+        ev.details
+            .insert("program".into(), serde_json::json!("claude-code"));
+        assert_eq!(
+            what_to_do(&ev).unwrap(),
+            "Stop it: Ctrl-C in the terminal of its `claude -p`, Esc in its interactive session (wd-store stop reaches opencode's sessions only)"
+        );
+        assert!(!body(&ev).contains("wd-store stop 3659"), "{}", body(&ev));
+        assert!(!body(&ev).contains("block-model"));
+        ev.details.insert("program".into(), serde_json::json!("codex"));
+        assert!(what_to_do(&ev)
+            .unwrap()
+            .starts_with("Stop it: Ctrl-C in the terminal of its `codex exec`, Esc in its TUI"));
+        // opencode's, named or not, as before
+        ev.details
+            .insert("program".into(), serde_json::json!("opencode"));
+        let todo = what_to_do(&ev).unwrap();
+        assert!(todo.contains(&format!("wd-store stop {id}")), "{todo}");
+        ev.details.remove("program");
+        assert_eq!(what_to_do(&ev).unwrap(), todo);
     }
 }

@@ -580,17 +580,48 @@ fn what_it_repeats(s: &mut String, l: &Loop) {
 /// What to do about a loop, first thing under its heading: how to stop the session (Esc in
 /// its TUI, Ctrl-C in the terminal of its `opencode run`, or `wd-store stop`), how to keep its model away, and the
 /// anchor of this article (the one the alerts link to).
+/// Plain words with `backquoted` commands, as HTML: each command in a <code>.
+fn code_spans(text: &str) -> String {
+    text.split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            if i % 2 == 1 {
+                format!("<code>{}</code>", esc(part))
+            } else {
+                esc(part).to_string()
+            }
+        })
+        .collect()
+}
+
 fn what_to_do(s: &mut String, l: &Loop, id: &str) {
     if l.kind != "loop" {
         return;
     }
     let session = l.session.as_deref().unwrap_or(&l.root);
-    let _ = write!(
-        s,
-        "<div class=\"todo\"><p><b>Stop it:</b> Esc twice in its TUI, Ctrl-C in the terminal of its <code>opencode run</code>, or <code>{}</code> (it stays resumable).</p>",
-        esc(&shell_line("wd-store", &["stop", session]))
-    );
-    if let Some(m) = l.model.as_deref().filter(|m| m.contains('/')) {
+    let by_hand = l.program.and_then(|p| p.stop_by_hand());
+    match by_hand {
+        // wd-store stop and block-model reach opencode only
+        Some(keys) => {
+            let _ = write!(
+                s,
+                "<div class=\"todo\"><p><b>Stop it:</b> {}.</p>",
+                code_spans(keys)
+            );
+        }
+        None => {
+            let _ = write!(
+                s,
+                "<div class=\"todo\"><p><b>Stop it:</b> Esc twice in its TUI, Ctrl-C in the terminal of its <code>opencode run</code>, or <code>{}</code> (it stays resumable).</p>",
+                esc(&shell_line("wd-store", &["stop", session]))
+            );
+        }
+    }
+    if let Some(m) = l
+        .model
+        .as_deref()
+        .filter(|m| m.contains('/') && by_hand.is_none())
+    {
         let _ = write!(
             s,
             "<p><b>Keep the model away:</b> <code>{}</code> <small>(refused for opencode's default model without <code>--force</code>)</small></p>",
@@ -643,7 +674,9 @@ fn look_closer(s: &mut String, l: &Loop) {
         "wd-store",
         &["verdicts", "--session", &l.root, "--format", "table"],
     );
-    if let Some(m) = l.model.as_deref().filter(|m| m.contains('/')) {
+    // block-model edits opencode's config: of no use against another agent's model
+    let opencode = l.program.and_then(|p| p.stop_by_hand()).is_none();
+    if let Some(m) = l.model.as_deref().filter(|m| m.contains('/') && opencode) {
         let reason = format!("loops: {}", l.title);
         cmds.push('\n');
         cmds += &shell_line("wd-store", &["block-model", m, "--reason", &reason]);

@@ -150,6 +150,8 @@ pub struct Loop {
     pub session: Option<String>,
     pub project: Option<String>,
     pub session_title: Option<String>,
+    /// The agent its events name (`details.program`; `None`: opencode's).
+    pub program: Option<crate::record::Program>,
 }
 
 /// A flagged session of a loop's tree, at the latest tick that judged it.
@@ -460,7 +462,9 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
                 (SELECT json_extract(e.body, '$.details.directory') FROM events e WHERE e.episode = a.episode
                    AND json_extract(e.body, '$.details.directory') IS NOT NULL ORDER BY e.id DESC LIMIT 1),
                 (SELECT json_extract(e.body, '$.details.title') FROM events e WHERE e.episode = a.episode
-                   AND json_extract(e.body, '$.details.title') IS NOT NULL ORDER BY e.id DESC LIMIT 1)
+                   AND json_extract(e.body, '$.details.title') IS NOT NULL ORDER BY e.id DESC LIMIT 1),
+                (SELECT json_extract(e.body, '$.details.program') FROM events e WHERE e.episode = a.episode
+                   AND json_extract(e.body, '$.details.program') IS NOT NULL ORDER BY e.id DESC LIMIT 1)
          FROM alerts a WHERE state = 'open'
          ORDER BY severity = 'critical' DESC, kind = 'loop' DESC, opened DESC, dedup_key
          LIMIT ?1",
@@ -489,6 +493,9 @@ fn open_loops(store: &Store) -> Result<Vec<Loop>> {
                         .get::<_, Option<String>>(15)?
                         .map(|d| crate::paths::short(&d)),
                     session_title: r.get(16)?,
+                    program: r
+                        .get::<_, Option<String>>(17)?
+                        .and_then(|p| serde_json::from_value(p.into()).ok()),
                     ..Loop::default()
                 },
             ))

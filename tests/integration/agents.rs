@@ -520,6 +520,32 @@ fn claude_code_and_codex_sessions_in_home_are_watched_with_no_configuration_and_
         );
         assert!(page.contains(proj.file_name().unwrap().to_str().unwrap()));
     }
+    // what to do says how to stop each where it runs, and offers no opencode command
+    assert!(page.contains("<b>Stop it:</b> Ctrl-C in the terminal of its <code>claude -p</code>, Esc in its interactive session"));
+    assert!(page.contains(
+        "<b>Stop it:</b> Ctrl-C in the terminal of its <code>codex exec</code>, Esc in its TUI"
+    ));
+    for s in [&sc_loop, &sx_loop] {
+        let id = s["id"].as_str().unwrap();
+        assert!(!page.contains(&format!("wd-store stop {id}")), "{id}");
+    }
+    assert!(!page.contains("block-model sim/gpt-5.5") && !page.contains("block-model claude-opus"));
+    // an agent that names none is not "agent agent"
+    let events: Vec<Value> = a
+        .stdout()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let claude = events
+        .iter()
+        .find(|e| e["details"]["program"] == "claude-code")
+        .unwrap_or_else(|| panic!("{}", a.stdout()));
+    let summary = claude["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with(&format!("session {} in ", sc_loop["id"].as_str().unwrap()))
+            && !summary.contains("agent agent"),
+        "{summary}"
+    );
 }
 
 /// An agent that is not installed costs nothing and says nothing; one turned off in the config
