@@ -63,6 +63,59 @@ struct Found {
     subagents: Vec<String>,
 }
 
+/// Every main transcript under `<dir>/projects/`, with its subagents' ids: a `stat` a file.
+fn found_in(dir: &Path) -> std::io::Result<Vec<Found>> {
+    let mut out = Vec::new();
+    let projects = dir.join("projects");
+    let dirs = match std::fs::read_dir(&projects) {
+        Ok(d) => d,
+        // a Claude Code that never ran a session has no projects yet
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    for d in dirs {
+        let d = d?.path();
+        if !d.is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(&d)? {
+            let file = f?.path();
+            if !file.extension().is_some_and(|x| x == "jsonl") {
+                continue;
+            }
+            let Some(id) = file.file_stem().and_then(|s| s.to_str()).map(String::from)
+            else {
+                continue;
+            };
+            let mut updated = mtime_ms(&file);
+            let mut subagents = Vec::new();
+            let subs = file.with_extension("").join("subagents");
+            for s in std::fs::read_dir(&subs).into_iter().flatten().flatten() {
+                let p = s.path();
+                if p.extension().is_some_and(|x| x == "jsonl") {
+                    updated = updated.max(mtime_ms(&p));
+                    if let Some(stem) = p.file_stem().and_then(|s| s.to_str()) {
+                        subagents.push(stem.to_string());
+                    }
+                }
+            }
+            out.push(Found {
+                id,
+                file,
+                updated,
+                subagents,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The newest modification among Claude Code's transcripts under `dir` (`None`: none, or none
+/// readable): what follow mode compares at every poll before reading anything.
+pub fn newest_change(dir: &Path) -> Option<i64> {
+    found_in(dir).ok()?.iter().filter_map(|f| f.updated).max()
+}
+
 impl ClaudeHome {
     pub fn new(dir: &Path) -> ClaudeHome {
         ClaudeHome {
@@ -78,54 +131,8 @@ impl ClaudeHome {
         if let Some(f) = self.found.get() {
             return Ok(f);
         }
-        let f = self.list_found()?;
+        let f = found_in(&self.dir)?;
         Ok(self.found.get_or_init(|| f))
-    }
-
-    fn list_found(&self) -> std::io::Result<Vec<Found>> {
-        let mut out = Vec::new();
-        let projects = self.dir.join("projects");
-        let dirs = match std::fs::read_dir(&projects) {
-            Ok(d) => d,
-            // a Claude Code that never ran a session has no projects yet
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-            Err(e) => return Err(e),
-        };
-        for d in dirs {
-            let d = d?.path();
-            if !d.is_dir() {
-                continue;
-            }
-            for f in std::fs::read_dir(&d)? {
-                let file = f?.path();
-                if !file.extension().is_some_and(|x| x == "jsonl") {
-                    continue;
-                }
-                let Some(id) = file.file_stem().and_then(|s| s.to_str()).map(String::from)
-                else {
-                    continue;
-                };
-                let mut updated = mtime_ms(&file);
-                let mut subagents = Vec::new();
-                let subs = file.with_extension("").join("subagents");
-                for s in std::fs::read_dir(&subs).into_iter().flatten().flatten() {
-                    let p = s.path();
-                    if p.extension().is_some_and(|x| x == "jsonl") {
-                        updated = updated.max(mtime_ms(&p));
-                        if let Some(stem) = p.file_stem().and_then(|s| s.to_str()) {
-                            subagents.push(stem.to_string());
-                        }
-                    }
-                }
-                out.push(Found {
-                    id,
-                    file,
-                    updated,
-                    subagents,
-                });
-            }
-        }
-        Ok(out)
     }
 
     /// Reads one main transcript with its subagents (once), each session settled by whether

@@ -63,6 +63,29 @@ fn thread_of(file: &Path) -> Option<String> {
     .then(|| id.to_string())
 }
 
+/// Every rollout under `<dir>/sessions/`: thread id, file, modification time (a `stat` a file).
+fn rollouts_in(dir: &Path) -> std::io::Result<Vec<(String, PathBuf, Option<i64>)>> {
+    let dir = dir.join("sessions");
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    Ok(jsonl_files(&dir)?
+        .into_iter()
+        .filter_map(|f| {
+            let id = thread_of(&f)?;
+            let t = mtime_ms(&f);
+            Some((id, f, t))
+        })
+        .collect())
+}
+
+/// The newest modification among Codex's rollouts under `dir` (`None`: none, or none
+/// readable): what follow mode compares at every poll before reading anything (the locks, a
+/// look at every process's open files, are looked at only when it moved).
+pub fn newest_change(dir: &Path) -> Option<i64> {
+    rollouts_in(dir).ok()?.iter().filter_map(|r| r.2).max()
+}
+
 impl CodexHome {
     pub fn new(dir: &Path) -> CodexHome {
         CodexHome {
@@ -78,23 +101,8 @@ impl CodexHome {
         if let Some(r) = self.rollouts.get() {
             return Ok(r);
         }
-        let r = self.list_rollouts()?;
+        let r = rollouts_in(&self.dir)?;
         Ok(self.rollouts.get_or_init(|| r))
-    }
-
-    fn list_rollouts(&self) -> std::io::Result<Vec<(String, PathBuf, Option<i64>)>> {
-        let dir = self.dir.join("sessions");
-        if !dir.is_dir() {
-            return Ok(Vec::new());
-        }
-        Ok(jsonl_files(&dir)?
-            .into_iter()
-            .filter_map(|f| {
-                let id = thread_of(&f)?;
-                let t = mtime_ms(&f);
-                Some((id, f, t))
-            })
-            .collect())
     }
 
     /// Reads one rollout (once), settled by whether its lock is held.

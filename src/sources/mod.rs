@@ -356,6 +356,18 @@ pub fn agents_to_read(cfg: &crate::config::Config) -> Vec<SourceId> {
     out
 }
 
+impl SourceId {
+    /// For another agent's directory: the newest modification among its session files, a
+    /// `stat` a file, nothing read (`None`: no files, or not such a source).
+    pub fn newest_change(&self) -> Option<i64> {
+        match self {
+            SourceId::ClaudeCode(dir) => claude_home::newest_change(dir),
+            SourceId::Codex(dir) => codex_home::newest_change(dir),
+            _ => None,
+        }
+    }
+}
+
 /// Why a session read from `id` cannot be nudged (no running agent to send to).
 pub fn refusal(id: &SourceId) -> String {
     format!(

@@ -736,3 +736,132 @@ fn a_running_agent_session_is_busy_and_after_sigkill_its_stale_file_or_lock_is_n
         assert_eq!(act["running"], json!([]));
     }
 }
+
+/// Follow mode reads the other agents too: `oc-sessions --follow | oc-calls --follow |
+/// progress-detect --follow` flags a looping `claude -p` and a looping `codex exec` while each
+/// still runs (a loop of 14 calls a second apart: the verdict comes before the last call), and
+/// the session reads idle once the process ended. Without it, a user running the follow service
+/// (whose timer ticks exit at once) had no watchdog for either agent.
+#[test]
+fn follow_mode_flags_a_claude_code_and_a_codex_loop_while_they_run() {
+    use std::io::BufRead;
+    use std::sync::{Arc, Mutex};
+    let home = Home::new();
+    agent_home(home.path());
+    let cfg = home.join(".config/oc-watchdog/watchdog.toml");
+    std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+    std::fs::write(&cfg, "[follow]\npoll_ms = 200\nfull_every_secs = 60\n").unwrap();
+    // each agent's directory exists before the follow starts (as on a machine where it is
+    // installed): the first full read finds it
+    std::fs::create_dir_all(home.join(".claude/projects")).unwrap();
+    std::fs::create_dir_all(home.join(".codex/sessions")).unwrap();
+    let model = AgentModel::start();
+    let slow = format!("sleep 1; {TEST}");
+    model.script(
+        "cfollow",
+        &Value::Array(vec![
+            json!({"tool": "Bash", "args": {"command": slow, "description": "run"}});
+            14
+        ]),
+    );
+    model.script(
+        "xfollow",
+        &Value::Array(vec![
+            json!({"tool": "exec_command", "args": {"cmd": slow}});
+            14
+        ]),
+    );
+    let err = home.join("stderr.txt");
+    let file = || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&err)
+            .unwrap()
+    };
+    let mut sessions = home
+        .cmd("oc-sessions")
+        .args(["--follow", "--no-discover", "--no-db"])
+        .spawn_from(std::process::Stdio::null(), file());
+    let mut calls = home.cmd("oc-calls").args(["--follow"]).spawn_from(
+        std::process::Stdio::from(sessions.stdout.take().unwrap()),
+        file(),
+    );
+    let mut detect = home.cmd("progress-detect").args(["--follow"]).spawn_from(
+        std::process::Stdio::from(calls.stdout.take().unwrap()),
+        file(),
+    );
+    let lines: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let sink = lines.clone();
+    let out = detect.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(serde_json::from_str(&l).unwrap());
+        }
+    });
+    let verdict = |program: &str, pred: &dyn Fn(&Value) -> bool| {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|v| v["kind"] == "verdict" && v["program"] == program && pred(v))
+            .cloned()
+    };
+    for (script, program) in [("cfollow", "claude-code"), ("xfollow", "codex")] {
+        let proj = make_project(&home.join(script));
+        let mut agent = if program == "codex" {
+            model.codex_cmd(home.path(), &proj, script)
+        } else {
+            model.claude_cmd(home.path(), &proj, script)
+        }
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+        let t0 = std::time::Instant::now();
+        let flagged = loop {
+            if let Some(v) = verdict(program, &|v| v["flagged"] == true) {
+                break v;
+            }
+            assert!(
+                agent.try_wait().unwrap().is_none(),
+                "{program}: ended before any verdict flagged it\n{}\n{}",
+                lines
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .map(Value::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                std::fs::read_to_string(&err).unwrap_or_default()
+            );
+            assert!(t0.elapsed() < std::time::Duration::from_secs(120));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
+        // told while the loop still ran: the agent had calls left to make
+        assert!(agent.try_wait().unwrap().is_none(), "{program}");
+        assert!(flagged["calls"].as_u64().unwrap() < 14, "{flagged}");
+        assert_eq!(flagged["signals"]["top_target"], format!("bash {slow}"));
+        assert!(agent.wait().unwrap().success());
+        // its end is read: the session is idle with all 14 calls
+        let t1 = std::time::Instant::now();
+        while verdict(program, &|v| {
+            v["calls"] == 14 && v["liveness"]["status"] == "idle"
+        })
+        .is_none()
+        {
+            assert!(
+                t1.elapsed() < std::time::Duration::from_secs(60),
+                "{program}: its end not read\n{}",
+                std::fs::read_to_string(&err).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    for mut c in [sessions, calls, detect] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert_eq!(std::fs::read_to_string(&err).unwrap_or_default(), "");
+}

@@ -72,6 +72,8 @@ struct Merged {
 struct CallsFollow<'a> {
     out: &'a mut Out,
     opened: HashMap<SourceId, Box<dyn Source>>,
+    /// Other agents' directories, opened for one batch (their files change between batches).
+    records: HashMap<SourceId, Box<dyn sources::Records>>,
     limits: sources::Limits,
     known: HashMap<String, Known>,
     /// Sessions listed in the current batch (a session listed twice is read once).
@@ -85,6 +87,7 @@ pub fn run(limits: sources::Limits, stdin: &mut dyn BufRead, out: &mut Out) -> R
     let mut f = CallsFollow {
         out,
         opened: HashMap::new(),
+        records: HashMap::new(),
         limits,
         known: HashMap::new(),
         batch: HashSet::new(),
@@ -145,6 +148,7 @@ impl CallsFollow<'_> {
         // has): a fresh one for each batch, or every read after the first seconds times out
         self.opened
             .retain(|id, _| !matches!(id, SourceId::Server(_)));
+        self.records.clear();
         if sw.full {
             self.full_sweeps += 1;
             let now = self.full_sweeps;
@@ -166,6 +170,14 @@ impl CallsFollow<'_> {
             *bad = true;
             return Ok(());
         };
+        if !self.records.contains_key(&src) {
+            if let Some(r) = src.records() {
+                self.records.insert(src.clone(), r);
+            }
+        }
+        if self.records.contains_key(&src) {
+            return self.transcript(s, &src);
+        }
         // a database deleted or replaced since it was opened: this connection reads the old file
         if self.opened.get(&src).is_some_and(|o| !o.is_current()) {
             self.opened.remove(&src);
@@ -231,6 +243,42 @@ impl CallsFollow<'_> {
         }
         k.activity = Some(merged);
         k.cursor = k.cursor.max(newest);
+        Ok(())
+    }
+}
+
+impl CallsFollow<'_> {
+    /// Another agent's session: read whole from its wing (its file as it is now), and the
+    /// calls and activity written that changed since they were last written.
+    fn transcript(&mut self, s: &Session, src: &SourceId) -> Result<()> {
+        let t = match self.records[src].read(&s.id) {
+            Ok(Some(t)) => t,
+            // gone since listed: nothing to judge, nothing wrong
+            Ok(None) => return Ok(()),
+            Err(why) => return blind(self.out, &src.to_string(), &why),
+        };
+        let full_sweeps = self.full_sweeps;
+        let k = self.known.entry(s.id.clone()).or_default();
+        k.listed_at = full_sweeps;
+        for c in &t.calls {
+            let line = to_line("call", c)?;
+            let h = hash_of(&line);
+            if k.calls.get(&c.id) != Some(&h) {
+                self.out.line(&line)?;
+                k.calls.insert(c.id.clone(), h);
+            }
+        }
+        let line = to_line("activity", &t.activity)?;
+        let h = hash_of(&line);
+        let had = k.activity.as_ref().map(|m| m.hash);
+        if had != Some(h) {
+            self.out.line(&line)?;
+            k.activity = Some(Merged {
+                record: t.activity.clone(),
+                newest: None,
+                hash: h,
+            });
+        }
         Ok(())
     }
 }

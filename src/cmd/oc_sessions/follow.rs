@@ -23,8 +23,8 @@
 //! polls); the wall clock only stamps records and picks what a full read lists.
 
 use super::{
-    collect, open_db, read_others, write_db_source, write_other_sources, write_rest,
-    write_server_sources, Args,
+    collect, open_db, read_agents, read_others, write_agent_sources, write_db_source,
+    write_other_sources, write_rest, write_server_sources, Args,
 };
 use crate::cli::{now_ms, parse_when, Exit, Out};
 use crate::config::{Config, Discover};
@@ -89,6 +89,10 @@ struct SessionsFollow<'a> {
     streams: Vec<events::EventStream>,
     /// A stream was connected again: a full read at the next poll.
     full_soon: bool,
+    /// The other agents read at the last full read (Claude Code's, Codex's directory), each
+    /// with the newest modification among its session files then: a poll reads one again only
+    /// when that moved.
+    agents: Vec<(sources::SourceId, Option<i64>)>,
 }
 
 pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
@@ -122,6 +126,7 @@ pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
         listed: HashMap::new(),
         streams: Vec::new(),
         full_soon: false,
+        agents: Vec::new(),
     };
     let poll = Duration::from_millis(cfg.follow.poll_ms.max(10));
     let full_every = Duration::from_secs(cfg.follow.full_every_secs.max(1));
@@ -252,12 +257,22 @@ impl SessionsFollow<'_> {
         // the other sources are read at full reads only
         let others = sources::others_to_read(&self.args.sources, self.cfg, &self.db_path);
         let others = read_others(&others, (since, &also), self.limits, &mut seen);
+        // the other agents, as a tick reads them; their files' newest change taken first, so
+        // that one made while they are read is read again at the next poll
+        let agents: Vec<sources::SourceId> = sources::agents_to_read(self.cfg)
+            .into_iter()
+            .filter(|a| !others.iter().any(|(o, _)| o == a))
+            .collect();
+        let newest: Vec<Option<i64>> = agents.iter().map(|a| a.newest_change()).collect();
+        let agents_read = read_agents(&agents, (since, &also), &mut seen);
+        self.agents = agents.into_iter().zip(newest).collect();
         if let Some(db) = db {
             let writers: Vec<u32> = procs.iter().map(|p| p.pid).collect();
             write_db_source(out, db, self.db_found, &writers, &seen)?;
         }
         write_server_sources(out, &reads, &seen)?;
         write_other_sources(out, &others, &seen)?;
+        write_agent_sources(out, &agents_read, &seen)?;
         write_rest(out, &reads, &seen)?;
         self.procs = procs.iter().map(|p| (p.pid, p.cwd.clone())).collect();
         self.listed.clear();
@@ -302,8 +317,14 @@ impl SessionsFollow<'_> {
                 changed.push(id);
             }
         }
+        let agents_moved = self.poll_agents(&mut seen);
         if changed.is_empty() {
-            return Ok(());
+            if !agents_moved {
+                return Ok(());
+            }
+            self.note_listed(&seen);
+            write_rest(out, &[], &seen)?;
+            return self.sweep(out, t, false);
         }
         let db = match &self.db {
             Database::Open(db, _) => Some(&**db),
@@ -365,6 +386,42 @@ impl SessionsFollow<'_> {
             ids.extend(h.sessions);
         }
         ids
+    }
+
+    /// The other agents' sessions whose files changed since the last look: one `stat` a
+    /// session file while nothing moved; when something did, that agent's directory is read
+    /// (its running sessions with it) and the sessions updated since are listed. Returns
+    /// whether it listed anything or found something it could not read.
+    fn poll_agents(&mut self, seen: &mut Seen) -> bool {
+        let mut any = false;
+        for (id, last) in &mut self.agents {
+            let newest = id.newest_change();
+            if newest <= *last {
+                continue;
+            }
+            let since = last.map_or(i64::MIN, |l| l - SLACK_MS);
+            *last = newest;
+            let Some(records) = id.records() else {
+                continue;
+            };
+            let listing = records.list(since, &[]);
+            let name = id.to_string();
+            for why in &listing.problems {
+                seen.blind(&name, why);
+            }
+            any |= !listing.problems.is_empty();
+            // a running session comes with every listing: only those whose files moved
+            let before = seen.sessions.len();
+            seen.sessions.extend(
+                listing
+                    .sessions
+                    .into_iter()
+                    .filter(|s| s.updated.map_or(true, |u| u >= since)),
+            );
+            any |= seen.sessions.len() > before;
+        }
+        seen.refuse_strange_ids();
+        any
     }
 
     fn note_listed(&mut self, seen: &Seen) {
