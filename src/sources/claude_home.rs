@@ -22,6 +22,9 @@ pub struct ClaudeHome {
     dir: PathBuf,
     /// Sessions whose process runs, with its pid.
     live: HashMap<String, u32>,
+    /// Of those, the ones whose process says it waits for its user (`"status": "idle"` in its
+    /// `sessions/<pid>.json`: an interactive session between turns, after Esc).
+    waiting: HashSet<String>,
     /// Main transcripts read, by session id: a subagent is read with its session.
     read: RefCell<HashMap<String, Read>>,
     /// The main transcripts found, listed once per open (oc-calls asks for one session after
@@ -118,9 +121,11 @@ pub fn newest_change(dir: &Path) -> Option<i64> {
 
 impl ClaudeHome {
     pub fn new(dir: &Path) -> ClaudeHome {
+        let (live, waiting) = live_sessions(&dir.join("sessions"));
         ClaudeHome {
+            live,
+            waiting,
             dir: dir.to_path_buf(),
-            live: live_sessions(&dir.join("sessions")),
             read: RefCell::new(HashMap::new()),
             found: std::cell::OnceCell::new(),
         }
@@ -145,7 +150,8 @@ impl ClaudeHome {
         let text =
             std::fs::read_to_string(file).map_err(|e| format!("{name}: cannot read: {e}"))?;
         let mut r = claude_code::read_with_subagents(file, &name, &text);
-        let running = self.live.contains_key(id);
+        // an interactive session's process runs between turns: it runs a turn while it says so
+        let running = self.live.contains_key(id) && !self.waiting.contains(id);
         let wire = self.id().to_string();
         for t in &mut r.sessions {
             t.session.source = Some(wire.clone());
@@ -247,9 +253,11 @@ impl Records for ClaudeHome {
 
 /// The sessions whose process runs, by `sessions/<pid>.json` (Claude Code writes one per
 /// process, and removes it on every exit but SIGKILL): those whose pid is alive with the start
-/// time the file gives.
-fn live_sessions(dir: &Path) -> HashMap<String, u32> {
+/// time the file gives; and of those, the ones whose file says `"status": "idle"` (an
+/// interactive session waiting for its user; seen after Esc in Claude Code 2.1.332's TUI).
+fn live_sessions(dir: &Path) -> (HashMap<String, u32>, HashSet<String>) {
     let mut out = HashMap::new();
+    let mut waiting = HashSet::new();
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let p = e.path();
         // `<pid>.json`; the `<pid>.<hash>.key` files beside them hold tokens, never read
@@ -280,9 +288,13 @@ fn live_sessions(dir: &Path) -> HashMap<String, u32> {
             && proc_start(pid) == start
         {
             out.insert(session.to_string(), pid);
+            // `-p` says "busy" for its whole run; an interactive session "idle" between turns
+            if v["status"] == "idle" {
+                waiting.insert(session.to_string());
+            }
         }
     }
-    out
+    (out, waiting)
 }
 
 #[cfg(test)]
@@ -306,8 +318,35 @@ mod tests {
         write(1, "reused", "1");
         // a killed process's file: no such pid
         write(4_000_000, "dead", &start);
-        let live = live_sessions(dir.path());
+        let (live, waiting) = live_sessions(dir.path());
         assert_eq!(live, HashMap::from([("alive".to_string(), me)]));
+        assert!(waiting.is_empty());
+    }
+
+    /// An interactive session's process stays between turns: its file says whether it runs a
+    /// turn. Before, an Esc'd interactive session read busy for as long as its TUI stayed open,
+    /// and its loop never resolved (tried under tmux with Claude Code 2.1.332).
+    #[test]
+    fn an_interactive_session_waiting_for_its_user_is_not_running_a_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        let start = proc_start(me).unwrap();
+        // the file Claude Code 2.1.332's TUI wrote after Esc (tokens and paths left out)
+        let file = json!({"pid": me, "sessionId": "b6b05cec-7c76-4622-81ce-4f4aaf63e7ed",
+            "cwd": "/tmp/op/proj", "startedAt": 1796430025151_i64, "procStart": start,
+            "version": "2.1.332", "kind": "interactive", "entrypoint": "cli",
+            "status": "idle", "updatedAt": 1796430054365_i64});
+        std::fs::write(dir.path().join(format!("{me}.json")), file.to_string()).unwrap();
+        let (live, waiting) = live_sessions(dir.path());
+        assert_eq!(live.len(), 1);
+        assert_eq!(
+            waiting,
+            HashSet::from(["b6b05cec-7c76-4622-81ce-4f4aaf63e7ed".to_string()])
+        );
+        // while a turn runs it says "busy" (as `-p` does for its whole run)
+        let busy = file.to_string().replace("\"idle\"", "\"busy\"");
+        std::fs::write(dir.path().join(format!("{me}.json")), busy).unwrap();
+        assert!(live_sessions(dir.path()).1.is_empty());
     }
 
     #[test]

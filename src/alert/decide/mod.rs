@@ -504,12 +504,21 @@ fn loop_step(i: &DecisionInput, a: &AlertEpisode, tree: Option<&Tree>) -> Option
             .flagged
             .iter()
             .any(|v| v.liveness_evidence() == crate::liveness::BY_THE_USER);
+        // another agent's session (Claude Code, Codex) has neither opencode's process nor its keys
+        let opencode = t.flagged.iter().all(|v| {
+            v.program
+                .map_or(true, |p| p == crate::record::Program::Opencode)
+        });
         return Some(resolve(
             Reason::Stopped,
-            if ended {
+            if ended && opencode {
                 "the opencode process ended: no flagged session runs any more"
-            } else if by_user {
+            } else if ended {
+                "the agent's process ended: no flagged session runs any more"
+            } else if by_user && opencode {
                 "interrupted by the user (Esc in the TUI, Ctrl-C to opencode run): no flagged session runs any more"
+            } else if by_user {
+                "interrupted by the user (Esc in its session, or Ctrl-C): no flagged session runs any more"
             } else if new_calls > 0 {
                 "the loop stopped: every flagged session is idle, its turn over"
             } else {
@@ -1039,6 +1048,17 @@ mod tests {
             Step::Resolve { why, .. } => assert_eq!(
                 why,
                 "interrupted by the user (Esc in the TUI, Ctrl-C to opencode run): no flagged session runs any more"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // Esc in an interactive Claude Code session: no opencode words
+        let mut r = interrupted("r", by_user);
+        r.flagged = true;
+        r.program = Some(crate::record::Program::ClaudeCode);
+        match &run(vec![open(1, Severity::Warning, &[("r", 5)])], tick(vec![r]))[0] {
+            Step::Resolve { why, .. } => assert_eq!(
+                why,
+                "interrupted by the user (Esc in its session, or Ctrl-C): no flagged session runs any more"
             ),
             other => panic!("{other:?}"),
         }
