@@ -12,7 +12,7 @@ use super::codex;
 use super::transcript::{jsonl_files, mtime_ms, settle, Transcript};
 use super::{Limits, Listing, Records, Source, SourceId, SourceKind};
 use crate::record::Program;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -61,6 +61,25 @@ fn thread_of(file: &Path) -> Option<String> {
     (id.bytes().filter(|&b| b == b'-').count() == 4
         && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-'))
     .then(|| id.to_string())
+}
+
+/// Whether a rollout's latest turn is under way: its last turn event (`event_msg` of type
+/// `task_started`, `task_complete` or `turn_aborted`) is a start. Codex's TUI keeps the thread's
+/// lock for as long as it is open, between turns too (seen with 0.171.0 after Esc: "Conversation
+/// interrupted", the lock still held, `turn_aborted` last).
+fn turn_open(text: &str) -> bool {
+    let mut open = false;
+    for line in text.lines().filter(|l| l.contains("\"event_msg\"")) {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        match v["payload"]["type"].as_str() {
+            Some("task_started") => open = true,
+            Some("task_complete" | "turn_aborted") => open = false,
+            _ => {}
+        }
+    }
+    open
 }
 
 /// Every rollout under `<dir>/sessions/`: thread id, file, modification time (a `stat` a file).
@@ -126,7 +145,8 @@ impl CodexHome {
         let id = t.session.id.clone();
         t.session.source = Some(self.id().to_string());
         t.session.title = titles.get(&id).cloned();
-        settle(&mut t, self.live.contains_key(&id));
+        // the TUI holds the thread's lock between turns: a turn runs while its last one is open
+        settle(&mut t, self.live.contains_key(&id) && turn_open(&text));
         self.read.borrow_mut().insert(id.clone(), t);
         Some(id)
     }
@@ -301,6 +321,23 @@ fn held_locks(dir: &Path) -> HashMap<String, u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Esc in Codex 0.171.0's TUI: the lock stays held, the turn is over. Before, the thread
+    /// read busy for as long as the TUI stayed open and its loop never resolved.
+    #[test]
+    fn a_tui_thread_whose_last_turn_was_aborted_or_completed_runs_no_turn() {
+        // the turn events of the real rollout (trimmed to the fields read)
+        let started = r#"{"timestamp":"2026-12-05T00:26:47.186Z","ordinal":1,"type":"event_msg","payload":{"type":"task_started","turn_attribution":{"turn_id":"01a24398-a5f1-7c40-9db0-0a758f2e1d91","turn_trigger":"user"}}}"#;
+        let call = r#"{"timestamp":"2026-12-05T00:26:48.000Z","ordinal":5,"type":"response_item","payload":{"type":"function_call","name":"exec_command","arguments":"{}","call_id":"c1"}}"#;
+        let aborted = r#"{"timestamp":"2026-12-05T00:26:59.321Z","ordinal":39,"type":"event_msg","payload":{"type":"turn_aborted","turn_id":"01a24398-a5f1-7c40-9db0-0a758f2e1d91","reason":"interrupted"}}"#;
+        let complete = r#"{"timestamp":"2026-12-05T00:27:30.000Z","ordinal":60,"type":"event_msg","payload":{"type":"task_complete","turn_id":"01a24398-b"}}"#;
+        assert!(turn_open(&[started, call].join("\n")));
+        assert!(!turn_open(&[started, call, aborted].join("\n")));
+        assert!(turn_open(&[started, aborted, started].join("\n")));
+        assert!(!turn_open(&[started, complete].join("\n")));
+        // a thread opened with no turn yet runs none
+        assert!(!turn_open(call));
+    }
 
     #[test]
     fn a_rollouts_thread_is_the_uuid_its_name_ends_with() {
