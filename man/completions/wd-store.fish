@@ -100,7 +100,7 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l format -d 'O
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l now -d 'The current time in epoch ms (default: the clock)' -r
-complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l wide -d 'With --format table: every column (the default table fits 100 columns)'
+complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l wide -d 'With --format table: every column (the default table fits the terminal: COLUMNS, else its width, else 100)'
 complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l since -d 'Episodes open at any time since then' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l kind -d 'Only this kind (loop, blind, stalled, retrying, waiting, interrupted, unfinished)' -r
@@ -111,7 +111,7 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l format -d '
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l now -d 'The current time in epoch ms (default: the clock)' -r
-complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l wide -d 'With --format table: every column (the default table fits 100 columns)'
+complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l wide -d 'With --format table: every column (the default table fits the terminal: COLUMNS, else its width, else 100)'
 complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l since -d 'Only verdicts judged since then: a duration back from now (1h) or epoch ms' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l session -d 'Only this session\'s verdicts' -r

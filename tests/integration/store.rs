@@ -748,3 +748,95 @@ fn a_query_on_a_missing_database_names_it_and_creates_nothing() {
     r.ok();
     assert_eq!(r.kind("status")[0]["outcome"], json!("no_opencode"));
 }
+
+/// A watchdog database holding the fixture's 23 loops as one tick (`progress-detect |
+/// wd-store tick | wd-alert`) at `now`, its desktop channel off.
+fn fixture_loops_db(home: &Home, now: &str) -> String {
+    let cfg = home.join("wd.toml");
+    std::fs::write(
+        &cfg,
+        "[[channels]]\nname = \"desktop\"\ntype = \"desktop\"\nenabled = false\n",
+    )
+    .unwrap();
+    let cfg = cfg.display().to_string();
+    let stored = home
+        .cmd("wd-store")
+        .args(["--db", &db(home), "--config", &cfg, "--now", now, "tick"])
+        .stdin(fixture_verdicts(home))
+        .run();
+    stored.ok();
+    home.cmd("wd-alert")
+        .args(["--db", &db(home), "--config", &cfg, "--now", now])
+        .stdin(stored.stdout())
+        .run()
+        .ok();
+    db(home)
+}
+
+/// `wd-store ARGS` at `now`, in UTC, with `COLUMNS` set to `columns` (none: a pipe's default).
+fn table_at(home: &Home, now: &str, columns: Option<&str>, args: &[&str]) -> String {
+    let db = db(home);
+    let mut all = vec!["--db", &db, "--now", now];
+    all.extend_from_slice(args);
+    let mut c = home.cmd("wd-store").env("TZ", "UTC").args(&all);
+    if let Some(w) = columns {
+        c = c.env("COLUMNS", w);
+    }
+    let r = c.run();
+    r.ok();
+    r.stdout()
+}
+
+fn widest(table: &str) -> usize {
+    table.lines().map(|l| l.chars().count()).max().unwrap_or(0)
+}
+
+#[test]
+fn loops_table_fits_the_terminal_and_does_not_cut_titles_to_8_characters() {
+    // issue 40: `wd-store loops --format table` was 103 columns on these loops whatever the
+    // terminal (its --help said 100) and cut project and title to 8 characters ("amount …")
+    let home = Home::new();
+    let now = "1796300000000";
+    fixture_loops_db(&home, now);
+    let loops = |columns| table_at(&home, now, columns, &["loops", "--format", "table"]);
+    let row = |table: &str| -> String {
+        table
+            .lines()
+            .find(|l| l.contains("ses_dc5721858ffedLRWqfrh3YU7lD"))
+            .unwrap_or_else(|| panic!("{table}"))
+            .to_string()
+    };
+    let at80 = loops(Some("80"));
+    assert_eq!(widest(&at80), 80, "{at80}");
+    assert_eq!(at80.lines().count(), 24, "{at80}");
+    assert_eq!(
+        at80.lines().next().unwrap(),
+        "status   session                         project       session_title"
+    );
+    assert_eq!(
+        row(&at80),
+        "warning  ses_dc5721858ffedLRWqfrh3YU7lD  …vwM7Q1/proj  amount parsing orchestra…"
+    );
+    let at120 = loops(Some("120"));
+    assert_eq!(widest(&at120), 120, "{at120}");
+    assert!(
+        at120.lines().next().unwrap().starts_with(
+            "status   session                         opened UTC   burned            project       session_title"
+        ),
+        "{at120}"
+    );
+    assert!(
+        row(&at120).ends_with("  6 calls, $0.02,…  …vwM7Q1/proj  amount parsing orchestrator"),
+        "{at120}"
+    );
+    // not a terminal and no COLUMNS: the documented 100
+    let piped = loops(None);
+    assert_eq!(widest(&piped), 100, "{piped}");
+    // alerts fit too, their burned figures cut, not the session to paste
+    let alerts = table_at(&home, now, Some("80"), &["alerts", "--format", "table"]);
+    assert!(widest(&alerts) <= 80, "{alerts}");
+    assert!(
+        alerts.contains("  ses_dc5721858ffedLRWqfrh3YU7lD"),
+        "{alerts}"
+    );
+}

@@ -99,7 +99,8 @@ pub enum Cmd {
         /// Also list episodes resolved this long ago or less.
         #[arg(long, value_name = "DURATION", default_value = "1h")]
         recent: String,
-        /// With --format table: every column (the default table fits 100 columns).
+        /// With --format table: every column (the default table fits the terminal: COLUMNS, else its
+        /// width, else 100).
         #[arg(long)]
         wide: bool,
     },
@@ -114,7 +115,8 @@ pub enum Cmd {
         /// At most this many rows, newest first.
         #[arg(long, default_value_t = 1000)]
         limit: usize,
-        /// With --format table: every column (the default table fits 100 columns).
+        /// With --format table: every column (the default table fits the terminal: COLUMNS, else its
+        /// width, else 100).
         #[arg(long)]
         wide: bool,
     },

@@ -2,7 +2,7 @@
 //! `blocks`. Each runs one query of [`crate::store`] and prints its rows.
 
 use super::Ctx;
-use crate::cli::{parse_duration_ms, parse_when, Exit, Format, Out};
+use crate::cli::{parse_duration_ms, parse_when, Exit, Format, Give, Out};
 use crate::store::rows::{self, Rows};
 use crate::store::{blocks, channels, episodes, ticks, verdicts};
 use anyhow::{bail, Result};
@@ -44,7 +44,10 @@ pub fn status(cx: &Ctx, out: &mut Out) -> Result<Exit> {
     Ok(Exit::Ok)
 }
 
-/// The columns of the narrow `loops` table, and the ones cut to fit 100 columns.
+/// The columns of the narrow `loops` table. On a narrow terminal `opened` goes first; then
+/// `burned` is cut (its calls and cost stay), then the project at its start (a path's end says
+/// most), then the title, never below 20 characters, before `burned` goes too: what loops and
+/// where is what the operator reads, the session id what they paste.
 const LOOPS_NARROW: &[&str] = &[
     "status",
     "session",
@@ -53,12 +56,25 @@ const LOOPS_NARROW: &[&str] = &[
     "project",
     "session_title",
 ];
+const LOOPS_GIVE: &[(&str, Give)] = &[
+    ("opened", Give::drop(1)),
+    ("burned", Give::cut(16).or_drop(2)),
+    ("project", Give::cut_start(12)),
+    ("session_title", Give::cut(20)),
+];
+/// The columns of the narrow `alerts` table: `burned` is cut (its calls and cost stay).
 const ALERTS_NARROW: &[&str] = &["opened", "alert", "reason", "burned", "session"];
-const CUT: &[&str] = &["project", "session_title"];
+const ALERTS_GIVE: &[(&str, Give)] = &[("burned", Give::cut(16))];
 
 /// Rows as the operator reads them: the project as `~/work/app`; a table without `--wide`
-/// only the `narrow` columns, fit to [`rows::WIDTH`].
-fn for_people(mut r: Rows, format: Format, wide: bool, narrow: &[&'static str]) -> Rows {
+/// only the `narrow` columns, fit to the terminal (`width`) as `give` says.
+fn for_people(
+    mut r: Rows,
+    format: Format,
+    wide: bool,
+    width: usize,
+    (narrow, give): (&[&'static str], &'static [(&'static str, Give)]),
+) -> Rows {
     r.map_col("project", |v| match v.as_str() {
         Some(d) => json!(crate::paths::short(d)),
         None => v.clone(),
@@ -67,17 +83,14 @@ fn for_people(mut r: Rows, format: Format, wide: bool, narrow: &[&'static str]) 
         return r;
     }
     let mut r = r.only(narrow);
-    r.fit = Some(rows::Fit {
-        width: rows::WIDTH,
-        flexible: CUT,
-    });
+    r.fit = Some(rows::Fit { width, give });
     r
 }
 
 /// `wd-store loops`: open alerts, and those resolved within `recent`.
 pub fn loops(cx: &Ctx, recent: &str, wide: bool, out: &mut Out) -> Result<Exit> {
     let r = episodes::loops(&cx.store, cx.now - parse_duration_ms(recent)?, cx.now)?;
-    for_people(r, cx.format, wide, LOOPS_NARROW).print(cx.format, out)?;
+    for_people(r, cx.format, wide, out.width, (LOOPS_NARROW, LOOPS_GIVE)).print(cx.format, out)?;
     Ok(Exit::Ok)
 }
 
@@ -98,7 +111,8 @@ pub fn alerts(
         }
     }
     let r = episodes::history(&cx.store, since, kind.as_deref(), limit, cx.now)?;
-    for_people(r, cx.format, wide, ALERTS_NARROW).print(cx.format, out)?;
+    for_people(r, cx.format, wide, out.width, (ALERTS_NARROW, ALERTS_GIVE))
+        .print(cx.format, out)?;
     Ok(Exit::Ok)
 }
 
