@@ -113,29 +113,7 @@ impl Rows {
                 }
             }
             Format::Table => {
-                let clock = crate::clock::Clock::system();
-                let rows: Vec<Vec<String>> = self
-                    .rows
-                    .iter()
-                    .map(|r| {
-                        r.iter()
-                            .zip(&self.cols)
-                            .map(|(v, c)| shown(v, c, &clock, self.fit.is_some()))
-                            .collect()
-                    })
-                    .collect();
-                let zone = clock.abbr(crate::cli::now_ms());
-                let head: Vec<String> = self
-                    .cols
-                    .iter()
-                    .map(|c| {
-                        if TIME_COLS.contains(c) {
-                            format!("{c} {zone}")
-                        } else {
-                            c.to_string()
-                        }
-                    })
-                    .collect();
+                let (head, rows) = self.for_people();
                 let head: Vec<&str> = head.iter().map(String::as_str).collect();
                 match &self.fit {
                     Some(fit) => {
@@ -162,6 +140,53 @@ impl Rows {
                 }
                 w.flush()?;
             }
+        }
+        Ok(())
+    }
+}
+
+impl Rows {
+    /// The header and cells as a person reads them: times in local time, the zone named in
+    /// the header (`opened CET`).
+    fn for_people(&self) -> (Vec<String>, Vec<Vec<String>>) {
+        let clock = crate::clock::Clock::system();
+        let rows: Vec<Vec<String>> = self
+            .rows
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .zip(&self.cols)
+                    .map(|(v, c)| shown(v, c, &clock, self.fit.is_some()))
+                    .collect()
+            })
+            .collect();
+        let zone = clock.abbr(crate::cli::now_ms());
+        let head: Vec<String> = self
+            .cols
+            .iter()
+            .map(|c| {
+                if TIME_COLS.contains(c) {
+                    format!("{c} {zone}")
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect();
+        (head, rows)
+    }
+
+    /// Each row as a key/value block for a person (`status`: one row of 12 columns is too
+    /// wide for one line), fit to `out.width`; rows apart by a blank line.
+    pub fn print_pairs(&self, out: &mut Out) -> Result<()> {
+        let (head, rows) = self.for_people();
+        let width = out.width;
+        for (n, r) in rows.iter().enumerate() {
+            if n > 0 {
+                out.line("")?;
+            }
+            let pairs: Vec<(String, String)> =
+                head.iter().cloned().zip(r.iter().cloned()).collect();
+            crate::cli::write_pairs(out, &pairs, width)?;
         }
         Ok(())
     }

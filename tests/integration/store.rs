@@ -776,7 +776,8 @@ fn fixture_loops_db(home: &Home, now: &str) -> String {
 /// `wd-store ARGS` at `now`, in UTC, with `COLUMNS` set to `columns` (none: a pipe's default).
 fn table_at(home: &Home, now: &str, columns: Option<&str>, args: &[&str]) -> String {
     let db = db(home);
-    let mut all = vec!["--db", &db, "--now", now];
+    let cfg = home.join("wd.toml").display().to_string();
+    let mut all = vec!["--db", &db, "--config", &cfg, "--now", now];
     all.extend_from_slice(args);
     let mut c = home.cmd("wd-store").env("TZ", "UTC").args(&all);
     if let Some(w) = columns {
@@ -839,4 +840,42 @@ fn loops_table_fits_the_terminal_and_does_not_cut_titles_to_8_characters() {
         alerts.contains("  ses_dc5721858ffedLRWqfrh3YU7lD"),
         "{alerts}"
     );
+}
+
+#[test]
+fn status_is_a_key_value_block_not_one_135_column_row() {
+    // issue 40: `wd-store status` on a terminal (and with --format table) was one row of 135
+    // columns: 12 headers over 12 values
+    let home = Home::new();
+    let now = "1796300000000";
+    fixture_loops_db(&home, now);
+    let status = table_at(&home, now, Some("80"), &["status", "--format", "table"]);
+    // how long the tick took is the clock's, not --now's
+    let (took, rest): (Vec<&str>, Vec<&str>) =
+        status.lines().partition(|l| l.starts_with("duration_ms "));
+    assert_eq!(took.len(), 1, "{status}");
+    assert_eq!(
+        rest.join("\n") + "\n",
+        "last_tick UTC   2026-12-03 12:13:20\n\
+         mode            timer\n\
+         outcome         flagged\n\
+         sessions        44\n\
+         flagged         23\n\
+         verdicts        44\n\
+         open_alerts     23\n\
+         blind           -\n\
+         figures_at UTC  2026-12-03 12:13:20\n\
+         channels        desktop:off:warning\n\
+         state           -\n"
+    );
+    // the machine formats are one row, as they were
+    let csv = table_at(&home, now, Some("80"), &["status", "--format", "csv"]);
+    assert_eq!(csv.lines().count(), 2, "{csv}");
+    assert!(
+        csv.starts_with("last_tick,mode,outcome,sessions,flagged,"),
+        "{csv}"
+    );
+    let jsonl = table_at(&home, now, Some("80"), &["status"]);
+    let rec: Value = serde_json::from_str(jsonl.trim()).unwrap();
+    assert_eq!(rec["open_alerts"], 23);
 }

@@ -51,7 +51,8 @@ pub struct Args {
     /// Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists).
     #[arg(long, global = true, value_name = "PATH")]
     pub config: Option<PathBuf>,
-    /// Output format of the queries (default jsonl; `status` prints a table on a terminal).
+    /// Output format of the queries (default jsonl; `status` prints a key/value block on a
+    /// terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns.
     #[arg(long, global = true, value_enum)]
     pub format: Option<Format>,
     /// The current time in epoch ms (default: the clock).

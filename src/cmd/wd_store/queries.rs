@@ -11,7 +11,8 @@ use serde_json::json;
 /// `wd-store status`: the last tick, open alerts, the channels (objects in JSONL, a
 /// `name:on|off:severity` summary in a table or CSV), and `state`: what keeps the state
 /// directory from recording ticks (full, not writable, deleted), null when nothing does.
-/// JSONL in a pipe, a table on a terminal, unless `--format` says.
+/// JSONL in a pipe, a key/value block on a terminal (and with `--format table`: as one line
+/// it was 135 columns), unless `--format` says.
 pub fn status(cx: &Ctx, out: &mut Out) -> Result<Exit> {
     let format = match cx.format_given {
         false if out.terminal => Format::Table,
@@ -40,7 +41,11 @@ pub fn status(cx: &Ctx, out: &mut Out) -> Result<Exit> {
         row.push(chv.clone());
         row.push(state.clone());
     }
-    r.print(format, out)?;
+    if format == Format::Table {
+        r.print_pairs(out)?;
+    } else {
+        r.print(format, out)?;
+    }
     Ok(Exit::Ok)
 }
 
