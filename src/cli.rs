@@ -457,8 +457,8 @@ impl Give {
     }
 }
 
-/// Writes a table as [`write_table`] does, at most `width` characters a line: columns empty in
-/// every row and then those that may be left out go first, the lowest rank first, until the rest fits once cut to their
+/// Writes a table as [`write_table`] does, at most `width` characters a line, without the
+/// columns empty in every row: columns that may be left out go first, the lowest rank first, until the rest fits once cut to their
 /// minima; then the columns that may be cut are cut, from the left, each to its minimum before
 /// the next (so the last, the free text a row is about, gives last). A table whose kept
 /// columns are wider on their own is written as they are.
@@ -486,11 +486,11 @@ pub fn write_fitted(
         .collect();
     let least = |i: usize| give(i).min.map_or(natural[i], |m| natural[i].min(m.max(2)));
     let gaps = |n: usize| 2 * n.saturating_sub(1);
-    // a column empty in every row says nothing: it goes before any other
+    // a column empty in every row says nothing: it is left out
     let empty =
         |i: usize| !rows.is_empty() && rows.iter().all(|r| r.get(i).map_or(true, |c| c.is_empty()));
-    let rank = |i: usize| if empty(i) { Some(0) } else { give(i).drop };
-    let mut kept: Vec<usize> = (0..head.len()).collect();
+    let rank = |i: usize| give(i).drop;
+    let mut kept: Vec<usize> = (0..head.len()).filter(|&i| !empty(i)).collect();
     while kept.iter().map(|&i| least(i)).sum::<usize>() + gaps(kept.len()) > width {
         let Some((_, _, k)) = (0..kept.len())
             .filter_map(|k| Some((rank(kept[k])?, std::cmp::Reverse(kept[k]), k)))

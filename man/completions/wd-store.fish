@@ -123,6 +123,7 @@ table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l now -d 'The current time in epoch ms (default: the clock)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l flagged -d 'Only flagged verdicts'
+complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l wide -d 'With --format table: every column as stored (signals, evidence and digest as JSON); the default table names what each verdict repeats and fits the terminal'
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l by -d 'Group the sessions by model or by agent' -r -f -a "model\t''
 agent\t''"

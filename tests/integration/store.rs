@@ -546,7 +546,8 @@ fn prune_drops_old_ticks_but_never_open_alerts() {
         .args(["--db", &db(&home), "--format", "table", "loops"])
         .run();
     let out = r.stdout();
-    assert!(out.starts_with("status   session  opened "), "{out}");
+    // an episode written by hand names no session: the empty column is left out
+    assert!(out.starts_with("status   opened "), "{out}");
     assert!(out.contains("\nwarning  "), "{out}");
 }
 
@@ -878,4 +879,75 @@ fn status_is_a_key_value_block_not_one_135_column_row() {
     let jsonl = table_at(&home, now, Some("80"), &["status"]);
     let rec: Value = serde_json::from_str(jsonl.trim()).unwrap();
     assert_eq!(rec["open_alerts"], 23);
+}
+
+#[test]
+fn look_closer_verdicts_table_has_readable_columns_not_600_columns_of_json() {
+    // issue 40: the page's "Look closer" command, `wd-store verdicts --session ID --format
+    // table`, printed 588-column lines of 20 stored columns, signals and evidence as raw JSON
+    let home = Home::new();
+    let now = "1796300000000";
+    fixture_loops_db(&home, now);
+    let s = "ses_dc571e19affeX7aNLACM1xE6go";
+    let closer = |columns| {
+        table_at(
+            &home,
+            now,
+            Some(columns),
+            &["verdicts", "--session", s, "--format", "table"],
+        )
+    };
+    let calls: String = [
+        "offset 136 limit 45",
+        "offset 181 limit 45",
+        "offset 226 limit 45",
+        "offset 271 limit 45",
+        "offset 1 limit 38",
+        "offset 39 limit 38",
+        "offset 77 limit 38",
+        "offset 115 limit 38",
+        "offset 153 limit 38",
+        "offset 191 limit 38",
+        "offset 229 limit 38",
+        "offset 267 limit 38",
+    ]
+    .iter()
+    .map(|c| format!("  read docs/runbook.md {c}\n"))
+    .collect();
+    assert_eq!(
+        closer("80"),
+        format!(
+            "t UTC        agent  flag  reasons   calls  cost   repeats\n\
+             12-03 12:13  build  FLAG  circling  21     $0.21  pages through docs/runbook.md…\n\
+             \n\
+             last calls of the newest flagged verdict (12-03 12:13 UTC):\n{calls}"
+        )
+    );
+    let at120 = closer("120");
+    assert!(
+        at120.starts_with(
+            "t UTC        agent  flag  reasons   calls  since_landed  cost   repeats\n\
+             12-03 12:13  build  FLAG  circling  21     21            $0.21  pages through docs/runbook.md (3.0 passes)\n"
+        ),
+        "{at120}"
+    );
+    assert!(!at120.contains('{'), "{at120}");
+    // every session: the session column comes back, each line fits
+    let all = table_at(&home, now, Some("80"), &["verdicts", "--format", "table"]);
+    assert_eq!(widest(&all), 80, "{all}");
+    assert!(all.starts_with("t UTC        session  "), "{all}");
+    // --wide and the JSONL keep every stored column
+    let wide = table_at(
+        &home,
+        now,
+        Some("80"),
+        &["verdicts", "--session", s, "--format", "table", "--wide"],
+    );
+    assert!(wide.contains("{\"circling\":3.0,"), "{wide}");
+    let rec: Value = serde_json::from_str(
+        table_at(&home, now, Some("80"), &["verdicts", "--session", s]).trim(),
+    )
+    .unwrap();
+    assert_eq!(rec["signals"]["circling_file"], "docs/runbook.md");
+    assert_eq!(rec["digest"].as_array().unwrap().len(), 12);
 }

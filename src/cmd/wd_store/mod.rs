@@ -135,6 +135,10 @@ pub enum Cmd {
         /// At most this many rows.
         #[arg(long, default_value_t = 1000)]
         limit: usize,
+        /// With --format table: every column as stored (signals, evidence and digest as JSON);
+        /// the default table names what each verdict repeats and fits the terminal.
+        #[arg(long)]
+        wide: bool,
     },
     /// Flagged sessions per model next to each model's share of all sessions seen; a session counts once, under the latest model (or agent) its verdicts name.
     Rollup {
@@ -375,7 +379,8 @@ fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> R
             session,
             flagged,
             limit,
-        } => queries::verdicts(cx, since, session, flagged, limit, out),
+            wide,
+        } => queries::verdicts(cx, since, session, flagged, (limit, wide), out),
         Cmd::Rollup { by, since } => queries::rollup(cx, &by, &since, out),
         Cmd::Blocks { all } => queries::blocks(cx, all, out),
         Cmd::Stop { session, wait } => {

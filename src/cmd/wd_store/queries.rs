@@ -121,24 +121,152 @@ pub fn alerts(
     Ok(Exit::Ok)
 }
 
-/// `wd-store verdicts`: recorded verdicts, newest first.
+/// `wd-store verdicts`: recorded verdicts, newest first. A table (without `--wide`) says what
+/// each verdict repeats, in words, instead of its signals' JSON, and, for one session (the
+/// page's "Look closer"), ends with the calls its newest flagged verdict saw last.
 pub fn verdicts(
     cx: &Ctx,
     since: Option<String>,
     session: Option<String>,
     flagged: bool,
-    limit: usize,
+    (limit, wide): (usize, bool),
     out: &mut Out,
 ) -> Result<Exit> {
     let since = since.map(|w| parse_when(&w, cx.now)).transpose()?;
+    let one = session.is_some();
     let f = verdicts::Filter {
         since,
         session,
         flagged,
         limit,
     };
-    verdicts::list(&cx.store, f)?.print(cx.format, out)?;
+    let r = verdicts::list(&cx.store, f)?;
+    if cx.format != Format::Table || wide {
+        r.print(cx.format, out)?;
+        return Ok(Exit::Ok);
+    }
+    let width = out.width;
+    let (readable, last_calls) = readable_verdicts(&r, one, width);
+    readable.print(Format::Table, out)?;
+    if let Some((t, calls)) = last_calls {
+        let clock = crate::clock::Clock::system();
+        out.line("")?;
+        out.line(&format!(
+            "last calls of the newest flagged verdict ({} {}):",
+            clock.short(t),
+            clock.abbr(t)
+        ))?;
+        for c in calls {
+            out.line(&format!(
+                "  {}",
+                crate::notify::plain::visible(&c, width.saturating_sub(2).max(20), false)
+            ))?;
+        }
+    }
     Ok(Exit::Ok)
+}
+
+/// The columns of the verdicts table a person reads: `session` only when several sessions are
+/// listed; on a narrow terminal the calls since the last landing go first, then the cost,
+/// the agent, the liveness class and the reasons; what it repeats is cut, never below 20.
+const VERDICTS_GIVE: &[(&str, Give)] = &[
+    ("agent", Give::drop(3)),
+    ("reasons", Give::cut(12).or_drop(5)),
+    ("since_landed", Give::drop(1)),
+    ("cost", Give::drop(2)),
+    ("liveness", Give::drop(4)),
+    ("repeats", Give::cut(20)),
+];
+
+/// `r` (the stored columns) as [`VERDICTS_GIVE`]'s columns, fit to `width`, and the time and
+/// digest of the newest flagged verdict, when `one` session is listed and one is flagged.
+fn readable_verdicts(r: &Rows, one: bool, width: usize) -> (Rows, Option<(i64, Vec<String>)>) {
+    let at = |row: &Vec<serde_json::Value>, col: &str| -> serde_json::Value {
+        r.cols
+            .iter()
+            .position(|c| *c == col)
+            .map_or(serde_json::Value::Null, |i| row[i].clone())
+    };
+    let mut cols = vec!["t"];
+    if !one {
+        cols.push("session");
+    }
+    cols.extend([
+        "agent",
+        "flag",
+        "reasons",
+        "calls",
+        "since_landed",
+        "cost",
+        "liveness",
+        "repeats",
+    ]);
+    let mut last_calls = None;
+    let rows = r
+        .rows
+        .iter()
+        .map(|row| {
+            let flagged = at(row, "flagged").as_i64() == Some(1);
+            let reasons: Vec<crate::record::Signal> = at(row, "reasons")
+                .as_str()
+                .unwrap_or("")
+                .split(',')
+                .filter_map(|n| serde_json::from_value(json!(n)).ok())
+                .collect();
+            let signals = at(row, "signals")
+                .as_object()
+                .map(crate::record::Signals::from_map)
+                .unwrap_or_default();
+            let v = crate::record::Verdict {
+                reasons,
+                signals,
+                ..Default::default()
+            };
+            if one && flagged && last_calls.is_none() {
+                let calls: Vec<String> = at(row, "digest")
+                    .as_array()
+                    .map(|d| {
+                        d.iter()
+                            .filter_map(|c| c.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if let (Some(t), false) = (at(row, "t").as_i64(), calls.is_empty()) {
+                    last_calls = Some((t, calls));
+                }
+            }
+            let mut cells = vec![at(row, "t")];
+            if !one {
+                cells.push(at(row, "session"));
+            }
+            cells.extend([
+                at(row, "agent"),
+                json!(if flagged { "FLAG" } else { "-" }),
+                at(row, "reasons"),
+                at(row, "calls"),
+                at(row, "calls_since_landed"),
+                at(row, "cost_since_landed")
+                    .as_f64()
+                    .map_or(serde_json::Value::Null, |c| json!(format!("${c:.2}"))),
+                at(row, "liveness")
+                    .get("class")
+                    .cloned()
+                    .unwrap_or(serde_json::Value::Null),
+                json!(if flagged { v.repeats() } else { String::new() }),
+            ]);
+            cells
+        })
+        .collect();
+    let readable = Rows {
+        kind: r.kind,
+        cols,
+        rows,
+        fit: Some(rows::Fit {
+            width,
+            give: VERDICTS_GIVE,
+        }),
+    };
+    (readable, last_calls)
 }
 
 /// `wd-store rollup`: flagged sessions per model (or agent).
