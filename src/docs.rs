@@ -46,7 +46,9 @@ A stage that fails without saying why in the stream blinds the tick (a blind rec
 tick never reads as an all-clear then. A config that does not load ends the tick before it
 (wd-store check-config): the page says why, with the file, line and key, and so does a desktop
 notification, once per distinct error. One tick runs at a time; an overlapping one leaves at
-once. Log lines (one per alert transition) go to stderr, the journal under systemd.
+once. Log lines (one per alert transition) go to stderr, the journal under systemd; where no
+journal takes stderr (no journald, no systemd, cron, run by hand) each is also appended, with
+its time, to tick.log in the state directory.
 
 To look closer, rerun the stages by hand:
   oc-sessions --since 1h > /tmp/s.jsonl            # which sessions, from where
@@ -57,6 +59,8 @@ To look closer, rerun the stages by hand:
 $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml      the config (every knob commented)
 $XDG_STATE_HOME/oc-watchdog/watchdog.db         the record of ticks, verdicts and alerts
 $XDG_STATE_HOME/oc-watchdog/tick.lock           held while a tick runs
+$XDG_STATE_HOME/oc-watchdog/tick.log            its log where no journal takes it (the last
+                                                MiB; the one before in tick.log.1)
 ~/.config/systemd/user/oc-watchdog.{service,timer}   the units that run it",
     exit: "\
 0  the tick ran, however many alerts it fired (also when another tick held the lock)
@@ -103,11 +107,15 @@ calls a session gone.
 
 The timer stays as the fallback: this holds the tick lock for its whole life, so a timer tick
 exits at once while it runs, and ticks again when it stops. Log lines (one per alert
-transition) go to stderr, the journal under systemd.",
+transition) go to stderr, the journal under systemd; where no journal takes stderr (no
+journald, no systemd, started by hand) each is also appended, with its time, to follow.log in
+the state directory.",
     files: "\
 $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml      the config ([follow] for this mode)
 $XDG_STATE_HOME/oc-watchdog/watchdog.db         the record of ticks, verdicts and alerts
 $XDG_STATE_HOME/oc-watchdog/tick.lock           held for as long as it runs
+$XDG_STATE_HOME/oc-watchdog/follow.log          its log where no journal takes it (the last
+                                                MiB; the one before in follow.log.1)
 ~/.config/systemd/user/oc-watchdog-follow.service   the unit that runs it",
     exit: "\
 1  the pipeline ended by itself (a stage failed); systemd starts it again
