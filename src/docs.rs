@@ -236,8 +236,11 @@ queries      status, loop, episode, verdict_row, rollup, channel, block records 
              --format table|csv",
         examples: "\
 $ wd-store loops --format table
-severity  dedup_key                                     state  episode  opened               flagged_ticks  last_decision  reason  agent  model          top_target                   calls  cost     duration_ms  burned                 evidence  opinion  last_sent  title
-warning   opencode-loop:ses_dcf2b97b7ffeI31AERUGiKZ1bf  open   1        2026-12-01 09:00:00  1              triggered              build  sim/sim-model  bash python3 tools/check.py  16     0.05094  28411        16 calls, $0.05, 28 s                                opencode loop: build repeats bash python3 tools/check.py
+status   session                         opened UTC   burned            project        session_title
+warning  ses_dcf2b97b7ffeI31AERUGiKZ1bf  12-01 09:00  16 calls, $0.05…  …pIZ3Cp8/proj  check fixer
+$ COLUMNS=80 wd-store loops --format table
+status   session                         project               session_title
+warning  ses_dcf2b97b7ffeI31AERUGiKZ1bf  /tmp/.tmpIZ3Cp8/proj  check fixer
 $ wd-store rollup --by model --since 1h --format table
 model          sessions  share_of_sessions  flagged_sessions  share_of_flagged
 sim/sim-model  5         1.0                2                 1.0",
