@@ -211,12 +211,14 @@ writes   verdict {kind, session, root, parent, agent, title, read_only, calls, f
          with labels also expect and ok; liveness only where a session record or an activity
          record gave evidence (--now sets the clock it is judged at)",
         examples: "\
-$ oc-sessions --since 1h | oc-calls | progress-detect --format table
-session                         agent    calls  flag  reasons     dup   top  slow  cover  first  label  top target
-ses_dd1a826aaffekANLVhTMrnzvX3  build    2      -                 0.00  1    1     0.0                  task general
-ses_dd1a82592ffeChL24CfCHrPm4n  general  10     FLAG  short_loop  0.90  10   10    0.0    8             grep len\\(xs\\) in tools
-ses_dd1a863eeffeaX5bvn47BhPUH2  build    16     FLAG  top         0.81  14   14    0.1    10            bash python3 tools/check.py
-ses_dd1a890f4ffeTdYqgKB1x4Bej0  build    9      -                 0.00  1    1     0.1                  todowrite
+$ grep -h -e ses_dcf2b97b7ffeI31AERUGiKZ1bf -e ses_dcf2ea35effevcMFGQUxL5QRtk fixtures/labelled.jsonl | progress-detect --format table
+session                         agent  calls  flag  reasons     label       top target
+ses_dcf2ea35effevcMFGQUxL5QRtk  build  28     -                 no_flag ok
+ses_dcf2b97b7ffeI31AERUGiKZ1bf  build  16     FLAG  top,run,s…  flag ok     bash python3 tools/chec…
+$ grep -h -e ses_dcf2b97b7ffeI31AERUGiKZ1bf -e ses_dcf2ea35effevcMFGQUxL5QRtk fixtures/labelled.jsonl | COLUMNS=150 progress-detect --format table
+session                         agent  calls  flag  reasons               dup   top  slow  cover  loop  first  label       top target
+ses_dcf2ea35effevcMFGQUxL5QRtk  build  28     -                           0.00  0    0     0.0                 no_flag ok
+ses_dcf2b97b7ffeI31AERUGiKZ1bf  build  16     FLAG  top,run,same_failure  0.81  14   14    0.1    3     6      flag ok     bash python3 tools/check.py
 $ progress-detect --check fixtures/labelled.jsonl | tail -1
 backtest: 35/35 labels hold",
     },
