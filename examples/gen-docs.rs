@@ -163,6 +163,24 @@ pub fn commands() -> Vec<clap::Command> {
     ]
 }
 
+/// A page whose examples show a table's cut cells (`…`, real output) tells roff to write
+/// `...` where its device has no such glyph (man in a C locale warned "can't find special
+/// character 'u2026'"), after its `.TH` line.
+fn ellipsis(page: Vec<u8>) -> Vec<u8> {
+    let text = String::from_utf8(page).unwrap();
+    if !text.contains('…') {
+        return text.into_bytes();
+    }
+    let mut out = String::new();
+    for line in text.split_inclusive('\n') {
+        out += line;
+        if line.starts_with(".TH ") {
+            out += ".fchar \\[u2026] ...\n";
+        }
+    }
+    out.into_bytes()
+}
+
 fn main() {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "man".into());
     let dir = Path::new(&dir);
@@ -173,7 +191,11 @@ fn main() {
             .iter()
             .find(|p| p.name == name)
             .unwrap();
-        std::fs::write(dir.join(format!("{name}.1")), page(cmd.clone(), p)).unwrap();
+        std::fs::write(
+            dir.join(format!("{name}.1")),
+            ellipsis(page(cmd.clone(), p)),
+        )
+        .unwrap();
         let hidden: Vec<String> = cmd
             .get_subcommands()
             .filter(|s| s.is_hide_set())
@@ -191,6 +213,10 @@ fn main() {
         }
     }
     for script in [&oc_watchdog::docs::TICK, &oc_watchdog::docs::FOLLOW] {
-        std::fs::write(dir.join(format!("{}.1", script.name)), script_page(script)).unwrap();
+        std::fs::write(
+            dir.join(format!("{}.1", script.name)),
+            ellipsis(script_page(script)),
+        )
+        .unwrap();
     }
 }

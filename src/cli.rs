@@ -44,6 +44,10 @@ where
     // not locked: an `Out` may be written from another thread (progress-detect judges on one);
     // its own buffer takes the lock once per 64 KiB
     let mut out = Out::new(Box::new(stdout), terminal);
+    out.width = table_width(
+        std::env::var("COLUMNS").ok().as_deref(),
+        terminal_size::terminal_size_of(io::stdout()).map(|(w, _)| w.0 as usize),
+    );
     let result = run(args, &mut input, &mut out).and_then(|code| {
         out.flush()?;
         Ok(code)
@@ -96,6 +100,8 @@ pub struct Out {
     w: io::BufWriter<Box<dyn Write + Send>>,
     per_line: bool,
     pub terminal: bool,
+    /// How wide a table may be: the terminal's ([`table_width`]).
+    pub width: usize,
 }
 
 impl Out {
@@ -104,6 +110,7 @@ impl Out {
             w: io::BufWriter::with_capacity(64 * 1024, w),
             per_line: terminal,
             terminal,
+            width: TABLE_WIDTH,
         }
     }
 
@@ -384,6 +391,200 @@ pub fn write_table(out: &mut dyn Write, head: &[&str], rows: &[Vec<String>]) -> 
     Ok(())
 }
 
+/// The width of a table when neither `COLUMNS` nor a terminal says one (a table sent to a
+/// file or a pager).
+pub const TABLE_WIDTH: usize = 100;
+
+/// How wide a table may be: `COLUMNS` when it holds a width (a shell's own, or one set for a
+/// command), else the terminal's that stdout is, else [`TABLE_WIDTH`].
+pub fn table_width(columns: Option<&str>, tty: Option<usize>) -> usize {
+    columns
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .or(tty)
+        .filter(|&w| w > 0)
+        .unwrap_or(TABLE_WIDTH)
+}
+
+/// How a column of a table gives way when the table is wider than the terminal
+/// ([`Give::KEEP`]: not at all, for an id to paste or a state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Give {
+    /// Cut with `…`, never below this many characters.
+    pub min: Option<usize>,
+    /// Cut at its start (`…rk/billing-service`): a path, whose end says most.
+    pub start: bool,
+    /// Left out, the lowest rank first, while the table cannot fit with it (`--wide` and the
+    /// JSONL have it).
+    pub drop: Option<u8>,
+}
+
+impl Give {
+    pub const KEEP: Give = Give {
+        min: None,
+        start: false,
+        drop: None,
+    };
+    /// Cut at its end, down to `min` characters.
+    pub const fn cut(min: usize) -> Give {
+        Give {
+            min: Some(min),
+            start: false,
+            drop: None,
+        }
+    }
+    /// Cut at its start, down to `min` characters.
+    pub const fn cut_start(min: usize) -> Give {
+        Give {
+            min: Some(min),
+            start: true,
+            drop: None,
+        }
+    }
+    /// Left out at rank `rank`.
+    pub const fn drop(rank: u8) -> Give {
+        Give {
+            min: None,
+            start: false,
+            drop: Some(rank),
+        }
+    }
+    /// As it is, and left out at rank `rank` when even cut it does not fit.
+    pub const fn or_drop(self, rank: u8) -> Give {
+        Give {
+            drop: Some(rank),
+            ..self
+        }
+    }
+}
+
+/// Writes a table as [`write_table`] does, at most `width` characters a line, without the
+/// columns empty in every row: columns that may be left out go first, the lowest rank first, until the rest fits once cut to their
+/// minima; then the columns that may be cut are cut, from the left, each to its minimum before
+/// the next (so the last, the free text a row is about, gives last). A table whose kept
+/// columns are wider on their own is written as they are.
+pub fn write_fitted(
+    out: &mut dyn Write,
+    head: &[&str],
+    give: &[Give],
+    rows: &[Vec<String>],
+    width: usize,
+) -> Result<()> {
+    let visible = |c: &str| crate::notify::plain::visible(c, CELL_CAP, false);
+    let mut rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| visible(c)).collect())
+        .collect();
+    let count = |s: &str| s.chars().count();
+    let give = |i: usize| give.get(i).copied().unwrap_or(Give::KEEP);
+    let natural: Vec<usize> = (0..head.len())
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| count(c))
+                .fold(count(head[i]), usize::max)
+        })
+        .collect();
+    let least = |i: usize| give(i).min.map_or(natural[i], |m| natural[i].min(m.max(2)));
+    let gaps = |n: usize| 2 * n.saturating_sub(1);
+    // a column empty in every row says nothing: it is left out
+    let empty =
+        |i: usize| !rows.is_empty() && rows.iter().all(|r| r.get(i).map_or(true, |c| c.is_empty()));
+    let rank = |i: usize| give(i).drop;
+    let mut kept: Vec<usize> = (0..head.len()).filter(|&i| !empty(i)).collect();
+    while kept.iter().map(|&i| least(i)).sum::<usize>() + gaps(kept.len()) > width {
+        let Some((_, _, k)) = (0..kept.len())
+            .filter_map(|k| Some((rank(kept[k])?, std::cmp::Reverse(kept[k]), k)))
+            .min()
+        else {
+            break;
+        };
+        kept.remove(k);
+    }
+    let mut widths: Vec<usize> = kept.iter().map(|&i| natural[i]).collect();
+    let mut over = (widths.iter().sum::<usize>() + gaps(kept.len())).saturating_sub(width);
+    for (k, &i) in kept.iter().enumerate() {
+        let by = over.min(widths[k] - least(i));
+        widths[k] -= by;
+        over -= by;
+    }
+    let cut = |c: &str, to: usize, start: bool| -> String {
+        let n = count(c);
+        if n <= to {
+            c.to_string()
+        } else if start {
+            "…".to_string() + &c.chars().skip(n + 1 - to).collect::<String>()
+        } else {
+            c.chars().take(to - 1).collect::<String>() + "…"
+        }
+    };
+    // a header is cut at its end, whatever its column's cells
+    let head: Vec<String> = kept
+        .iter()
+        .zip(&widths)
+        .map(|(&i, &w)| cut(head[i], w, false))
+        .collect();
+    for r in rows.iter_mut() {
+        *r = kept
+            .iter()
+            .zip(&widths)
+            .map(|(&i, &w)| {
+                r.get(i)
+                    .map(|c| cut(c, w, give(i).start))
+                    .unwrap_or_default()
+            })
+            .collect();
+    }
+    let head: Vec<&str> = head.iter().map(String::as_str).collect();
+    write_table(out, &head, &rows)
+}
+
+/// Writes `pairs` as a key/value block for a person: the keys in one column, each value beside
+/// its key, wrapped at spaces to fit `width` (a value without spaces is cut with `…`); an empty
+/// value is `-`.
+pub fn write_pairs(out: &mut dyn Write, pairs: &[(String, String)], width: usize) -> Result<()> {
+    let pairs: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| {
+            (
+                crate::notify::plain::visible(k, CELL_CAP, false),
+                crate::notify::plain::visible(v, usize::MAX, false),
+            )
+        })
+        .collect();
+    let key_w = pairs
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0);
+    let room = width.saturating_sub(key_w + 2).max(20);
+    for (k, v) in &pairs {
+        let v = if v.trim().is_empty() { "-" } else { v.trim() };
+        let mut lines: Vec<String> = vec![String::new()];
+        for word in v.split(' ').filter(|w| !w.is_empty()) {
+            let last = lines.last_mut().expect("one line at least");
+            let (len, wl) = (last.chars().count(), word.chars().count());
+            if len > 0 && len + 1 + wl > room {
+                lines.push(String::new());
+            }
+            let last = lines.last_mut().expect("one line at least");
+            if !last.is_empty() {
+                last.push(' ');
+            }
+            if word.chars().count() > room {
+                last.extend(word.chars().take(room - 1));
+                last.push('…');
+            } else {
+                last.push_str(word);
+            }
+        }
+        for (n, l) in lines.iter().enumerate() {
+            let key = if n == 0 { k.as_str() } else { "" };
+            writeln!(out, "{key:<key_w$}  {l}")?;
+        }
+    }
+    Ok(())
+}
+
 /// `s` as one shell word a reader can paste into sh, bash, zsh or fish: as it is when it holds
 /// only characters no shell gives a meaning (and does not start with zsh's `=`), else in single
 /// quotes, so nothing in it (`$(...)`, backquotes, `;`, `&&`) is run. A `'` and a `\` are written
@@ -478,6 +679,83 @@ mod tests {
             format!("safe<U+202E>txt.exe{}  {}…", " ".repeat(61), "x".repeat(79))
         );
         assert_eq!(lines[2], format!("{}…  t", "y".repeat(79)));
+    }
+
+    #[test]
+    fn a_fitted_table_drops_then_cuts_from_the_left_and_keeps_what_is_pasted() {
+        let head = ["state", "id", "when", "burned", "path", "title"];
+        let give = [
+            Give::KEEP,
+            Give::KEEP,
+            Give::drop(1),
+            Give::cut(6).or_drop(2),
+            Give::cut_start(6),
+            Give::cut(8),
+        ];
+        let rows = [vec![
+            "warning".to_string(),
+            "ses_0123456789".into(),
+            "11-30 01:53".into(),
+            "41 calls, $0.41".into(),
+            "~/work/billing".into(),
+            "Fix the flaky payment retry test".into(),
+        ]];
+        let fitted = |width| {
+            let mut out = Vec::new();
+            write_fitted(&mut out, &head, &give, &rows, width).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        // wide enough: as write_table writes it
+        assert_eq!(
+            fitted(200).lines().nth(1).unwrap(),
+            "warning  ses_0123456789  11-30 01:53  41 calls, $0.41  ~/work/billing  Fix the flaky payment retry test"
+        );
+        // `when` goes first; then burned, then the path (at its start), then the title are cut
+        assert_eq!(
+            fitted(60),
+            "state    id              burned  path    title\n\
+             warning  ses_0123456789  41 ca…  …lling  Fix the flaky paym…\n"
+        );
+        // too narrow for burned even cut: it goes too; the kept columns are never cut
+        assert_eq!(
+            fitted(40).lines().nth(1).unwrap(),
+            "warning  ses_0123456789  …lling  Fix the…"
+        );
+        assert_eq!(
+            fitted(10).lines().nth(1).unwrap(),
+            "warning  ses_0123456789  …lling  Fix the…"
+        );
+    }
+
+    #[test]
+    fn a_tables_width_is_columns_else_the_terminals_else_100() {
+        assert_eq!(table_width(Some("80"), Some(120)), 80);
+        assert_eq!(table_width(Some("wide"), Some(120)), 120);
+        assert_eq!(table_width(None, Some(132)), 132);
+        assert_eq!(table_width(None, None), 100);
+        assert_eq!(table_width(Some("0"), None), 100);
+    }
+
+    #[test]
+    fn a_key_value_block_wraps_long_values_under_themselves() {
+        let mut out = Vec::new();
+        let pairs = [
+            ("mode".to_string(), "timer".to_string()),
+            ("blind".to_string(), String::new()),
+            (
+                "channels".to_string(),
+                "desktop:on:info hook:off:warning pager:on:critical".to_string(),
+            ),
+        ];
+        write_pairs(&mut out, &pairs, 34).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "mode      timer\n\
+             blind     -\n\
+             channels  desktop:on:info\n\
+             \x20         hook:off:warning\n\
+             \x20         pager:on:critical\n"
+        );
     }
 
     #[test]

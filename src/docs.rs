@@ -46,7 +46,9 @@ A stage that fails without saying why in the stream blinds the tick (a blind rec
 tick never reads as an all-clear then. A config that does not load ends the tick before it
 (wd-store check-config): the page says why, with the file, line and key, and so does a desktop
 notification, once per distinct error. One tick runs at a time; an overlapping one leaves at
-once. Log lines (one per alert transition) go to stderr, the journal under systemd.
+once. Log lines (one per alert transition) go to stderr, the journal under systemd; where no
+journal takes stderr (no journald, no systemd, cron, run by hand) each is also appended, with
+its time, to tick.log in the state directory.
 
 To look closer, rerun the stages by hand:
   oc-sessions --since 1h > /tmp/s.jsonl            # which sessions, from where
@@ -57,6 +59,8 @@ To look closer, rerun the stages by hand:
 $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml      the config (every knob commented)
 $XDG_STATE_HOME/oc-watchdog/watchdog.db         the record of ticks, verdicts and alerts
 $XDG_STATE_HOME/oc-watchdog/tick.lock           held while a tick runs
+$XDG_STATE_HOME/oc-watchdog/tick.log            its log where no journal takes it (the last
+                                                MiB; the one before in tick.log.1)
 ~/.config/systemd/user/oc-watchdog.{service,timer}   the units that run it",
     exit: "\
 0  the tick ran, however many alerts it fired (also when another tick held the lock)
@@ -103,11 +107,15 @@ calls a session gone.
 
 The timer stays as the fallback: this holds the tick lock for its whole life, so a timer tick
 exits at once while it runs, and ticks again when it stops. Log lines (one per alert
-transition) go to stderr, the journal under systemd.",
+transition) go to stderr, the journal under systemd; where no journal takes stderr (no
+journald, no systemd, started by hand) each is also appended, with its time, to follow.log in
+the state directory.",
     files: "\
 $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml      the config ([follow] for this mode)
 $XDG_STATE_HOME/oc-watchdog/watchdog.db         the record of ticks, verdicts and alerts
 $XDG_STATE_HOME/oc-watchdog/tick.lock           held for as long as it runs
+$XDG_STATE_HOME/oc-watchdog/follow.log          its log where no journal takes it (the last
+                                                MiB; the one before in follow.log.1)
 ~/.config/systemd/user/oc-watchdog-follow.service   the unit that runs it",
     exit: "\
 1  the pipeline ended by itself (a stage failed); systemd starts it again
@@ -206,12 +214,14 @@ writes   verdict {kind, session, root, parent, agent, title, read_only, calls, f
          with labels also expect and ok; liveness only where a session record or an activity
          record gave evidence (--now sets the clock it is judged at)",
         examples: "\
-$ oc-sessions --since 1h | oc-calls | progress-detect --format table
-session                         agent    calls  flag  reasons     dup   top  slow  cover  first  label  top target
-ses_dd1a826aaffekANLVhTMrnzvX3  build    2      -                 0.00  1    1     0.0                  task general
-ses_dd1a82592ffeChL24CfCHrPm4n  general  10     FLAG  short_loop  0.90  10   10    0.0    8             grep len\\(xs\\) in tools
-ses_dd1a863eeffeaX5bvn47BhPUH2  build    16     FLAG  top         0.81  14   14    0.1    10            bash python3 tools/check.py
-ses_dd1a890f4ffeTdYqgKB1x4Bej0  build    9      -                 0.00  1    1     0.1                  todowrite
+$ grep -h -e ses_dcf2b97b7ffeI31AERUGiKZ1bf -e ses_dcf2ea35effevcMFGQUxL5QRtk fixtures/labelled.jsonl | progress-detect --format table
+session                         agent  calls  flag  reasons     label       top target
+ses_dcf2ea35effevcMFGQUxL5QRtk  build  28     -                 no_flag ok
+ses_dcf2b97b7ffeI31AERUGiKZ1bf  build  16     FLAG  top,run,s…  flag ok     bash python3 tools/chec…
+$ grep -h -e ses_dcf2b97b7ffeI31AERUGiKZ1bf -e ses_dcf2ea35effevcMFGQUxL5QRtk fixtures/labelled.jsonl | COLUMNS=150 progress-detect --format table
+session                         agent  calls  flag  reasons               dup   top  slow  cover  loop  first  label       top target
+ses_dcf2ea35effevcMFGQUxL5QRtk  build  28     -                           0.00  0    0     0.0                 no_flag ok
+ses_dcf2b97b7ffeI31AERUGiKZ1bf  build  16     FLAG  top,run,same_failure  0.81  14   14    0.1    3     6      flag ok     bash python3 tools/check.py
 $ progress-detect --check fixtures/labelled.jsonl | tail -1
 backtest: 35/35 labels hold",
     },
@@ -231,8 +241,11 @@ queries      status, loop, episode, verdict_row, rollup, channel, block records 
              --format table|csv",
         examples: "\
 $ wd-store loops --format table
-severity  dedup_key                                     state  episode  opened               flagged_ticks  last_decision  reason  agent  model          top_target                   calls  cost     duration_ms  burned                 evidence  opinion  last_sent  title
-warning   opencode-loop:ses_dcf2b97b7ffeI31AERUGiKZ1bf  open   1        2026-12-01 09:00:00  1              triggered              build  sim/sim-model  bash python3 tools/check.py  16     0.05094  28411        16 calls, $0.05, 28 s                                opencode loop: build repeats bash python3 tools/check.py
+status   session                         opened UTC   burned            project        session_title
+warning  ses_dcf2b97b7ffeI31AERUGiKZ1bf  12-01 09:00  16 calls, $0.05…  …pIZ3Cp8/proj  check fixer
+$ COLUMNS=80 wd-store loops --format table
+status   session                         project               session_title
+warning  ses_dcf2b97b7ffeI31AERUGiKZ1bf  /tmp/.tmpIZ3Cp8/proj  check fixer
 $ wd-store rollup --by model --since 1h --format table
 model          sessions  share_of_sessions  flagged_sessions  share_of_flagged
 sim/sim-model  5         1.0                2                 1.0",

@@ -1180,7 +1180,7 @@ _wd__store() {
             return 0
             ;;
         wd__store__subcmd__verdicts)
-            opts="-h --since --session --flagged --limit --db --config --format --now --help"
+            opts="-h --since --session --flagged --limit --wide --db --config --format --now --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -26,7 +26,7 @@ end
 
 complete -c wd-store -n "__fish_wd_store_needs_command" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_needs_command" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_needs_command" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_needs_command" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_needs_command" -l now -d 'The current time in epoch ms (default: the clock)' -r
@@ -58,7 +58,7 @@ blind\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l started -d 'When the tick started, epoch ms (default: when this command started)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l now -d 'The current time in epoch ms (default: the clock)' -r
@@ -66,7 +66,7 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l follow -d 'Fo
 complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand calls" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand calls" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand calls" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand calls" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand calls" -l now -d 'The current time in epoch ms (default: the clock)' -r
@@ -74,21 +74,21 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand calls" -l follow -d 'F
 complete -c wd-store -n "__fish_wd_store_using_subcommand calls" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand last-tick" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand last-tick" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand last-tick" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand last-tick" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand last-tick" -l now -d 'The current time in epoch ms (default: the clock)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand last-tick" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand open-roots" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand open-roots" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand open-roots" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand open-roots" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand open-roots" -l now -d 'The current time in epoch ms (default: the clock)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand open-roots" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand status" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand status" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand status" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand status" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand status" -l now -d 'The current time in epoch ms (default: the clock)' -r
@@ -96,47 +96,48 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand status" -s h -l help -
 complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l recent -d 'Also list episodes resolved this long ago or less' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l now -d 'The current time in epoch ms (default: the clock)' -r
-complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l wide -d 'With --format table: every column (the default table fits 100 columns)'
+complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -l wide -d 'With --format table: every column (the default table fits the terminal: COLUMNS, else its width, else 100)'
 complete -c wd-store -n "__fish_wd_store_using_subcommand loops" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l since -d 'Episodes open at any time since then' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l kind -d 'Only this kind (loop, blind, stalled, retrying, waiting, interrupted, unfinished)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l limit -d 'At most this many rows, newest first' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l now -d 'The current time in epoch ms (default: the clock)' -r
-complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l wide -d 'With --format table: every column (the default table fits 100 columns)'
+complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -l wide -d 'With --format table: every column (the default table fits the terminal: COLUMNS, else its width, else 100)'
 complete -c wd-store -n "__fish_wd_store_using_subcommand alerts" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l since -d 'Only verdicts judged since then: a duration back from now (1h) or epoch ms' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l session -d 'Only this session\'s verdicts' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l limit -d 'At most this many rows' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l now -d 'The current time in epoch ms (default: the clock)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l flagged -d 'Only flagged verdicts'
+complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -l wide -d 'With --format table: every column as stored (signals, evidence and digest as JSON); the default table names what each verdict repeats and fits the terminal'
 complete -c wd-store -n "__fish_wd_store_using_subcommand verdicts" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l by -d 'Group the sessions by model or by agent' -r -f -a "model\t''
 agent\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l since -d 'Sessions with verdicts since then: a duration back from now (1h) or epoch ms' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -l now -d 'The current time in epoch ms (default: the clock)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand rollup" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and not __fish_seen_subcommand_from set help" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and not __fish_seen_subcommand_from set help" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and not __fish_seen_subcommand_from set help" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and not __fish_seen_subcommand_from set help" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and not __fish_seen_subcommand_from set help" -l now -d 'The current time in epoch ms (default: the clock)' -r
@@ -150,7 +151,7 @@ warning\t''
 critical\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_seen_subcommand_from set" -l now -d 'The current time in epoch ms (default: the clock)' -r
@@ -160,7 +161,7 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand channels; and __fish_s
 complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -l older-than -d 'Delete what is older than this (e.g. 30d; default [store] retention_days, 30)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -l now -d 'The current time in epoch ms (default: the clock)' -r
@@ -168,7 +169,7 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand prune" -s h -l help -d
 complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l output -d 'The file to write (replaced atomically); default stdout' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -l now -d 'The current time in epoch ms (default: the clock)' -r
@@ -176,7 +177,7 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand metrics" -s h -l help 
 complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l out -d 'The file to write (default [report] file); `-` for stdout' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand report" -l now -d 'The current time in epoch ms (default: the clock)' -r
@@ -187,7 +188,7 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l openco
 complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l opencode -d 'The opencode binary asked which models exist' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l now -d 'The current time in epoch ms (default: the clock)' -r
@@ -195,14 +196,14 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -l force 
 complete -c wd-store -n "__fish_wd_store_using_subcommand block-model" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand unblock-model" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand unblock-model" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand unblock-model" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand unblock-model" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand unblock-model" -l now -d 'The current time in epoch ms (default: the clock)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand unblock-model" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand blocks" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand blocks" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand blocks" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand blocks" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand blocks" -l now -d 'The current time in epoch ms (default: the clock)' -r
@@ -211,14 +212,14 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand blocks" -s h -l help -
 complete -c wd-store -n "__fish_wd_store_using_subcommand stop" -l wait -d 'How long to wait for the stop to be carried out' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand stop" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand stop" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand stop" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand stop" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand stop" -l now -d 'The current time in epoch ms (default: the clock)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand stop" -s h -l help -d 'Print help'
 complete -c wd-store -n "__fish_wd_store_using_subcommand check-config" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand check-config" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand check-config" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand check-config" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand check-config" -l now -d 'The current time in epoch ms (default: the clock)' -r
@@ -226,7 +227,7 @@ complete -c wd-store -n "__fish_wd_store_using_subcommand check-config" -s h -l 
 complete -c wd-store -n "__fish_wd_store_using_subcommand notify-on-action" -l wait-secs -d 'How long to wait for a click' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand notify-on-action" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F
 complete -c wd-store -n "__fish_wd_store_using_subcommand notify-on-action" -l config -d 'Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists)' -r -F
-complete -c wd-store -n "__fish_wd_store_using_subcommand notify-on-action" -l format -d 'Output format of the queries (default jsonl; `status` prints a table on a terminal)' -r -f -a "jsonl\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand notify-on-action" -l format -d 'Output format of the queries (default jsonl; `status` prints a key/value block on a terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns' -r -f -a "jsonl\t''
 table\t''
 csv\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand notify-on-action" -l now -d 'The current time in epoch ms (default: the clock)' -r

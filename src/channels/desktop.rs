@@ -58,18 +58,96 @@ pub fn notification_id(detail: &str) -> Option<u32> {
     detail.strip_prefix("notification ")?.trim().parse().ok()
 }
 
+/// The lines of text dunst's default box shows (`/etc/xdg/dunst/dunstrc`: width and height
+/// 300 px, `Monospace 8`, padding 8, frame 3): 42 characters a line, 21 lines with the
+/// summary's (seen on Xvfb: a 22nd is not drawn). A popup keeps to [`BOX_LINES`] of them, one
+/// spare for dunst's age note.
+pub const BOX_COLUMNS: usize = 42;
+pub const BOX_LINES: usize = 20;
+
 /// The notification body: which session, agent and target, what the loop burned and why it
-/// ended, and how to look closer.
+/// ended, what to do, the page's link and how to look closer. The lines after the first show
+/// whole; the first (the event's summary, its most telling words first) is cut at its end, so
+/// that with the summary above it all fits [`BOX_LINES`]: dunst's default box cut the critical
+/// popup's last lines, the link and "Look closer", instead.
 pub fn body(ev: &Event) -> String {
-    let mut b = ev.summary.clone();
+    let mut after = Vec::new();
     if let Some(todo) = what_to_do(ev) {
-        b += &format!("\n{todo}");
+        after.push(todo);
     }
     if let Some(l) = &ev.link {
-        b += &format!("\n{l}");
+        after.push(l.clone());
     }
-    b += "\nLook closer: wd-store loops";
+    after.push("Look closer: wd-store loops".into());
+    // dunst opens the summary's line with its indicators: "(AU) " for actions and a link
+    let title = crate::notify::plain::visible(&ev.title, crate::notify::plain::SUMMARY_CAP, false);
+    let used = wrapped_lines(&format!("(AU) {title}"))
+        + after.iter().map(|l| wrapped_lines(l)).sum::<usize>();
+    let room = BOX_LINES.saturating_sub(used).max(2);
+    let summary = crate::notify::plain::visible(&ev.summary, crate::notify::plain::LINE_CAP, false);
+    let mut b = cut_to_lines(&summary, room);
+    for l in after {
+        b.push('\n');
+        b += &l;
+    }
     b
+}
+
+/// The lines `text` takes in the box: wrapped at spaces, a word longer than a line split.
+/// Pango also breaks after `-` and `/`, so the box never takes more.
+fn wrapped_lines(text: &str) -> usize {
+    wrap(text).len()
+}
+
+fn wrap(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = vec![String::new()];
+    for word in text.split(' ') {
+        let mut word: Vec<char> = word.chars().collect();
+        loop {
+            let last = lines.last_mut().expect("a line");
+            let len = last.chars().count();
+            let gap = usize::from(len > 0);
+            if len + gap + word.len() <= BOX_COLUMNS {
+                if gap == 1 {
+                    last.push(' ');
+                }
+                last.extend(word.iter());
+                break;
+            }
+            if word.len() > BOX_COLUMNS && len + gap < BOX_COLUMNS {
+                // a word longer than a line fills this one and goes on on the next
+                let take = BOX_COLUMNS - len - gap;
+                if gap == 1 {
+                    last.push(' ');
+                }
+                last.extend(word.drain(..take));
+            }
+            lines.push(String::new());
+        }
+    }
+    lines
+}
+
+/// `text` cut at its end, by words, with `…`, to at most `lines` lines of the box.
+fn cut_to_lines(text: &str, lines: usize) -> String {
+    if wrapped_lines(text) <= lines {
+        return text.to_string();
+    }
+    let words: Vec<&str> = text.split(' ').collect();
+    let mut n = words.len();
+    while n > 1 && wrapped_lines(&format!("{}…", words[..n].join(" "))) > lines {
+        n -= 1;
+    }
+    let kept = words[..n].join(" ");
+    let kept = kept.trim_end_matches([',', ';', ':', ' ']);
+    let mut cut = format!("{kept}…");
+    while wrapped_lines(&cut) > lines && cut.chars().count() > 1 {
+        // one word longer than the room: cut it by characters
+        let mut c: Vec<char> = cut.chars().collect();
+        c.truncate(c.len().saturating_sub(2));
+        cut = c.into_iter().collect::<String>() + "…";
+    }
+    cut
 }
 
 /// For a loop that goes on: how to stop it and keep its model away, in one line.
@@ -162,6 +240,73 @@ mod tests {
         let wait = Duration::from_millis(700);
         assert!(Desktop {}.unsent(&not_asked(wait)));
         assert!(!Desktop {}.unsent(&no_answer(wait)));
+    }
+
+    /// A follow-mode escalation of a subagent's loop, whose session's way to stop is unknown,
+    /// with a long title and model: as seen on Xvfb, dunst's default box drew 21 lines and cut
+    /// the link's end and "Look closer".
+    #[test]
+    fn a_critical_popup_keeps_its_link_and_look_closer_within_dunsts_default_box() {
+        let mut ev = crate::alert::text::blind_event(
+            &crate::config::Config::default(),
+            &[("s".into(), "r".into())],
+            1_000_000,
+        );
+        ev.alert = AlertKind::Loop;
+        ev.state = Transition::Escalate;
+        ev.severity = Severity::Critical;
+        ev.title = "opencode loop: general repeats bash python3 tools/check.py".into();
+        ev.summary = "still looping 5 min 12 s and 123 calls after the alert, past the 5-min bar: \
+            session ses_dcdfd9a1cffeQ0xWn3M2oZ8kLp \"Fix the flaky payment retry test in the \
+            billing service\" in ~/work/billing-service (in the tree of \
+            ses_dcdfdbf2dffeIoO72qsqpHYtbT), agent general, model \
+            openrouter/anthropic/claude-sonnet-4.5: repeats bash python3 tools/check.py; 136 \
+            calls, $1.22, 12 min since its last landed change (flagged by top, run, same_failure)"
+            .into();
+        ev.details
+            .insert("session".into(), "ses_dcdfd9a1cffeQ0xWn3M2oZ8kLp".into());
+        ev.model = Some("openrouter/anthropic/claude-sonnet-4.5".into());
+        ev.link = Some(
+            "file:///home/alice/.local/state/oc-watchdog/report.html#ses_dcdfdbf2dffeIoO72qsqpHYtbT"
+                .into(),
+        );
+        let b = body(&ev);
+        let lines: Vec<&str> = b.lines().collect();
+        assert_eq!(lines.len(), 4, "{b}");
+        assert_eq!(
+            lines[0],
+            "still looping 5 min 12 s and 123 calls after the alert, past the 5-min bar: \
+             session ses_dcdfd9a1cffeQ0xWn3M2oZ8kLp \"Fix the flaky payment retry test in the \
+             billing service\" in ~/work/billing-service (in the tree of \
+             ses_dcdfdbf2dffeIoO72qsqpHYtbT), agent…"
+        );
+        assert_eq!(
+            lines[1],
+            "Stop it: Esc twice in its TUI, Ctrl-C in the terminal of its `opencode run`, or \
+             wd-store stop ses_dcdfd9a1cffeQ0xWn3M2oZ8kLp; keep the model away: wd-store \
+             block-model openrouter/anthropic/claude-sonnet-4.5 (not while it is opencode's \
+             default model)"
+        );
+        assert_eq!(lines[2], ev.link.as_deref().unwrap());
+        assert_eq!(lines[3], "Look closer: wd-store loops");
+        // in the box: the summary's 2 lines and the body's, as a wrap at spaces counts them
+        // (the body was 22 lines with them)
+        let used = wrapped_lines(&format!("(AU) {}", ev.title))
+            + lines.iter().map(|l| wrapped_lines(l)).sum::<usize>();
+        assert_eq!(used, 20, "{b}");
+        // a short one is not cut
+        ev.summary = "session ses_x, agent build: repeats read a.md".into();
+        assert!(body(&ev).starts_with("session ses_x, agent build: repeats read a.md\nStop it"));
+    }
+
+    #[test]
+    fn the_box_wraps_at_spaces_and_splits_a_word_longer_than_a_line() {
+        assert_eq!(wrap("a b"), ["a b"]);
+        let long = "x".repeat(50);
+        assert_eq!(wrap(&format!("ab {long}")), [format!("ab {}", "x".repeat(39)), "x".repeat(11)]);
+        assert_eq!(wrapped_lines(&"word ".repeat(20)), 3);
+        assert_eq!(cut_to_lines("one two three", 1), "one two three");
+        assert_eq!(cut_to_lines(&"word ".repeat(20), 1), format!("{}…", ["word"; 8].join(" ")));
     }
 
     /// What needs a person stays until dismissed (0); an all-clear goes after 10 s.

@@ -5,7 +5,7 @@
 //! per session at the end of input (and one per flag transition with `--every`); with
 //! `--follow`, at each `sweep` record the verdicts that changed (see [`follow`]).
 
-use crate::cli::{each_line, not_utf8, now_ms, Exit, Format, Out};
+use crate::cli::{each_line, not_utf8, now_ms, Exit, Format, Give, Out};
 use crate::config::{Config, DetectorConfig, LivenessConfig};
 use crate::detect::{target, thresholds, CallIn, Detector};
 use crate::liveness::{self, Activity, SessionEvidence};
@@ -603,7 +603,7 @@ fn write_verdicts(
         return flag_rate(&flagged, judged, max, args.format, out).map(damaged);
     }
     if args.format == Format::Table {
-        crate::cli::write_table(out, &HEAD, &rows)?;
+        write_table(&rows, out)?;
     }
     Ok(if intake.bad > 0 {
         Exit::Error
@@ -841,9 +841,34 @@ const HEAD: [&str; 13] = [
     "top target",
 ];
 
+/// How [`HEAD`]'s columns give way on a narrow terminal: the signals' figures go first (the
+/// JSONL has them), then the agent and the reasons; the reasons and the top target are cut, the
+/// session, its calls, the flag and the label never.
+const GIVE: [Give; 13] = [
+    Give::KEEP,
+    Give::drop(7),
+    Give::KEEP,
+    Give::KEEP,
+    Give::cut(10).or_drop(8),
+    Give::drop(3),
+    Give::drop(4),
+    Give::drop(2),
+    Give::drop(1),
+    Give::drop(5),
+    Give::drop(6),
+    Give::KEEP,
+    Give::cut(20),
+];
+
 fn table(verdicts: &[Verdict], out: &mut Out) -> Result<()> {
     let rows: Vec<Vec<String>> = verdicts.iter().map(row).collect();
-    crate::cli::write_table(out, &HEAD, &rows)
+    write_table(&rows, out)
+}
+
+/// The table of `rows`, fit to the terminal (`out.width`).
+fn write_table(rows: &[Vec<String>], out: &mut Out) -> Result<()> {
+    let width = out.width;
+    crate::cli::write_fitted(out, &HEAD, &GIVE, rows, width)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! hold JSON written by wd-store come out as JSON, not as strings of JSON.
 
 use super::Store;
-use crate::cli::{Format, Out};
+use crate::cli::{Format, Give, Out};
 use anyhow::Result;
 use rusqlite::{params_from_iter, types::Value as Sql, types::ValueRef};
 use serde_json::{json, Map, Value};
@@ -32,18 +32,16 @@ pub struct Rows {
     pub kind: &'static str,
     pub cols: Vec<&'static str>,
     pub rows: Vec<Vec<Value>>,
-    /// A table at most this wide: the `flexible` columns are cut (with `…`) to fit.
+    /// A table at most this wide, its columns giving way as `give` says.
     pub fit: Option<Fit>,
 }
 
-/// How a table fits a terminal.
+/// How a table fits a terminal: at most `width` characters a line, each column named in `give`
+/// giving way so (the others are kept whole; see [`crate::cli::write_fitted`]).
 pub struct Fit {
     pub width: usize,
-    pub flexible: &'static [&'static str],
+    pub give: &'static [(&'static str, Give)],
 }
-
-/// The default width of the operator's tables (`--wide` for all of it).
-pub const WIDTH: usize = 100;
 
 impl Rows {
     /// Runs `sql` with parameters `p`; each row becomes a record of kind `kind`.
@@ -115,34 +113,24 @@ impl Rows {
                 }
             }
             Format::Table => {
-                let clock = crate::clock::Clock::system();
-                let mut rows: Vec<Vec<String>> = self
-                    .rows
-                    .iter()
-                    .map(|r| {
-                        r.iter()
-                            .zip(&self.cols)
-                            .map(|(v, c)| shown(v, c, &clock, self.fit.is_some()))
-                            .collect()
-                    })
-                    .collect();
-                let zone = clock.abbr(crate::cli::now_ms());
-                let mut head: Vec<String> = self
-                    .cols
-                    .iter()
-                    .map(|c| {
-                        if TIME_COLS.contains(c) {
-                            format!("{c} {zone}")
-                        } else {
-                            c.to_string()
-                        }
-                    })
-                    .collect();
-                if let Some(fit) = &self.fit {
-                    cut_to_fit(&mut head, &mut rows, &self.cols, fit);
-                }
+                let (head, rows) = self.for_people();
                 let head: Vec<&str> = head.iter().map(String::as_str).collect();
-                crate::cli::write_table(out, &head, &rows)?;
+                match &self.fit {
+                    Some(fit) => {
+                        let give: Vec<Give> = self
+                            .cols
+                            .iter()
+                            .map(|c| {
+                                fit.give
+                                    .iter()
+                                    .find(|(n, _)| n == c)
+                                    .map_or(Give::KEEP, |(_, g)| *g)
+                            })
+                            .collect();
+                        crate::cli::write_fitted(out, &head, &give, &rows, fit.width)?;
+                    }
+                    None => crate::cli::write_table(out, &head, &rows)?,
+                }
             }
             Format::Csv => {
                 let mut w = csv::Writer::from_writer(out);
@@ -152,6 +140,53 @@ impl Rows {
                 }
                 w.flush()?;
             }
+        }
+        Ok(())
+    }
+}
+
+impl Rows {
+    /// The header and cells as a person reads them: times in local time, the zone named in
+    /// the header (`opened CET`).
+    fn for_people(&self) -> (Vec<String>, Vec<Vec<String>>) {
+        let clock = crate::clock::Clock::system();
+        let rows: Vec<Vec<String>> = self
+            .rows
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .zip(&self.cols)
+                    .map(|(v, c)| shown(v, c, &clock, self.fit.is_some()))
+                    .collect()
+            })
+            .collect();
+        let zone = clock.abbr(crate::cli::now_ms());
+        let head: Vec<String> = self
+            .cols
+            .iter()
+            .map(|c| {
+                if TIME_COLS.contains(c) {
+                    format!("{c} {zone}")
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect();
+        (head, rows)
+    }
+
+    /// Each row as a key/value block for a person (`status`: one row of 12 columns is too
+    /// wide for one line), fit to `out.width`; rows apart by a blank line.
+    pub fn print_pairs(&self, out: &mut Out) -> Result<()> {
+        let (head, rows) = self.for_people();
+        let width = out.width;
+        for (n, r) in rows.iter().enumerate() {
+            if n > 0 {
+                out.line("")?;
+            }
+            let pairs: Vec<(String, String)> =
+                head.iter().cloned().zip(r.iter().cloned()).collect();
+            crate::cli::write_pairs(out, &pairs, width)?;
         }
         Ok(())
     }
@@ -178,40 +213,6 @@ fn shown(v: &Value, col: &str, clock: &crate::clock::Clock, narrow: bool) -> Str
             clock.full(ms)[..19].to_string()
         }
         _ => cell(v),
-    }
-}
-
-/// Cuts the flexible columns of a table, a character at a time from the widest, until a line
-/// fits `fit.width` (never below 8 characters; a longer name is cut too).
-fn cut_to_fit(head: &mut [String], rows: &mut [Vec<String>], cols: &[&str], fit: &Fit) {
-    let count = |s: &String| s.chars().count();
-    let mut widths: Vec<usize> = (0..cols.len())
-        .map(|i| {
-            rows.iter()
-                .map(|r| count(&r[i]))
-                .fold(count(&head[i]), usize::max)
-        })
-        .collect();
-    let gaps = 2 * cols.len().saturating_sub(1);
-    while widths.iter().sum::<usize>() + gaps > fit.width {
-        let Some(i) = (0..cols.len())
-            .filter(|&i| fit.flexible.contains(&cols[i]) && widths[i] > 8)
-            .max_by_key(|&i| (widths[i], std::cmp::Reverse(i)))
-        else {
-            break;
-        };
-        widths[i] -= 1;
-    }
-    for (i, &to) in widths.iter().enumerate() {
-        let cut = |c: &mut String| {
-            if count(c) > to {
-                *c = c.chars().take(to - 1).collect::<String>() + "…";
-            }
-        };
-        cut(&mut head[i]);
-        for r in rows.iter_mut() {
-            cut(&mut r[i]);
-        }
     }
 }
 

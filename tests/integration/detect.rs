@@ -512,6 +512,59 @@ fn table_format_is_for_people() {
 }
 
 #[test]
+fn the_verdicts_table_fits_80_and_120_columns_instead_of_207() {
+    // issue 40: `progress-detect --format table` was up to 207 columns on the fixture,
+    // whatever the terminal: 13 columns, the reasons and the top target whole
+    let home = Home::new();
+    let table = |columns: &str| {
+        let r = home
+            .cmd("progress-detect")
+            .env("COLUMNS", columns)
+            .args(["--format", "table", &fixture()])
+            .run();
+        r.ok();
+        r.stdout()
+    };
+    let widest = |t: &str| t.lines().map(|l| l.chars().count()).max().unwrap();
+    let row = |t: &str, session: &str| -> String {
+        t.lines()
+            .find(|l| l.starts_with(session))
+            .unwrap_or_else(|| panic!("{t}"))
+            .to_string()
+    };
+    let at80 = table("80");
+    assert_eq!(widest(&at80), 80, "{at80}");
+    assert_eq!(at80.lines().count(), 45, "{at80}");
+    // the figures and the reasons go; the session, its calls, flag and label and the target stay
+    assert_eq!(
+        at80.lines().next().unwrap(),
+        "session                         calls  flag  label       top target"
+    );
+    assert_eq!(
+        row(&at80, "ses_dcf3493daffeR7MnIh19wwG7mo"),
+        "ses_dcf3493daffeR7MnIh19wwG7mo  45     FLAG  flag ok     bash python3 -c 'impor…"
+    );
+    let at120 = table("120");
+    assert_eq!(widest(&at120), 120, "{at120}");
+    assert_eq!(
+        at120.lines().next().unwrap(),
+        "session                         agent    calls  flag  reasons     top  loop  first  label       top target"
+    );
+    assert_eq!(
+        row(&at120, "ses_dcf35e24fffe1bGS6SIumamAlj"),
+        "ses_dcf35e24fffe1bGS6SIumamAlj  build    70     FLAG  dup,top,s…  34   1     7      flag ok     read src/navbar.js"
+    );
+    // the JSONL is untouched: the reasons whole
+    let r = home
+        .cmd("progress-detect")
+        .env("COLUMNS", "80")
+        .args([&fixture()])
+        .run();
+    let v = verdict_titled(&r.records(), "item 2 worker: fix the navbar").clone();
+    assert_eq!(v["reasons"].as_array().unwrap().len(), 5, "{v}");
+}
+
+#[test]
 fn check_and_flag_rate_max_honour_format_csv() {
     let home = Home::new();
     let r = home

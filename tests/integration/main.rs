@@ -86,6 +86,119 @@ fn the_readme_and_man_page_backtest_is_the_real_output() {
     }
 }
 
+/// The `wd-store loops` tables the README and wd-store(1) show are the real output, at 100
+/// columns (a pipe's) and at COLUMNS=80, of the fixture's failing-check loop ticked alone at
+/// 2026-12-01 09:00 UTC: they showed the 19 columns that now need --wide (issue 40).
+#[test]
+fn the_readme_and_man_page_loops_tables_are_the_real_output() {
+    let home = support::Home::new();
+    let db = home.join("w.db").display().to_string();
+    let now = "1796115600000";
+    let session = "ses_dcf2b97b7ffeI31AERUGiKZ1bf";
+    let fixture = std::fs::read_to_string(support::repo().join("fixtures/labelled.jsonl")).unwrap();
+    let lines: String = fixture
+        .lines()
+        .filter(|l| l.contains(session))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let verdicts = home
+        .cmd("progress-detect")
+        .args(["--now", now])
+        .stdin(lines)
+        .run();
+    verdicts.ok();
+    let ticked = home
+        .cmd("wd-store")
+        .args(["--db", &db, "--now", now, "tick"])
+        .stdin(verdicts.stdout())
+        .run();
+    ticked.ok();
+    home.cmd("wd-alert")
+        .args(["--db", &db, "--now", now])
+        .stdin(ticked.stdout())
+        .run()
+        .ok();
+    let mut shown = String::new();
+    for (command, columns) in [
+        ("$ wd-store loops --format table", None),
+        ("$ COLUMNS=80 wd-store loops --format table", Some("80")),
+    ] {
+        let mut c = home
+            .cmd("wd-store")
+            .env("TZ", "UTC")
+            .args(["--db", &db, "--now", now, "loops", "--format", "table"]);
+        if let Some(w) = columns {
+            c = c.env("COLUMNS", w);
+        }
+        let r = c.run();
+        r.ok();
+        shown += &format!("{command}\n{}", r.stdout());
+    }
+    assert!(
+        shown.contains("\nwarning  ses_dcf2b97b7ffeI31AERUGiKZ1bf  "),
+        "{shown}"
+    );
+    let readme = std::fs::read_to_string(support::repo().join("README.md")).unwrap();
+    assert!(
+        readme.contains(&shown),
+        "README.md does not show the real output:\n{shown}"
+    );
+    let page = oc_watchdog::docs::PAGES
+        .iter()
+        .find(|p| p.name == "wd-store")
+        .unwrap();
+    assert!(
+        page.examples.contains(&shown),
+        "wd-store(1) does not show the real output:\n{shown}"
+    );
+}
+
+/// The verdicts tables progress-detect(1) shows are the real output of two of the fixture's
+/// sessions, at 100 columns (a pipe's) and at COLUMNS=150: it showed a table of an older
+/// layout (no loop column, a top target for unflagged sessions) from a run nobody can rerun.
+#[test]
+fn the_man_page_verdicts_tables_are_the_real_output() {
+    let home = support::Home::new();
+    let fixture = std::fs::read_to_string(support::repo().join("fixtures/labelled.jsonl")).unwrap();
+    let lines: String = fixture
+        .lines()
+        .filter(|l| {
+            l.contains("ses_dcf2b97b7ffeI31AERUGiKZ1bf")
+                || l.contains("ses_dcf2ea35effevcMFGQUxL5QRtk")
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let grep = "$ grep -h -e ses_dcf2b97b7ffeI31AERUGiKZ1bf -e ses_dcf2ea35effevcMFGQUxL5QRtk fixtures/labelled.jsonl | ";
+    let mut shown = String::new();
+    for (command, columns) in [
+        ("progress-detect --format table", None),
+        ("COLUMNS=150 progress-detect --format table", Some("150")),
+    ] {
+        let mut c = home
+            .cmd("progress-detect")
+            .args(["--format", "table"])
+            .stdin(lines.clone());
+        if let Some(w) = columns {
+            c = c.env("COLUMNS", w);
+        }
+        let r = c.run();
+        r.ok();
+        shown += &format!("{grep}{command}\n{}", r.stdout());
+    }
+    assert!(
+        shown.contains("  flag ok     bash python3 tools/check.py\n"),
+        "{shown}"
+    );
+    let page = oc_watchdog::docs::PAGES
+        .iter()
+        .find(|p| p.name == "progress-detect")
+        .unwrap();
+    assert!(
+        page.examples.contains(&shown),
+        "progress-detect(1) does not show the real output:\n{shown}"
+    );
+}
+
 /// What bash offers for `words`, from the committed completion script.
 fn bash_completes(words: &[&str]) -> Vec<String> {
     let script = support::repo().join("man/completions/wd-store.bash");

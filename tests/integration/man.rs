@@ -596,3 +596,107 @@ fn uninstall_stops_a_follow_pipeline_started_by_hand_and_removes_the_directories
         "{said}"
     );
 }
+
+/// Without a journal taking their stderr (no journald, no systemd: a container, some desktops;
+/// cron; run by hand) the tick's and the follow pipeline's log went nowhere anyone looks (issue
+/// 40). Each now copies it, line by line with its time, to tick.log and follow.log in the state
+/// directory, and the install says where the log is.
+#[test]
+fn without_a_journal_the_log_is_in_the_state_directory_and_the_install_says_where() {
+    use std::os::unix::process::CommandExt;
+    let home = Home::new();
+    let h = home.path();
+    let o = install(h, &["--from", bins().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", story("deploy/install", &o));
+    let state = home.join(".local/state/oc-watchdog");
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        said.contains(&format!(
+            "\nTheir log: journalctl --user -u oc-watchdog-follow -u oc-watchdog; where no journal takes it (no journald, no systemd, cron, run by hand), {}/follow.log and tick.log\n",
+            state.display()
+        )),
+        "{said}"
+    );
+    // no user manager answers in the test's clean environment: the install says what to do
+    assert!(
+        said.contains(&format!(
+            "start the follow pipeline with your session instead (nohup '{}' >/dev/null 2>&1 &)",
+            home.join(".local/bin/oc-watchdog-follow").display()
+        )),
+        "{said}"
+    );
+    // a config typo: the tick says why on stderr, and in tick.log with its time
+    let conf = home.join(".config/oc-watchdog/watchdog.toml");
+    std::fs::write(&conf, "[detector]\nwindw = 60\n").unwrap();
+    let tick = home.join(".local/bin/oc-watchdog-tick");
+    let o = cmd(h, &tick).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", story("tick", &o));
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    let why = format!(
+        "config {}:2: detector.windw: unknown field `windw`",
+        conf.display()
+    );
+    assert!(err.contains(&why), "{}", story("tick", &o));
+    let log = std::fs::read_to_string(state.join("tick.log")).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), err.lines().count(), "{log}\n{err}");
+    let line = lines
+        .iter()
+        .find(|l| l.contains(&why))
+        .unwrap_or_else(|| panic!("{log}"));
+    // "2026-12-05T00:24:03+0000 wd-store: config ...": the time, then the line as said
+    let (time, said) = line.split_once(' ').unwrap();
+    assert_eq!(time.len(), 24, "{line}");
+    assert!(
+        time.as_bytes()[10] == b'T' && time[..4].parse::<u32>().is_ok(),
+        "{line}"
+    );
+    assert!(err.lines().any(|l| l == said), "{line}\n{err}");
+    // under systemd with journald (JOURNAL_STREAM set), the journal has it: no copy
+    let o = cmd(h, &tick)
+        .env("JOURNAL_STREAM", "8:12345")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", story("tick", &o));
+    assert_eq!(
+        std::fs::read_to_string(state.join("tick.log")).unwrap(),
+        log
+    );
+    // past 1 MiB the log starts again, the older one kept as tick.log.1
+    std::fs::write(state.join("tick.log"), "x".repeat(1_100_000)).unwrap();
+    let o = cmd(h, &tick).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", story("tick", &o));
+    assert_eq!(
+        std::fs::metadata(state.join("tick.log.1")).unwrap().len(),
+        1_100_000
+    );
+    assert_eq!(
+        std::fs::read_to_string(state.join("tick.log"))
+            .unwrap()
+            .lines()
+            .count(),
+        err.lines().count()
+    );
+    // the follow pipeline, started by hand in the background, logs to follow.log
+    let mut follow = cmd(h, home.join(".local/bin/oc-watchdog-follow"))
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let waiting = "oc-watchdog-follow: the watchdog is not watching until its config loads";
+    let seen = loop {
+        let l = std::fs::read_to_string(state.join("follow.log")).unwrap_or_default();
+        if l.contains(waiting) || t0.elapsed() > Duration::from_secs(60) {
+            break l;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let _ = Command::new("kill")
+        .args(["-TERM", "--", &format!("-{}", follow.id())])
+        .status();
+    let _ = follow.wait();
+    assert!(seen.contains(&why) && seen.contains(waiting), "{seen}");
+}

@@ -546,7 +546,8 @@ fn prune_drops_old_ticks_but_never_open_alerts() {
         .args(["--db", &db(&home), "--format", "table", "loops"])
         .run();
     let out = r.stdout();
-    assert!(out.starts_with("status   session  opened "), "{out}");
+    // an episode written by hand names no session: the empty column is left out
+    assert!(out.starts_with("status   opened "), "{out}");
     assert!(out.contains("\nwarning  "), "{out}");
 }
 
@@ -747,4 +748,206 @@ fn a_query_on_a_missing_database_names_it_and_creates_nothing() {
     let r = home.cmd("wd-store").args(["--db", db_s, "status"]).run();
     r.ok();
     assert_eq!(r.kind("status")[0]["outcome"], json!("no_opencode"));
+}
+
+/// A watchdog database holding the fixture's 23 loops as one tick (`progress-detect |
+/// wd-store tick | wd-alert`) at `now`, its desktop channel off.
+fn fixture_loops_db(home: &Home, now: &str) -> String {
+    let cfg = home.join("wd.toml");
+    std::fs::write(
+        &cfg,
+        "[[channels]]\nname = \"desktop\"\ntype = \"desktop\"\nenabled = false\n",
+    )
+    .unwrap();
+    let cfg = cfg.display().to_string();
+    let stored = home
+        .cmd("wd-store")
+        .args(["--db", &db(home), "--config", &cfg, "--now", now, "tick"])
+        .stdin(fixture_verdicts(home))
+        .run();
+    stored.ok();
+    home.cmd("wd-alert")
+        .args(["--db", &db(home), "--config", &cfg, "--now", now])
+        .stdin(stored.stdout())
+        .run()
+        .ok();
+    db(home)
+}
+
+/// `wd-store ARGS` at `now`, in UTC, with `COLUMNS` set to `columns` (none: a pipe's default).
+fn table_at(home: &Home, now: &str, columns: Option<&str>, args: &[&str]) -> String {
+    let db = db(home);
+    let cfg = home.join("wd.toml").display().to_string();
+    let mut all = vec!["--db", &db, "--config", &cfg, "--now", now];
+    all.extend_from_slice(args);
+    let mut c = home.cmd("wd-store").env("TZ", "UTC").args(&all);
+    if let Some(w) = columns {
+        c = c.env("COLUMNS", w);
+    }
+    let r = c.run();
+    r.ok();
+    r.stdout()
+}
+
+fn widest(table: &str) -> usize {
+    table.lines().map(|l| l.chars().count()).max().unwrap_or(0)
+}
+
+#[test]
+fn loops_table_fits_the_terminal_and_does_not_cut_titles_to_8_characters() {
+    // issue 40: `wd-store loops --format table` was 103 columns on these loops whatever the
+    // terminal (its --help said 100) and cut project and title to 8 characters ("amount …")
+    let home = Home::new();
+    let now = "1796300000000";
+    fixture_loops_db(&home, now);
+    let loops = |columns| table_at(&home, now, columns, &["loops", "--format", "table"]);
+    let row = |table: &str| -> String {
+        table
+            .lines()
+            .find(|l| l.contains("ses_dc5721858ffedLRWqfrh3YU7lD"))
+            .unwrap_or_else(|| panic!("{table}"))
+            .to_string()
+    };
+    let at80 = loops(Some("80"));
+    assert_eq!(widest(&at80), 80, "{at80}");
+    assert_eq!(at80.lines().count(), 24, "{at80}");
+    assert_eq!(
+        at80.lines().next().unwrap(),
+        "status   session                         project       session_title"
+    );
+    assert_eq!(
+        row(&at80),
+        "warning  ses_dc5721858ffedLRWqfrh3YU7lD  …vwM7Q1/proj  amount parsing orchestra…"
+    );
+    let at120 = loops(Some("120"));
+    assert_eq!(widest(&at120), 120, "{at120}");
+    assert!(
+        at120.lines().next().unwrap().starts_with(
+            "status   session                         opened UTC   burned            project       session_title"
+        ),
+        "{at120}"
+    );
+    assert!(
+        row(&at120).ends_with("  6 calls, $0.02,…  …vwM7Q1/proj  amount parsing orchestrator"),
+        "{at120}"
+    );
+    // not a terminal and no COLUMNS: the documented 100
+    let piped = loops(None);
+    assert_eq!(widest(&piped), 100, "{piped}");
+    // alerts fit too, their burned figures cut, not the session to paste
+    let alerts = table_at(&home, now, Some("80"), &["alerts", "--format", "table"]);
+    assert!(widest(&alerts) <= 80, "{alerts}");
+    assert!(
+        alerts.contains("  ses_dc5721858ffedLRWqfrh3YU7lD"),
+        "{alerts}"
+    );
+}
+
+#[test]
+fn status_is_a_key_value_block_not_one_135_column_row() {
+    // issue 40: `wd-store status` on a terminal (and with --format table) was one row of 135
+    // columns: 12 headers over 12 values
+    let home = Home::new();
+    let now = "1796300000000";
+    fixture_loops_db(&home, now);
+    let status = table_at(&home, now, Some("80"), &["status", "--format", "table"]);
+    // how long the tick took is the clock's, not --now's
+    let (took, rest): (Vec<&str>, Vec<&str>) =
+        status.lines().partition(|l| l.starts_with("duration_ms "));
+    assert_eq!(took.len(), 1, "{status}");
+    assert_eq!(
+        rest.join("\n") + "\n",
+        "last_tick UTC   2026-12-03 12:13:20\n\
+         mode            timer\n\
+         outcome         flagged\n\
+         sessions        44\n\
+         flagged         23\n\
+         verdicts        44\n\
+         open_alerts     23\n\
+         blind           -\n\
+         figures_at UTC  2026-12-03 12:13:20\n\
+         channels        desktop:off:warning\n\
+         state           -\n"
+    );
+    // the machine formats are one row, as they were
+    let csv = table_at(&home, now, Some("80"), &["status", "--format", "csv"]);
+    assert_eq!(csv.lines().count(), 2, "{csv}");
+    assert!(
+        csv.starts_with("last_tick,mode,outcome,sessions,flagged,"),
+        "{csv}"
+    );
+    let jsonl = table_at(&home, now, Some("80"), &["status"]);
+    let rec: Value = serde_json::from_str(jsonl.trim()).unwrap();
+    assert_eq!(rec["open_alerts"], 23);
+}
+
+#[test]
+fn look_closer_verdicts_table_has_readable_columns_not_600_columns_of_json() {
+    // issue 40: the page's "Look closer" command, `wd-store verdicts --session ID --format
+    // table`, printed 588-column lines of 20 stored columns, signals and evidence as raw JSON
+    let home = Home::new();
+    let now = "1796300000000";
+    fixture_loops_db(&home, now);
+    let s = "ses_dc571e19affeX7aNLACM1xE6go";
+    let closer = |columns| {
+        table_at(
+            &home,
+            now,
+            Some(columns),
+            &["verdicts", "--session", s, "--format", "table"],
+        )
+    };
+    let calls: String = [
+        "offset 136 limit 45",
+        "offset 181 limit 45",
+        "offset 226 limit 45",
+        "offset 271 limit 45",
+        "offset 1 limit 38",
+        "offset 39 limit 38",
+        "offset 77 limit 38",
+        "offset 115 limit 38",
+        "offset 153 limit 38",
+        "offset 191 limit 38",
+        "offset 229 limit 38",
+        "offset 267 limit 38",
+    ]
+    .iter()
+    .map(|c| format!("  read docs/runbook.md {c}\n"))
+    .collect();
+    assert_eq!(
+        closer("80"),
+        format!(
+            "t UTC        agent  flag  reasons   calls  cost   repeats\n\
+             12-03 12:13  build  FLAG  circling  21     $0.21  pages through docs/runbook.md…\n\
+             \n\
+             last calls of the newest flagged verdict (12-03 12:13 UTC):\n{calls}"
+        )
+    );
+    let at120 = closer("120");
+    assert!(
+        at120.starts_with(
+            "t UTC        agent  flag  reasons   calls  since_landed  cost   repeats\n\
+             12-03 12:13  build  FLAG  circling  21     21            $0.21  pages through docs/runbook.md (3.0 passes)\n"
+        ),
+        "{at120}"
+    );
+    assert!(!at120.contains('{'), "{at120}");
+    // every session: the session column comes back, each line fits
+    let all = table_at(&home, now, Some("80"), &["verdicts", "--format", "table"]);
+    assert_eq!(widest(&all), 80, "{all}");
+    assert!(all.starts_with("t UTC        session  "), "{all}");
+    // --wide and the JSONL keep every stored column
+    let wide = table_at(
+        &home,
+        now,
+        Some("80"),
+        &["verdicts", "--session", s, "--format", "table", "--wide"],
+    );
+    assert!(wide.contains("{\"circling\":3.0,"), "{wide}");
+    let rec: Value = serde_json::from_str(
+        table_at(&home, now, Some("80"), &["verdicts", "--session", s]).trim(),
+    )
+    .unwrap();
+    assert_eq!(rec["signals"]["circling_file"], "docs/runbook.md");
+    assert_eq!(rec["digest"].as_array().unwrap().len(), 12);
 }

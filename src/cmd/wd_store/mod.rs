@@ -51,7 +51,8 @@ pub struct Args {
     /// Config file (default $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml if it exists).
     #[arg(long, global = true, value_name = "PATH")]
     pub config: Option<PathBuf>,
-    /// Output format of the queries (default jsonl; `status` prints a table on a terminal).
+    /// Output format of the queries (default jsonl; `status` prints a key/value block on a
+    /// terminal, as with `table`). A table fits COLUMNS, else the terminal, else 100 columns.
     #[arg(long, global = true, value_enum)]
     pub format: Option<Format>,
     /// The current time in epoch ms (default: the clock).
@@ -99,7 +100,8 @@ pub enum Cmd {
         /// Also list episodes resolved this long ago or less.
         #[arg(long, value_name = "DURATION", default_value = "1h")]
         recent: String,
-        /// With --format table: every column (the default table fits 100 columns).
+        /// With --format table: every column (the default table fits the terminal: COLUMNS, else its
+        /// width, else 100).
         #[arg(long)]
         wide: bool,
     },
@@ -114,7 +116,8 @@ pub enum Cmd {
         /// At most this many rows, newest first.
         #[arg(long, default_value_t = 1000)]
         limit: usize,
-        /// With --format table: every column (the default table fits 100 columns).
+        /// With --format table: every column (the default table fits the terminal: COLUMNS, else its
+        /// width, else 100).
         #[arg(long)]
         wide: bool,
     },
@@ -132,6 +135,10 @@ pub enum Cmd {
         /// At most this many rows.
         #[arg(long, default_value_t = 1000)]
         limit: usize,
+        /// With --format table: every column as stored (signals, evidence and digest as JSON);
+        /// the default table names what each verdict repeats and fits the terminal.
+        #[arg(long)]
+        wide: bool,
     },
     /// Flagged sessions per model next to each model's share of all sessions seen; a session counts once, under the latest model (or agent) its verdicts name.
     Rollup {
@@ -372,7 +379,8 @@ fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> R
             session,
             flagged,
             limit,
-        } => queries::verdicts(cx, since, session, flagged, limit, out),
+            wide,
+        } => queries::verdicts(cx, since, session, flagged, (limit, wide), out),
         Cmd::Rollup { by, since } => queries::rollup(cx, &by, &since, out),
         Cmd::Blocks { all } => queries::blocks(cx, all, out),
         Cmd::Stop { session, wait } => {
