@@ -13,7 +13,9 @@
 //! Once per action id (`stop:<session>:<episode>`, the episode being the open loop episode of
 //! the watchdog's store, else the session's current turn): the `stops` table records the
 //! request before anything is sent, so a second request for the same episode does nothing and
-//! says so. [`decide`] is the pure rule over what was found ([`Facts`]); [`stop`] gathers the
+//! says so. A stop is claimed only when opencode's database shows the session's run over (no
+//! step in flight, no call started for a moment), whatever the way and whatever a server says.
+//! [`decide`] is the pure rule over what was found ([`Facts`]); [`stop`] gathers the
 //! facts, applies the plan and records it.
 //!
 //! The stop policy (`[stop]`, `alert::policy`) calls [`stop`] once the episode's transition is
@@ -398,6 +400,40 @@ fn wait_for<T>(wait: Duration, mut done: impl FnMut() -> Option<T>) -> Option<T>
     }
 }
 
+/// How long the session's record must go on showing its run over, with no call started, before
+/// the stop is believed.
+const SETTLE: Duration = Duration::from_millis(500);
+
+/// Waits (at least 2 s, else what is left of the stop's wait) until opencode's database shows the
+/// session's run over, its turn ended (no step in flight, no tool call pending or running), and
+/// still over, with no call started, a moment later. What it saw instead is the error: how many
+/// calls started after `requested`, the stop's request.
+fn ended(db: &Db, session: &str, requested: i64, wait: Duration) -> Result<()> {
+    let over = |since: i64| {
+        let m = db.messages(session).ok()?;
+        (!in_flight(&m) && calls_between(&m, since, None) == 0).then_some(())
+    };
+    let settled = wait_for(wait.max(Duration::from_secs(2)), || {
+        let seen = crate::cli::now_ms();
+        over(seen)?;
+        std::thread::sleep(SETTLE);
+        over(seen)
+    });
+    if settled.is_some() {
+        return Ok(());
+    }
+    let m = db.messages(session).unwrap_or(Value::Null);
+    Err(anyhow!(
+        "opencode's database shows its run going on: {} call(s) started after the request, {}",
+        calls_between(&m, requested, None),
+        if in_flight(&m) {
+            "a step still in flight"
+        } else {
+            "none in flight at the last look"
+        }
+    ))
+}
+
 /// Stops the session's current run, once per action id, and records it. Refusals (not found,
 /// idle, no way to reach it) are errors that say what to do instead and record nothing; an
 /// earlier request under the same action id is an `already` outcome that does nothing.
@@ -549,7 +585,8 @@ fn already(mut o: StopOutcome, p: &Previous) -> StopOutcome {
 }
 
 /// Carries the stop out the way decided, within the request's wait: the server's abort, then
-/// until the server no longer lists the session as running; or the plugin's way. Gives the
+/// until the server no longer lists the session as running and opencode's database shows its
+/// run over; or the plugin's way. Gives the
 /// plugin's process and the tool call it refused, if any.
 fn carry_out(
     cfg: &Config,
@@ -570,19 +607,26 @@ fn carry_out(
                 query_dir(directory)
             );
             Client::with_limits(&url, opencode::Limits::of(&cfg.opencode))
-                .post(&path, &json!({}))
-                .and_then(|_| {
-                    wait_for(left(), || {
-                        (!server_lists(cfg, &url, session, directory)).then_some(())
-                    })
-                    .ok_or_else(|| {
-                        anyhow!(
-                            "{url} still lists {session} as running {}s after the abort",
-                            req.wait.as_secs()
-                        )
-                    })
-                })
-                .map(|_| None)
+                .post(&path, &json!({}))?;
+            wait_for(left(), || {
+                (!server_lists(cfg, &url, session, directory)).then_some(())
+            })
+            .ok_or_else(|| {
+                anyhow!(
+                    "{url} still lists {session} as running {}s after the abort",
+                    req.wait.as_secs()
+                )
+            })?;
+            // a server's word is not the session's: one that lists a session another process
+            // runs (an `opencode run`, a TUI) takes the abort and stops listing it while the
+            // run goes on
+            ended(db, session, o.requested, left()).map_err(|e| {
+                anyhow!(
+                    "{url} took the abort and no longer lists the session as running, but {e}: \
+                     the server does not run it"
+                )
+            })?;
+            Ok(None)
         }
         (Via::Plugin, _) => plugin_stop(&found.dir, o, left(), db, (session, req.reason)),
     }
@@ -622,6 +666,7 @@ fn finish(
         }
         Err(e) => {
             o.status = "failed".into();
+            o.calls_after_request = Some(calls_between(messages, o.requested, None));
             let detail = format!("{e:#}");
             record(store, &o, turn, req.reason, Some(&detail))?;
             bail!("stop: session {session}: {detail}; {BY_HAND} (the request is recorded as failed, a new `wd-store stop` may try again)")
@@ -680,14 +725,8 @@ fn plugin_stop(
             ack["error"].as_str().unwrap_or("no reason given")
         );
     }
-    let left = wait
-        .saturating_sub(t0.elapsed())
-        .max(Duration::from_secs(2));
-    wait_for(left, || {
-        let m = db.messages(session).ok()?;
-        (!in_flight(&m)).then_some(())
-    })
-    .ok_or_else(|| anyhow!("the plugin aborted it, but its run still shows as going"))?;
+    ended(db, session, o.requested, wait.saturating_sub(t0.elapsed()))
+        .map_err(|e| anyhow!("the plugin in process {pid} aborted it, but {e}"))?;
     Ok(Some((pid, refused)))
 }
 

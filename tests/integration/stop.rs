@@ -5,7 +5,7 @@
 
 use crate::support::desktop::Desktop;
 use crate::support::ocsim::{self, http, Sim};
-use crate::support::stub::Stub;
+use crate::support::stub::{Reply, Stub};
 use crate::support::{repo, Home, Run};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -1767,5 +1767,87 @@ fn the_plugin_took_requests_from_other_users_and_wrote_through_links_at_predicta
         logs.iter()
             .any(|l| l.ends_with("writable by others (mode 777); taken as no stop request")),
         "{logs:#?}"
+    );
+}
+
+// ---- a stop is checked before it is claimed (issue 42) ------------------------------------------
+
+/// A stand-in server, configured, that speaks opencode's protocol and lists `session` as busy
+/// until it is asked to abort it, then lists nothing: what a server says of a session it does
+/// not run.
+fn lying_server(rig: &Rig, session: &str) -> Stub {
+    let s = Stub::start();
+    s.json(
+        "GET /global/health",
+        r#"{"healthy":true,"version":"1.18.33"}"#,
+    );
+    s.route(
+        "GET /session/status",
+        Reply::After(
+            format!("/session/{session}/abort"),
+            Box::new(Reply::Json(
+                200,
+                json!({ session: {"type": "busy"} }).to_string(),
+            )),
+            Box::new(Reply::Json(200, "{}".into())),
+        ),
+    );
+    s.json(&format!("POST /session/{session}/abort"), "true");
+    std::fs::create_dir_all(rig.home.join(".config/oc-watchdog")).unwrap();
+    std::fs::write(
+        rig.home.join(".config/oc-watchdog/watchdog.toml"),
+        format!("[opencode]\nservers = [\"{}\"]\n", s.url),
+    )
+    .unwrap();
+    s
+}
+
+#[test]
+fn a_server_that_stopped_listing_a_session_it_does_not_run_was_taken_for_its_stop() {
+    // no plugin: the looping `opencode run` is reachable only by hand; a configured server
+    // lists it as busy, takes the abort and lists it no more
+    let mut rig = Rig::new(false);
+    let pid = rig.run("lc_goes_on");
+    let id = rig.wait_calls(10);
+    let server = lying_server(&rig, &id);
+    let r = rig
+        .home
+        .cmd("wd-store")
+        .args(["stop", &id, "--wait", "3s"])
+        .run();
+    r.expect_code(2);
+    let aborts = server
+        .requests()
+        .iter()
+        .filter(|q| q.method == "POST" && q.path.starts_with(&format!("/session/{id}/abort")))
+        .count();
+    assert_eq!(aborts, 1, "{}", r.story());
+    // it says what it saw and what to do, not "stopped"
+    let said = r.stderr();
+    eprintln!("stop figures: a server that does not run the session: {said}");
+    assert!(
+        said.starts_with(&format!(
+            "wd-store: stop: session {id}: {} took the abort and no longer lists the session as running, but opencode's database shows its run going on: ",
+            server.url
+        )) && said.contains(" call(s) started after the request, ")
+            && said.contains(": the server does not run it; press Esc twice in its TUI, or Ctrl-C in the terminal of its `opencode run` (the request is recorded as failed"),
+        "{}",
+        r.story()
+    );
+    assert!(r.kind("stop").is_empty(), "{}", r.story());
+    // the run goes on, and the record says the stop failed
+    let n = rig.calls(&id).len();
+    rig.wait_calls(n + 2);
+    assert!(
+        Path::new(&format!("/proc/{pid}")).exists(),
+        "opencode run ended"
+    );
+    let rows = rig.stops(&id);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "failed");
+    assert_eq!(rows[0]["via"], "http");
+    assert!(
+        rows[0]["calls_after_request"].as_i64().unwrap() >= 1,
+        "{rows:?}"
     );
 }

@@ -29,6 +29,9 @@ pub enum Reply {
     Big(u64),
     /// A redirect: status and `Location`.
     Redirect(u16, String),
+    /// The first reply until a request whose path starts with this one has come, then the
+    /// second (a server whose answers change with what it was asked).
+    After(String, Box<Reply>, Box<Reply>),
 }
 
 pub struct Stub {
@@ -155,6 +158,19 @@ fn serve(
             .cloned()
             .unwrap_or(Reply::Json(404, "{\"error\":\"not found\"}".into()))
     };
+    let reply = match reply {
+        Reply::After(seen, before, after) => {
+            let log = log.lock().unwrap();
+            // this request is logged already: only an earlier one switches
+            let earlier = &log[..log.len() - 1];
+            if earlier.iter().any(|r| r.path.starts_with(&seen)) {
+                *after
+            } else {
+                *before
+            }
+        }
+        r => r,
+    };
     let mut s = s;
     let reply = match reply {
         Reply::Delay(ms, code, body) => {
@@ -207,7 +223,7 @@ fn serve(
                 "HTTP/1.1 {code} X\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
             );
         }
-        Reply::Delay(..) => unreachable!(),
+        Reply::Delay(..) | Reply::After(..) => unreachable!(),
         Reply::Json(code, body) => {
             let _ = write!(
                 s,
