@@ -13,9 +13,11 @@
 //! Once per action id (`stop:<session>:<episode>`, the episode being the open loop episode of
 //! the watchdog's store, else the session's current turn): the `stops` table records the
 //! request before anything is sent, so a second request for the same episode does nothing and
-//! says so. A stop is claimed only when opencode's database shows the session's run over (no
-//! step in flight, no call started for a moment), whatever the way and whatever a server says.
-//! [`decide`] is the pure rule over what was found ([`Facts`]); [`stop`] gathers the
+//! says so. One stop of a session at a time: the request is recorded in the write transaction
+//! that checks no other is under way, and a second stop meanwhile waits for the first and
+//! reports its outcome. A stop is claimed only when opencode's database shows the session's run
+//! over (no step in flight, no call started for a moment), whatever the way and whatever a
+//! server says. [`decide`] is the pure rule over what was found ([`Facts`]); [`stop`] gathers the
 //! facts, applies the plan and records it.
 //!
 //! The stop policy (`[stop]`, `alert::policy`) calls [`stop`] once the episode's transition is
@@ -345,6 +347,18 @@ fn record(
     detail: Option<&str>,
 ) -> Result<()> {
     let tx = store.write()?;
+    put(&tx, o, turn, reason, detail)?;
+    tx.commit()?;
+    Ok(())
+}
+
+fn put(
+    tx: &rusqlite::Connection,
+    o: &StopOutcome,
+    turn: &str,
+    reason: &str,
+    detail: Option<&str>,
+) -> Result<()> {
     tx.execute(
         "INSERT INTO stops (action_id, session, episode, reason, t, status, via, pid, stopped,
                             calls_after_request, detail, turn)
@@ -366,8 +380,88 @@ fn record(
             turn
         ],
     )?;
-    tx.commit()?;
     Ok(())
+}
+
+/// A `requested` stop older than this was left by a stop that died on the way (a stop waits at
+/// most `[stop] wait_secs`, 60 s, or `wd-store stop --wait`): it neither stands nor is waited for.
+const STALE_MS: i64 = 10 * 60 * 1000;
+
+/// A stop of the session under way elsewhere: its `requested` row, younger than [`STALE_MS`].
+fn under_way(conn: &rusqlite::Connection, session: &str, now: i64) -> Result<Option<Previous>> {
+    Ok(conn
+        .query_row(
+            "SELECT status, t, via, stopped, action_id FROM stops
+              WHERE session = ?1 AND status = 'requested' AND t > ?2 ORDER BY t LIMIT 1",
+            params![session, now - STALE_MS],
+            |r| {
+                Ok(Previous {
+                    status: r.get(0)?,
+                    t: r.get(1)?,
+                    via: r.get(2)?,
+                    stopped: r.get(3)?,
+                    action_id: r.get(4)?,
+                })
+            },
+        )
+        .optional()?)
+}
+
+/// Records the request, in one write transaction with the check that no other stop of the
+/// session is under way: two stops at once (the policy's and the operator's, a popup's click)
+/// each wrote their request for the plugin over the other's, and the one whose request was lost
+/// waited its whole wait and recorded `failed` over the other's `stopped`. The stop under way,
+/// if there is one, comes back instead.
+fn claim(store: &mut Store, o: &StopOutcome, turn: &str, reason: &str) -> Result<Option<Previous>> {
+    let tx = store.write()?;
+    if let Some(p) = under_way(&tx, &o.session, crate::cli::now_ms())? {
+        return Ok(Some(p));
+    }
+    put(&tx, o, turn, reason, None)?;
+    tx.commit()?;
+    Ok(None)
+}
+
+/// Waits, within `wait` and a few seconds more, for the stop under way (`p`) to end, and
+/// reports its outcome as this one's (`already`); an error if it failed or did not end.
+fn wait_other(store: &Store, o: StopOutcome, p: &Previous, wait: Duration) -> Result<StopOutcome> {
+    let row = |conn: &rusqlite::Connection| {
+        conn.query_row(
+            "SELECT status, t, via, stopped, action_id, detail FROM stops WHERE action_id = ?1",
+            [&p.action_id],
+            |r| {
+                Ok((
+                    Previous {
+                        status: r.get(0)?,
+                        t: r.get(1)?,
+                        via: r.get(2)?,
+                        stopped: r.get(3)?,
+                        action_id: r.get(4)?,
+                    },
+                    r.get::<_, Option<String>>(5)?,
+                ))
+            },
+        )
+    };
+    let ended = wait_for(wait + Duration::from_secs(5), || {
+        row(&store.conn)
+            .ok()
+            .filter(|(q, _)| q.status != "requested")
+    });
+    let session = &o.session;
+    match ended {
+        Some((q, _)) if q.status == "stopped" => Ok(already(o, &q)),
+        Some((_, detail)) => bail!(
+            "stop: session {session}: a stop of it at the same time ({}) failed: {}; {BY_HAND}",
+            p.action_id,
+            detail.as_deref().unwrap_or("no reason recorded")
+        ),
+        None => bail!(
+            "stop: session {session}: a stop of it requested at {} ({}) is still under way; its outcome will be recorded (`wd-store alerts`), a new `wd-store stop` says it",
+            crate::cli::iso_ms(p.t),
+            p.action_id
+        ),
+    }
 }
 
 /// Writes `file` whole or not at all (a temp file beside it, renamed).
@@ -462,6 +556,9 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<StopOutcom
         message: String::new(),
     };
     let via = match decide(session, &found.facts) {
+        StopPlan::Already(p) if p.status == "requested" => {
+            return wait_other(store, o, &p, req.wait)
+        }
         StopPlan::Already(p) => return Ok(already(o, &p)),
         StopPlan::Refuse(why) => bail!("stop: {why}"),
         StopPlan::Http(url) => {
@@ -471,7 +568,9 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<StopOutcom
         StopPlan::Plugin(_) => (Via::Plugin, String::new()),
     };
     o.via = Some(via.0.as_str().into());
-    record(store, &o, &found.turn, req.reason, None)?;
+    if let Some(p) = claim(store, &o, &found.turn, req.reason)? {
+        return wait_other(store, o, &p, req.wait);
+    }
     let carried = carry_out(cfg, req, &db, &found, &o, via);
     let messages = db.messages(session).unwrap_or(Value::Null);
     finish(store, req, o, &found.turn, carried, &messages)
@@ -533,9 +632,11 @@ fn look_up(
         &cfg.opencode.discover_uids,
     );
     let dir = requests_dir();
+    let stale = crate::cli::now_ms() - STALE_MS;
     let mut facts = Facts {
         found: info.is_some(),
-        previous: previous(store, &action, session, &turn)?,
+        previous: previous(store, &action, session, &turn)?
+            .filter(|p| p.status != "requested" || p.t > stale),
         plugin_installed: plugin_paths().iter().any(|p| p.is_file()),
         ..Facts::default()
     };

@@ -1851,3 +1851,54 @@ fn a_server_that_stopped_listing_a_session_it_does_not_run_was_taken_for_its_sto
         "{rows:?}"
     );
 }
+
+#[test]
+fn two_stops_of_one_session_at_once_overwrote_each_others_request_and_ended_failed() {
+    let mut rig = Rig::new(true);
+    let pid = rig.run("lc_goes_on");
+    let id = rig.wait_calls(10);
+    // the operator's two stops (a `wd-store stop` and a click on the popup's action, or the
+    // policy's) at the same moment
+    let kids: Vec<Child> = (0..2)
+        .map(|_| {
+            rig.home
+                .cmd("wd-store")
+                .args(["stop", &id, "--wait", "5s"])
+                .spawn()
+        })
+        .collect();
+    let outs: Vec<std::process::Output> = kids
+        .into_iter()
+        .map(|k| k.wait_with_output().unwrap())
+        .collect();
+    let story: String = outs
+        .iter()
+        .map(|o| {
+            format!(
+                "--- {}\n{}{}",
+                o.status,
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        })
+        .collect();
+    eprintln!("stop figures: two stops at once:\n{story}");
+    assert!(outs.iter().all(|o| o.status.success()), "{story}");
+    let mut statuses: Vec<String> = outs
+        .iter()
+        .map(|o| {
+            let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+            v["status"].as_str().unwrap().to_string()
+        })
+        .collect();
+    statuses.sort();
+    assert_eq!(statuses, ["already", "stopped"], "{story}");
+    // one request, carried out once, recorded as stopped
+    let rows = rig.stops(&id);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "stopped", "{rows:?}");
+    assert_eq!(rows[0]["via"], "plugin");
+    assert_eq!(rows[0]["pid"], pid);
+    rig.wait_exit(pid);
+    assert_eq!(rig.last_error(&id).as_deref(), Some("MessageAbortedError"));
+}
