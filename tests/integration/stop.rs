@@ -226,6 +226,18 @@ impl Rig {
         )
     }
 
+    /// Waits until `session` has at least `n` tool calls.
+    fn wait_calls_of(&self, session: &str, n: usize) {
+        let t0 = Instant::now();
+        while self.calls(session).len() < n {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "{session} has not {n} calls"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// The error class of the session's last assistant message.
     fn last_error(&self, session: &str) -> Option<String> {
         self.db()
@@ -1901,4 +1913,72 @@ fn two_stops_of_one_session_at_once_overwrote_each_others_request_and_ended_fail
     assert_eq!(rows[0]["pid"], pid);
     rig.wait_exit(pid);
     assert_eq!(rig.last_error(&id).as_deref(), Some("MessageAbortedError"));
+}
+
+#[test]
+fn a_hung_server_held_each_policy_stop_and_the_ticks_other_alerts_for_its_whole_deadline() {
+    // a configured server that accepts and never answers (its deadline is the shipped 10 s)
+    let hung = Stub::start();
+    hung.route("GET /global/health", Reply::Hang);
+    let mut rig = Rig::new(true);
+    let pol = Policy::on(
+        &rig,
+        &format!(
+            "at_escalation = true\n\n[opencode]\nservers = [\"{}\"]",
+            hung.url
+        ),
+    );
+    let pid = rig.run("lc_journey");
+    let id = rig.wait_calls(10);
+    let t1 = pol.tick(&rig);
+    assert_eq!(events_of(&rig, &id), ["trigger"], "{}", t1.story());
+    // a second loop, flagged first at the tick that escalates and stops the first
+    rig.run("lc_journey");
+    let other = rig.wait_calls(10);
+    let n = rig.calls(&id).len();
+    rig.wait_calls_of(&id, n + 3);
+    let t2 = pol.tick(&rig);
+    assert_eq!(
+        events_of(&rig, &id),
+        ["trigger", "escalate still_looping", "resolve stopped"],
+        "{}",
+        t2.story()
+    );
+    assert_eq!(events_of(&rig, &other), ["trigger"], "{}", t2.story());
+    let (requested, stopped, via, by): (i64, i64, String, i64) = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT t, stopped, via, pid FROM stops WHERE session = ?1 AND status = 'stopped'",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap_or_else(|e| panic!("no stop of {id}: {e}\n{}", t2.story()));
+    assert_eq!((via.as_str(), by), ("plugin", pid as i64));
+    // the other loop's trigger reached the webhook before the stop began, not after it ended
+    let hooked = pol.hook.requests();
+    let triggered = hooked
+        .iter()
+        .find(|r| {
+            r.path == "/hook"
+                && serde_json::from_str::<Value>(&r.body)
+                    .is_ok_and(|v| v["root"] == other.as_str() && v["state"] == "trigger")
+        })
+        .unwrap_or_else(|| panic!("no trigger of {other} hooked\n{}", t2.story()));
+    eprintln!(
+        "stop figures: policy stop beside a hung server: {} ms from its request to the stop; \
+         the other loop's trigger hooked {} ms after the stop's request",
+        stopped - requested,
+        triggered.at_ms - requested
+    );
+    assert!(
+        triggered.at_ms <= requested,
+        "the other loop's trigger waited for the stop"
+    );
+    // the hung server was asked for at most its bound (2 s), not its 10 s deadline; the
+    // plugin's request did not expire while it was asked
+    assert!(
+        stopped - requested < 8_000,
+        "{} ms from the request to the stop",
+        stopped - requested
+    );
 }

@@ -13,6 +13,8 @@ pub struct Request {
     pub path: String,
     pub headers: HashMap<String, String>,
     pub body: String,
+    /// When it was read, ms since the epoch.
+    pub at_ms: i64,
 }
 
 #[derive(Clone)]
@@ -140,6 +142,10 @@ fn serve(
         path: full.clone(),
         headers: headers.clone(),
         body,
+        at_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64,
     });
     // in flight from its request read to its reply's first byte: counted by connection, the
     // next request of a client answered could come before this thread was scheduled again
