@@ -993,6 +993,72 @@ mod tests {
         assert_eq!(calls_between(&msgs, 31, None), 0);
     }
 
+    fn outcome(session: &str, action: &str, t: i64) -> StopOutcome {
+        StopOutcome {
+            kind: "stop",
+            session: session.into(),
+            action_id: action.into(),
+            episode: "turn:msg_1".into(),
+            status: "requested".into(),
+            via: Some("plugin".into()),
+            server: None,
+            pid: None,
+            refused_call: None,
+            requested: t,
+            stopped: None,
+            calls_after_request: None,
+            resume: String::new(),
+            message: String::new(),
+        }
+    }
+
+    /// Two stops of one session at once: the second finds the first under way and takes its
+    /// outcome; the record stays the first's. A `requested` row left long ago stands for
+    /// nothing.
+    #[test]
+    fn a_second_stop_meanwhile_waits_for_the_first_and_reports_its_outcome() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("w.db")).unwrap();
+        let now = crate::cli::now_ms();
+        let first = outcome("ses_a", "stop:ses_a:episode:1", now);
+        assert_eq!(
+            claim(&mut store, &first, "msg_1", "escalated").unwrap(),
+            None
+        );
+        // the operator's, under another action id, while the policy's runs
+        let second = outcome("ses_a", "stop:ses_a:turn:msg_1", now + 5);
+        let under = claim(&mut store, &second, "msg_1", "operator")
+            .unwrap()
+            .expect("the first is under way");
+        assert_eq!(under.action_id, "stop:ses_a:episode:1");
+        let stopped = StopOutcome {
+            status: "stopped".into(),
+            stopped: Some(now + 900),
+            ..first.clone()
+        };
+        record(&mut store, &stopped, "msg_1", "escalated", None).unwrap();
+        let o = wait_other(&store, second, &under, Duration::from_secs(1)).unwrap();
+        assert_eq!(o.status, "already");
+        assert_eq!(o.stopped, Some(now + 900));
+        assert_eq!(o.action_id, "stop:ses_a:episode:1");
+        let rows: i64 = store
+            .conn
+            .query_row("SELECT count(*) FROM stops", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 1);
+        // another session is not held by it; a request left 11 minutes ago holds nothing
+        let stale = outcome("ses_b", "stop:ses_b:turn:msg_1", now - 11 * 60 * 1000);
+        assert_eq!(
+            claim(&mut store, &stale, "msg_1", "operator").unwrap(),
+            None
+        );
+        let fresh = outcome("ses_b", "stop:ses_b:turn:msg_2", now);
+        assert_eq!(
+            claim(&mut store, &fresh, "msg_2", "operator").unwrap(),
+            None
+        );
+    }
+
     #[test]
     fn the_turn_is_the_last_user_message() {
         let msgs = json!([{"info": {"role": "user", "id": "msg_1"}},
