@@ -13,7 +13,11 @@
 //! Once per action id (`stop:<session>:<episode>`, the episode being the open loop episode of
 //! the watchdog's store, else the session's current turn): the `stops` table records the
 //! request before anything is sent, so a second request for the same episode does nothing and
-//! says so. [`decide`] is the pure rule over what was found ([`Facts`]); [`stop`] gathers the
+//! says so. One stop of a session at a time: the request is recorded in the write transaction
+//! that checks no other is under way, and a second stop meanwhile waits for the first and
+//! reports its outcome. A stop is claimed only when opencode's database shows the session's run
+//! over (no step in flight, no call started for a moment), whatever the way and whatever a
+//! server says. [`decide`] is the pure rule over what was found ([`Facts`]); [`stop`] gathers the
 //! facts, applies the plan and records it.
 //!
 //! The stop policy (`[stop]`, `alert::policy`) calls [`stop`] once the episode's transition is
@@ -305,7 +309,13 @@ fn plugin_pids(dir: &Path, procs: &[opencode::discover::Process]) -> Vec<u32> {
     pids
 }
 
-/// Servers (among those running on this database) whose status lists the session.
+/// How long a stop asks the servers whether they run the session, all at once: one hung server
+/// took each stop its whole deadline (10.6 s instead of 0.26), one stop after another inside
+/// wd-alert. A server that answers no health check within this is not the one running a loop.
+const ASK_SERVERS: Duration = Duration::from_secs(2);
+
+/// Servers (among those running on this database, and those configured) whose status lists
+/// the session, asked at once, each within [`ASK_SERVERS`].
 fn servers_running(
     procs: &[opencode::discover::Process],
     cfg: &Config,
@@ -314,19 +324,26 @@ fn servers_running(
 ) -> Vec<String> {
     let found = opencode::discover::listeners(procs);
     let planned = opencode::plan_servers(&[], &cfg.opencode.servers, &found);
-    let mut out = Vec::new();
-    for p in planned {
-        let Ok(Some(live)) = opencode::probe(&p, opencode::Limits::of(&cfg.opencode)) else {
-            continue;
-        };
-        let st = live
-            .client
-            .get(&format!("/session/status?directory={}", query_dir(dir)));
-        if st.is_ok_and(|v| v.get(session).is_some()) {
-            out.push(p.url);
-        }
-    }
-    out
+    let mut limits = opencode::Limits::of(&cfg.opencode);
+    limits.deadline = limits.deadline.min(ASK_SERVERS);
+    let path = format!("/session/status?directory={}", query_dir(dir));
+    std::thread::scope(|s| {
+        let asks: Vec<_> = planned
+            .iter()
+            .map(|p| {
+                let path = &path;
+                s.spawn(move || {
+                    // the probe's client, and its deadline, ask for the status too
+                    let live = opencode::probe(p, limits).ok()??;
+                    let st = live.client.get(path).ok()?;
+                    st.get(session).is_some().then(|| p.url.clone())
+                })
+            })
+            .collect();
+        asks.into_iter()
+            .filter_map(|a| a.join().ok().flatten())
+            .collect()
+    })
 }
 
 fn server_lists(cfg: &Config, url: &str, session: &str, dir: &str) -> bool {
@@ -343,6 +360,18 @@ fn record(
     detail: Option<&str>,
 ) -> Result<()> {
     let tx = store.write()?;
+    put(&tx, o, turn, reason, detail)?;
+    tx.commit()?;
+    Ok(())
+}
+
+fn put(
+    tx: &rusqlite::Connection,
+    o: &StopOutcome,
+    turn: &str,
+    reason: &str,
+    detail: Option<&str>,
+) -> Result<()> {
     tx.execute(
         "INSERT INTO stops (action_id, session, episode, reason, t, status, via, pid, stopped,
                             calls_after_request, detail, turn)
@@ -364,8 +393,88 @@ fn record(
             turn
         ],
     )?;
-    tx.commit()?;
     Ok(())
+}
+
+/// A `requested` stop older than this was left by a stop that died on the way (a stop waits at
+/// most `[stop] wait_secs`, 60 s, or `wd-store stop --wait`): it neither stands nor is waited for.
+const STALE_MS: i64 = 10 * 60 * 1000;
+
+/// A stop of the session under way elsewhere: its `requested` row, younger than [`STALE_MS`].
+fn under_way(conn: &rusqlite::Connection, session: &str, now: i64) -> Result<Option<Previous>> {
+    Ok(conn
+        .query_row(
+            "SELECT status, t, via, stopped, action_id FROM stops
+              WHERE session = ?1 AND status = 'requested' AND t > ?2 ORDER BY t LIMIT 1",
+            params![session, now - STALE_MS],
+            |r| {
+                Ok(Previous {
+                    status: r.get(0)?,
+                    t: r.get(1)?,
+                    via: r.get(2)?,
+                    stopped: r.get(3)?,
+                    action_id: r.get(4)?,
+                })
+            },
+        )
+        .optional()?)
+}
+
+/// Records the request, in one write transaction with the check that no other stop of the
+/// session is under way: two stops at once (the policy's and the operator's, a popup's click)
+/// each wrote their request for the plugin over the other's, and the one whose request was lost
+/// waited its whole wait and recorded `failed` over the other's `stopped`. The stop under way,
+/// if there is one, comes back instead.
+fn claim(store: &mut Store, o: &StopOutcome, turn: &str, reason: &str) -> Result<Option<Previous>> {
+    let tx = store.write()?;
+    if let Some(p) = under_way(&tx, &o.session, crate::cli::now_ms())? {
+        return Ok(Some(p));
+    }
+    put(&tx, o, turn, reason, None)?;
+    tx.commit()?;
+    Ok(None)
+}
+
+/// Waits, within `wait` and a few seconds more, for the stop under way (`p`) to end, and
+/// reports its outcome as this one's (`already`); an error if it failed or did not end.
+fn wait_other(store: &Store, o: StopOutcome, p: &Previous, wait: Duration) -> Result<StopOutcome> {
+    let row = |conn: &rusqlite::Connection| {
+        conn.query_row(
+            "SELECT status, t, via, stopped, action_id, detail FROM stops WHERE action_id = ?1",
+            [&p.action_id],
+            |r| {
+                Ok((
+                    Previous {
+                        status: r.get(0)?,
+                        t: r.get(1)?,
+                        via: r.get(2)?,
+                        stopped: r.get(3)?,
+                        action_id: r.get(4)?,
+                    },
+                    r.get::<_, Option<String>>(5)?,
+                ))
+            },
+        )
+    };
+    let ended = wait_for(wait + Duration::from_secs(5), || {
+        row(&store.conn)
+            .ok()
+            .filter(|(q, _)| q.status != "requested")
+    });
+    let session = &o.session;
+    match ended {
+        Some((q, _)) if q.status == "stopped" => Ok(already(o, &q)),
+        Some((_, detail)) => bail!(
+            "stop: session {session}: a stop of it at the same time ({}) failed: {}; {BY_HAND}",
+            p.action_id,
+            detail.as_deref().unwrap_or("no reason recorded")
+        ),
+        None => bail!(
+            "stop: session {session}: a stop of it requested at {} ({}) is still under way; its outcome will be recorded (`wd-store alerts`), a new `wd-store stop` says it",
+            crate::cli::iso_ms(p.t),
+            p.action_id
+        ),
+    }
 }
 
 /// Writes `file` whole or not at all (a temp file beside it, renamed).
@@ -398,6 +507,40 @@ fn wait_for<T>(wait: Duration, mut done: impl FnMut() -> Option<T>) -> Option<T>
     }
 }
 
+/// How long the session's record must go on showing its run over, with no call started, before
+/// the stop is believed.
+const SETTLE: Duration = Duration::from_millis(500);
+
+/// Waits (at least 2 s, else what is left of the stop's wait) until opencode's database shows the
+/// session's run over, its turn ended (no step in flight, no tool call pending or running), and
+/// still over, with no call started, a moment later. What it saw instead is the error: how many
+/// calls started after `requested`, the stop's request.
+fn ended(db: &Db, session: &str, requested: i64, wait: Duration) -> Result<()> {
+    let over = |since: i64| {
+        let m = db.messages(session).ok()?;
+        (!in_flight(&m) && calls_between(&m, since, None) == 0).then_some(())
+    };
+    let settled = wait_for(wait.max(Duration::from_secs(2)), || {
+        let seen = crate::cli::now_ms();
+        over(seen)?;
+        std::thread::sleep(SETTLE);
+        over(seen)
+    });
+    if settled.is_some() {
+        return Ok(());
+    }
+    let m = db.messages(session).unwrap_or(Value::Null);
+    Err(anyhow!(
+        "opencode's database shows its run going on: {} call(s) started after the request, {}",
+        calls_between(&m, requested, None),
+        if in_flight(&m) {
+            "a step still in flight"
+        } else {
+            "none in flight at the last look"
+        }
+    ))
+}
+
 /// Stops the session's current run, once per action id, and records it. Refusals (not found,
 /// idle, no way to reach it) are errors that say what to do instead and record nothing; an
 /// earlier request under the same action id is an `already` outcome that does nothing.
@@ -426,6 +569,9 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<StopOutcom
         message: String::new(),
     };
     let via = match decide(session, &found.facts) {
+        StopPlan::Already(p) if p.status == "requested" => {
+            return wait_other(store, o, &p, req.wait)
+        }
         StopPlan::Already(p) => return Ok(already(o, &p)),
         StopPlan::Refuse(why) => bail!("stop: {why}"),
         StopPlan::Http(url) => {
@@ -435,7 +581,9 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<StopOutcom
         StopPlan::Plugin(_) => (Via::Plugin, String::new()),
     };
     o.via = Some(via.0.as_str().into());
-    record(store, &o, &found.turn, req.reason, None)?;
+    if let Some(p) = claim(store, &o, &found.turn, req.reason)? {
+        return wait_other(store, o, &p, req.wait);
+    }
     let carried = carry_out(cfg, req, &db, &found, &o, via);
     let messages = db.messages(session).unwrap_or(Value::Null);
     finish(store, req, o, &found.turn, carried, &messages)
@@ -497,9 +645,11 @@ fn look_up(
         &cfg.opencode.discover_uids,
     );
     let dir = requests_dir();
+    let stale = crate::cli::now_ms() - STALE_MS;
     let mut facts = Facts {
         found: info.is_some(),
-        previous: previous(store, &action, session, &turn)?,
+        previous: previous(store, &action, session, &turn)?
+            .filter(|p| p.status != "requested" || p.t > stale),
         plugin_installed: plugin_paths().iter().any(|p| p.is_file()),
         ..Facts::default()
     };
@@ -549,7 +699,8 @@ fn already(mut o: StopOutcome, p: &Previous) -> StopOutcome {
 }
 
 /// Carries the stop out the way decided, within the request's wait: the server's abort, then
-/// until the server no longer lists the session as running; or the plugin's way. Gives the
+/// until the server no longer lists the session as running and opencode's database shows its
+/// run over; or the plugin's way. Gives the
 /// plugin's process and the tool call it refused, if any.
 fn carry_out(
     cfg: &Config,
@@ -570,19 +721,26 @@ fn carry_out(
                 query_dir(directory)
             );
             Client::with_limits(&url, opencode::Limits::of(&cfg.opencode))
-                .post(&path, &json!({}))
-                .and_then(|_| {
-                    wait_for(left(), || {
-                        (!server_lists(cfg, &url, session, directory)).then_some(())
-                    })
-                    .ok_or_else(|| {
-                        anyhow!(
-                            "{url} still lists {session} as running {}s after the abort",
-                            req.wait.as_secs()
-                        )
-                    })
-                })
-                .map(|_| None)
+                .post(&path, &json!({}))?;
+            wait_for(left(), || {
+                (!server_lists(cfg, &url, session, directory)).then_some(())
+            })
+            .ok_or_else(|| {
+                anyhow!(
+                    "{url} still lists {session} as running {}s after the abort",
+                    req.wait.as_secs()
+                )
+            })?;
+            // a server's word is not the session's: one that lists a session another process
+            // runs (an `opencode run`, a TUI) takes the abort and stops listing it while the
+            // run goes on
+            ended(db, session, o.requested, left()).map_err(|e| {
+                anyhow!(
+                    "{url} took the abort and no longer lists the session as running, but {e}: \
+                     the server does not run it"
+                )
+            })?;
+            Ok(None)
         }
         (Via::Plugin, _) => plugin_stop(&found.dir, o, left(), db, (session, req.reason)),
     }
@@ -622,6 +780,7 @@ fn finish(
         }
         Err(e) => {
             o.status = "failed".into();
+            o.calls_after_request = Some(calls_between(messages, o.requested, None));
             let detail = format!("{e:#}");
             record(store, &o, turn, req.reason, Some(&detail))?;
             bail!("stop: session {session}: {detail}; {BY_HAND} (the request is recorded as failed, a new `wd-store stop` may try again)")
@@ -650,7 +809,10 @@ fn plugin_stop(
     let file = dir.join(format!("{session}.json"));
     let ack_file = dir.join(format!("{session}.ack.json"));
     let _ = std::fs::remove_file(&ack_file);
-    let expires = o.requested + wait.as_millis() as i64;
+    // from now, not from the request: the look-up before (the servers asked, the run watched)
+    // took seconds of it, and with a hung server all of it, so the plugin found the request
+    // expired when it came
+    let expires = crate::cli::now_ms() + wait.as_millis() as i64;
     // one id per attempt: a plugin that failed an earlier attempt of this action acts again
     let id = format!("{}@{}", o.action_id, o.requested);
     write_atomic(
@@ -680,14 +842,8 @@ fn plugin_stop(
             ack["error"].as_str().unwrap_or("no reason given")
         );
     }
-    let left = wait
-        .saturating_sub(t0.elapsed())
-        .max(Duration::from_secs(2));
-    wait_for(left, || {
-        let m = db.messages(session).ok()?;
-        (!in_flight(&m)).then_some(())
-    })
-    .ok_or_else(|| anyhow!("the plugin aborted it, but its run still shows as going"))?;
+    ended(db, session, o.requested, wait.saturating_sub(t0.elapsed()))
+        .map_err(|e| anyhow!("the plugin in process {pid} aborted it, but {e}"))?;
     Ok(Some((pid, refused)))
 }
 
@@ -835,6 +991,72 @@ mod tests {
         assert_eq!(calls_between(&msgs, 20, Some(30)), 1);
         assert_eq!(calls_between(&msgs, 20, None), 2);
         assert_eq!(calls_between(&msgs, 31, None), 0);
+    }
+
+    fn outcome(session: &str, action: &str, t: i64) -> StopOutcome {
+        StopOutcome {
+            kind: "stop",
+            session: session.into(),
+            action_id: action.into(),
+            episode: "turn:msg_1".into(),
+            status: "requested".into(),
+            via: Some("plugin".into()),
+            server: None,
+            pid: None,
+            refused_call: None,
+            requested: t,
+            stopped: None,
+            calls_after_request: None,
+            resume: String::new(),
+            message: String::new(),
+        }
+    }
+
+    /// Two stops of one session at once: the second finds the first under way and takes its
+    /// outcome; the record stays the first's. A `requested` row left long ago stands for
+    /// nothing.
+    #[test]
+    fn a_second_stop_meanwhile_waits_for_the_first_and_reports_its_outcome() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("w.db")).unwrap();
+        let now = crate::cli::now_ms();
+        let first = outcome("ses_a", "stop:ses_a:episode:1", now);
+        assert_eq!(
+            claim(&mut store, &first, "msg_1", "escalated").unwrap(),
+            None
+        );
+        // the operator's, under another action id, while the policy's runs
+        let second = outcome("ses_a", "stop:ses_a:turn:msg_1", now + 5);
+        let under = claim(&mut store, &second, "msg_1", "operator")
+            .unwrap()
+            .expect("the first is under way");
+        assert_eq!(under.action_id, "stop:ses_a:episode:1");
+        let stopped = StopOutcome {
+            status: "stopped".into(),
+            stopped: Some(now + 900),
+            ..first.clone()
+        };
+        record(&mut store, &stopped, "msg_1", "escalated", None).unwrap();
+        let o = wait_other(&store, second, &under, Duration::from_secs(1)).unwrap();
+        assert_eq!(o.status, "already");
+        assert_eq!(o.stopped, Some(now + 900));
+        assert_eq!(o.action_id, "stop:ses_a:episode:1");
+        let rows: i64 = store
+            .conn
+            .query_row("SELECT count(*) FROM stops", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 1);
+        // another session is not held by it; a request left 11 minutes ago holds nothing
+        let stale = outcome("ses_b", "stop:ses_b:turn:msg_1", now - 11 * 60 * 1000);
+        assert_eq!(
+            claim(&mut store, &stale, "msg_1", "operator").unwrap(),
+            None
+        );
+        let fresh = outcome("ses_b", "stop:ses_b:turn:msg_2", now);
+        assert_eq!(
+            claim(&mut store, &fresh, "msg_2", "operator").unwrap(),
+            None
+        );
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! One tick of the lifecycle, in order: ask the second opinions the plan wants (when they are
 //! on, without the lock); then in one write transaction load what is open (`load`), decide the
 //! plan (`decide`), word it and route it (`stage`, pure but for the delivery history it reads)
-//! and write it (`apply`); then send the nudges it recorded fresh (`outbox`), carry out the
-//! stops the policy wants (`policy`, bounded in time) and, in a second short transaction,
+//! and write it (`apply`); then send the nudges it recorded fresh (`outbox`), deliver what it
+//! recorded for the episodes not to be stopped, carry out the stops the policy wants (`policy`, bounded in time) and, in a second short transaction,
 //! resolve the episodes whose stop was carried out, so the stop is this tick's event.
 
 use super::apply::{self, Prepared};
@@ -49,6 +49,13 @@ pub fn run(
     };
     for n in nudges {
         outbox::send_nudge(store, &n)?;
+    }
+    if !stops.is_empty() {
+        // the tick's other alerts go out before its stops, which may wait seconds for a server
+        // or the plugin: they waited for every stop, one after another. A stopped episode's
+        // own escalation waits, as its stop supersedes it
+        let held: Vec<i64> = stops.iter().map(|w| w.episode).collect();
+        outbox::deliver_pending_but(store, chans, now, &held)?;
     }
     let stopped = policy::carry_out(store, cfg, &stops)?;
     if !stopped.is_empty() {

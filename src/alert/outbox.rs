@@ -59,6 +59,8 @@ struct Owed {
     attempts: i64,
     key: String,
     state: String,
+    /// The episode of its event.
+    episode: Option<i64>,
     /// When an alerter claimed it to send it (`detail = 'sending'`).
     claimed: Option<i64>,
     /// When it was last tried and failed (owed again).
@@ -153,7 +155,8 @@ fn owed(store: &Store) -> Result<Vec<Owed>> {
     let mut st = store.conn.prepare(
         "SELECT d.event, d.channel, d.status, e.body, d.attempts, e.dedup_key, e.state,
              CASE WHEN d.detail = 'sending' THEN d.t END,
-             CASE WHEN d.attempts > 0 AND coalesce(d.detail, '') != 'sending' THEN d.t END
+             CASE WHEN d.attempts > 0 AND coalesce(d.detail, '') != 'sending' THEN d.t END,
+             e.episode
          FROM deliveries d JOIN events e ON e.id = d.event
          WHERE d.status IN ('pending', 'deferred') OR (d.status = 'failed' AND e.state = 'resolve' AND d.attempts < ?1)
          ORDER BY d.event",
@@ -169,6 +172,7 @@ fn owed(store: &Store) -> Result<Vec<Owed>> {
             state: r.get(6)?,
             claimed: r.get(7)?,
             tried: r.get(8)?,
+            episode: r.get(9)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -183,9 +187,24 @@ fn owed(store: &Store) -> Result<Vec<Owed>> {
 /// not try stays pending, said once per channel and run ("owed to the next run"), not as a
 /// failure: a delivery is not started with less than [`LEAST_TO_TRY`] of the budget left.
 pub fn deliver_pending(store: &mut Store, chans: &[EffectiveChannel], now: i64) -> Result<()> {
+    deliver_pending_but(store, chans, now, &[])
+}
+
+/// [`deliver_pending`], holding back the events of the episodes `held` (those about to be
+/// stopped: their stop may supersede them).
+pub fn deliver_pending_but(
+    store: &mut Store,
+    chans: &[EffectiveChannel],
+    now: i64,
+    held: &[i64],
+) -> Result<()> {
     let hour = local_hour(now);
     let mut run = RunBudgets::default();
-    for o in owed(store)? {
+    let owed = owed(store)?;
+    for o in owed
+        .into_iter()
+        .filter(|o| o.episode.map_or(true, |e| !held.contains(&e)))
+    {
         let Some(c) = chans.iter().find(|c| c.cfg.name == o.channel) else {
             o.set(
                 store,

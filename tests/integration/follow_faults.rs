@@ -663,3 +663,156 @@ fn a_stop_of_the_alerter_inside_a_notify_call_records_the_popup_it_showed_as_sen
     }
     assert!(!err.contains("delivery failed"), "{err}");
 }
+
+/// The follow pipeline's processes of this HOME: the five commands and the script's shells,
+/// as (pid, command line).
+fn pipeline_procs(home: &std::path::Path) -> Vec<(u32, String)> {
+    let want = format!("HOME={}", home.display());
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let p = e.path();
+        let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        if ![
+            "oc-sessions",
+            "oc-calls",
+            "wd-store",
+            "progress-detect",
+            "wd-alert",
+            "oc-watchdog-fol",
+        ]
+        .contains(&comm.trim())
+        {
+            continue;
+        }
+        let env = std::fs::read(p.join("environ")).unwrap_or_default();
+        if !env.split(|b| *b == 0).any(|v| v == want.as_bytes()) {
+            continue;
+        }
+        // a zombie is gone but for its parent's wait
+        let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
+        if stat
+            .rfind(')')
+            .map(|i| stat[i + 1..].trim_start().starts_with('Z'))
+            != Some(false)
+        {
+            continue;
+        }
+        let args = std::fs::read(p.join("cmdline")).unwrap_or_default();
+        let args: Vec<String> = args
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        out.push((pid, args.join(" ")));
+    }
+    out.sort();
+    out
+}
+
+/// The seven commands of the pipeline, as it runs them.
+const STAGES: [&str; 7] = [
+    "oc-sessions --follow --also-open",
+    "oc-calls --follow",
+    "wd-store calls --follow",
+    "progress-detect --follow",
+    "wd-store tick --follow",
+    "wd-alert --follow",
+    "wd-store report --follow",
+];
+
+/// Waits up to a minute for the pipeline's seven commands to run; their pids, in [`STAGES`]'
+/// order.
+fn stages_up(home: &std::path::Path) -> Vec<u32> {
+    let t0 = Instant::now();
+    loop {
+        let procs = pipeline_procs(home);
+        let pids: Vec<u32> = STAGES
+            .iter()
+            .filter_map(|s| procs.iter().find(|p| p.1 == *s).map(|p| p.0))
+            .collect();
+        if pids.len() == STAGES.len() {
+            return pids;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the pipeline does not run: {procs:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits up to `secs` for no process of the pipeline to be left; what is left then.
+fn left_after(home: &std::path::Path, secs: u64) -> Vec<(u32, String)> {
+    let t0 = Instant::now();
+    loop {
+        let left = pipeline_procs(home);
+        if left.is_empty() || t0.elapsed() > Duration::from_secs(secs) {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_killed_stage_left_the_stages_before_it_running_blind_and_outliving_the_service() {
+    let shipped = "poll_ms = 1000\nfull_every_secs = 60\nescalate_after_minutes = 5\nescalate_after_calls = 100\n";
+    let mut rig = Rig::start(shipped);
+    let home = rig.sim.home.clone();
+    // each stage killed in turn: the pipeline ends, the script exits 1 for systemd to start it
+    // again, and nothing of it is left (the stages before the one killed end only when they
+    // next write, and some write nothing while nothing changes)
+    for (i, stage) in STAGES.iter().enumerate() {
+        rig.follow();
+        let pids = stages_up(&home);
+        assert!(Command::new("kill")
+            .args(["-KILL", &pids[i].to_string()])
+            .status()
+            .unwrap()
+            .success());
+        let t0 = Instant::now();
+        // the script stays the rig's until it ends: a failure here stops its group
+        let ended = loop {
+            if let Some(st) = rig.follow.as_mut().unwrap().try_wait().unwrap() {
+                rig.follow = None;
+                break st;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "the pipeline goes on without {stage}: {:?}\n{}",
+                pipeline_procs(&home),
+                rig.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert_eq!(ended.code(), Some(1), "{stage}: {ended}\n{}", rig.stderr());
+        let left = left_after(&home, 5);
+        eprintln!(
+            "follow figures: {stage} killed: {} process(es) left",
+            left.len()
+        );
+        assert_eq!(left, [], "left when {stage} was killed\n{}", rig.stderr());
+    }
+    // started again, its stop ends every stage: SIGTERM to the script (the unit's main
+    // process, what KillMode=mixed or process sends first), and SIGTERM to all of it at once
+    // (the unit's KillMode, control-group by default)
+    for to in ["the script", "the group"] {
+        rig.follow();
+        stages_up(&home);
+        let script = rig.follow.as_ref().unwrap().id();
+        let target = match to {
+            "the script" => script.to_string(),
+            _ => format!("-{script}"),
+        };
+        assert!(Command::new("kill")
+            .args(["-TERM", "--", &target])
+            .status()
+            .unwrap()
+            .success());
+        rig.follow.as_mut().unwrap().wait().unwrap();
+        let left = left_after(&home, 5);
+        assert_eq!(left, [], "left after SIGTERM to {to}\n{}", rig.stderr());
+    }
+}

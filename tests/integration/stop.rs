@@ -5,7 +5,7 @@
 
 use crate::support::desktop::Desktop;
 use crate::support::ocsim::{self, http, Sim};
-use crate::support::stub::Stub;
+use crate::support::stub::{Reply, Stub};
 use crate::support::{repo, Home, Run};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -224,6 +224,18 @@ impl Rig {
                 )
             },
         )
+    }
+
+    /// Waits until `session` has at least `n` tool calls.
+    fn wait_calls_of(&self, session: &str, n: usize) {
+        let t0 = Instant::now();
+        while self.calls(session).len() < n {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "{session} has not {n} calls"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     /// The error class of the session's last assistant message.
@@ -1767,5 +1779,206 @@ fn the_plugin_took_requests_from_other_users_and_wrote_through_links_at_predicta
         logs.iter()
             .any(|l| l.ends_with("writable by others (mode 777); taken as no stop request")),
         "{logs:#?}"
+    );
+}
+
+// ---- a stop is checked before it is claimed (issue 42) ------------------------------------------
+
+/// A stand-in server, configured, that speaks opencode's protocol and lists `session` as busy
+/// until it is asked to abort it, then lists nothing: what a server says of a session it does
+/// not run.
+fn lying_server(rig: &Rig, session: &str) -> Stub {
+    let s = Stub::start();
+    s.json(
+        "GET /global/health",
+        r#"{"healthy":true,"version":"1.18.33"}"#,
+    );
+    s.route(
+        "GET /session/status",
+        Reply::After(
+            format!("/session/{session}/abort"),
+            Box::new(Reply::Json(
+                200,
+                json!({ session: {"type": "busy"} }).to_string(),
+            )),
+            Box::new(Reply::Json(200, "{}".into())),
+        ),
+    );
+    s.json(&format!("POST /session/{session}/abort"), "true");
+    std::fs::create_dir_all(rig.home.join(".config/oc-watchdog")).unwrap();
+    std::fs::write(
+        rig.home.join(".config/oc-watchdog/watchdog.toml"),
+        format!("[opencode]\nservers = [\"{}\"]\n", s.url),
+    )
+    .unwrap();
+    s
+}
+
+#[test]
+fn a_server_that_stopped_listing_a_session_it_does_not_run_was_taken_for_its_stop() {
+    // no plugin: the looping `opencode run` is reachable only by hand; a configured server
+    // lists it as busy, takes the abort and lists it no more
+    let mut rig = Rig::new(false);
+    let pid = rig.run("lc_goes_on");
+    let id = rig.wait_calls(10);
+    let server = lying_server(&rig, &id);
+    let r = rig
+        .home
+        .cmd("wd-store")
+        .args(["stop", &id, "--wait", "3s"])
+        .run();
+    r.expect_code(2);
+    let aborts = server
+        .requests()
+        .iter()
+        .filter(|q| q.method == "POST" && q.path.starts_with(&format!("/session/{id}/abort")))
+        .count();
+    assert_eq!(aborts, 1, "{}", r.story());
+    // it says what it saw and what to do, not "stopped"
+    let said = r.stderr();
+    eprintln!("stop figures: a server that does not run the session: {said}");
+    assert!(
+        said.starts_with(&format!(
+            "wd-store: stop: session {id}: {} took the abort and no longer lists the session as running, but opencode's database shows its run going on: ",
+            server.url
+        )) && said.contains(" call(s) started after the request, ")
+            && said.contains(": the server does not run it; press Esc twice in its TUI, or Ctrl-C in the terminal of its `opencode run` (the request is recorded as failed"),
+        "{}",
+        r.story()
+    );
+    assert!(r.kind("stop").is_empty(), "{}", r.story());
+    // the run goes on, and the record says the stop failed
+    let n = rig.calls(&id).len();
+    rig.wait_calls(n + 2);
+    assert!(
+        Path::new(&format!("/proc/{pid}")).exists(),
+        "opencode run ended"
+    );
+    let rows = rig.stops(&id);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "failed");
+    assert_eq!(rows[0]["via"], "http");
+    assert!(
+        rows[0]["calls_after_request"].as_i64().unwrap() >= 1,
+        "{rows:?}"
+    );
+}
+
+#[test]
+fn two_stops_of_one_session_at_once_overwrote_each_others_request_and_ended_failed() {
+    let mut rig = Rig::new(true);
+    let pid = rig.run("lc_goes_on");
+    let id = rig.wait_calls(10);
+    // the operator's two stops (a `wd-store stop` and a click on the popup's action, or the
+    // policy's) at the same moment
+    let kids: Vec<Child> = (0..2)
+        .map(|_| {
+            rig.home
+                .cmd("wd-store")
+                .args(["stop", &id, "--wait", "5s"])
+                .spawn()
+        })
+        .collect();
+    let outs: Vec<std::process::Output> = kids
+        .into_iter()
+        .map(|k| k.wait_with_output().unwrap())
+        .collect();
+    let story: String = outs
+        .iter()
+        .map(|o| {
+            format!(
+                "--- {}\n{}{}",
+                o.status,
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        })
+        .collect();
+    eprintln!("stop figures: two stops at once:\n{story}");
+    assert!(outs.iter().all(|o| o.status.success()), "{story}");
+    let mut statuses: Vec<String> = outs
+        .iter()
+        .map(|o| {
+            let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+            v["status"].as_str().unwrap().to_string()
+        })
+        .collect();
+    statuses.sort();
+    assert_eq!(statuses, ["already", "stopped"], "{story}");
+    // one request, carried out once, recorded as stopped
+    let rows = rig.stops(&id);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "stopped", "{rows:?}");
+    assert_eq!(rows[0]["via"], "plugin");
+    assert_eq!(rows[0]["pid"], pid);
+    rig.wait_exit(pid);
+    assert_eq!(rig.last_error(&id).as_deref(), Some("MessageAbortedError"));
+}
+
+#[test]
+fn a_hung_server_held_each_policy_stop_and_the_ticks_other_alerts_for_its_whole_deadline() {
+    // a configured server that accepts and never answers (its deadline is the shipped 10 s)
+    let hung = Stub::start();
+    hung.route("GET /global/health", Reply::Hang);
+    let mut rig = Rig::new(true);
+    let pol = Policy::on(
+        &rig,
+        &format!(
+            "at_escalation = true\n\n[opencode]\nservers = [\"{}\"]",
+            hung.url
+        ),
+    );
+    let pid = rig.run("lc_journey");
+    let id = rig.wait_calls(10);
+    let t1 = pol.tick(&rig);
+    assert_eq!(events_of(&rig, &id), ["trigger"], "{}", t1.story());
+    // a second loop, flagged first at the tick that escalates and stops the first
+    rig.run("lc_journey");
+    let other = rig.wait_calls(10);
+    let n = rig.calls(&id).len();
+    rig.wait_calls_of(&id, n + 3);
+    let t2 = pol.tick(&rig);
+    assert_eq!(
+        events_of(&rig, &id),
+        ["trigger", "escalate still_looping", "resolve stopped"],
+        "{}",
+        t2.story()
+    );
+    assert_eq!(events_of(&rig, &other), ["trigger"], "{}", t2.story());
+    let (requested, stopped, via, by): (i64, i64, String, i64) = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT t, stopped, via, pid FROM stops WHERE session = ?1 AND status = 'stopped'",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap_or_else(|e| panic!("no stop of {id}: {e}\n{}", t2.story()));
+    assert_eq!((via.as_str(), by), ("plugin", pid as i64));
+    // the other loop's trigger reached the webhook before the stop began, not after it ended
+    let hooked = pol.hook.requests();
+    let triggered = hooked
+        .iter()
+        .find(|r| {
+            r.path == "/hook"
+                && serde_json::from_str::<Value>(&r.body)
+                    .is_ok_and(|v| v["root"] == other.as_str() && v["state"] == "trigger")
+        })
+        .unwrap_or_else(|| panic!("no trigger of {other} hooked\n{}", t2.story()));
+    eprintln!(
+        "stop figures: policy stop beside a hung server: {} ms from its request to the stop; \
+         the other loop's trigger hooked {} ms after the stop's request",
+        stopped - requested,
+        triggered.at_ms - requested
+    );
+    assert!(
+        triggered.at_ms <= requested,
+        "the other loop's trigger waited for the stop"
+    );
+    // the hung server was asked for at most its bound (2 s), not its 10 s deadline; the
+    // plugin's request did not expire while it was asked
+    assert!(
+        stopped - requested < 8_000,
+        "{} ms from the request to the stop",
+        stopped - requested
     );
 }

@@ -13,6 +13,8 @@ pub struct Request {
     pub path: String,
     pub headers: HashMap<String, String>,
     pub body: String,
+    /// When it was read, ms since the epoch.
+    pub at_ms: i64,
 }
 
 #[derive(Clone)]
@@ -29,6 +31,9 @@ pub enum Reply {
     Big(u64),
     /// A redirect: status and `Location`.
     Redirect(u16, String),
+    /// The first reply until a request whose path starts with this one has come, then the
+    /// second (a server whose answers change with what it was asked).
+    After(String, Box<Reply>, Box<Reply>),
 }
 
 pub struct Stub {
@@ -137,6 +142,10 @@ fn serve(
         path: full.clone(),
         headers: headers.clone(),
         body,
+        at_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64,
     });
     // in flight from its request read to its reply's first byte: counted by connection, the
     // next request of a client answered could come before this thread was scheduled again
@@ -154,6 +163,19 @@ fn serve(
             .or_else(|| rt.get(&format!("{method} {path}")))
             .cloned()
             .unwrap_or(Reply::Json(404, "{\"error\":\"not found\"}".into()))
+    };
+    let reply = match reply {
+        Reply::After(seen, before, after) => {
+            let log = log.lock().unwrap();
+            // this request is logged already: only an earlier one switches
+            let earlier = &log[..log.len() - 1];
+            if earlier.iter().any(|r| r.path.starts_with(&seen)) {
+                *after
+            } else {
+                *before
+            }
+        }
+        r => r,
     };
     let mut s = s;
     let reply = match reply {
@@ -207,7 +229,7 @@ fn serve(
                 "HTTP/1.1 {code} X\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
             );
         }
-        Reply::Delay(..) => unreachable!(),
+        Reply::Delay(..) | Reply::After(..) => unreachable!(),
         Reply::Json(code, body) => {
             let _ = write!(
                 s,
