@@ -886,12 +886,53 @@ mod tests {
         assert_eq!(page.hidden, (5, 0));
         let html = html::render(&page);
         assert!(
-            html.contains("Loops now <small>(305 open alerts)</small>"),
+            html.contains("Loops now <small>(153 loops open)</small>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("Sessions that need a look <small>(147 alerts open, not loops)</small>"),
             "{html}"
         );
         assert!(html.contains(
-            "The 300 most severe are drawn here; 5 more are open (0 of them loops): <code>wd-store loops</code> lists them all."
+            "The 300 most severe open alerts are drawn here; 5 more are open (0 of them loops): <code>wd-store loops</code> lists them all."
         ));
+    }
+
+    /// Regression (#41): an open "unfinished todos" alert was drawn under "Loops now (1 open
+    /// alert)" with no "Nothing is looping", as if the session looped.
+    #[test]
+    fn an_unfinished_todos_alert_is_not_listed_as_a_loop() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("w.db")).unwrap();
+        let tx = store.write().unwrap();
+        tx.execute(
+            "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired, title)
+             VALUES ('opencode-unfinished:ses_u', 'unfinished', 'ses_u', 'open', 'info', 'info', 1000, 1000,
+                     'opencode build session stopped with its own list unfinished')",
+            [],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        let page = gather(&store, &Config::default(), 10_000).unwrap();
+        let html = html::render(&page);
+        let (loops, others) = html.split_once("<h2 id=\"others\">").expect(&html);
+        let loops = &loops[loops.find("<section id=\"loops\">").unwrap()..];
+        assert_eq!(
+            loops,
+            "<section id=\"loops\"><h2>Loops now <small>(0 loops open)</small></h2><p class=\"ok\">Nothing is looping.</p>"
+        );
+        assert!(
+            others.starts_with(
+                "Sessions that need a look <small>(1 alert open, not loops)</small></h2><article id=\"ses_u\" class=\"info\" data-kind=\"unfinished\"><h3><span class=\"sev\">info</span>opencode build session stopped with its own list unfinished</h3>"
+            ),
+            "{others}"
+        );
+        assert!(
+            html.contains(
+                "<a href=\"#loops\">Loops now (0)</a><a href=\"#others\">Need a look (1)</a>"
+            ),
+            "{html}"
+        );
     }
 
     #[test]
