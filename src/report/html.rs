@@ -750,6 +750,7 @@ pub fn reason_text(r: Reason) -> &'static str {
         Reason::Gone => "gone from opencode",
         Reason::Readable => "opencode readable again",
         Reason::Recovered => "the session recovered",
+        Reason::Changed => "the session is in another alerting state",
         Reason::StillLooping => "still looping",
         Reason::SecondOpinion => "second opinion",
     }
