@@ -28,7 +28,7 @@ article.critical{border-left-color:#d92d20}article.info{border-left-color:#98a2b
 text{font:10px system-ui,sans-serif;fill:#475467}text.ff{fill:#d92d20;font-weight:600}
 .legend span{display:inline-block;margin-right:12px;font-size:12px}.legend i{display:inline-block;width:9px;height:12px;margin-right:4px;vertical-align:-1px;background:var(--c)}
 .bars .bs{fill:#98a2b3}.bars .bf{fill:#f79009}.bars text{font-size:11px}details{margin:6px 0}summary{cursor:pointer;font-weight:600}
-.ep td:nth-child(n+7),.ep th:nth-child(n+7){text-align:right;font-variant-numeric:tabular-nums}
+.ep td:nth-child(n+9),.ep th:nth-child(n+9){text-align:right;font-variant-numeric:tabular-nums}
 pre{background:#eef1f5;padding:8px 10px;border-radius:4px;font:12px ui-monospace,monospace;overflow-x:auto}
 "#;
 
@@ -721,7 +721,7 @@ fn episodes(s: &mut String, p: &PageData) {
         s.push_str("<p class=\"muted\">None.</p></section>");
         return;
     }
-    s.push_str("<p class=\"muted\">Every alert episode opened or closed in the last 7 days, latest first: a loop that stopped and started again is two episodes. Loops: the episode's calls and cost since the last landed change (less what an earlier episode of the same loop already counted, when it resumed after going quiet), and its length from its start to its last call.</p><table class=\"ep\"><tr><th>opened</th><th>kind</th><th>peak</th><th>root</th><th>agent · model</th><th>ended</th><th>duration</th><th>calls</th><th>cost</th></tr>");
+    s.push_str("<p class=\"muted\">Every alert episode opened or closed in the last 7 days, latest first: a loop that stopped and started again is two episodes. Loops: the episode's calls and cost since the last landed change (less what an earlier episode of the same loop already counted, when it resumed after going quiet), and its length from its start to its last call.</p><table class=\"ep\"><tr><th>opened</th><th>kind</th><th>peak</th><th>root</th><th>what</th><th>project</th><th>agent · model</th><th>ended</th><th>duration</th><th>calls</th><th>cost</th></tr>");
     let open: std::collections::HashSet<&str> = p.loops.iter().map(|l| l.root.as_str()).collect();
     // a popup links to its root (`#ses_...`): where no loop is drawn any more (a resolve's
     // popup), the root's latest episode is the place to land
@@ -780,13 +780,29 @@ fn episode_row(s: &mut String, p: &PageData, e: &EpisodeRow, linked: bool, ancho
         Some(stop) => format!("{ended}<br><small class=\"stop\">{}</small>", esc(stop)),
         None => ended,
     };
+    // what looped (or stalled...): the session's title, and what a loop repeats, else the
+    // alert's own title
+    let mut what: Vec<String> = Vec::new();
+    if let Some(t) = e.session_title.as_deref().filter(|t| !t.is_empty()) {
+        what.push(format!("\u{201c}{}\u{201d}", esc(t)));
+    }
+    match e.top_target.as_deref().filter(|t| !t.is_empty()) {
+        Some(t) => what.push(format!("<code>{}</code>", esc(t))),
+        None if what.is_empty() => what.push(esc(&e.title)),
+        None => {}
+    }
+    let project = e
+        .project
+        .as_deref()
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| "–".to_string(), |d| format!("<code>{}</code>", esc(d)));
     // the loop's own length when the tick measured it, else how long the alert was open
     let dur = e
         .duration_ms
         .unwrap_or_else(|| e.resolved.unwrap_or(p.now.max(e.last_fired)) - e.opened);
     let _ = write!(
         s,
-        "<tr{}><td>{}</td><td>{}</td><td><span class=\"sev {}\">{}</span></td><td>{root}</td><td>{} · {}</td><td>{ended}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        "<tr{}><td>{}</td><td>{}</td><td><span class=\"sev {}\">{}</span></td><td>{root}</td><td>{}</td><td>{project}</td><td>{} · {}</td><td>{ended}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
         if anchor {
             format!(" id=\"{}\"", esc(&e.root))
         } else {
@@ -796,6 +812,7 @@ fn episode_row(s: &mut String, p: &PageData, e: &EpisodeRow, linked: bool, ancho
         esc(&e.kind),
         esc(&e.peak_severity),
         esc(&e.peak_severity),
+        what.join(" "),
         opt(&e.agent),
         opt(&e.model),
         span(dur),

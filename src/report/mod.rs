@@ -204,6 +204,12 @@ pub struct EpisodeRow {
     pub stop: Option<String>,
     /// Why it resolved, as its resolve said it ("the opencode process ended: ...").
     pub why: Option<String>,
+    /// What it was about: its alert's title, and for a loop what it repeats most.
+    pub title: String,
+    pub top_target: Option<String>,
+    /// The session's title and project (its directory), as its latest event told them.
+    pub session_title: Option<String>,
+    pub project: Option<String>,
 }
 
 /// The per-model rollup over one window.
@@ -638,7 +644,12 @@ fn episodes(store: &Store, since: i64, now: i64) -> Result<Vec<EpisodeRow>> {
         "SELECT id, kind, root, state, peak_severity, opened, last_fired, resolved, reason, flagged_ticks,
                 agent, model, calls, cost, {} AS duration_ms, {} AS stop,
                 (SELECT json_extract(e.body, '$.details.why') FROM events e
-                  WHERE e.episode = q.id AND e.state = 'resolve' ORDER BY e.id DESC LIMIT 1) AS why
+                  WHERE e.episode = q.id AND e.state = 'resolve' ORDER BY e.id DESC LIMIT 1) AS why,
+                title, top_target,
+                (SELECT json_extract(e.body, '$.details.title') FROM events e WHERE e.episode = q.id
+                   AND json_extract(e.body, '$.details.title') IS NOT NULL ORDER BY e.id DESC LIMIT 1),
+                (SELECT json_extract(e.body, '$.details.directory') FROM events e WHERE e.episode = q.id
+                   AND json_extract(e.body, '$.details.directory') IS NOT NULL ORDER BY e.id DESC LIMIT 1)
          FROM episodes q WHERE state = 'open' OR resolved >= ?1 OR opened >= ?1
          ORDER BY coalesce(resolved, last_fired) DESC, id DESC
          LIMIT ?3",
@@ -667,6 +678,10 @@ fn episodes(store: &Store, since: i64, now: i64) -> Result<Vec<EpisodeRow>> {
             duration_ms: r.get(14)?,
             stop: r.get(15)?,
             why: r.get(16)?,
+            title: r.get(17)?,
+            top_target: r.get(18)?,
+            session_title: r.get(19)?,
+            project: r.get(20)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
