@@ -225,10 +225,34 @@ fn mode_text(p: &PageData, t: &crate::report::LastTick) -> String {
         Some(false) => " (not enabled)",
         None => "",
     };
+    let stale = p.now - t.last_full.unwrap_or(t.t).max(t.t) > stopped_after(p, t);
     if t.mode == "follow" {
+        // its ticks come: from the unit when systemd runs it, else from the pipeline started
+        // by hand, whatever is enabled ("(not enabled)" read as though nothing followed)
+        let who = match (stale, p.services.follow_active) {
+            (false, Some(false)) => format!(
+                "the follow pipeline, running, started by hand (not as <code>oc-watchdog-follow.service</code>{}),",
+                match p.services.follow_enabled {
+                    Some(true) => ", which is enabled",
+                    Some(false) => ", which is not enabled",
+                    None => "",
+                }
+            ),
+            (false, Some(true)) => format!(
+                "<code>oc-watchdog-follow.service</code> (running{})",
+                match p.services.follow_enabled {
+                    Some(true) => ", enabled",
+                    Some(false) => ", not enabled: started for this login only",
+                    None => "",
+                }
+            ),
+            _ => format!(
+                "<code>oc-watchdog-follow.service</code>{}",
+                enabled(p.services.follow_enabled)
+            ),
+        };
         format!(
-            "follow: <code>oc-watchdog-follow.service</code>{} reads opencode as it writes, a full read every {}{}",
-            enabled(p.services.follow_enabled),
+            "follow: {who} reads opencode as it writes, a full read every {}{}",
             span(p.follow_full_ms),
             t.last_full
                 .map(|f| format!(", the last at {}", when(p, f)))
@@ -923,6 +947,47 @@ mod tests {
     /// The page says which mode runs, when each source was read, and loudly when nothing
     /// watches: no tick for twice the interval of the mode that ran last, or neither unit
     /// enabled where the user's systemd can say.
+    /// Regression (#41): the follow pipeline started by hand, its ticks coming, was shown as
+    /// "oc-watchdog-follow.service (not enabled)", as though nothing followed.
+    #[test]
+    fn a_follow_pipeline_started_by_hand_is_said_to_run_by_hand() {
+        let mode = |follow_enabled, follow_active, at| {
+            let html = render(&page(
+                "follow",
+                at,
+                Services {
+                    follow_enabled,
+                    follow_active,
+                    timer_enabled: Some(false),
+                    ..Services::default()
+                },
+            ));
+            let i = html.find("<td>mode</td><td>").unwrap() + 17;
+            html[i..i + html[i..].find(", a full read").unwrap()].to_string()
+        };
+        assert_eq!(
+            mode(Some(false), Some(false), 1000),
+            "follow: the follow pipeline, running, started by hand (not as <code>oc-watchdog-follow.service</code>, which is not enabled), reads opencode as it writes"
+        );
+        assert_eq!(
+            mode(Some(true), Some(false), 1000),
+            "follow: the follow pipeline, running, started by hand (not as <code>oc-watchdog-follow.service</code>, which is enabled), reads opencode as it writes"
+        );
+        assert_eq!(
+            mode(Some(true), Some(true), 1000),
+            "follow: <code>oc-watchdog-follow.service</code> (running, enabled) reads opencode as it writes"
+        );
+        assert_eq!(
+            mode(Some(false), Some(true), 1000),
+            "follow: <code>oc-watchdog-follow.service</code> (running, not enabled: started for this login only) reads opencode as it writes"
+        );
+        // its ticks stopped coming: what systemd has enabled, and the banner says nothing watches
+        assert_eq!(
+            mode(Some(false), Some(false), 121_000),
+            "follow: <code>oc-watchdog-follow.service</code> (not enabled) reads opencode as it writes"
+        );
+    }
+
     #[test]
     fn the_page_says_the_mode_and_loudly_when_neither_the_service_nor_the_timer_runs() {
         let enabled = Services {

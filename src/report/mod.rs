@@ -87,6 +87,9 @@ pub struct LastTick {
 pub struct Services {
     pub follow_unit: Option<PathBuf>,
     pub follow_enabled: Option<bool>,
+    /// `systemctl --user is-active` of the follow service: whether its fresh ticks come from
+    /// the unit or from a pipeline started by hand.
+    pub follow_active: Option<bool>,
     pub timer_enabled: Option<bool>,
 }
 
@@ -435,11 +438,27 @@ fn services() -> Services {
     Services {
         follow_unit: unit.exists().then_some(unit),
         follow_enabled: is_enabled(FOLLOW_UNIT),
+        follow_active: is_active(FOLLOW_UNIT),
         timer_enabled: is_enabled("oc-watchdog.timer"),
     }
 }
 
 pub const FOLLOW_UNIT: &str = "oc-watchdog-follow.service";
+
+/// `systemctl --user is-active UNIT`: `active` (or reloading), else not; `None` when there is
+/// no systemctl or no user manager to answer (it then prints nothing).
+fn is_active(unit: &str) -> Option<bool> {
+    let out = std::process::Command::new("systemctl")
+        .args(["--user", "is-active", unit])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let word = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (!word.is_empty()).then_some(matches!(
+        word.as_str(),
+        "active" | "reloading" | "activating"
+    ))
+}
 
 /// `systemctl --user is-enabled UNIT`: its word (`enabled`, `disabled`, ...), a unit file that
 /// is not there is not enabled; `None` when there is no systemctl or no user manager to answer.
