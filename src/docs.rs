@@ -263,7 +263,7 @@ writes   one event per transition: {dedup_key, severity (info|warning|critical),
          figures {calls, cost, duration_ms, flagged_ticks}, episode, agent, model, link}; it maps
          one to one onto PagerDuty Events v2
          reason: escalate still_looping|second_opinion; resolve progress|stopped|gone (loops),
-         readable (blind), recovered|gone (liveness)
+         readable (blind), recovered|stopped|changed|gone (liveness)
 rules    a tick counts toward escalation only when the tree's flagged sessions made new calls
          since the previous tick and landed nothing; flagged_ticks is 1 at the trigger and the
          alert escalates when it reaches escalate_after_ticks (default 3); a busy session that

@@ -115,12 +115,15 @@ pub enum Reason {
     Gone,
     /// Resolve (blind): the tick read opencode again.
     Readable,
-    /// Resolve (liveness): the session is in another state now.
+    /// Resolve (liveness): the session makes progress again, or finished its turn.
     Recovered,
+    /// Resolve (liveness): the session is in another state that has its own alert now (a
+    /// retrying session stalled, a stalled one waits for a person): not a recovery.
+    Changed,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 8] = [
         Reason::StillLooping,
         Reason::SecondOpinion,
         Reason::Progress,
@@ -128,6 +131,7 @@ impl Reason {
         Reason::Gone,
         Reason::Readable,
         Reason::Recovered,
+        Reason::Changed,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -138,6 +142,7 @@ impl Reason {
             Reason::Gone => "gone",
             Reason::Readable => "readable",
             Reason::Recovered => "recovered",
+            Reason::Changed => "changed",
         }
     }
     pub fn parse(s: &str) -> Option<Reason> {

@@ -87,6 +87,9 @@ pub struct LastTick {
 pub struct Services {
     pub follow_unit: Option<PathBuf>,
     pub follow_enabled: Option<bool>,
+    /// `systemctl --user is-active` of the follow service: whether its fresh ticks come from
+    /// the unit or from a pipeline started by hand.
+    pub follow_active: Option<bool>,
     pub timer_enabled: Option<bool>,
 }
 
@@ -204,6 +207,12 @@ pub struct EpisodeRow {
     pub stop: Option<String>,
     /// Why it resolved, as its resolve said it ("the opencode process ended: ...").
     pub why: Option<String>,
+    /// What it was about: its alert's title, and for a loop what it repeats most.
+    pub title: String,
+    pub top_target: Option<String>,
+    /// The session's title and project (its directory), as its latest event told them.
+    pub session_title: Option<String>,
+    pub project: Option<String>,
 }
 
 /// The per-model rollup over one window.
@@ -429,11 +438,27 @@ fn services() -> Services {
     Services {
         follow_unit: unit.exists().then_some(unit),
         follow_enabled: is_enabled(FOLLOW_UNIT),
+        follow_active: is_active(FOLLOW_UNIT),
         timer_enabled: is_enabled("oc-watchdog.timer"),
     }
 }
 
 pub const FOLLOW_UNIT: &str = "oc-watchdog-follow.service";
+
+/// `systemctl --user is-active UNIT`: `active` (or reloading), else not; `None` when there is
+/// no systemctl or no user manager to answer (it then prints nothing).
+fn is_active(unit: &str) -> Option<bool> {
+    let out = std::process::Command::new("systemctl")
+        .args(["--user", "is-active", unit])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let word = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (!word.is_empty()).then_some(matches!(
+        word.as_str(),
+        "active" | "reloading" | "activating"
+    ))
+}
 
 /// `systemctl --user is-enabled UNIT`: its word (`enabled`, `disabled`, ...), a unit file that
 /// is not there is not enabled; `None` when there is no systemctl or no user manager to answer.
@@ -638,7 +663,12 @@ fn episodes(store: &Store, since: i64, now: i64) -> Result<Vec<EpisodeRow>> {
         "SELECT id, kind, root, state, peak_severity, opened, last_fired, resolved, reason, flagged_ticks,
                 agent, model, calls, cost, {} AS duration_ms, {} AS stop,
                 (SELECT json_extract(e.body, '$.details.why') FROM events e
-                  WHERE e.episode = q.id AND e.state = 'resolve' ORDER BY e.id DESC LIMIT 1) AS why
+                  WHERE e.episode = q.id AND e.state = 'resolve' ORDER BY e.id DESC LIMIT 1) AS why,
+                title, top_target,
+                (SELECT json_extract(e.body, '$.details.title') FROM events e WHERE e.episode = q.id
+                   AND json_extract(e.body, '$.details.title') IS NOT NULL ORDER BY e.id DESC LIMIT 1),
+                (SELECT json_extract(e.body, '$.details.directory') FROM events e WHERE e.episode = q.id
+                   AND json_extract(e.body, '$.details.directory') IS NOT NULL ORDER BY e.id DESC LIMIT 1)
          FROM episodes q WHERE state = 'open' OR resolved >= ?1 OR opened >= ?1
          ORDER BY coalesce(resolved, last_fired) DESC, id DESC
          LIMIT ?3",
@@ -667,6 +697,10 @@ fn episodes(store: &Store, since: i64, now: i64) -> Result<Vec<EpisodeRow>> {
             duration_ms: r.get(14)?,
             stop: r.get(15)?,
             why: r.get(16)?,
+            title: r.get(17)?,
+            top_target: r.get(18)?,
+            session_title: r.get(19)?,
+            project: r.get(20)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
@@ -886,12 +920,53 @@ mod tests {
         assert_eq!(page.hidden, (5, 0));
         let html = html::render(&page);
         assert!(
-            html.contains("Loops now <small>(305 open alerts)</small>"),
+            html.contains("Loops now <small>(153 loops open)</small>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("Sessions that need a look <small>(147 alerts open, not loops)</small>"),
             "{html}"
         );
         assert!(html.contains(
-            "The 300 most severe are drawn here; 5 more are open (0 of them loops): <code>wd-store loops</code> lists them all."
+            "The 300 most severe open alerts are drawn here; 5 more are open (0 of them loops): <code>wd-store loops</code> lists them all."
         ));
+    }
+
+    /// Regression (#41): an open "unfinished todos" alert was drawn under "Loops now (1 open
+    /// alert)" with no "Nothing is looping", as if the session looped.
+    #[test]
+    fn an_unfinished_todos_alert_is_not_listed_as_a_loop() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("w.db")).unwrap();
+        let tx = store.write().unwrap();
+        tx.execute(
+            "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired, title)
+             VALUES ('opencode-unfinished:ses_u', 'unfinished', 'ses_u', 'open', 'info', 'info', 1000, 1000,
+                     'opencode build session stopped with its own list unfinished')",
+            [],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        let page = gather(&store, &Config::default(), 10_000).unwrap();
+        let html = html::render(&page);
+        let (loops, others) = html.split_once("<h2 id=\"others\">").expect(&html);
+        let loops = &loops[loops.find("<section id=\"loops\">").unwrap()..];
+        assert_eq!(
+            loops,
+            "<section id=\"loops\"><h2>Loops now <small>(0 loops open)</small></h2><p class=\"ok\">Nothing is looping.</p>"
+        );
+        assert!(
+            others.starts_with(
+                "Sessions that need a look <small>(1 alert open, not loops)</small></h2><article id=\"ses_u\" class=\"info\" data-kind=\"unfinished\"><h3><span class=\"sev\">info</span>opencode build session stopped with its own list unfinished</h3>"
+            ),
+            "{others}"
+        );
+        assert!(
+            html.contains(
+                "<a href=\"#loops\">Loops now (0)</a><a href=\"#others\">Need a look (1)</a>"
+            ),
+            "{html}"
+        );
     }
 
     #[test]

@@ -276,6 +276,10 @@ impl Store {
                 tx.execute_batch(m)
                     .with_context(|| format!("migration to schema version {}", i + 1))?;
             }
+            // a migration may edit the stored schema in place (11): a new schema_version makes
+            // every connection read it again, as SQLite's ALTER TABLE page prescribes
+            let v: i64 = tx.query_row("PRAGMA schema_version", [], |r| r.get(0))?;
+            tx.pragma_update(None, "schema_version", v + 1)?;
             tx.pragma_update(None, "application_id", schema::APPLICATION_ID)?;
             tx.pragma_update(None, "user_version", schema::latest())?;
             tx.commit()?;
@@ -320,6 +324,59 @@ pub struct Pruned {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 41: a liveness alert may resolve as `changed`; a database made by schema 10 takes
+    /// it after its migration, keeps its rows, and still refuses a reason it does not know.
+    #[test]
+    fn an_episode_resolves_as_changed_in_a_new_and_in_a_migrated_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join("old.db");
+        {
+            let c = Connection::open(&old).unwrap();
+            for m in &schema::MIGRATIONS[..10] {
+                c.execute_batch(m).unwrap();
+            }
+            c.pragma_update(None, "application_id", schema::APPLICATION_ID)
+                .unwrap();
+            c.pragma_update(None, "user_version", 10).unwrap();
+            c.execute_batch(
+                "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired, resolved, reason)
+                 VALUES ('opencode-retrying:s', 'retrying', 's', 'resolved', 'info', 'warning', 1, 2, 3, 'recovered')",
+            )
+            .unwrap();
+        }
+        for p in [old, dir.path().join("new.db")] {
+            let s = Store::open(&p).unwrap();
+            let insert = |reason: &str| {
+                s.conn.execute(
+                    "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired, resolved, reason)
+                     VALUES ('opencode-retrying:t', 'retrying', 't', 'resolved', 'info', 'warning', 4, 5, 6, ?1)",
+                    [reason],
+                )
+            };
+            assert!(insert("bogus").is_err(), "{}", p.display());
+            insert("changed").unwrap();
+            let reasons: Vec<String> = s
+                .conn
+                .prepare("SELECT reason FROM episodes ORDER BY opened")
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let want: &[&str] = if p.ends_with("old.db") {
+                &["recovered", "changed"]
+            } else {
+                &["changed"]
+            };
+            assert_eq!(reasons, want, "{}", p.display());
+            let ok: String = s
+                .conn
+                .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(ok, "ok");
+        }
+    }
 
     /// Issue 30, point 5: the database (and its WAL files) are the user's alone.
     #[test]

@@ -369,6 +369,19 @@ UPDATE episodes SET
                      WHERE e.episode = episodes.id AND e.state = 'trigger' ORDER BY e.id LIMIT 1)
 WHERE kind = 'loop';
 "#,
+    // 11: a liveness alert that ends because its session is in another alerting state (a
+    // retrying session stalled) resolves as `changed`, not `recovered` (issue 41). The CHECK
+    // only widens, so the table's stored SQL is edited in place, the way SQLite's ALTER TABLE
+    // page gives for loosening a constraint, instead of rebuilding a table that two others
+    // reference (the migration runner then bumps schema_version, which makes every
+    // connection, this one too, read the edited schema).
+    r#"
+PRAGMA writable_schema = ON;
+UPDATE sqlite_master
+   SET sql = replace(sql, '''readable'', ''recovered'')', '''readable'', ''recovered'', ''changed'')')
+ WHERE type = 'table' AND name = 'episodes';
+PRAGMA writable_schema = OFF;
+"#,
 ];
 
 pub fn latest() -> i64 {

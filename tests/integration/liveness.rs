@@ -355,3 +355,79 @@ fn the_nudge_is_sent_once_and_only_when_switched_on() {
     };
     assert_eq!(rows, ["needs_finalization:sent"]);
 }
+
+/// Regression (#41): a stalled session the operator aborted resolved "recovered" ("the session
+/// is interrupted now"); it now resolves "stopped", saying a person interrupted it.
+#[test]
+fn a_stalled_session_aborted_by_the_operator_resolves_stopped_not_recovered() {
+    let sim = Sim::shared();
+    let id = start(sim, "hang", None);
+    wait_until("the hanging request", || {
+        let m = sim.get(&format!("/session/{id}/message"));
+        m.as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["info"]["role"] == "assistant")
+            .count()
+            >= 2
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let home = Home::new();
+    let db = home.join("wd.db").display().to_string();
+    // the tick at `now`, on the virtual clock: wd-alert's transitions of this session
+    let tick = |now: i64| -> Vec<String> {
+        let stream = capture(&home, sim, &id);
+        let v = home
+            .cmd("progress-detect")
+            .args(["--now", &now.to_string()])
+            .stdin(stream)
+            .run();
+        v.ok();
+        let t = home
+            .cmd("wd-store")
+            .args(["--db", &db, "tick", "--now", &now.to_string()])
+            .stdin(v.stdout())
+            .run();
+        t.ok();
+        let a = home
+            .cmd("wd-alert")
+            .args(["--db", &db])
+            .stdin(t.stdout())
+            .run();
+        a.ok();
+        a.stderr()
+            .lines()
+            .filter(|l| l.starts_with("oc-watchdog: dedup=") && l.contains(&id))
+            .map(|l| l.split(" title=").next().unwrap().to_string())
+            .collect()
+    };
+    let t0 = sim_now();
+    assert_eq!(
+        tick(t0 + 950_000),
+        [format!(
+            "oc-watchdog: dedup=opencode-stalled:{id} state=trigger severity=warning"
+        )]
+    );
+    let (code, _) = http("POST", &format!("{}/session/{id}/abort", sim.url), None);
+    assert_eq!(code, 200);
+    sim.wait_idle(&id, None);
+    // (the interruption is an alert of its own, as before)
+    assert_eq!(
+        tick(t0 + 960_000),
+        [
+            format!(
+                "oc-watchdog: dedup=opencode-stalled:{id} state=resolve severity=info reason=stopped"
+            ),
+            format!("oc-watchdog: dedup=opencode-interrupted:{id} state=trigger severity=info"),
+        ]
+    );
+    let why: String = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row(
+            "SELECT json_extract(body, '$.details.why') FROM events WHERE state = 'resolve'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(why, "the session stopped: interrupted by the user");
+}

@@ -180,6 +180,29 @@ fn the_page_shows_the_loop_with_its_picture_and_alerts_link_to_it() {
         "the picture's title counts its calls: {pic}"
     );
     assert!(pic.contains(">loop starts</text>") && pic.contains(">flagged</text>"));
+    // the episode table says what looped and in which project (#41: it said neither)
+    let top: String = rusqlite::Connection::open(home.join(".local/state/oc-watchdog/watchdog.db"))
+        .unwrap()
+        .query_row(
+            "SELECT top_target FROM episodes WHERE root = ?1",
+            [&looping.id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let eps = &d[d.find("<section id=\"episodes\">").unwrap()..];
+    let eps = &eps[..eps.find("</section>").unwrap()];
+    assert!(
+        eps.contains("<th>root</th><th>what</th><th>project</th><th>agent · model</th>"),
+        "{eps}"
+    );
+    assert!(
+        eps.contains(&format!(
+            "<code>{}</code></a></td><td>\u{201c}Scripted session\u{201d} <code>{top}</code></td><td><code>{}</code></td><td>build · sim/sim-model</td>",
+            looping.id,
+            sim.proj.display()
+        )),
+        "{eps}"
+    );
     // the healthy session has no alert and no article
     assert!(!d.contains(&format!("<article id=\"{}\"", healthy.id)));
     // the Watchdog section shows the tick

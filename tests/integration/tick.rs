@@ -908,3 +908,47 @@ fn an_operators_journey_trigger_escalation_ctrl_c_resolve_keeps_one_popup_on_scr
         seen[2]
     );
 }
+
+/// #41: an "unfinished todos" alert ends when nothing runs its session any more, saying so,
+/// and the page never lists it as a loop.
+#[test]
+fn an_unfinished_todos_alert_resolves_once_its_opencode_is_gone_and_is_no_loop_on_the_page() {
+    let desk = Desktop::shared();
+    let mut sim = Sim::start();
+    let home = installed_on_db(&sim);
+    let w = Installed { home: &home, desk };
+    let ran = sim.run("todo_stop");
+    let r = w.tick();
+    assert_eq!(
+        mine(&r, &ran.id),
+        ["state=trigger severity=info"],
+        "{}",
+        r.story()
+    );
+    let page = std::fs::read_to_string(home.join(".local/state/oc-watchdog/report.html")).unwrap();
+    assert!(
+        page.contains(
+            "Loops now <small>(0 loops open)</small></h2><p class=\"ok\">Nothing is looping.</p>"
+        ) && page.contains("Sessions that need a look <small>(1 alert open, not loops)</small>"),
+        "{page}"
+    );
+    // the server that ran it exits: nothing runs the session any more
+    sim.stop_server();
+    let r = w.tick();
+    assert_eq!(
+        mine(&r, &ran.id),
+        ["state=resolve severity=info reason=stopped"],
+        "{}",
+        r.story()
+    );
+    let why: String = rusqlite::Connection::open(home.join(".local/state/oc-watchdog/watchdog.db"))
+        .unwrap()
+        .query_row(
+            "SELECT json_extract(body, '$.details.why') FROM events WHERE dedup_key = ?1 AND state = 'resolve'",
+            [format!("opencode-unfinished:{}", ran.id)],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(why, "the opencode process ended");
+    assert_eq!(mine(&w.tick(), &ran.id), Vec::<String>::new());
+}

@@ -609,10 +609,10 @@ fn live_step(
                 Reason::Stopped,
                 "the opencode process ended".into(),
             )),
-            Some(class) if class != LivenessClass::Unknown => Some(resolve(
-                Reason::Recovered,
-                format!("the session is {} now", class.as_str()),
-            )),
+            Some(class) if class != LivenessClass::Unknown => {
+                let (reason, why) = liveness_end(v, class);
+                Some(resolve(reason, why))
+            }
             _ => None,
         },
         None if i.tick.readable(&a.seen_in()) => Some(resolve(
@@ -620,6 +620,24 @@ fn live_step(
             "the session is no longer in opencode".into(),
         )),
         None => None,
+    }
+}
+
+/// Why a liveness alert ends when its session is in `class` now (not its own alert's class, not
+/// ended, not unknown): a person or an error stopped it (stopped), it is in a state that has its
+/// own alert (changed), or it makes progress again or finished its turn (recovered).
+fn liveness_end(v: &Verdict, class: LivenessClass) -> (Reason, String) {
+    let evidence = v.liveness.as_ref().map_or("", |l| l.evidence.as_str());
+    match class {
+        LivenessClass::Interrupted => (Reason::Stopped, format!("the session stopped: {evidence}")),
+        c if AlertKind::of_liveness(c).is_some() => (
+            Reason::Changed,
+            format!("the session is {} now: {evidence}", c.as_str()),
+        ),
+        c => (
+            Reason::Recovered,
+            format!("the session is {} now", c.as_str()),
+        ),
     }
 }
 
@@ -741,6 +759,78 @@ mod tests {
             answer: "yes".into(),
             line: "yes".into(),
             model: "m".into(),
+        }
+    }
+
+    /// Regression (#41): every liveness alert that ended because its session changed state
+    /// resolved "recovered": a retrying session that stalled, a stalled one the operator
+    /// aborted. Each now says why it ended: (alert, session's class now, evidence) -> resolve.
+    #[test]
+    fn a_liveness_alert_ends_saying_truly_why() {
+        let rows = [
+            (
+                AlertKind::Retrying,
+                "stalled",
+                "busy and silent for 950 s (hard threshold 900 s)",
+                "changed",
+                "the session is stalled now: busy and silent for 950 s (hard threshold 900 s)",
+            ),
+            (
+                AlertKind::Stalled,
+                "interrupted",
+                crate::liveness::BY_THE_USER,
+                "stopped",
+                "the session stopped: interrupted by the user",
+            ),
+            (
+                AlertKind::Stalled,
+                "awaiting_user",
+                "1 permission and 0 question request(s) wait for a person",
+                "changed",
+                "the session is awaiting_user now: 1 permission and 0 question request(s) wait for a person",
+            ),
+            (
+                AlertKind::Stalled,
+                "active",
+                "progress 3 s ago",
+                "recovered",
+                "the session is active now",
+            ),
+            (
+                AlertKind::Retrying,
+                "idle",
+                "idle, nothing pending",
+                "recovered",
+                "the session is idle now",
+            ),
+        ];
+        for (kind, class, evidence, reason, why) in rows {
+            let mut s = v("s", false, 3, class);
+            s.liveness.as_mut().unwrap().evidence = evidence.into();
+            let a = AlertEpisode {
+                id: 9,
+                key: kind.key("s"),
+                kind: Some(kind),
+                subject: "s".into(),
+                source: Some(SRC.into()),
+                ..AlertEpisode::default()
+            };
+            let steps = run(vec![a], tick(vec![s]));
+            let got: Vec<(String, String)> = steps
+                .iter()
+                .filter_map(|st| match st {
+                    Step::Resolve { reason, why, .. } => {
+                        Some((reason.as_str().to_string(), why.clone()))
+                    }
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(
+                got,
+                [(reason.to_string(), why.to_string())],
+                "{} -> {class}",
+                kind.as_str()
+            );
         }
     }
 
