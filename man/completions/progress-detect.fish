@@ -14,7 +14,6 @@ complete -c progress-detect -l cover-min -d 'Coverage (lines requested from one 
 complete -c progress-detect -l short-top-min -d 'Under min_calls: repeats of one target that flag a short session ...' -r
 complete -c progress-detect -l short-share-min -d '... making up this share of its calls' -r
 complete -c progress-detect -l run-min -d 'Identical calls back to back that flag' -r
-complete -c progress-detect -l run-answered-min -d '... or this many, each succeeding with the same known answer' -r
 complete -c progress-detect -l cycle-calls-min -d 'Calls in a block of 2-12 calls repeated back to back that flag' -r
 complete -c progress-detect -l same-failure-min -d 'Times in a row one check fails with the same output that flag' -r
 complete -c progress-detect -l unmoved-min -d 'Times a check passes with the same answer while edits rework one spot that flag' -r

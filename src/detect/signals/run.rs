@@ -1,10 +1,6 @@
-//! `run`: the same exact call, back to back, `run_min` times since the last landed change, or
-//! `run_answered_min` times when every one of them succeeded with the same known answer: asked
-//! again, a question answered alike can only be answered alike (`cd x && ls` into a directory
-//! that is not there, the same listing three times). Failing calls get the longer rope: a retry
-//! of a rejected call is how agents meet flaky tools, and a real run retried one rejected edit
-//! four times and moved on. A call whose known output differs from the previous one's is
-//! polling, not a repeat: it starts a new run. An unknown output (null) proves nothing either way.
+//! `run`: the same exact call, back to back, `run_min` times since the last landed change.
+//! A call whose known output differs from the previous one's is polling, not a repeat: it
+//! starts a new run. An unknown output (null) proves nothing either way.
 
 use super::thresholds::{key, Key};
 use super::{Case, Cx, Rule};
@@ -12,7 +8,6 @@ use crate::detect::region::Obs;
 use crate::record::{Reading, Signal};
 
 const RUN_MIN: usize = key("run_min");
-const RUN_ANSWERED_MIN: usize = key("run_answered_min");
 
 pub struct Run;
 
@@ -24,20 +19,15 @@ pub struct RunState {
     /// Call index of the run's first call.
     start: u64,
     described: Option<Box<str>>,
-    /// Every call of the run succeeded with the same known output.
-    answered: bool,
 }
 
 impl Rule for Run {
     const NAME: Signal = Signal::Run;
-    const KEYS: &'static [Key] = &[
-        Key::count("run_min", 5, "Identical calls back to back that flag"),
-        Key::count(
-            "run_answered_min",
-            3,
-            "... or this many, each succeeding with the same known answer",
-        ),
-    ];
+    const KEYS: &'static [Key] = &[Key::count(
+        "run_min",
+        5,
+        "Identical calls back to back that flag",
+    )];
     const ABOUT: &'static str = "one exact call repeated back to back, its output unchanged";
     const WHAT: Option<&'static str> = Some("run_call");
     type State = RunState;
@@ -46,14 +36,12 @@ impl Rule for Run {
         let polled = matches!((st.out, c.out), (Some(a), Some(b)) if a != b);
         if st.len > 0 && st.exact == c.exact && !polled {
             st.len += 1;
-            st.answered &= !c.failed && c.out.is_some();
             if st.len == 2 {
                 st.described = Some(c.describe());
             }
         } else {
             st.exact = c.exact;
             st.len = 1;
-            st.answered = !c.failed && c.out.is_some();
             st.start = c.index;
             st.described = None;
         }
@@ -63,7 +51,6 @@ impl Rule for Run {
     }
     fn fires(st: &RunState, cx: &Cx) -> bool {
         st.len >= cx.cfg.count(RUN_MIN) as u32
-            || (st.answered && st.len >= cx.cfg.count(RUN_ANSWERED_MIN) as u32)
     }
     fn reading(st: &RunState, _cx: &Cx) -> Reading {
         Reading {
@@ -93,45 +80,13 @@ mod tests {
     fn the_fifth_identical_call_in_a_row_fires() {
         let mut b = Bench::<Run>::default();
         b.feed(c("glob", json!({"pattern": "*"})));
-        b.times(4, || readme(None));
+        b.times(4, || readme(Some(7)));
         assert!(!b.fires());
         b.feed(readme(None));
         assert!(b.fires());
         assert_eq!(b.reading().value, 5.0);
         assert_eq!(b.case().start.unwrap().index, 2);
         assert_eq!(b.case().calls.len(), 5);
-    }
-
-    #[test]
-    fn the_third_identical_call_answered_alike_fires_and_a_failing_one_waits_for_the_fifth() {
-        // SWE-agent on jackson-databind 4249: `cd fastxml/ && ls -F` into a directory that is
-        // not there, the same answer each time
-        let ls = || C {
-            out: Some(9),
-            ..c("bash", json!({"command": "cd fastxml/\nls -F"}))
-        };
-        let mut b = Bench::<Run>::default();
-        b.feed(c("bash", json!({"command": "find . -name '*.java'"})));
-        b.times(2, ls);
-        assert!(!b.fires());
-        b.feed(ls());
-        assert!(b.fires());
-        assert_eq!(b.case().start.unwrap().index, 2);
-        // RepairAgent on Math 44: one rejected edit four times in a row, then other work
-        let rejected = || C {
-            out: Some(4),
-            failed: true,
-            ..c("edit", json!({"filePath": "/w/A.java", "changes": "sha1:846ba"}))
-        };
-        let mut b = Bench::<Run>::default();
-        b.times(4, rejected);
-        assert!(!b.fires());
-        b.feed(rejected());
-        assert!(b.fires());
-        // an unknown answer is no answer alike
-        let mut b = Bench::<Run>::default();
-        b.times(4, || readme(None));
-        assert!(!b.fires());
     }
 
     #[test]
