@@ -131,14 +131,15 @@ fn verdicts_name_signals_targets_and_the_first_flag_point() {
     assert_eq!(work["evidence"]["last_landed"]["index"], 41);
     assert_eq!(work["evidence"]["loop_start"]["index"], 42);
     assert_eq!(work["first_flag"]["index"], 50);
-    // edits land, the check fails the same way: the 4th failure flags
+    // edits land, each checked at once, the check fails the same way: the 3rd failure flags
+    // (call 7; same_failure_checked_min)
     let same = verdict_titled(&vs, "check.py comment fixer");
     assert_eq!(same["reasons"], serde_json::json!(["same_failure"]));
     assert_eq!(
         same["signals"]["same_failure_call"],
         "bash python3 tools/check.py"
     );
-    assert_eq!(same["first_flag"]["index"], 9);
+    assert_eq!(same["first_flag"]["index"], 7);
     assert_eq!(same["landed_in_window"], true);
     // its counter-case: the check's output changes every round and ends passing
     let tdd = verdict_titled(&vs, "calc, test first");

@@ -6,6 +6,13 @@
 //! edits that rework one spot is `unmoved`). Only known outputs count: a null output (unknown)
 //! never matches, and a different outcome ends the streak.
 //!
+//! A failure the agent's changes do not move flags sooner (`same_failure_checked_min`): the
+//! same call failed for sure (an error, a non-zero exit) with the same output each time right
+//! after a new change landed (edit, check, edit, check: every change checked at once and the
+//! check answering as before). A change made again ([`Obs::relanded`]) is no new change, and a
+//! check that comes back only after other work (reads, searches) is the agent exploring
+//! between tries: both keep `same_failure_min`.
+//!
 //! The evidence is the same call coming back with the same answer. Different calls answered
 //! alike are an agent trying things (new searches that each find nothing, different fixes a
 //! harness rejects with one text) and count only when the answer is a known failure status, an
@@ -20,6 +27,7 @@ use crate::detect::target;
 use crate::record::{CallRef, Reading, Signal};
 
 const SAME_FAILURE_MIN: usize = key("same_failure_min");
+const CHECKED_MIN: usize = key("same_failure_checked_min");
 
 pub struct SameFailure;
 
@@ -38,6 +46,11 @@ pub struct Streak {
     /// Other calls came between two of its calls (a landed edit, another command): a streak
     /// of one call back to back is `run`'s to judge, on its own threshold.
     pub(super) apart: bool,
+    /// Each of its calls failed for sure (an error or a non-zero exit) and checked, at once, a
+    /// new change that landed since the one before: the changes do not move the failure.
+    pub(super) checked: bool,
+    /// A new change landed since its last call.
+    pub(super) changed: bool,
 }
 
 #[derive(Default, Clone)]
@@ -55,16 +68,19 @@ fn longest(st: &SameFailureState) -> Option<&Streak> {
 /// The longest streak that makes a case: long enough, and not one call back to back.
 fn firing<'a>(st: &'a SameFailureState, cx: &Cx) -> Option<&'a Streak> {
     let min = cx.cfg.count(SAME_FAILURE_MIN) as u32;
+    let checked = cx.cfg.count(CHECKED_MIN) as u32;
     st.checks
         .iter()
         .chain(&st.answers)
-        .filter(|s| s.apart && s.len >= min)
+        .filter(|s| s.apart && s.len >= if s.checked { checked } else { min })
         .max_by_key(|s| s.len)
 }
 
 /// One more call of a streak.
 pub(super) fn extend(s: &mut Streak, c: &Obs) {
     s.apart |= s.calls.last().is_some_and(|l| l.index + 1 != c.index);
+    s.checked &= c.failed && s.changed && s.calls.last().is_some_and(|l| c.index == l.index + 2);
+    s.changed = false;
     s.len += 1;
     if s.calls.len() == KEPT {
         s.calls.remove(0);
@@ -85,16 +101,25 @@ pub(super) fn start(list: &mut Vec<Streak>, c: &Obs, out: u64) {
         len: 1,
         described: c.describe(),
         apart: false,
+        checked: c.failed,
+        changed: false,
     });
 }
 
 impl Rule for SameFailure {
     const NAME: Signal = Signal::SameFailure;
-    const KEYS: &'static [Key] = &[Key::count(
-        "same_failure_min",
-        4,
-        "Times in a row one check fails with the same output that flag",
-    )];
+    const KEYS: &'static [Key] = &[
+        Key::count(
+            "same_failure_min",
+            4,
+            "Times in a row one check fails with the same output that flag",
+        ),
+        Key::count(
+            "same_failure_checked_min",
+            3,
+            "... or, each time right after a new change landed, that flag",
+        ),
+    ];
     const ABOUT: &'static str =
         "one check failing with the same output again and again, whatever landed between";
     const WHAT: Option<&'static str> = Some("same_failure_call");
@@ -137,6 +162,7 @@ impl Rule for SameFailure {
                 start(&mut st.answers, c, out);
                 if let Some(s) = st.answers.last_mut() {
                     s.exact = kind;
+                    s.checked = false;
                 }
             }
         }
@@ -145,6 +171,9 @@ impl Rule for SameFailure {
     /// from different checks are counted since the last landing.
     fn landed(st: &mut SameFailureState) {
         st.answers.clear();
+        for s in &mut st.checks {
+            s.changed = true;
+        }
     }
     fn fires(st: &SameFailureState, cx: &Cx) -> bool {
         firing(st, cx).is_some()
@@ -181,6 +210,59 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_each_new_change_leaves_as_it_was_fires_on_the_third_check() {
+        // fixtures/labelled.jsonl ses_dc572f240ffe2uVOD6UPCeWhWv: a read, then 16 rounds of an
+        // edit that lands and `python3 -m py_compile tools/report.py` failing (exit 1) alike;
+        // flagged at call 7 (the third check) where `same_failure_min` gave call 9
+        let mut b = Bench::<SameFailure>::default();
+        b.feed(c("read", json!({"filePath": "/w/tools/report.py"})));
+        for round in 1..=3 {
+            b.land().feed(check(Some(7), true));
+            assert_eq!(b.fires(), round == 3, "round {round}");
+        }
+        assert_eq!(b.cx().calls, 7);
+        assert_eq!(b.reading().value, 3.0);
+        assert_eq!(
+            b.reading().what.as_deref(),
+            Some("bash python3 tools/check.py")
+        );
+        assert_eq!(b.case().calls.len(), 3);
+    }
+
+    #[test]
+    fn a_failure_between_exploration_or_after_a_change_made_again_needs_four() {
+        // external-dev ses_oh_pytest_dev__pytest_6202 (resolved): the test fails, 23 calls of
+        // reads and finds, then edit, the same failure, another edit, the same failure, and
+        // the fix. The check came back after exploring, not right after a change.
+        let mut b = Bench::<SameFailure>::default();
+        b.feed(check(Some(7), true));
+        for f in 0..3 {
+            b.feed(c("read", json!({"filePath": format!("/w/testing/t{f}.py")})));
+        }
+        for round in 2..=4 {
+            b.land().feed(check(Some(7), true));
+            assert_eq!(b.fires(), round == 4, "round {round}");
+        }
+        // external4 ses_ra_experiment_494_Lang_36 (its loop starts later): a rejected fix
+        // alternating with one accepted fix made again and again; no new change between
+        let mut b = Bench::<SameFailure>::default();
+        let rejected = || C {
+            out: Some(8),
+            failed: true,
+            ..c("edit", json!({"filePath": "/w/N.java", "changes": "sha1:6639"}))
+        };
+        let again = || C {
+            relanded: true,
+            ..c("edit", json!({"filePath": "/w/N.java", "changes": "sha1:c4c6"}))
+        };
+        b.feed(rejected()).land().feed(rejected()).feed(again());
+        b.feed(rejected());
+        assert!(!b.fires(), "three rejections, one new change between them");
+        b.feed(again()).feed(rejected());
+        assert!(b.fires(), "the fourth");
+    }
+
+    #[test]
     fn shape_3_a_compile_without_exit_codes_failing_alike_after_each_edit_fires() {
         // a run recorded without exit codes: the same output after each landed edit
         let mut b = Bench::<SameFailure>::default();
@@ -198,21 +280,6 @@ mod tests {
             b.land().feed(check(Some(7), false));
         }
         assert!(!b.fires());
-    }
-
-    #[test]
-    fn four_identical_failures_with_landed_edits_between_fire() {
-        let mut b = Bench::<SameFailure>::default();
-        for round in 1..=4 {
-            b.land();
-            b.feed(check(Some(9), true));
-            assert_eq!(b.fires(), round == 4, "round {round}");
-        }
-        assert_eq!(
-            b.reading().what.as_deref(),
-            Some("bash python3 tools/check.py")
-        );
-        assert_eq!(b.case().calls.len(), 4);
     }
 
     #[test]
