@@ -142,7 +142,7 @@ source   {kind, source, reader, found, version, sessions, ...}   one per source 
          reader database (schema, pids of opencode processes writing it), server (pids,
          projects), claude-code (transcripts, pids of running sessions) or codex (rollouts,
          pids); found: argument, configured, default, discovered
-activity {kind, session, last_progress, in_flight, running [{tool, t, timeout}], error}
+activity {kind, session, last_progress, in_flight, running [{tool, t, timeout, asks}], error}
          after each session's calls: times and states for the liveness judge, no content
 sweep    {kind, n, t, full}   --follow: the end of one read (full: what a tick lists, with the
          source records; else only the sessions that changed); every stage passes it on, flushed

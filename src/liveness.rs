@@ -9,6 +9,7 @@
 //! `liveness` object on the session's verdict.
 
 use crate::config::{LivenessConfig, Severity};
+use crate::record::{Ask, RunsIn};
 pub use crate::record::{Liveness, LivenessAction, LivenessClass};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -95,6 +96,9 @@ pub fn classify(
     if status.is_none() && ev.process.as_deref() == Some("ended") {
         return ended(ev, act, silence);
     }
+    if let Some(l) = asked_in_its_data(ev, act, now, silence) {
+        return l;
+    }
     let busy = match status {
         Some("busy") => true,
         Some("idle") => false,
@@ -147,6 +151,55 @@ fn awaiting_user(ev: &SessionEvidence, silence: Option<i64>) -> Option<Liveness>
             Some(Severity::Info),
         )
     })
+}
+
+/// How long a `bash` call may run without output before it reads as waiting for a person's
+/// permission: opencode records the output as soon as the command starts, a few milliseconds
+/// after the call does, unless a person is asked first.
+pub const ASK_GRACE_MS: i64 = 3_000;
+
+/// A prompt that only the agent's own data shows (a TUI has no server to ask): a `question`
+/// call running, or a `bash` call that has not started for [`ASK_GRACE_MS`] ([`Ask`]).
+fn asked_in_its_data(
+    ev: &SessionEvidence,
+    act: &Activity,
+    now: i64,
+    silence: Option<i64>,
+) -> Option<Liveness> {
+    let asked = |r: &&Running| match r.asks {
+        Some(Ask::Question) => true,
+        Some(Ask::Permission) => now - r.t >= ASK_GRACE_MS,
+        None => false,
+    };
+    let r = act.running.iter().find(asked)?;
+    let what = match r.asks {
+        Some(Ask::Question) => "a question waits for a person's answer".to_string(),
+        _ => format!(
+            "a {} call waits for a person's permission",
+            if r.tool.is_empty() { "tool" } else { &r.tool }
+        ),
+    };
+    let since = (now - r.t).max(0) / 1000;
+    Some(live(
+        LivenessClass::AwaitingUser,
+        silence,
+        ev,
+        format!("{what} (for {since} s): {}", where_to_answer(ev)),
+        Some(Severity::Info),
+    ))
+}
+
+/// Where a person answers an opencode session's prompt, by what runs it.
+fn where_to_answer(ev: &SessionEvidence) -> &'static str {
+    match ev.process.as_deref().and_then(|p| RunsIn::of(Some(p))) {
+        Some(RunsIn::Tui) => "answer it in its TUI",
+        Some(RunsIn::Server) => {
+            "answer it where its server is used (opencode web, or a TUI attached to it)"
+        }
+        // `opencode run` refuses every prompt itself (1.18.33: "auto-rejecting")
+        Some(RunsIn::Run) => "answer it in the terminal of its `opencode run`",
+        None => "answer it in the opencode TUI that runs it",
+    }
 }
 
 /// The provider is being retried: worth a warning only after too many attempts or too long.
@@ -363,6 +416,71 @@ mod tests {
     }
 
     #[test]
+    fn a_tui_prompt_seen_only_in_the_database_needs_a_person() {
+        // opencode 1.18.33 TUI, no server: its database shows the question tool running, or a
+        // bash call running with no output recorded (its permission asked)
+        let tui = SessionEvidence {
+            process: Some("tui".into()),
+            ..SessionEvidence::default()
+        };
+        let asking = |asks| {
+            let mut a = act(T);
+            a.running.push(Running {
+                tool: if asks == Ask::Question {
+                    "question"
+                } else {
+                    "bash"
+                }
+                .into(),
+                t: T,
+                timeout: None,
+                asks: Some(asks),
+            });
+            a
+        };
+        let l = classify(
+            &tui,
+            Some(&asking(Ask::Question)),
+            T + 1000,
+            &LivenessConfig::default(),
+        );
+        assert_eq!(
+            (l.class, l.alert),
+            (LivenessClass::AwaitingUser, Some(Severity::Info))
+        );
+        assert_eq!(
+            l.evidence,
+            "a question waits for a person's answer (for 1 s): answer it in its TUI"
+        );
+        // a command about to start is no prompt; after ASK_GRACE_MS without output it is
+        let ask = asking(Ask::Permission);
+        let early = classify(
+            &tui,
+            Some(&ask),
+            T + ASK_GRACE_MS - 1,
+            &LivenessConfig::default(),
+        );
+        assert_eq!(early.class, LivenessClass::Active);
+        // 35 minutes on, a person is still what is needed, not a stall
+        let l = classify(&tui, Some(&ask), T + 2_100_000, &LivenessConfig::default());
+        assert_eq!(
+            (l.class, l.alert),
+            (LivenessClass::AwaitingUser, Some(Severity::Info))
+        );
+        assert_eq!(
+            l.evidence,
+            "a bash call waits for a person's permission (for 2100 s): answer it in its TUI"
+        );
+        // its TUI gone, nobody can answer: the process ended
+        let gone = SessionEvidence {
+            process: Some("ended".into()),
+            ..SessionEvidence::default()
+        };
+        let l = classify(&gone, Some(&ask), T + 2_100_000, &LivenessConfig::default());
+        assert_eq!(l.class, LivenessClass::Ended);
+    }
+
+    #[test]
     fn soft_suspects_hard_alerts_and_not_a_second_before() {
         let a = act(T);
         assert_eq!(class_at(&busy(), &a, 299), (LivenessClass::Active, None));
@@ -388,6 +506,7 @@ mod tests {
             tool: "bash".into(),
             t: T,
             timeout: Some(1_800_000),
+            asks: None,
         });
         assert_eq!(class_at(&busy(), &a, 1500), (LivenessClass::LongTool, None));
         // past timeout + grace: suspect, and stalled only a hard threshold later
@@ -411,6 +530,7 @@ mod tests {
             tool: "bash".into(),
             t: T,
             timeout: None,
+            asks: None,
         });
         let ev = SessionEvidence {
             process: Some("ended".into()),
@@ -443,6 +563,7 @@ mod tests {
             tool: "bash".into(),
             t: T,
             timeout: Some(1_800_000),
+            asks: None,
         });
         let cfg = LivenessConfig {
             tool_grace_secs: 9_223_372_036_854_775,

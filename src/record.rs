@@ -183,6 +183,21 @@ pub struct Running {
     pub t: i64,
     /// Declared timeout in ms (bash: its `timeout` argument, default 120000).
     pub timeout: Option<i64>,
+    /// What the call may be waiting for from a person, by what the agent recorded of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asks: Option<Ask>,
+}
+
+/// What a running tool call can wait for from a person (opencode 1.18.33, in its database,
+/// where a TUI's prompts are nowhere else): the `question` tool runs until the person answers;
+/// a `bash` call records its output (`metadata`) as soon as its command starts, so one running
+/// without any has not started: its permission is being asked (or it is about to start, which
+/// the liveness rule tells apart by time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ask {
+    Question,
+    Permission,
 }
 
 /// `{"kind":"tick", ...}`: what wd-store recorded of one tick, written last in its stream.

@@ -262,6 +262,7 @@ fn one(
                         .and_then(Value::as_i64)
                         .unwrap_or(BASH_TIMEOUT_MS)
                 }),
+                ..Running::default()
             });
         } else {
             // the turn ended (interrupted, stopped) with this call unanswered: it never will be
@@ -673,7 +674,8 @@ mod tests {
             [Running {
                 tool: "bash".into(),
                 t: 1_796_408_605_796,
-                timeout: Some(120_000)
+                timeout: Some(120_000),
+                asks: None,
             }]
         );
         assert_eq!(killed.sessions[0].calls[0].status, "running");

@@ -171,6 +171,7 @@ pub fn read(name: &str, text: &str) -> Read {
                         .and_then(Value::as_i64)
                         .unwrap_or(BASH_TIMEOUT_MS)
                 }),
+                ..Running::default()
             }),
             // the turn ended with this call unanswered: it never will be
             None => c.status = "error".into(),

@@ -193,7 +193,7 @@ fn bash_wrote(cmd: &str, unexplained: &[&str]) -> bool {
 /// What a session's messages say about its liveness (see [`crate::liveness`]). Only times,
 /// states, tool names and error class names: no content.
 pub fn activity_of(session: &str, messages: &Value) -> crate::record::Activity {
-    use crate::record::{Activity, Running};
+    use crate::record::{Activity, Ask, Running};
     let mut a = Activity {
         session: session.to_string(),
         ..Activity::default()
@@ -248,10 +248,16 @@ pub fn activity_of(session: &str, messages: &Value) -> crate::record::Activity {
                 } else {
                     None
                 };
+                let asks = match Tool::of(&tool) {
+                    _ if tool == "question" => Some(Ask::Question),
+                    Tool::Bash if st.get("metadata").is_none() => Some(Ask::Permission),
+                    _ => None,
+                };
                 a.running.push(Running {
                     t: time(st, "start").or(time(info, "created")).unwrap_or(0),
                     tool,
                     timeout,
+                    asks,
                 });
             }
         }

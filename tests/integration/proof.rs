@@ -609,3 +609,88 @@ fn a_new_user_following_hears_of_a_looping_tui_session_under_tmux_and_of_its_qui
         m.follow_log()
     );
 }
+
+/// Issue 41: a TUI session waiting for a person (a permission prompt, a question), which has no
+/// server to ask, is told within seconds by the follow service from opencode's database alone,
+/// as its own kind ("needs a person", saying where to answer), stays on screen, and resolves
+/// once the person answered.
+#[test]
+fn a_tui_waiting_for_a_person_is_told_within_seconds_and_stays_until_answered() {
+    let fake = ocsim::Fake::start();
+    let m = Machine::following(&fake);
+    // the question tool, which the shared config denies
+    let oc = m.home.join(".config/opencode/opencode.json");
+    let text = std::fs::read_to_string(&oc).unwrap();
+    std::fs::write(
+        &oc,
+        text.replace("\"question\": \"deny\"", "\"question\": \"allow\""),
+    )
+    .unwrap();
+
+    // a permission prompt: the "asker" agent asks before bash
+    let p = m.project("proj_ask");
+    let tui = Tui::start(ocsim::opencode(m.home.path(), &p).args([
+        "--agent",
+        "asker",
+        "--prompt",
+        "SCRIPT:ask_bash go",
+    ]));
+    let asking = m.wait_calls(&p, 1);
+    let t_call = Instant::now();
+    let told = m.heard(&asking, "opencode asker session needs a person", 60);
+    let after = t_call.elapsed();
+    assert!(tui.pane().contains("Permission required"), "{}", tui.pane());
+    assert!(
+        told.body
+            .contains("a bash call waits for a person's permission (for ")
+            && told.body.contains("answer it in its TUI")
+            && told.body.contains("work/proj_ask"),
+        "{}",
+        told.body
+    );
+    // what needs a person stays until dismissed
+    assert_eq!(told.expire, Some(0));
+    eprintln!(
+        "permission prompt told {:.1} s after its call was seen",
+        after.as_secs_f64()
+    );
+    assert!(after < Duration::from_secs(30), "told after {after:?}");
+    // answered (allow once): the command runs, the turn ends, the alert resolves
+    tui.keys(&["Enter"]);
+    let resolved = m.heard(&asking, "resolved", 60);
+    assert!(
+        resolved.summary.contains("needs a person"),
+        "{}",
+        resolved.summary
+    );
+
+    // a question
+    let q = m.project("proj_q");
+    let tui_q =
+        Tui::start(ocsim::opencode(m.home.path(), &q).args(["--prompt", "SCRIPT:ask_question go"]));
+    let questioning = m.wait_calls(&q, 1);
+    let told = m.heard(&questioning, "opencode build session needs a person", 30);
+    assert!(
+        tui_q
+            .pane()
+            .contains("Which database should the report use?"),
+        "{}",
+        tui_q.pane()
+    );
+    assert!(
+        told.body
+            .contains("a question waits for a person's answer (for ")
+            && told.body.contains("answer it in its TUI"),
+        "{}",
+        told.body
+    );
+    assert_eq!(
+        m.follow_transitions(&asking),
+        [
+            format!("oc-watchdog: dedup=opencode-waiting:{asking} state=trigger severity=info"),
+            format!("oc-watchdog: dedup=opencode-waiting:{asking} state=resolve severity=info reason=recovered"),
+        ],
+        "{}",
+        m.follow_log()
+    );
+}

@@ -108,6 +108,11 @@ SCRIPTS["hang"] = [t("read", filePath=SPEC), dict(t("read", filePath=SPEC), hang
 SCRIPTS["retry503"] = [dict(t("read", filePath=SPEC), fail_first=4, fail_status=503), {"text": "Read it."}]
 # a bash call that the "asker" agent must get permission for; nobody answers
 SCRIPTS["ask_bash"] = [t("bash", command="ls"), {"text": "Listed."}]
+# the question tool (allowed only where a test's config allows it): nobody answers at first
+SCRIPTS["ask_question"] = [t("question", questions=[{
+    "question": "Which database should the report use?", "header": "Database",
+    "options": [{"label": "SQLite", "description": "a file"},
+                {"label": "Postgres", "description": "a server"}]}]), {"text": "Noted."}]
 # stops while its own todo list still has open items
 SCRIPTS["todo_stop"] = [t("todowrite", todos=[
     {"content": "Read the spec", "status": "completed", "priority": "high"},

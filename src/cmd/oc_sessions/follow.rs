@@ -12,6 +12,9 @@
 //! a server started or gone, is seen within one; a database replaced between full reads is seen
 //! at the next poll (its file is another). A read that fails is a `blind` record, as in the batch.
 //!
+//! A session whose data changed is listed once more a few seconds after it went quiet
+//! ([`QUIET_RECHECK`]), so that what only time tells (a TUI's permission prompt) is judged then.
+//!
 //! Each server that answered at the last full read is also followed by its event stream
 //! ([`events`]): the sessions its events name are listed at the next poll, as the database's
 //! changed sessions are (a server whose database the watchdog cannot read, in a container or
@@ -45,6 +48,12 @@ const SLACK_MS: i64 = 2000;
 
 /// The first read, with no tick recorded, looks back this far (as the first timer tick does).
 const FIRST_LOOK_BACK: &str = "1h";
+/// A session whose data changed and then went quiet is listed once more this long after its
+/// last change: what only time tells is judged within seconds of it, not at the next full read
+/// (a `bash` call with no output yet is a permission being asked only after
+/// [`crate::liveness::ASK_GRACE_MS`]; a TUI's prompt changes nothing more until answered).
+const QUIET_RECHECK: Duration = Duration::from_millis(crate::liveness::ASK_GRACE_MS as u64 + 500);
+
 /// How long an `opencode run` that ended is remembered: its session is listed again at the next
 /// poll and full read, and marked ended then.
 const RUNS_KEPT_MS: i64 = 600_000;
@@ -93,6 +102,9 @@ struct SessionsFollow<'a> {
     /// with the newest modification among its session files then: a poll reads one again only
     /// when that moved.
     agents: Vec<(sources::SourceId, Option<i64>)>,
+    /// Sessions whose data changed at the latest polls, each with when to list it once more if
+    /// nothing changes it before then ([`QUIET_RECHECK`]).
+    recheck: HashMap<String, Instant>,
 }
 
 pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
@@ -127,6 +139,7 @@ pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
         streams: Vec::new(),
         full_soon: false,
         agents: Vec::new(),
+        recheck: HashMap::new(),
     };
     let poll = Duration::from_millis(cfg.follow.poll_ms.max(10));
     let full_every = Duration::from_secs(cfg.follow.full_every_secs.max(1));
@@ -312,7 +325,20 @@ impl SessionsFollow<'_> {
                 }
             }
         }
-        for id in ended.into_iter().chain(heard) {
+        let now = Instant::now();
+        for id in &changed {
+            self.recheck.insert(id.clone(), now + QUIET_RECHECK);
+        }
+        let quiet: Vec<String> = self
+            .recheck
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &quiet {
+            self.recheck.remove(id);
+        }
+        for id in ended.into_iter().chain(heard).chain(quiet) {
             if !changed.contains(&id) {
                 changed.push(id);
             }
