@@ -326,7 +326,30 @@ fn collect(
     runs_in(&mut seen.sessions, procs);
     server_todos(seen, &reads);
     seen.refuse_strange_ids();
+    written_where_nobody_reads(procs, seen);
     reads
+}
+
+/// An opencode process whose database was deleted or replaced under it goes on writing the
+/// file it holds, which nobody else can open: its sessions are out of sight (no list would say
+/// so, and its loops would read as gone). Blind, naming the process.
+fn written_where_nobody_reads(procs: &[sources::discover::Process], seen: &mut Seen) {
+    for p in procs.iter().filter(|p| p.db_deleted) {
+        let db = p.db.as_deref().unwrap_or(Path::new("opencode.db"));
+        let place = p
+            .cwd
+            .as_deref()
+            .map(|c| format!(" in {}", c.display()))
+            .unwrap_or_default();
+        seen.blind(
+            &db.display().to_string(),
+            &format!(
+                "opencode (pid {}{place}) writes a database that was deleted or replaced at this path \
+                 since it started: its sessions cannot be read until that opencode is restarted",
+                p.pid
+            ),
+        );
+    }
 }
 
 /// Session ids separated by commas, spaces or newlines (`--also`).

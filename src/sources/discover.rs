@@ -63,21 +63,39 @@ fn db_of(proc_dir: &Path) -> Option<PathBuf> {
     Some(data.join("opencode/opencode.db"))
 }
 
-/// Socket inodes a process holds open.
-fn socket_inodes(proc_dir: &Path) -> Vec<u64> {
+/// What a process holds open: its socket inodes, and the files it holds that were deleted
+/// since (the kernel marks them ` (deleted)`).
+fn open_files(proc_dir: &Path) -> (Vec<u64>, Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(proc_dir.join("fd")) else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
-    rd.flatten()
+    let (mut sockets, mut deleted) = (Vec::new(), Vec::new());
+    for l in rd
+        .flatten()
         .filter_map(|e| std::fs::read_link(e.path()).ok())
-        .filter_map(|l| {
-            l.to_str()?
-                .strip_prefix("socket:[")?
-                .strip_suffix(']')?
-                .parse()
-                .ok()
-        })
-        .collect()
+    {
+        let Some(l) = l.to_str() else { continue };
+        if let Some(i) = l.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
+            sockets.extend(i.parse::<u64>().ok());
+        } else if let Some(f) = l.strip_suffix(" (deleted)") {
+            deleted.push(PathBuf::from(f));
+        }
+    }
+    (sockets, deleted)
+}
+
+/// Is `db` (a path from the environment, maybe through symbolic links) among the deleted
+/// files a process holds (paths as the kernel resolved them)?
+fn holds_deleted(deleted: &[PathBuf], db: Option<&Path>) -> bool {
+    let Some(db) = db else { return false };
+    let resolved = db
+        .parent()
+        .and_then(|d| std::fs::canonicalize(d).ok())
+        .zip(db.file_name())
+        .map(|(d, f)| d.join(f));
+    deleted
+        .iter()
+        .any(|d| d == db || Some(d) == resolved.as_ref())
 }
 
 /// Listening sockets reachable over loopback, by inode: `(port, host to connect to)`.
@@ -141,6 +159,9 @@ pub struct Process {
     /// It is an `opencode run`: `Some` with the session it was told to continue (`-s ID`),
     /// if any. Such a process runs one session (and that session's subagents).
     pub run: Option<Option<String>>,
+    /// It holds its database open, but that file was deleted or replaced since it opened it
+    /// (`/proc/PID/fd/N -> .../opencode.db (deleted)`): it writes where nobody can read.
+    pub db_deleted: bool,
 }
 
 /// The user this process runs as (the owner of `/proc/self`).
@@ -178,7 +199,9 @@ pub fn processes(proc: &Path, uids: &[u32]) -> Vec<Process> {
         if !uids.contains(&uid) || !is_opencode(&dir) {
             continue;
         }
-        let mut ports: Vec<(u16, &str)> = socket_inodes(&dir)
+        let (sockets, deleted) = open_files(&dir);
+        let db = db_of(&dir);
+        let mut ports: Vec<(u16, &str)> = sockets
             .iter()
             .filter_map(|i| socks.get(i).copied())
             .collect();
@@ -193,7 +216,8 @@ pub fn processes(proc: &Path, uids: &[u32]) -> Vec<Process> {
                 .and_then(|c| run_args(&c)),
             ppid: ppid_of(&dir),
             cwd: std::fs::read_link(dir.join("cwd")).ok(),
-            db: db_of(&dir),
+            db_deleted: holds_deleted(&deleted, db.as_deref()),
+            db,
             urls: ports
                 .into_iter()
                 .map(|(port, host)| (port, format!("http://{host}:{port}")))
@@ -401,5 +425,42 @@ mod tests {
         assert_eq!(got.len(), 2);
         assert_eq!(got[&777], (8081, "[::1]"));
         assert_eq!(got[&778], (8082, "127.0.0.1"));
+    }
+
+    #[test]
+    fn a_database_deleted_or_replaced_under_its_opencode_is_seen_in_its_open_files() {
+        let root = std::env::temp_dir().join(format!("oc-proc-del-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("net")).unwrap();
+        let exe = "/usr/lib/node_modules/opencode-ai/bin/opencode";
+        let home = root.join("home");
+        let data = home.join(".local/share/opencode");
+        std::fs::create_dir_all(&data).unwrap();
+        let db = std::fs::canonicalize(&data).unwrap().join("opencode.db");
+        let fd = |pid: u32, n: u32, target: String| {
+            std::os::unix::fs::symlink(target, root.join(format!("{pid}/fd/{n}"))).unwrap()
+        };
+        // as the kernel shows them: the file it opened, and ` (deleted)` once it is gone
+        proc_entry(&root, 300, 1, exe, home.to_str().unwrap(), &[]);
+        fd(300, 7, db.display().to_string());
+        proc_entry(&root, 301, 1, exe, home.to_str().unwrap(), &[]);
+        fd(301, 7, format!("{} (deleted)", db.display()));
+        // a deleted file of its own that is not the database
+        proc_entry(&root, 302, 1, exe, home.to_str().unwrap(), &[]);
+        fd(
+            302,
+            9,
+            format!(
+                "{}/opencode.db-old (deleted)",
+                db.parent().unwrap().display()
+            ),
+        );
+        let me = own_uid().unwrap();
+        let got: Vec<(u32, bool)> = processes(&root, &[me])
+            .iter()
+            .map(|p| (p.pid, p.db_deleted))
+            .collect();
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(got, vec![(300, false), (301, true), (302, false)]);
     }
 }

@@ -545,6 +545,7 @@ mod tests {
                 ppid: 0,
                 started: None,
                 run: None,
+                db_deleted: false,
             },
             discover::Process {
                 pid: 2,
@@ -555,6 +556,7 @@ mod tests {
                 ppid: 0,
                 started: None,
                 run: None,
+                db_deleted: false,
             },
         ];
         idle_is_unknown_where_unasked(&mut all, &procs, &HashSet::from([2]));
@@ -641,6 +643,7 @@ mod tests {
             ppid: 0,
             started: None,
             run: None,
+            db_deleted: false,
         };
         let ended = |procs: &[discover::Process], looked: bool| -> Vec<String> {
             let mut all = vec![db("ses_tui", "/w/a/sub"), db("ses_killed", "/w/b")];
@@ -703,6 +706,7 @@ mod tests {
                 ppid: 0,
                 started: Some(1_000),
                 run: run.map(|r| r.map(String::from)),
+                db_deleted: false,
             };
         let procs = [
             proc_(1, "/w/s", None, true),

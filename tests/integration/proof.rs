@@ -694,3 +694,90 @@ fn a_tui_waiting_for_a_person_is_told_within_seconds_and_stays_until_answered() 
         m.follow_log()
     );
 }
+
+/// Issue 42: opencode's database deleted, then replaced by an older copy, while an `opencode
+/// run` loops: the run writes the file it holds, which nobody else can read. Each tick says the
+/// watchdog is blind (naming the process), not "no opencode", and the loop's alert stays open
+/// rather than resolving as gone.
+#[test]
+fn a_database_deleted_or_replaced_under_a_running_opencode_is_blindness() {
+    let mut m = Machine::install();
+    let fake = ocsim::Fake::start();
+    fake.configure(m.home.path());
+    let a = m.project("proj_del");
+    let run = ocsim::opencode(m.home.path(), &a)
+        .args(["run", "SCRIPT:lc_journey go"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(m.home.join("run.out")).unwrap())
+        .stderr(std::fs::File::create(m.home.join("run.err")).unwrap())
+        .spawn()
+        .expect("opencode run");
+    let pid = run.id();
+    m.kids.push(run);
+    let looping = m.wait_calls(&a, 8);
+    let r = m.tick();
+    assert_eq!(
+        Machine::transitions(&r),
+        [format!(
+            "oc-watchdog: dedup=opencode-loop:{looping} state=trigger severity=warning"
+        )],
+        "{}",
+        r.story()
+    );
+    let db = m.db();
+    let old = m.home.join("opencode-old.db");
+    std::fs::copy(&db, &old).unwrap();
+
+    // deleted (with its journal files), as `rm -f ~/.local/share/opencode/opencode.db*` does
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    let r = m.tick();
+    assert!(m.kids[0].try_wait().unwrap().is_none(), "the run ended");
+    assert_eq!(m.last_outcome(), "blind", "{}", r.story());
+    assert_eq!(
+        Machine::transitions(&r),
+        ["oc-watchdog: dedup=watchdog-blind state=trigger severity=warning"],
+        "{}",
+        r.story()
+    );
+    let said = format!(
+        "opencode (pid {pid} in {}) writes a database that was deleted or replaced at this path \
+         since it started: its sessions cannot be read until that opencode is restarted",
+        a.display()
+    );
+    let body: String = m
+        .watchdog()
+        .query_row(
+            "SELECT body FROM events WHERE dedup_key = 'watchdog-blind' ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(body.contains(&said), "{body}");
+
+    // an older copy put in its place: the run still writes the deleted file
+    std::fs::rename(&old, &db).unwrap();
+    let r = m.tick();
+    assert!(m.kids[0].try_wait().unwrap().is_none(), "the run ended");
+    assert_eq!(m.last_outcome(), "blind", "{}", r.story());
+    // nothing resolves: the blind alert stays open, and so does the loop's
+    assert_eq!(
+        Machine::transitions(&r),
+        Vec::<String>::new(),
+        "{}",
+        r.story()
+    );
+    let open: Vec<String> = m
+        .watchdog()
+        .prepare("SELECT dedup_key FROM episodes WHERE state = 'open' ORDER BY dedup_key")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        open,
+        [format!("opencode-loop:{looping}"), "watchdog-blind".into()]
+    );
+}
