@@ -29,6 +29,23 @@ const dir = path.join(state, "stop")
 const uid = process.getuid?.() ?? -1
 const { O_RDONLY, O_NOFOLLOW = 0, O_NONBLOCK = 0 } = fs.constants
 
+// an `opencode run` (the first word after the program that is not an option, as oc-sessions
+// reads it) shows its output in a terminal or a script's log, where its own words after a stop
+// are "Error: Aborted" or nothing: the plugin says there who stopped it. A TUI's stderr is its
+// screen, which is never written to.
+const isRun = (() => {
+  try {
+    const a = fs.readFileSync("/proc/self/cmdline", "latin1").split("\0").slice(1)
+    const takesValue = ["--log-level", "--port", "--hostname", "--mdns-domain", "--cors", "-m", "--model", "-s",
+      "--session", "--prompt", "--agent", "--replay-limit"]
+    let i = 0
+    while (i < a.length && a[i].startsWith("-")) i += takesValue.includes(a[i]) ? 2 : 1
+    return a[i] === "run"
+  } catch {
+    return false
+  }
+})()
+
 // each surprise once per process, path and reason, into opencode's log (never on stderr, which
 // is the TUI's screen), never thrown
 const said = new Set()
@@ -134,13 +151,21 @@ export const OcWatchdogStop = async ({ client }) => {
     } catch (e) {
       error = String(e?.message ?? e).slice(0, 200)
     }
-    // the TUI says who stopped it (Esc's "interrupted" alone does not); elsewhere nobody shows it
+    // the TUI says who stopped it (Esc's "interrupted" alone does not); an `opencode run` says it
+    // on its stderr, with how to resume
     if (aborted) {
+      const why = (typeof r.why === "string" ? r.why.slice(0, 200) : "The watchdog stopped this session's loop")
+        .replace(/[\x00-\x1f\x7f]/g, " ")
       try {
         await client.tui?.showToast?.({ body: { title: "oc-watchdog", variant: "warning", duration: 30000,
-          message: (typeof r.why === "string" ? r.why.slice(0, 200) : "The watchdog stopped this session's loop") +
-            ". Type a message to resume it." } })
+          message: why + ". Type a message to resume it." } })
       } catch {}
+      if (isRun) {
+        try {
+          process.stderr.write("\noc-watchdog: " + why + " (session " + r.session + "). Resume it with: opencode run -s " +
+            r.session + " \"continue\"\n")
+        } catch {}
+      }
     }
     write(path.join(dir, r.session + ".ack.json"), {
       id: r.id, session: r.session, pid: process.pid, version: VERSION, t: Date.now(),

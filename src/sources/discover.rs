@@ -249,6 +249,24 @@ fn started_ms(proc_dir: &Path, boot: Option<i64>) -> Option<i64> {
 }
 
 /// Whether a command line (NUL-separated) is `opencode run`, and the session it names with
+/// The options of opencode 1.18.33's own command line (`opencode --help`) that take a value as
+/// the next word (`--prompt run` is a TUI told to say "run", not an `opencode run`). The stop
+/// plugin (deploy/oc-watchdog-stop.js) reads its own command line the same way.
+const TAKES_VALUE: &[&str] = &[
+    "--log-level",
+    "--port",
+    "--hostname",
+    "--mdns-domain",
+    "--cors",
+    "-m",
+    "--model",
+    "-s",
+    "--session",
+    "--prompt",
+    "--agent",
+    "--replay-limit",
+];
+
 /// `-s`/`--session`: `Some(None)` for a run of a new session. The subcommand is the first word
 /// after the program that is not an option (`--log-level` and `--print-logs` may come first).
 pub fn run_args(cmdline: &[u8]) -> Option<Option<String>> {
@@ -259,7 +277,11 @@ pub fn run_args(cmdline: &[u8]) -> Option<Option<String>> {
         .collect();
     let mut i = 0;
     while i < args.len() && args[i].starts_with('-') {
-        i += if args[i] == "--log-level" { 2 } else { 1 };
+        i += if TAKES_VALUE.contains(&args[i].as_str()) {
+            2
+        } else {
+            1
+        };
     }
     if args.get(i).map(String::as_str) != Some("run") {
         return None;
@@ -353,6 +375,13 @@ mod tests {
         assert_eq!(run(&["opencode", "serve", "--port", "0"]), None);
         assert_eq!(run(&["opencode"]), None);
         assert_eq!(run(&["opencode", "/w/proj"]), None);
+        // a TUI told to say "run", or run with an agent named so, is no `opencode run`
+        assert_eq!(run(&["opencode", "--prompt", "run"]), None);
+        assert_eq!(run(&["opencode", "--agent", "run", "/w/proj"]), None);
+        assert_eq!(
+            run(&["opencode", "--port", "4097", "run", "go"]),
+            Some(None)
+        );
     }
 
     fn proc_entry(root: &Path, pid: u32, ppid: u32, exe: &str, home: &str, sockets: &[u64]) {

@@ -793,6 +793,9 @@ pub fn toast_words(reason: &str) -> &'static str {
     match reason {
         "operator" => "The operator stopped this session (wd-store stop)",
         "popup" => "The operator stopped this session (the popup's stop action)",
+        "escalated" => "The watchdog stopped this session's loop at its escalation ([stop] policy)",
+        "calls_cap" => "The watchdog stopped this session's loop: its calls since the alert reached [stop] after_calls",
+        "cost_cap" => "The watchdog stopped this session's loop: its cost since the alert reached [stop] after_cost",
         _ => "The watchdog stopped this session's loop",
     }
 }

@@ -569,6 +569,15 @@ fn a_looping_opencode_run_is_stopped_through_the_plugin_and_resumes_as_its_advic
     // `opencode run` ends; its last step was aborted, as Esc or Ctrl-C leave it
     rig.wait_exit(pid);
     assert_eq!(rig.last_error(&id).as_deref(), Some("MessageAbortedError"));
+    // its own output says who stopped it and how to resume (it said "Error: Aborted" alone)
+    let err = std::fs::read_to_string(rig.home.join("run.err")).unwrap();
+    assert!(
+        err.contains(&format!(
+            "\noc-watchdog: The operator stopped this session (wd-store stop) (session {id}). \
+             Resume it with: opencode run -s {id} \"continue\"\n"
+        )),
+        "{err}"
+    );
     let calls = rig.calls(&id);
     nothing_after(&calls, o["stopped"].as_i64().unwrap());
     assert!(calls.len() < 50, "the loop ran to its end: {}", calls.len());
@@ -1110,9 +1119,17 @@ fn the_policy_stops_a_looping_opencode_run_at_escalation_once_and_says_so_on_eve
             r.get(0)
         })
         .unwrap();
-    // no tool call starts after the stop; the run ends aborted, as Esc leaves it
+    // no tool call starts after the stop; the run ends aborted, as Esc leaves it, and says why
     rig.wait_exit(pid);
     assert_eq!(rig.last_error(&id).as_deref(), Some("MessageAbortedError"));
+    let err = std::fs::read_to_string(rig.home.join("run.err")).unwrap();
+    assert!(
+        err.contains(&format!(
+            "\noc-watchdog: The watchdog stopped this session's loop at its escalation ([stop] \
+             policy) (session {id}). Resume it with: opencode run -s {id} \"continue\"\n"
+        )),
+        "{err}"
+    );
     let calls = rig.calls(&id);
     nothing_after(&calls, stop_t);
     assert!(calls.len() < 50, "the loop ran to its end: {}", calls.len());
