@@ -79,20 +79,49 @@ pub const SHOWN_TICK: &str =
 /// How things stand, over `l` (the last tick) and `t` (the [`SHOWN_TICK`]): a timer's tick as
 /// it was; in follow mode, each session judged since the last full tick by its latest verdict,
 /// so a loop flagged by a partial tick since counts, and a session whose latest verdict is clean
-/// does not.
+/// does not. In both, a flagged session that stopped (idle, ended, interrupted) once its loop
+/// alert resolved is no loop going on: status does not say "flagged" beside no open alert.
 pub const STANDING_SESSIONS: &str =
     "CASE WHEN l.mode = 'follow' AND t.outcome NOT IN ('blind', 'no_opencode')
      THEN (SELECT count(DISTINCT v.session) FROM verdicts v WHERE v.tick >= t.id)
      ELSE t.sessions END";
-pub const STANDING_FLAGGED: &str = "CASE WHEN l.mode = 'follow' AND t.outcome NOT IN ('blind', 'no_opencode')
-     THEN (SELECT count(*) FROM verdicts v WHERE v.tick >= t.id AND v.flagged = 1
-           AND v.tick = (SELECT max(w.tick) FROM verdicts w WHERE w.session = v.session AND w.tick >= t.id))
-     ELSE t.flagged END";
-pub const STANDING_OUTCOME: &str = "CASE WHEN l.mode = 'follow' AND t.outcome IN ('ok', 'flagged')
-     THEN CASE WHEN EXISTS (SELECT 1 FROM verdicts v WHERE v.tick >= t.id AND v.flagged = 1
-           AND v.tick = (SELECT max(w.tick) FROM verdicts w WHERE w.session = v.session AND w.tick >= t.id))
-          THEN 'flagged' ELSE 'ok' END
-     ELSE t.outcome END";
+/// The flagged verdicts that say a loop goes on: the verdict's session has not stopped, or its
+/// tree's loop alert is still open (a loop found after it stopped alerts once).
+macro_rules! looping {
+    () => {
+        "v.flagged = 1 AND (coalesce(json_extract(v.liveness, '$.class'), '')
+             NOT IN ('idle', 'ended', 'interrupted', 'needs_finalization')
+         OR EXISTS (SELECT 1 FROM episodes e WHERE e.state = 'open' AND e.kind = 'loop'
+             AND e.root = v.root))"
+    };
+}
+/// The verdicts that say how things stand: a timer tick's own; in follow mode each session's
+/// latest since the last full tick.
+macro_rules! standing_verdicts {
+    () => {
+        "CASE WHEN l.mode = 'follow'
+         THEN v.tick >= t.id AND v.tick = (SELECT max(w.tick) FROM verdicts w
+             WHERE w.session = v.session AND w.tick >= t.id)
+         ELSE v.tick = t.id END"
+    };
+}
+pub const STANDING_FLAGGED: &str = concat!(
+    "CASE WHEN t.outcome NOT IN ('blind', 'no_opencode')
+     THEN (SELECT count(*) FROM verdicts v WHERE ",
+    standing_verdicts!(),
+    " AND ",
+    looping!(),
+    ") ELSE t.flagged END"
+);
+pub const STANDING_OUTCOME: &str = concat!(
+    "CASE WHEN t.outcome IN ('ok', 'flagged')
+     THEN CASE WHEN EXISTS (SELECT 1 FROM verdicts v WHERE ",
+    standing_verdicts!(),
+    " AND ",
+    looping!(),
+    ") THEN 'flagged' ELSE 'ok' END
+     ELSE t.outcome END"
+);
 
 /// Deletes the ticks before `before`; returns how many.
 pub fn prune(tx: &Transaction<'_>, before: i64) -> Result<usize> {

@@ -151,6 +151,17 @@ fn the_installed_tick_alerts_once_resolves_stopped_and_gone_and_stays_honest() {
         seen[0]
     );
     assert_eq!(seen[0].expire, Some(0));
+    // found after it stopped, the loop alerts once; status says so while its alert is open
+    let st = w.status();
+    assert_eq!(
+        (
+            st["outcome"].as_str(),
+            st["flagged"].as_i64(),
+            st["open_alerts"].as_i64()
+        ),
+        (Some("flagged"), Some(1), Some(1)),
+        "{st}"
+    );
     // the loop ended before the next tick (the session is idle and made no call): resolved
     // with `stopped`, never escalated
     let r = w.tick();
@@ -176,6 +187,18 @@ fn the_installed_tick_alerts_once_resolves_stopped_and_gone_and_stays_honest() {
         seen[1].body.contains("the loop burned 8 calls and $"),
         "{:?}",
         seen[1]
+    );
+    // and status says what stands: no loop goes on (it said "flagged", 0 open alerts, until
+    // the next tick judged the session again)
+    let st = w.status();
+    assert_eq!(
+        (
+            st["outcome"].as_str(),
+            st["flagged"].as_i64(),
+            st["open_alerts"].as_i64()
+        ),
+        (Some("ok"), Some(0), Some(0)),
+        "{st}"
     );
     assert_eq!(transitions(&w.tick()), Vec::<String>::new());
     // a loop whose session is deleted: resolved with `gone`
