@@ -20,6 +20,19 @@ use std::path::Path;
 /// Claude Code versions whose transcripts this reader was proven against.
 pub const KNOWN_VERSIONS: &str = "2.1.x (tested on 2.1.332)";
 
+/// Does a record carry tool calls or their results the way messages do (`message.content`
+/// blocks of type `tool_use` or `tool_result`)?
+fn carries_calls(r: &Value) -> bool {
+    r.get("message")
+        .and_then(|m| m.get("content"))
+        .and_then(Value::as_array)
+        .is_some_and(|blocks| {
+            blocks
+                .iter()
+                .any(|b| matches!(b["type"].as_str(), Some("tool_use" | "tool_result")))
+        })
+}
+
 /// A subagent's transcript with what its `.meta.json` says.
 pub struct Subagent<'a> {
     /// How `source` strings name its file.
@@ -238,7 +251,13 @@ fn one(
             "attachment" if r["attachment"]["type"] == "hook_stopped_continuation" => {
                 last = Last::HookStopped;
             }
-            _ => {}
+            // bookkeeping (2.1.332), and a record of a kind this reader does not know that
+            // carries no tool call: nothing to read in either
+            _ if !carries_calls(r) => {}
+            _ => problems.push(format!(
+                "{name}:{n}: a {ty:?} record carries tool calls, a kind of record this reader \
+                 does not know (Claude Code {KNOWN_VERSIONS} is): its calls are not read"
+            )),
         }
     }
     let Some(sid) = sid else {
@@ -443,6 +462,34 @@ mod tests {
     }
 
     const FAIL: &str = "Exit code 1\nTraceback (most recent call last):\nZeroDivisionError";
+
+    #[test]
+    fn a_record_of_an_unknown_kind_with_tool_calls_is_a_problem_bookkeeping_is_not() {
+        // a later Claude Code writing its calls in a record kind this reader does not know is
+        // blindness; a new bookkeeping record (no message) is not
+        let mut later = use_(
+            "2026-12-04T18:23:23.000Z",
+            "toolu_9",
+            "Bash",
+            json!({"command": "ls"}),
+        );
+        later["type"] = json!("assistant-v2");
+        let text = transcript(&[
+            prompt("2026-12-04T18:23:22.000Z", "go"),
+            json!({"type": "session-meter", "sessionId": SID, "timestamp": "2026-12-04T18:23:22.500Z",
+                   "tokens": 12}),
+            later,
+            done("2026-12-04T18:23:24.000Z"),
+        ]);
+        let r = read("t.jsonl", &text, &[]);
+        assert_eq!(
+            r.problems,
+            [format!(
+                "t.jsonl:3: a \"assistant-v2\" record carries tool calls, a kind of record this \
+                 reader does not know (Claude Code {KNOWN_VERSIONS} is): its calls are not read"
+            )]
+        );
+    }
 
     #[test]
     fn calls_read_as_the_vocabulary_has_them() {
