@@ -59,6 +59,7 @@ To look closer, rerun the stages by hand:
 $XDG_CONFIG_HOME/oc-watchdog/watchdog.toml      the config (every knob commented)
 $XDG_STATE_HOME/oc-watchdog/watchdog.db         the record of ticks, verdicts and alerts
 $XDG_STATE_HOME/oc-watchdog/tick.lock           held while a tick runs
+$XDG_STATE_HOME/oc-watchdog/runs.json           the `opencode run` processes the last ticks saw
 $XDG_STATE_HOME/oc-watchdog/tick.log            its log where no journal takes it (the last
                                                 MiB; the one before in tick.log.1)
 ~/.config/systemd/user/oc-watchdog.{service,timer}   the units that run it",

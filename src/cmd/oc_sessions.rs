@@ -19,7 +19,8 @@ use crate::cli::{now_ms, parse_when, Exit, Out};
 use crate::config::{Config, Discover};
 use crate::record::{to_line, Blind, SourceRead};
 use crate::sources::merge::{
-    ended_where_no_process, idle_is_unknown_where_unasked, read_db, runs_in, Seen,
+    ended_where_no_process, ended_with_their_run, idle_is_unknown_where_unasked, note_runs,
+    read_db, runs_in, RunProcess, Seen, RUNS_KEPT_MS,
 };
 use crate::sources::server::{read_server, ServerRead};
 use crate::sources::{self, db::Db, Found};
@@ -137,6 +138,9 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
         limits,
         &mut seen,
     );
+    if discover != Discover::Off && db.is_some() {
+        remember_runs(&cfg.store_db(), &procs, &mut seen, now);
+    }
     let others = sources::others_to_read(&args.sources, &cfg, &db_path);
     let others = read_others(&others, (since, &also), limits, &mut seen);
     let agents: Vec<_> = sources::agents_to_read(&cfg)
@@ -328,6 +332,52 @@ fn collect(
     seen.refuse_strange_ids();
     written_where_nobody_reads(procs, seen);
     reads
+}
+
+/// The file, beside the watchdog's database, where the timer's ticks keep the `opencode run`
+/// processes they saw.
+const RUNS_FILE: &str = "runs.json";
+
+/// The timer's ticks are separate processes, so the `opencode run` processes one saw are kept
+/// in the state directory ([`RUNS_FILE`]; follow mode keeps them in memory): a run killed
+/// between two ticks ends its session at the next one ([`ended_with_their_run`]), though a TUI
+/// or another run works in its directory. Only where the watchdog's state directory exists (it
+/// is installed); a file that cannot be read or written is said on stderr and costs only this.
+fn remember_runs(store_db: &Path, procs: &[sources::discover::Process], seen: &mut Seen, now: i64) {
+    let Some(dir) = store_db.parent().filter(|d| d.is_dir()) else {
+        return;
+    };
+    let file = dir.join(RUNS_FILE);
+    let mut runs: Vec<RunProcess> = match std::fs::read(&file) {
+        Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| {
+            eprintln!(
+                "oc-sessions: {}: {e}; the runs seen before are forgotten",
+                file.display()
+            );
+            Vec::new()
+        }),
+        Err(_) => Vec::new(),
+    };
+    for r in runs.iter_mut().filter(|r| r.ended.is_none()) {
+        if !procs
+            .iter()
+            .any(|p| p.pid == r.pid && p.started == Some(r.started))
+        {
+            r.ended = Some(now);
+        }
+    }
+    runs.retain(|r| !matches!(r.ended, Some(e) if now - e >= RUNS_KEPT_MS));
+    note_runs(&mut runs, procs);
+    ended_with_their_run(&mut seen.sessions, &runs);
+    let tmp = dir.join(format!(".{RUNS_FILE}.{}", std::process::id()));
+    let saved = serde_json::to_vec(&runs)
+        .map_err(anyhow::Error::from)
+        .and_then(|b| Ok(std::fs::write(&tmp, b)?))
+        .and_then(|()| Ok(std::fs::rename(&tmp, &file)?));
+    if let Err(e) = saved {
+        let _ = std::fs::remove_file(&tmp);
+        eprintln!("oc-sessions: {}: {e:#}", file.display());
+    }
 }
 
 /// An opencode process whose database was deleted or replaced under it goes on writing the

@@ -340,9 +340,31 @@ pub fn ended_where_no_process(
     }
 }
 
+/// How long an `opencode run` that ended is remembered: its session is listed again at the next
+/// poll and full read of follow mode, and at the next timer tick, and marked ended then.
+pub const RUNS_KEPT_MS: i64 = 600_000;
+
+/// Adds the `opencode run`s among `procs` not seen before.
+pub fn note_runs(runs: &mut Vec<RunProcess>, procs: &[discover::Process]) {
+    for p in procs {
+        let (Some(session), Some(cwd), Some(started)) = (&p.run, &p.cwd, p.started) else {
+            continue;
+        };
+        if !runs.iter().any(|r| r.pid == p.pid && r.started == started) {
+            runs.push(RunProcess {
+                pid: p.pid,
+                cwd: cwd.clone(),
+                started,
+                session: session.clone(),
+                ended: None,
+            });
+        }
+    }
+}
+
 /// An `opencode run` process seen working, alive or since ended: where and when it started,
 /// the session it was told to continue (`-s ID`), and when it was seen gone.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunProcess {
     pub pid: u32,
     pub cwd: PathBuf,

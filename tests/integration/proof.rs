@@ -781,3 +781,79 @@ fn a_database_deleted_or_replaced_under_a_running_opencode_is_blindness() {
         [format!("opencode-loop:{looping}"), "watchdog-blind".into()]
     );
 }
+
+/// Issue 40: the timer's tick, like the follow service, tells a killed `opencode run` from
+/// another opencode working in its project: it keeps the runs it saw (`runs.json` in the state
+/// directory), so the next tick resolves the killed run's loop "the opencode process ended"
+/// while the other run goes on (before, its loop stayed open, the session busy for ever beside
+/// the other run).
+#[test]
+fn the_timer_resolves_a_killed_run_though_another_opencode_works_in_its_project() {
+    let mut m = Machine::install();
+    let fake = ocsim::Fake::start();
+    fake.configure(m.home.path());
+    let a = m.project("proj_k");
+    let start = |m: &mut Machine, name: &str| -> u32 {
+        let run = ocsim::opencode(m.home.path(), &a)
+            .args(["run", "SCRIPT:lc_journey go"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(m.home.join(&format!("{name}.out"))).unwrap())
+            .stderr(std::fs::File::create(m.home.join(&format!("{name}.err"))).unwrap())
+            .spawn()
+            .expect("opencode run");
+        let pid = run.id();
+        m.kids.push(run);
+        pid
+    };
+    let first = start(&mut m, "run1");
+    let looping = m.wait_calls(&a, 8);
+    let _second = start(&mut m, "run2");
+    let other = loop {
+        let latest = m.wait_calls(&a, 1);
+        if latest != looping {
+            break latest;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let r = m.tick();
+    assert!(
+        Machine::transitions(&r).contains(&format!(
+            "oc-watchdog: dedup=opencode-loop:{looping} state=trigger severity=warning"
+        )),
+        "{}",
+        r.story()
+    );
+    let runs = std::fs::read_to_string(m.home.join(".local/state/oc-watchdog/runs.json")).unwrap();
+    assert!(runs.contains(&format!("\"pid\":{first},")), "{runs}");
+    let st = std::process::Command::new("kill")
+        .args(["-KILL", &first.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::thread::sleep(Duration::from_millis(500));
+    let r = m.tick();
+    let t = Machine::transitions(&r);
+    assert!(
+        t.contains(&format!(
+            "oc-watchdog: dedup=opencode-loop:{looping} state=resolve severity=info reason=stopped"
+        )),
+        "{}",
+        r.story()
+    );
+    assert!(
+        !t.iter()
+            .any(|x| x.contains(&other) && x.contains("state=resolve")),
+        "{}",
+        r.story()
+    );
+    let body: String = m
+        .watchdog()
+        .query_row(
+            "SELECT json_extract(body, '$.summary') FROM events
+             WHERE dedup_key = ?1 AND state = 'resolve'",
+            [format!("opencode-loop:{looping}")],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(body.contains("the opencode process ended"), "{body}");
+}

@@ -33,8 +33,8 @@ use crate::cli::{now_ms, parse_when, Exit, Out};
 use crate::config::{Config, Discover};
 use crate::paths::Found;
 use crate::record::{to_line, Sweep};
-use crate::sources::merge::{ended_with_their_run, RunProcess, Seen};
-use crate::sources::{self, db::Db, discover, events, Cursor, Planned, Source};
+use crate::sources::merge::{ended_with_their_run, note_runs, RunProcess, Seen, RUNS_KEPT_MS};
+use crate::sources::{self, db::Db, events, Cursor, Planned, Source};
 use crate::store::{episodes, Store};
 use anyhow::Result;
 use std::collections::HashMap;
@@ -53,10 +53,6 @@ const FIRST_LOOK_BACK: &str = "1h";
 /// (a `bash` call with no output yet is a permission being asked only after
 /// [`crate::liveness::ASK_GRACE_MS`]; a TUI's prompt changes nothing more until answered).
 const QUIET_RECHECK: Duration = Duration::from_millis(crate::liveness::ASK_GRACE_MS as u64 + 500);
-
-/// How long an `opencode run` that ended is remembered: its session is listed again at the next
-/// poll and full read, and marked ended then.
-const RUNS_KEPT_MS: i64 = 600_000;
 
 enum Database {
     Open(Box<Db>, Option<Cursor>),
@@ -491,24 +487,6 @@ impl SessionsFollow<'_> {
             .collect();
         ids.sort();
         ids
-    }
-}
-
-/// Adds the `opencode run`s among `procs` not seen before.
-fn note_runs(runs: &mut Vec<RunProcess>, procs: &[discover::Process]) {
-    for p in procs {
-        let (Some(session), Some(cwd), Some(started)) = (&p.run, &p.cwd, p.started) else {
-            continue;
-        };
-        if !runs.iter().any(|r| r.pid == p.pid && r.started == started) {
-            runs.push(RunProcess {
-                pid: p.pid,
-                cwd: cwd.clone(),
-                started,
-                session: session.clone(),
-                ended: None,
-            });
-        }
     }
 }
 
