@@ -234,7 +234,7 @@ pub struct Facts {
 
 /// What [`stop`] is to do about a thread.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Plan {
+pub enum ThreadPlan {
     Already(super::Previous),
     Refuse(String),
     Sigint(Holder),
@@ -246,15 +246,15 @@ pub const BY_HAND: &str = "Ctrl-C in the terminal of its `codex exec`, Esc in it
 
 /// The rule: once per action id; a turn under way in exactly one live process, a `codex exec`
 /// (SIGINT) or the app-server daemon (`turn/interrupt`); else a refusal saying what to do.
-pub fn decide(thread: &str, f: &Facts) -> Plan {
+pub fn decide(thread: &str, f: &Facts) -> ThreadPlan {
     if let Some(p) = &f.previous {
         if p.status != "failed" {
-            return Plan::Already(p.clone());
+            return ThreadPlan::Already(p.clone());
         }
     }
     let holder = match f.holders.as_slice() {
         [] => {
-            return Plan::Refuse(format!(
+            return ThreadPlan::Refuse(format!(
                 "Codex thread {thread} runs in no process: no live process holds its lock{}",
                 if f.turns.open {
                     " (its last turn never ended: the process was killed), nothing to stop"
@@ -266,7 +266,7 @@ pub fn decide(thread: &str, f: &Facts) -> Plan {
         [h] => h,
         many => {
             let pids: Vec<String> = many.iter().map(|h| h.pid.to_string()).collect();
-            return Plan::Refuse(format!(
+            return ThreadPlan::Refuse(format!(
                 "Codex thread {thread} has its lock held by {} processes ({}): which runs it is not known, nothing signalled; {BY_HAND}",
                 many.len(),
                 pids.join(", ")
@@ -274,20 +274,20 @@ pub fn decide(thread: &str, f: &Facts) -> Plan {
         }
     };
     if !f.turns.open {
-        return Plan::Refuse(format!(
+        return ThreadPlan::Refuse(format!(
             "Codex thread {thread} is idle already: its last turn has ended, nothing to stop"
         ));
     }
     match Runner::of(holder.clone()) {
-        Runner::Exec(h) => Plan::Sigint(h),
+        Runner::Exec(h) => ThreadPlan::Sigint(h),
         Runner::Daemon(h) => match &f.socket {
-            Some(s) => Plan::AppServer(s.clone(), h),
-            None => Plan::Refuse(format!(
+            Some(s) => ThreadPlan::AppServer(s.clone(), h),
+            None => ThreadPlan::Refuse(format!(
                 "Codex thread {thread} runs in the app-server daemon (process {}), whose control socket is not there: Esc in its TUI",
                 h.pid
             )),
         },
-        Runner::Other(h) => Plan::Refuse(format!(
+        Runner::Other(h) => ThreadPlan::Refuse(format!(
             "Codex thread {thread} runs in process {} ({}), neither a `codex exec` nor Codex's app-server daemon: nothing signalled; {BY_HAND}",
             h.pid,
             h.argv.first().map_or("?", String::as_str)
@@ -367,16 +367,16 @@ pub fn stop(store: &mut Store, req: &super::Request, thread: &Thread) -> Result<
         message: String::new(),
     };
     let (via, holder, socket) = match decide(session, &facts) {
-        Plan::Already(p) if p.status == "requested" => {
+        ThreadPlan::Already(p) if p.status == "requested" => {
             return super::wait_other(store, o, &p, req.wait)
         }
-        Plan::Already(p) => {
+        ThreadPlan::Already(p) => {
             o.resume = resume(session, p.via.as_deref()).0;
             return Ok(super::already(o, &p));
         }
-        Plan::Refuse(why) => bail!("stop: {why}"),
-        Plan::Sigint(h) => (Via::Sigint, h, None),
-        Plan::AppServer(s, h) => (Via::AppServer, h, Some(s)),
+        ThreadPlan::Refuse(why) => bail!("stop: {why}"),
+        ThreadPlan::Sigint(h) => (Via::Sigint, h, None),
+        ThreadPlan::AppServer(s, h) => (Via::AppServer, h, Some(s)),
     };
     o.via = Some(via.as_str().into());
     o.pid = Some(holder.pid);
@@ -554,15 +554,16 @@ impl AppServer {
             .map_err(|e| anyhow!("Codex's app-server daemon: cannot send: {e}"))
     }
 
-    /// Calls `method` and gives its result; notifications meanwhile are passed over.
-    pub fn call(&mut self, method: &str, params: Value) -> Result<Value> {
-        let id = self.next;
-        self.next += 1;
-        self.send(&json!({"id": id, "method": method, "params": params}))?;
+    /// Moves the deadline of every exchange from now on.
+    pub fn until(&mut self, deadline: Instant) {
+        self.deadline = deadline;
+    }
+
+    /// The next JSON message the daemon sends (an answer or a notification), by the deadline.
+    pub fn read(&mut self, what: &str) -> Result<Value> {
         loop {
-            let left = remaining(self.deadline).map_err(|_| {
-                anyhow!("Codex's app-server daemon did not answer {method} in time")
-            })?;
+            let left = remaining(self.deadline)
+                .map_err(|_| anyhow!("Codex's app-server daemon did not answer {what} in time"))?;
             self.ws.get_mut().set_read_timeout(Some(left))?;
             let msg = self.ws.read().map_err(|e| match e {
                 tungstenite::Error::Io(e)
@@ -571,16 +572,25 @@ impl AppServer {
                         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                     ) =>
                 {
-                    anyhow!("Codex's app-server daemon did not answer {method} in time")
+                    anyhow!("Codex's app-server daemon did not answer {what} in time")
                 }
-                e => anyhow!("Codex's app-server daemon: {method}: {e}"),
+                e => anyhow!("Codex's app-server daemon: {what}: {e}"),
             })?;
-            let tungstenite::Message::Text(text) = msg else {
-                continue;
-            };
-            let Ok(v) = serde_json::from_str::<Value>(text.as_str()) else {
-                continue;
-            };
+            if let tungstenite::Message::Text(text) = msg {
+                if let Ok(v) = serde_json::from_str::<Value>(text.as_str()) {
+                    return Ok(v);
+                }
+            }
+        }
+    }
+
+    /// Calls `method` and gives its result; notifications meanwhile are passed over.
+    pub fn call(&mut self, method: &str, params: Value) -> Result<Value> {
+        let id = self.next;
+        self.next += 1;
+        self.send(&json!({"id": id, "method": method, "params": params}))?;
+        loop {
+            let v = self.read(method)?;
             if v.get("method").is_some() || v["id"] != id {
                 continue;
             }
@@ -707,15 +717,15 @@ mod tests {
         let exec = holder(&[NATIVE, "exec", "x"]);
         assert_eq!(
             decide("t", &facts(vec![exec.clone()], true)),
-            Plan::Sigint(exec.clone())
+            ThreadPlan::Sigint(exec.clone())
         );
         let daemon = holder(&["/d/codex", "app-server", "--listen", "unix://"]);
         assert!(matches!(
             decide("t", &facts(vec![daemon.clone()], true)),
-            Plan::AppServer(_, _)
+            ThreadPlan::AppServer(_, _)
         ));
         let refusal = |f: &Facts| match decide("t", f) {
-            Plan::Refuse(why) => why,
+            ThreadPlan::Refuse(why) => why,
             other => panic!("{other:?}"),
         };
         // a stale lock (SIGKILL): held by nobody
