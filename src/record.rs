@@ -433,7 +433,7 @@ impl Program {
     pub fn watchdog_stop(self) -> Option<&'static str> {
         match self {
             Program::Codex => Some(
-                "the turn ends as with those keys (`codex exec` exits with status 1, the TUI says the conversation was interrupted)",
+                "the turn ends as with those keys (`codex exec` prints \"turn interrupted\" and exits with status 1, the TUI shows \"Conversation interrupted\")",
             ),
             Program::Opencode | Program::ClaudeCode => None,
         }

@@ -315,8 +315,8 @@ pub fn resume(thread: &str, via: Option<&str>) -> (String, String) {
 /// What the agent's user sees when the turn is stopped this way.
 fn user_sees(via: Via) -> &'static str {
     match via {
-        Via::AppServer => "the TUI says the conversation was interrupted and waits for a message",
-        _ => "codex exec ends its turn as on Ctrl-C and exits with status 1",
+        Via::AppServer => "its TUI shows \"Conversation interrupted\" and waits for a message",
+        _ => "codex exec prints \"turn interrupted\" and exits with status 1, as on Ctrl-C",
     }
 }
 

@@ -531,7 +531,7 @@ fn claude_code_and_codex_sessions_in_home_are_watched_with_no_configuration_and_
     // and how to resume
     let id = sx_loop["id"].as_str().unwrap();
     assert!(page.contains(&format!(
-        "Esc in its TUI, or <code>wd-store stop {id}</code>; the turn ends as with those keys (<code>codex exec</code> exits with status 1, the TUI says the conversation was interrupted). Resume with <code>codex exec resume {id} "
+        "Esc in its TUI, or <code>wd-store stop {id}</code>; the turn ends as with those keys (<code>codex exec</code> prints &quot;turn interrupted&quot; and exits with status 1, the TUI shows &quot;Conversation interrupted&quot;). Resume with <code>codex exec resume {id} "
     )), "{id}");
     assert!(!page.contains("block-model sim/gpt-5.5") && !page.contains("block-model claude-opus"));
     // an agent that names none is not "agent agent"
