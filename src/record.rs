@@ -426,20 +426,31 @@ impl Program {
         }
     }
 
-    /// How a person stops a session of this agent by hand where it runs, for the agents
-    /// `wd-store stop` does not reach (it stops opencode's sessions only): `None` for opencode,
+    /// How a person stops a session of this agent by hand where it runs: `None` for opencode,
     /// whose ways depend on the process ([`stop_by_hand`]). SIGINT (Ctrl-C) ends a `claude -p`
     /// or `codex exec` turn gracefully (../shared/agents); Esc interrupts either's interactive
-    /// turn.
+    /// turn. Where `wd-store stop` reaches the agent too ([`Program::watchdog_stop`]), the
+    /// advice offers it beside these keys.
     pub fn stop_by_hand(self) -> Option<&'static str> {
         match self {
             Program::Opencode => None,
             Program::ClaudeCode => Some(
                 "Ctrl-C in the terminal of its `claude -p`, Esc in its interactive session (wd-store stop reaches opencode's sessions only)",
             ),
+            Program::Codex => Some("Ctrl-C in the terminal of its `codex exec`, Esc in its TUI"),
+        }
+    }
+
+    /// For another agent whose sessions `wd-store stop` reaches: what its user then sees, in
+    /// words the popup and the page add to the advice (`None`: it does not reach them; opencode's
+    /// advice is its own). Seen with Codex 0.171.0: SIGINT to `codex exec` ends it with status 1,
+    /// and the TUI, its turn interrupted through the app-server daemon, waits for a message.
+    pub fn watchdog_stop(self) -> Option<&'static str> {
+        match self {
             Program::Codex => Some(
-                "Ctrl-C in the terminal of its `codex exec`, Esc in its TUI (wd-store stop reaches opencode's sessions only)",
+                "the turn ends as with those keys (`codex exec` prints \"turn interrupted\" and exits with status 1, the TUI shows \"Conversation interrupted\")",
             ),
+            Program::Opencode | Program::ClaudeCode => None,
         }
     }
 

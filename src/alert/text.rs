@@ -264,7 +264,7 @@ pub fn resolve_event(
 
 /// The stop of a loop as its resolve tells it: who stopped it after how much, and how to resume.
 fn stopped_words(ev: &mut Event, ep: &AlertEpisode, stop: &super::StopSeen, f: &Figures) {
-    let [_, resume] = crate::stop::resume_commands(&stop.session);
+    let (words, resume) = crate::stop::resume_of(&stop.session, stop.via.as_deref());
     ev.title = format!("stopped by {}: {}", stop.who(), ep.title);
     ev.summary = format!(
         "session {}{} stopped by {}{} after {} and ${:.2}; resume with {}",
@@ -274,7 +274,7 @@ fn stopped_words(ev: &mut Event, ep: &AlertEpisode, stop: &super::StopSeen, f: &
         super::decide::stopped::reason_words(&stop.by),
         crate::event::calls(f.calls),
         f.cost,
-        crate::stop::resume_hint(&stop.session)
+        words
     );
     ev.details.insert(
         "stop".into(),

@@ -158,8 +158,14 @@ pub fn what_to_do(ev: &Event) -> Option<String> {
     let session = ev.details.get("session").and_then(|s| s.as_str())?;
     let program = crate::record::Program::of_details(&ev.details);
     if let Some(keys) = program.and_then(|p| p.stop_by_hand()) {
-        // no stop command, no model block: both reach opencode only
-        return Some(format!("Stop it: {keys}"));
+        // no model block: it edits opencode's config
+        return Some(match program.and_then(|p| p.watchdog_stop()) {
+            Some(_) => format!(
+                "Stop it: {keys}, or {} (the thread stays resumable)",
+                shell_line("wd-store", &["stop", session])
+            ),
+            None => format!("Stop it: {keys}"),
+        });
     }
     let runs_in = ev
         .details
@@ -187,11 +193,12 @@ pub fn what_to_do(ev: &Event) -> Option<String> {
 
 fn show(ev: &Event, wait: Duration, replaces: Option<u32>) -> Result<String, String> {
     let body = body(ev);
-    // the "Stop the session" button runs wd-store stop: opencode's sessions only
-    let opencode = crate::record::Program::of_details(&ev.details)
-        .map_or(true, |p| p == crate::record::Program::Opencode);
+    // the "Stop the session" button runs wd-store stop: for the agents it reaches
+    let reached = crate::record::Program::of_details(&ev.details).map_or(true, |p| {
+        p == crate::record::Program::Opencode || p.watchdog_stop().is_some()
+    });
     let stop = what_to_do(ev)
-        .filter(|_| opencode)
+        .filter(|_| reached)
         .and(ev.details.get("session"))
         .and_then(|s| s.as_str());
     let notice = crate::notify::Notice {
@@ -355,10 +362,14 @@ mod tests {
         );
         assert!(!body(&ev).contains("wd-store stop 3659"), "{}", body(&ev));
         assert!(!body(&ev).contains("block-model"));
+        // a Codex thread: wd-store stop reaches it (SIGINT to codex exec, the daemon's
+        // turn/interrupt for the TUI), beside the keys; no model block
         ev.details.insert("program".into(), serde_json::json!("codex"));
-        assert!(what_to_do(&ev)
-            .unwrap()
-            .starts_with("Stop it: Ctrl-C in the terminal of its `codex exec`, Esc in its TUI"));
+        assert_eq!(
+            what_to_do(&ev).unwrap(),
+            format!("Stop it: Ctrl-C in the terminal of its `codex exec`, Esc in its TUI, or wd-store stop {id} (the thread stays resumable)")
+        );
+        assert!(!body(&ev).contains("block-model"));
         // opencode's, named or not, as before
         ev.details
             .insert("program".into(), serde_json::json!("opencode"));

@@ -647,14 +647,28 @@ fn what_to_do(s: &mut String, l: &Loop, id: &str) {
     let session = l.session.as_deref().unwrap_or(&l.root);
     let by_hand = l.program.and_then(|p| p.stop_by_hand());
     match by_hand {
-        // wd-store stop and block-model reach opencode only
-        Some(keys) => {
-            let _ = write!(
-                s,
-                "<div class=\"todo\"><p><b>Stop it:</b> {}.</p>",
-                code_spans(keys)
-            );
-        }
+        // another agent's keys, and wd-store stop where it reaches that agent: what its user
+        // then sees and how to resume (block-model reaches opencode only)
+        Some(keys) => match l.program.and_then(|p| p.watchdog_stop()) {
+            Some(sees) => {
+                let (resume, _) = crate::stop::resume_of(session, Some("sigint"));
+                let _ = write!(
+                    s,
+                    "<div class=\"todo\"><p><b>Stop it:</b> {}, or <code>{}</code>; {}. Resume with {}.</p>",
+                    code_spans(keys),
+                    esc(&shell_line("wd-store", &["stop", session])),
+                    code_spans(sees),
+                    code_spans(&resume)
+                );
+            }
+            None => {
+                let _ = write!(
+                    s,
+                    "<div class=\"todo\"><p><b>Stop it:</b> {}.</p>",
+                    code_spans(keys)
+                );
+            }
+        },
         None => {
             let _ = write!(
                 s,

@@ -83,7 +83,7 @@ fn turn_open(text: &str) -> bool {
 }
 
 /// Every rollout under `<dir>/sessions/`: thread id, file, modification time (a `stat` a file).
-fn rollouts_in(dir: &Path) -> std::io::Result<Vec<(String, PathBuf, Option<i64>)>> {
+pub(crate) fn rollouts_in(dir: &Path) -> std::io::Result<Vec<(String, PathBuf, Option<i64>)>> {
     let dir = dir.join("sessions");
     if !dir.is_dir() {
         return Ok(Vec::new());

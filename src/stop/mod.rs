@@ -37,6 +37,8 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub mod codex;
+
 /// The plugin's file name, as `deploy/install --with-stop-plugin` installs it.
 pub const PLUGIN_FILE: &str = "oc-watchdog-stop.js";
 
@@ -59,6 +61,11 @@ pub struct Request<'a> {
 pub enum Via {
     Http,
     Plugin,
+    /// SIGINT to a `codex exec` ([`codex`]).
+    Sigint,
+    /// `turn/interrupt` through Codex's app-server daemon ([`codex`]).
+    #[serde(rename = "app-server")]
+    AppServer,
 }
 
 impl Via {
@@ -66,6 +73,8 @@ impl Via {
         match self {
             Via::Http => "http",
             Via::Plugin => "plugin",
+            Via::Sigint => "sigint",
+            Via::AppServer => "app-server",
         }
     }
 }
@@ -169,6 +178,9 @@ pub struct StopOutcome {
     /// Tool calls that started between the request and the stop.
     pub calls_after_request: Option<i64>,
     pub resume: String,
+    /// What the agent's user sees of the stop, where it differs by agent (Codex's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_sees: Option<String>,
     #[serde(skip)]
     pub message: String,
 }
@@ -204,6 +216,18 @@ pub fn resume_commands(session: &str) -> [String; 2] {
 pub fn resume_hint(session: &str) -> String {
     let [tui, run] = resume_commands(session);
     format!("`{tui}` (its TUI) or `{run}`")
+}
+
+/// How to resume a session stopped the way `via` says: in words (each command between
+/// backquotes), and the one command to run.
+pub fn resume_of(session: &str, via: Option<&str>) -> (String, String) {
+    match via {
+        Some("sigint" | "app-server") => codex::resume(session, via),
+        _ => {
+            let [_, run] = resume_commands(session);
+            (resume_hint(session), run)
+        }
+    }
 }
 
 fn action_id(session: &str, episode: &str) -> String {
@@ -374,10 +398,10 @@ fn put(
 ) -> Result<()> {
     tx.execute(
         "INSERT INTO stops (action_id, session, episode, reason, t, status, via, pid, stopped,
-                            calls_after_request, detail, turn)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+                            calls_after_request, detail, turn, resume)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
          ON CONFLICT (action_id) DO UPDATE SET t = ?5, status = ?6, via = ?7, pid = ?8,
-             stopped = ?9, calls_after_request = ?10, detail = ?11",
+             stopped = ?9, calls_after_request = ?10, detail = ?11, resume = ?13",
         params![
             o.action_id,
             o.session,
@@ -390,7 +414,8 @@ fn put(
             o.stopped,
             o.calls_after_request,
             detail,
-            turn
+            turn,
+            o.resume
         ],
     )?;
     Ok(())
@@ -548,6 +573,12 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<StopOutcom
     // the calls made while this looks the session up count as calls after the request
     let asked = crate::cli::now_ms();
     let session = req.session;
+    if !crate::record::is_session_id(session) && crate::record::is_agent_session_id(session) {
+        // another agent's session: the wing whose files hold it stops it
+        if let Some(thread) = codex::find(session) {
+            return codex::stop(store, req, &thread);
+        }
+    }
     check_id(session)?;
     let (db_path, _) = crate::paths::opencode_db(None, cfg.opencode.db.as_deref());
     let db = Db::open(&db_path)?;
@@ -566,6 +597,7 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<StopOutcom
         stopped: None,
         calls_after_request: None,
         resume: resume_hint(session),
+        user_sees: None,
         message: String::new(),
     };
     let via = match decide(session, &found.facts) {
@@ -743,6 +775,7 @@ fn carry_out(
             Ok(None)
         }
         (Via::Plugin, _) => plugin_stop(&found.dir, o, left(), db, (session, req.reason)),
+        (Via::Sigint | Via::AppServer, _) => bail!("opencode's sessions are not stopped that way"),
     }
 }
 
@@ -1011,6 +1044,7 @@ mod tests {
             stopped: None,
             calls_after_request: None,
             resume: String::new(),
+            user_sees: None,
             message: String::new(),
         }
     }

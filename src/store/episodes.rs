@@ -19,11 +19,13 @@ pub const BURNED: &str =
 /// A loop episode's stop (issue 28), in one line: who stopped which session, how, and how to
 /// resume it; or that a stop was refused or failed, and why. NULL when none was asked.
 pub const STOP: &str = "(SELECT CASE s.status
-       WHEN 'stopped' THEN printf('session %s stopped by %s via %s, %d call(s) after the request; resume with `opencode -s %s` (its TUI) or `opencode run -s %s \"continue\"`',
+       WHEN 'stopped' THEN printf('session %s stopped by %s via %s, %d call(s) after the request; resume with %s',
                                   s.session, CASE s.reason WHEN 'operator' THEN 'the operator (wd-store stop)'
                                       WHEN 'popup' THEN 'the operator (the popup''s stop action)'
                                       ELSE 'the watchdog (' || s.reason || ')' END,
-                                  coalesce(s.via, '?'), coalesce(s.calls_after_request, 0), s.session, s.session)
+                                  coalesce(s.via, '?'), coalesce(s.calls_after_request, 0),
+                                  -- as the stop said it; opencode's words for rows from before
+                                  coalesce(s.resume, printf('`opencode -s %s` (its TUI) or `opencode run -s %s \"continue\"`', s.session, s.session)))
        WHEN 'failed' THEN printf('stop of session %s (%s) not carried out: %s', s.session, s.reason, coalesce(s.detail, ''))
        ELSE printf('stop of session %s (%s) requested', s.session, s.reason) END
      FROM stops s WHERE s.episode = 'episode:' || p.id ORDER BY s.status = 'stopped' DESC, s.t DESC LIMIT 1)";
@@ -215,13 +217,14 @@ mod tests {
         let c = rusqlite::Connection::open_in_memory().unwrap();
         c.execute_batch(
             "CREATE TABLE stops (session TEXT, episode TEXT, reason TEXT, status TEXT, via TEXT,
-                                 calls_after_request INTEGER, detail TEXT, t INTEGER);",
+                                 calls_after_request INTEGER, detail TEXT, t INTEGER,
+                                 resume TEXT);",
         )
         .unwrap();
         let line = |reason: &str, via: &str| -> String {
             c.execute("DELETE FROM stops", []).unwrap();
             c.execute(
-                "INSERT INTO stops VALUES ('ses_a', 'episode:1', ?1, 'stopped', ?2, 1, NULL, 1)",
+                "INSERT INTO stops VALUES ('ses_a', 'episode:1', ?1, 'stopped', ?2, 1, NULL, 1, NULL)",
                 [reason, via],
             )
             .unwrap();
@@ -244,5 +247,17 @@ mod tests {
             line("escalated", "plugin"),
             format!("session ses_a stopped by the watchdog (escalated) via plugin, 1 call(s) after the request; {resume}")
         );
+        // another agent's stop says its own way to resume, as the stop recorded it
+        c.execute(
+            "UPDATE stops SET via = 'sigint', resume = '`codex exec resume ses_a \"continue\"` in its project'",
+            [],
+        )
+        .unwrap();
+        let codex: String = c
+            .query_row(&format!("SELECT {STOP} FROM (SELECT 1 AS id) p"), [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(codex, "session ses_a stopped by the watchdog (escalated) via sigint, 1 call(s) after the request; resume with `codex exec resume ses_a \"continue\"` in its project");
     }
 }

@@ -382,6 +382,19 @@ UPDATE sqlite_master
  WHERE type = 'table' AND name = 'episodes';
 PRAGMA writable_schema = OFF;
 "#,
+    // 12: the ways other agents' sessions are stopped (issue 39): SIGINT to a `codex exec`,
+    // `turn/interrupt` through Codex's app-server daemon, and Claude Code's stop hook; and how to
+    // resume, in words, as the stop said it (each agent's commands differ; NULL for the rows
+    // before, which were opencode's). The CHECK only widens, edited in place as in 11, after the
+    // column is added (ALTER rewrites the stored SQL it reads).
+    r#"
+ALTER TABLE stops ADD COLUMN resume TEXT;
+PRAGMA writable_schema = ON;
+UPDATE sqlite_master
+   SET sql = replace(sql, 'CHECK (via IN (''http'', ''plugin''))', 'CHECK (via IN (''http'', ''plugin'', ''sigint'', ''app-server'', ''hook''))')
+ WHERE type = 'table' AND name = 'stops';
+PRAGMA writable_schema = OFF;
+"#,
 ];
 
 pub fn latest() -> i64 {

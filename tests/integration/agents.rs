@@ -525,10 +525,14 @@ fn claude_code_and_codex_sessions_in_home_are_watched_with_no_configuration_and_
     assert!(page.contains(
         "<b>Stop it:</b> Ctrl-C in the terminal of its <code>codex exec</code>, Esc in its TUI"
     ));
-    for s in [&sc_loop, &sx_loop] {
-        let id = s["id"].as_str().unwrap();
-        assert!(!page.contains(&format!("wd-store stop {id}")), "{id}");
-    }
+    let id = sc_loop["id"].as_str().unwrap();
+    assert!(!page.contains(&format!("wd-store stop {id}")), "{id}");
+    // wd-store stop reaches a Codex thread: offered beside the keys, with what its user sees
+    // and how to resume
+    let id = sx_loop["id"].as_str().unwrap();
+    assert!(page.contains(&format!(
+        "Esc in its TUI, or <code>wd-store stop {id}</code>; the turn ends as with those keys (<code>codex exec</code> prints &quot;turn interrupted&quot; and exits with status 1, the TUI shows &quot;Conversation interrupted&quot;). Resume with <code>codex exec resume {id} "
+    )), "{id}");
     assert!(!page.contains("block-model sim/gpt-5.5") && !page.contains("block-model claude-opus"));
     // an agent that names none is not "agent agent"
     let events: Vec<Value> = a

@@ -25,6 +25,7 @@ mod readers;
 mod report;
 mod sources;
 mod stop;
+mod stop_codex;
 mod store;
 mod tick;
 

@@ -101,6 +101,14 @@ impl AgentModel {
     /// The `codex exec` command [`AgentModel::codex`] runs (its config written), to run it
     /// otherwise.
     pub fn codex_cmd(&self, home: &Path, proj: &Path, script: &str) -> Command {
+        let mut c = self.codex_with(home, proj);
+        c.args(["exec", "--json", &format!("SCRIPT:{script} fix the tests")]);
+        c
+    }
+
+    /// `codex` in `proj` with `home` as its HOME and its config pointing at this model, the
+    /// arguments left to the caller (`codex exec resume ...`, `codex app-server daemon ...`).
+    pub fn codex_with(&self, home: &Path, proj: &Path) -> Command {
         let conf = home.join(".codex");
         std::fs::create_dir_all(&conf).unwrap();
         // a model slug Codex knows, so that it offers its apply_patch tool
@@ -116,9 +124,7 @@ impl AgentModel {
         )
         .unwrap();
         let mut c = agent_env(Command::new("codex"), home, proj);
-        c.env("SIM_API_KEY", "sim")
-            .args(["exec", "--json", &format!("SCRIPT:{script} fix the tests")])
-            .stdin(Stdio::null());
+        c.env("SIM_API_KEY", "sim").stdin(Stdio::null());
         c
     }
 }

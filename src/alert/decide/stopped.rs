@@ -41,6 +41,8 @@ fn stopped_why(s: &StopSeen) -> String {
     let how = match (s.via.as_deref(), s.pid) {
         (Some("plugin"), Some(pid)) => format!(" through the plugin in opencode process {pid}"),
         (Some("http"), _) => " over HTTP".to_string(),
+        (Some("sigint"), Some(pid)) => format!(" by SIGINT to its codex exec (process {pid})"),
+        (Some("app-server"), _) => " through Codex's app-server daemon".to_string(),
         _ => String::new(),
     };
     format!(

@@ -218,9 +218,11 @@ pub enum Cmd {
     /// Stop SESSION's current run, as Esc in its TUI would: over HTTP when a server runs it,
     /// else through the oc-watchdog-stop plugin (deploy/install --with-stop-plugin). Once per
     /// loop episode, recorded; the session stays resumable: `opencode -s SESSION` (its TUI) or
-    /// `opencode run -s SESSION "continue"` in its project.
+    /// `opencode run -s SESSION "continue"` in its project. A Codex thread: SIGINT to its
+    /// `codex exec`, or turn/interrupt through Codex's app-server daemon for its TUI; resume
+    /// with `codex exec resume ID "continue"` or `codex resume ID`.
     Stop {
-        /// The session to stop (its id, ses_...).
+        /// The session to stop (its id: ses_..., or a Codex thread's UUID).
         session: String,
         /// How long to wait for the stop to be carried out.
         #[arg(long, value_name = "DURATION", default_value = "15s")]
