@@ -412,19 +412,31 @@ impl Program {
     }
 
     /// How a person stops a session of this agent by hand where it runs, for the agents
-    /// `wd-store stop` does not reach (it stops opencode's sessions only): `None` for opencode,
-    /// whose ways depend on the process ([`stop_by_hand`]). SIGINT (Ctrl-C) ends a `claude -p`
-    /// or `codex exec` turn gracefully (../shared/agents); Esc interrupts either's interactive
-    /// turn.
+    /// `wd-store stop` may not reach: `None` for opencode, whose ways depend on the process
+    /// ([`stop_by_hand`]). SIGINT (Ctrl-C) ends a `claude -p` or `codex exec` turn gracefully
+    /// (../shared/agents); Esc interrupts either's interactive turn. What `wd-store stop`
+    /// reaches is said beside: a Claude Code session once the watchdog's hook is in its settings
+    /// (the popup and the page then offer `wd-store stop` with [`Program::hand_keys`]).
     pub fn stop_by_hand(self) -> Option<&'static str> {
         match self {
             Program::Opencode => None,
             Program::ClaudeCode => Some(
-                "Ctrl-C in the terminal of its `claude -p`, Esc in its interactive session (wd-store stop reaches opencode's sessions only)",
+                "Ctrl-C in the terminal of its `claude -p`, Esc in its interactive session (wd-store stop reaches it once the watchdog's hook is installed: deploy/install --with-stop-plugin)",
             ),
             Program::Codex => Some(
-                "Ctrl-C in the terminal of its `codex exec`, Esc in its TUI (wd-store stop reaches opencode's sessions only)",
+                "Ctrl-C in the terminal of its `codex exec`, Esc in its TUI (wd-store stop reaches opencode's and Claude Code's sessions only)",
             ),
+        }
+    }
+
+    /// The keys alone of [`Program::stop_by_hand`], said beside `wd-store stop`.
+    pub fn hand_keys(self) -> Option<&'static str> {
+        match self {
+            Program::Opencode => None,
+            Program::ClaudeCode => {
+                Some("Ctrl-C in the terminal of its `claude -p`, Esc in its interactive session")
+            }
+            Program::Codex => Some("Ctrl-C in the terminal of its `codex exec`, Esc in its TUI"),
         }
     }
 
