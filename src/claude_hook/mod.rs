@@ -112,10 +112,12 @@ pub fn answer(input: &[u8], dir: &Path, now: i64, pid: u32) -> Option<Value> {
         .unwrap_or("The watchdog stopped this session");
     let words = stop_words(why, session);
     let call = inp.get("tool_use_id").and_then(Value::as_str);
+    let (pid, entrypoint) = claude_process(pid);
     let ack = json!({
         "id": id,
         "session": session,
         "pid": pid,
+        "entrypoint": entrypoint,
         "refused_call": call,
         "tool": inp.get("tool_name"),
         "agent_id": inp.get("agent_id"),
@@ -133,6 +135,36 @@ pub fn answer(input: &[u8], dir: &Path, now: i64, pid: u32) -> Option<Value> {
             "permissionDecisionReason": words,
         },
     }))
+}
+
+/// Claude Code's own process among the hook's ancestors (it runs the hook through a shell), by
+/// its `sessions/<pid>.json`, with how it runs (`entrypoint`: `sdk-cli` for `-p`, `cli`
+/// interactive); else the hook's parent as it is.
+fn claude_process(parent: u32) -> (u32, Option<String>) {
+    let sessions = crate::paths::claude_code_dir().join("sessions");
+    let mut pid = parent;
+    for _ in 0..4 {
+        let file = sessions.join(format!("{pid}.json"));
+        if let Ok(Some(text)) = crate::paths::read_own_small(&file, REQUEST_MAX) {
+            let v: Value = serde_json::from_str(&text).unwrap_or_default();
+            return (pid, v["entrypoint"].as_str().map(String::from));
+        }
+        // field 4 of /proc/<pid>/stat, after the command name in parentheses
+        let Some(up) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|st| {
+                let rest = st.get(st.rfind(')')? + 1..)?.to_string();
+                rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+            })
+        else {
+            break;
+        };
+        if up <= 1 {
+            break;
+        }
+        pid = up;
+    }
+    (parent, None)
 }
 
 /// The directory is this user's, a directory (not a link), and no one else may write in it.

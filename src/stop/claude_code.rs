@@ -12,7 +12,7 @@
 //! next turn (the user's resume) runs.
 //!
 //! What the agent's user sees (Claude Code 2.1.332): a `claude -p` ends its turn and exits 0,
-//! printing nothing in its text mode (stream-json prints the hook's `systemMessage` and a
+//! printing an empty line in its text mode (stream-json prints the hook's `systemMessage` and a
 //! result with `terminal_reason: "hook_stopped"`); the interactive session shows the refusal
 //! and the hook's message, and waits at its prompt.
 
@@ -177,7 +177,7 @@ fn entrypoint(dir: &Path, pid: u32) -> Option<String> {
 fn user_sees(entrypoint: Option<&str>) -> &'static str {
     match entrypoint {
         Some("sdk-cli") => {
-            "its `claude -p` ends, exit 0, with nothing printed in text mode (stream-json shows the hook's message)"
+            "its `claude -p` ends, exit 0, printing an empty line in text mode (stream-json shows the hook's message)"
         }
         Some("cli") => {
             "its interactive session shows the refused call and the hook's message, and waits at its prompt"
@@ -264,7 +264,6 @@ pub fn stop(store: &mut Store, req: &Request) -> Result<StopOutcome> {
             o.pid = Some(ack.pid);
             o.refused_call = ack.call.clone();
             o.calls_after_request = Some(calls_since(&calls, asked, ack.call.as_deref()));
-            let entry = entrypoint(&dir, ack.pid);
             o.message = format!(
                 "stopped Claude Code session {session} through the hook in process {}{}, {} call(s) after the request; {}; resume with {} ({})",
                 ack.pid,
@@ -273,7 +272,7 @@ pub fn stop(store: &mut Store, req: &Request) -> Result<StopOutcome> {
                     .map(|c| format!(" (it refused call {c})"))
                     .unwrap_or_default(),
                 o.calls_after_request.unwrap_or(0),
-                user_sees(entry.as_deref().or(ack.entry.as_deref())),
+                user_sees(ack.entry.as_deref()),
                 o.resume,
                 crate::cli::shell_word(&project)
             );
@@ -333,7 +332,10 @@ fn through_hook(
             let a = Ack {
                 pid,
                 call: ack["refused_call"].as_str().map(String::from),
-                entry: entrypoint(claude_dir, pid),
+                entry: ack["entrypoint"]
+                    .as_str()
+                    .map(String::from)
+                    .or_else(|| entrypoint(claude_dir, pid)),
             };
             ended(claude_dir, main, req.wait.saturating_sub(t0.elapsed())).map(|_| a)
         }

@@ -382,6 +382,15 @@ UPDATE sqlite_master
  WHERE type = 'table' AND name = 'episodes';
 PRAGMA writable_schema = OFF;
 "#,
+    // 12: a Claude Code session is stopped through its PreToolUse hook (issue 39): `via` takes
+    // `hook`; the CHECK only widens, edited in place as in 11
+    r#"
+PRAGMA writable_schema = ON;
+UPDATE sqlite_master
+   SET sql = replace(sql, '(via IN (''http'', ''plugin''))', '(via IN (''http'', ''plugin'', ''hook''))')
+ WHERE type = 'table' AND name = 'stops';
+PRAGMA writable_schema = OFF;
+"#,
 ];
 
 pub fn latest() -> i64 {

@@ -80,8 +80,8 @@ impl Rig {
         let child = self
             .model
             .claude_cmd(self.home.path(), &proj, "cloop")
-            .stdout(std::fs::File::create(self.home.join(format!("{name}.out"))).unwrap())
-            .stderr(std::fs::File::create(self.home.join(format!("{name}.err"))).unwrap())
+            .stdout(std::fs::File::create(self.home.join(&format!("{name}.out"))).unwrap())
+            .stderr(std::fs::File::create(self.home.join(&format!("{name}.err"))).unwrap())
             .spawn()
             .expect("claude");
         self.kids.push(child);
@@ -201,7 +201,7 @@ fn stop(rig: &Rig, session: &str) -> Run {
 
 /// The operator's stop of a looping `claude -p`: refused with what to do while the hook is not
 /// installed; once it is, the next call refused, the turn ended, `claude -p` exits 0 printing
-/// nothing, and the session resumes as the advice says. The hook let every call before run, even
+/// an empty line, and the session resumes as the advice says. The hook let every call before run, even
 /// with no stop directory; uninstall gives the user's settings back byte for byte.
 #[test]
 fn a_looping_claude_p_is_stopped_through_its_hook_and_resumes_as_its_advice_says() {
@@ -262,7 +262,7 @@ fn a_looping_claude_p_is_stopped_through_its_hook_and_resumes_as_its_advice_says
     assert!(refused.starts_with("toolu_"), "{refused}");
     assert!(
         r.stderr()
-            .contains("its `claude -p` ends, exit 0, with nothing printed in text mode"),
+            .contains("its `claude -p` ends, exit 0, printing an empty line in text mode"),
         "{}",
         r.story()
     );
@@ -274,7 +274,7 @@ fn a_looping_claude_p_is_stopped_through_its_hook_and_resumes_as_its_advice_says
     assert!(st.success(), "{st}");
     assert_eq!(
         std::fs::read_to_string(rig.home.join("proj.out")).unwrap(),
-        ""
+        "\n"
     );
     stopped_in_transcript(&t, &refused);
     // the request is gone: the session's next turn runs
