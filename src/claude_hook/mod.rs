@@ -36,12 +36,17 @@ const INPUT_MAX: u64 = 4 << 20;
 /// The largest request read (`wd-store stop` writes a few hundred bytes).
 const REQUEST_MAX: u64 = 64 << 10;
 
-/// What Claude Code's user reads, and the model too: who stopped it, and how to go on.
-pub fn stop_words(why: &str, session: &str) -> String {
-    format!(
-        "{why}: it repeated tool calls without progress. Resume it when ready: `{}` in its project",
-        resume_commands(session)[0]
-    )
+/// What Claude Code's user reads, and the model too: who stopped it, and how to go on (an
+/// interactive session waits at its prompt: a message goes on; a `claude -p` has ended).
+pub fn stop_words(why: &str, session: &str, entrypoint: Option<&str>) -> String {
+    let go_on = match entrypoint {
+        Some("cli") => "Send a message to go on".to_string(),
+        _ => format!(
+            "Resume it when ready: `{}` in its project",
+            resume_commands(session)[0]
+        ),
+    };
+    format!("{why}: it repeated tool calls without progress. {go_on}")
 }
 
 /// The commands that resume a stopped Claude Code session, run in its project: its interactive
@@ -110,9 +115,9 @@ pub fn answer(input: &[u8], dir: &Path, now: i64, pid: u32) -> Option<Value> {
     let why = req["why"]
         .as_str()
         .unwrap_or("The watchdog stopped this session");
-    let words = stop_words(why, session);
     let call = inp.get("tool_use_id").and_then(Value::as_str);
     let (pid, entrypoint) = claude_process(pid);
+    let words = stop_words(why, session, entrypoint.as_deref());
     let ack = json!({
         "id": id,
         "session": session,
@@ -282,6 +287,20 @@ mod tests {
         std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         assert_eq!(answer(&input(S), d.path(), 1_000, 1), None);
         assert!(!d.path().join(format!("{S}.ack.json")).exists());
+    }
+
+    /// An interactive session waits at its prompt after the stop (seen under tmux with Claude Code
+    /// 2.1.332): a message goes on there, no resume command is needed.
+    #[test]
+    fn the_words_say_how_to_go_on_where_the_session_runs() {
+        assert_eq!(
+            stop_words("W", S, Some("cli")),
+            "W: it repeated tool calls without progress. Send a message to go on"
+        );
+        assert_eq!(
+            stop_words("W", S, Some("sdk-cli")),
+            format!("W: it repeated tool calls without progress. Resume it when ready: `claude --resume {S}` in its project")
+        );
     }
 
     #[test]

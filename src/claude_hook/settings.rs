@@ -153,7 +153,9 @@ pub fn install(file: &Path, kept: &Path, command: &str) -> Result<String> {
             let _ = std::fs::remove_file(kept.join(NONE_BEFORE));
         }
         None => {
-            std::fs::write(kept.join(NONE_BEFORE), b"")?;
+            // "dir": install makes Claude Code's directory too, and uninstall takes it away
+            let made = file.parent().is_some_and(|d| !d.exists());
+            std::fs::write(kept.join(NONE_BEFORE), if made { "dir" } else { "" })?;
             let _ = std::fs::remove_file(kept.join(BEFORE));
         }
     }
@@ -172,6 +174,7 @@ pub fn uninstall(file: &Path, kept: &Path) -> Result<String> {
     let wrote = read(&kept.join(WROTE))?;
     let before = read(&kept.join(BEFORE))?;
     let none_before = kept.join(NONE_BEFORE).exists();
+    let made_dir = read(&kept.join(NONE_BEFORE))?.is_some_and(|b| b == b"dir");
     let forget = || {
         for f in [WROTE, BEFORE, NONE_BEFORE] {
             let _ = std::fs::remove_file(kept.join(f));
@@ -181,8 +184,14 @@ pub fn uninstall(file: &Path, kept: &Path) -> Result<String> {
         (Some(n), Some(w)) if n == w && (before.is_some() || none_before) => {
             match &before {
                 Some(b) => replace(file, b)?,
-                None => std::fs::remove_file(file)
-                    .with_context(|| format!("cannot remove {}", file.display()))?,
+                None => {
+                    std::fs::remove_file(file)
+                        .with_context(|| format!("cannot remove {}", file.display()))?;
+                    // the directory install made for it, if nothing else came into it since
+                    if let Some(dir) = file.parent().filter(|_| made_dir) {
+                        let _ = std::fs::remove_dir(dir);
+                    }
+                }
             }
             format!("stop hook removed: {} is as it was before", file.display())
         }
@@ -288,6 +297,12 @@ mod tests {
         install(&file, &kept, "wd-store claude-hook").unwrap();
         uninstall(&file, &kept).unwrap();
         assert!(!file.exists());
+        assert!(d.path().exists());
+        // a directory install made goes with the file, when nothing else came into it
+        let made = d.path().join("made/settings.json");
+        install(&made, &kept, "wd-store claude-hook").unwrap();
+        uninstall(&made, &kept).unwrap();
+        assert!(!d.path().join("made").exists());
         std::fs::write(&file, MINE).unwrap();
         install(&file, &kept, "wd-store claude-hook").unwrap();
         let mut v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();

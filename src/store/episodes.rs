@@ -19,11 +19,14 @@ pub const BURNED: &str =
 /// A loop episode's stop (issue 28), in one line: who stopped which session, how, and how to
 /// resume it; or that a stop was refused or failed, and why. NULL when none was asked.
 pub const STOP: &str = "(SELECT CASE s.status
-       WHEN 'stopped' THEN printf('session %s stopped by %s via %s, %d call(s) after the request; resume with `opencode -s %s` (its TUI) or `opencode run -s %s \"continue\"`',
+       WHEN 'stopped' THEN printf('session %s stopped by %s via %s, %d call(s) after the request; resume with %s',
                                   s.session, CASE s.reason WHEN 'operator' THEN 'the operator (wd-store stop)'
                                       WHEN 'popup' THEN 'the operator (the popup''s stop action)'
                                       ELSE 'the watchdog (' || s.reason || ')' END,
-                                  coalesce(s.via, '?'), coalesce(s.calls_after_request, 0), s.session, s.session)
+                                  coalesce(s.via, '?'), coalesce(s.calls_after_request, 0),
+                                  -- a Claude Code session (stopped through its hook) resumes with claude
+                                  CASE s.via WHEN 'hook' THEN printf('`claude --resume %s` (interactive) or `claude -p --resume %s \"continue\"`, in its project', s.session, s.session)
+                                      ELSE printf('`opencode -s %s` (its TUI) or `opencode run -s %s \"continue\"`', s.session, s.session) END)
        WHEN 'failed' THEN printf('stop of session %s (%s) not carried out: %s', s.session, s.reason, coalesce(s.detail, ''))
        ELSE printf('stop of session %s (%s) requested', s.session, s.reason) END
      FROM stops s WHERE s.episode = 'episode:' || p.id ORDER BY s.status = 'stopped' DESC, s.t DESC LIMIT 1)";

@@ -41,6 +41,7 @@ fn stopped_why(s: &StopSeen) -> String {
     let how = match (s.via.as_deref(), s.pid) {
         (Some("plugin"), Some(pid)) => format!(" through the plugin in opencode process {pid}"),
         (Some("http"), _) => " over HTTP".to_string(),
+        (Some("hook"), Some(pid)) => format!(" through its hook in Claude Code process {pid}"),
         _ => String::new(),
     };
     format!(
