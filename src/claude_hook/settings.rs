@@ -3,7 +3,7 @@
 //! it away, as `deploy/install --with-stop-plugin` and `--uninstall` run them.
 //!
 //! Install adds one matcher group to `hooks.PreToolUse` (`{"matcher": "*", "hooks": [{"type":
-//! "command", "command": "<this wd-store> claude-hook", "timeout": 5}]}`) and leaves the user's
+//! "command", "command": "<dir of this wd-store>/wd-claude-hook", "timeout": 5}]}`) and leaves the user's
 //! own settings and hooks as they were in content. The file's bytes before are kept in the
 //! watchdog's state directory with the bytes written, so that uninstall, when the file is still
 //! what install wrote, puts the user's bytes back exactly (or removes the file install created).
@@ -32,9 +32,9 @@ const NONE_BEFORE: &str = "claude-settings.none";
 /// What install wrote.
 const WROTE: &str = "claude-settings.wrote";
 
-/// Whether a hook command is this watchdog's (any install path of `wd-store`).
+/// Whether a hook command is this watchdog's (its binary, wherever installed).
 fn is_ours(command: &str) -> bool {
-    command.contains("wd-store") && command.trim_end().ends_with(super::SUBCOMMAND)
+    command.trim_end().ends_with(super::BINARY)
 }
 
 /// Whether the settings hold the watchdog's PreToolUse hook.
@@ -201,7 +201,7 @@ pub fn uninstall(file: &Path, kept: &Path) -> Result<String> {
                 Err(_) => {
                     forget();
                     return Ok(format!(
-                        "{}: not JSON, left as it is (remove the `wd-store claude-hook` entry by hand if it is there)",
+                        "{}: not JSON, left as it is (remove the `wd-claude-hook` entry by hand if it is there)",
                         file.display()
                     ));
                 }
@@ -230,12 +230,15 @@ pub fn command(what: &str) -> i32 {
         "install" => std::env::current_exe()
             .context("cannot tell where wd-store is")
             .and_then(|exe| {
-                let cmd = format!(
-                    "{} {}",
-                    crate::cli::shell_word(&exe.to_string_lossy()),
-                    super::SUBCOMMAND
-                );
-                install(&file, &kept, &cmd)
+                let hook = exe.with_file_name(super::BINARY);
+                if !hook.is_file() {
+                    bail!("no {} beside wd-store: install it first", hook.display());
+                }
+                install(
+                    &file,
+                    &kept,
+                    &crate::cli::shell_word(&hook.to_string_lossy()),
+                )
             }),
         "uninstall" => uninstall(&file, &kept),
         other => Err(anyhow::anyhow!(
@@ -266,7 +269,7 @@ mod tests {
         let (file, kept) = (d.path().join("c/settings.json"), d.path().join("state"));
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(&file, MINE).unwrap();
-        let cmd = "/home/u/.local/bin/wd-store claude-hook";
+        let cmd = "/home/u/.local/bin/wd-claude-hook";
         install(&file, &kept, cmd).unwrap();
         let v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
         assert!(has_hook(&v));
@@ -294,17 +297,17 @@ mod tests {
     fn a_file_install_made_goes_and_one_edited_since_keeps_the_edits() {
         let d = tempfile::tempdir().unwrap();
         let (file, kept) = (d.path().join("settings.json"), d.path().join("state"));
-        install(&file, &kept, "wd-store claude-hook").unwrap();
+        install(&file, &kept, "wd-claude-hook").unwrap();
         uninstall(&file, &kept).unwrap();
         assert!(!file.exists());
         assert!(d.path().exists());
         // a directory install made goes with the file, when nothing else came into it
         let made = d.path().join("made/settings.json");
-        install(&made, &kept, "wd-store claude-hook").unwrap();
+        install(&made, &kept, "wd-claude-hook").unwrap();
         uninstall(&made, &kept).unwrap();
         assert!(!d.path().join("made").exists());
         std::fs::write(&file, MINE).unwrap();
-        install(&file, &kept, "wd-store claude-hook").unwrap();
+        install(&file, &kept, "wd-claude-hook").unwrap();
         let mut v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
         v["theme"] = json!("light");
         std::fs::write(&file, v.to_string()).unwrap();
@@ -320,7 +323,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let (file, kept) = (d.path().join("settings.json"), d.path().join("state"));
         std::fs::write(&file, "{ not json").unwrap();
-        assert!(install(&file, &kept, "wd-store claude-hook").is_err());
+        assert!(install(&file, &kept, "wd-claude-hook").is_err());
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "{ not json");
     }
 }

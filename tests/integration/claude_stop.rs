@@ -233,10 +233,10 @@ fn a_looping_claude_p_is_stopped_through_its_hook_and_resumes_as_its_advice_says
     assert_eq!(pre[0]["hooks"][0]["command"], "true");
     assert_eq!(
         pre[1]["hooks"][0]["command"],
-        format!(
-            "{} claude-hook",
-            rig.home.join(".local/bin/wd-store").display()
-        )
+        rig.home
+            .join(".local/bin/wd-claude-hook")
+            .display()
+            .to_string()
     );
     assert_eq!(
         (
@@ -321,11 +321,7 @@ fn the_hook_fails_open() {
         "tool_input": {"command": "ls"}, "cwd": "/tmp", "transcript_path": "/tmp/x.jsonl"})
     .to_string();
     for stdin in [input.as_str(), "", "\u{0}not json{"] {
-        let r = home
-            .cmd("wd-store")
-            .args(["claude-hook"])
-            .stdin(stdin)
-            .run();
+        let r = home.cmd("wd-claude-hook").stdin(stdin).run();
         r.ok();
         assert_eq!(r.stdout(), "");
     }
@@ -341,19 +337,11 @@ fn the_hook_fails_open() {
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let r = home
-        .cmd("wd-store")
-        .args(["claude-hook"])
-        .stdin(input.as_str())
-        .run();
+    let r = home.cmd("wd-claude-hook").stdin(input.as_str()).run();
     r.ok();
     assert_eq!(r.stdout(), "");
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let r = home
-        .cmd("wd-store")
-        .args(["claude-hook"])
-        .stdin(input.as_str())
-        .run();
+    let r = home.cmd("wd-claude-hook").stdin(input.as_str()).run();
     r.ok();
     let a: Value = serde_json::from_str(&r.stdout()).unwrap();
     assert_eq!(

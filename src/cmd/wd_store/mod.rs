@@ -233,10 +233,11 @@ pub enum Cmd {
     /// the error, and show it on the desktop once per distinct error. The tick and follow
     /// scripts run it first.
     CheckConfig,
-    /// Claude Code's PreToolUse hook (reads the hook input on stdin; refuses the call and ends
-    /// the turn when `wd-store stop` asks it to, else says nothing; always exit 0), or `install`
-    /// / `uninstall` it in Claude Code's user settings (~/.claude/settings.json; deploy/install
-    /// --with-stop-plugin and --uninstall run them). Reads neither the config nor the database.
+    /// `install` or `uninstall` Claude Code's PreToolUse stop hook (wd-claude-hook, beside
+    /// wd-store) in Claude Code's user settings (~/.claude/settings.json; deploy/install
+    /// --with-stop-plugin and --uninstall run them). Given nothing, it is the hook: it reads the
+    /// hook input on stdin, refuses the call and ends the turn when `wd-store stop` asks it to,
+    /// else says nothing, and exits 0. Reads neither the config nor the database.
     ClaudeHook {
         /// `install` or `uninstall`; none: run as the hook.
         #[arg(value_parser = ["install", "uninstall"])]
@@ -301,8 +302,8 @@ pub enum ChannelCmd {
 }
 
 pub fn main() -> i32 {
-    // Claude Code runs the hook before every tool call: it answers before the arguments are
-    // parsed, the config loaded or the database opened, and whatever happens it exits 0
+    // the hook (as wd-claude-hook) and its install answer before the arguments are parsed, the
+    // config loaded or the database opened; the hook exits 0 whatever happens
     let mut args = std::env::args_os().skip(1);
     if args
         .next()
