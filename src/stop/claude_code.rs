@@ -7,8 +7,10 @@
 //! request's wait, and claimed only when the transcript shows the turn over (the hook's refusal,
 //! then no call started, no model request in flight, a moment later). The request is written
 //! for the main session (a subagent's calls carry its parent's `session_id`), so stopping a
-//! subagent stops its whole session's turn: the loop episode is of the tree, and the session is
-//! resumed by its main id. The request is removed once the stop is decided, so the session's
+//! subagent stops its whole session's turn (Claude Code 2.1.332 runs subagents in the
+//! background: the refused subagent ends, and its session, told so, answers without a call): the
+//! loop episode is of the tree, and the stop is recorded as the main session's, which is the one
+//! resumed. The request is removed once the stop is decided, so the session's
 //! next turn (the user's resume) runs.
 //!
 //! What the agent's user sees (Claude Code 2.1.332): a `claude -p` ends its turn and exits 0,
@@ -207,13 +209,15 @@ pub fn stop(store: &mut Store, req: &Request) -> Result<StopOutcome> {
             None => format!("turn:{turn}"),
         },
     };
-    let action = action_id(session, &episode);
+    // recorded as a stop of the main session: a subagent's is its session's turn ended, and
+    // the resume words, the episode's resolve and `wd-store alerts` name the session to resume
+    let action = action_id(&main, &episode);
     let stale = crate::cli::now_ms() - STALE_MS;
     let mut facts = HookFacts {
         found: found.is_some(),
         running: found.as_ref().is_some_and(|t| t.running),
         hook_installed: crate::claude_hook::settings::installed(),
-        previous: previous(store, &action, session, &turn)?
+        previous: previous(store, &action, &main, &turn)?
             .filter(|p| p.status != "requested" || p.t > stale),
     };
     if facts.found && !facts.running {
@@ -226,7 +230,7 @@ pub fn stop(store: &mut Store, req: &Request) -> Result<StopOutcome> {
     }
     let mut o = StopOutcome {
         kind: "stop",
-        session: session.to_string(),
+        session: main.clone(),
         action_id: action,
         episode,
         status: "requested".into(),
@@ -265,7 +269,12 @@ pub fn stop(store: &mut Store, req: &Request) -> Result<StopOutcome> {
             o.refused_call = ack.call.clone();
             o.calls_after_request = Some(calls_since(&calls, asked, ack.call.as_deref()));
             o.message = format!(
-                "stopped Claude Code session {session} through the hook in process {}{}, {} call(s) after the request; {}; resume with {} ({})",
+                "stopped Claude Code session {main}{} through the hook in process {}{}, {} call(s) after the request; {}; resume with {} ({})",
+                if main == session {
+                    String::new()
+                } else {
+                    format!(" (for its subagent {session})")
+                },
                 ack.pid,
                 ack.call
                     .as_deref()

@@ -448,3 +448,86 @@ fn tick(rig: &Rig) -> Run {
     r.ok();
     r
 }
+
+/// A subagent's loop stopped by its id (`agent-<id>`, as the reader names it). Claude Code
+/// 2.1.332 runs the subagent in the background: the request is for its session, whose calls the
+/// subagent's carry, so the subagent's next call is refused and its turn ends; the session gets
+/// the subagent's end as a task notification, answers it with text and makes no call.
+#[test]
+fn a_looping_subagent_is_stopped_with_its_session() {
+    let mut rig = Rig::new();
+    rig.install_with_hook();
+    let grep = json!({"tool": "Bash", "args": {"command": "grep -n mean src/calc.py", "description": "grep"}});
+    rig.model.script(
+        "lead",
+        &json!([
+            {"tool": "Agent", "args": {"description": "Search", "prompt": "SCRIPT:sloop find mean",
+                                       "subagent_type": "general-purpose"}},
+            {"text": "Delegated."}
+        ]),
+    );
+    rig.model.script("sloop", &Value::Array(vec![grep; 300]));
+    let proj = make_project(&rig.home.join("lead"));
+    let child = rig
+        .model
+        .claude_cmd(rig.home.path(), &proj, "lead")
+        .stdout(std::fs::File::create(rig.home.join("lead.out")).unwrap())
+        .stderr(std::fs::File::create(rig.home.join("lead.err")).unwrap())
+        .spawn()
+        .unwrap();
+    rig.kids.push(child);
+    let t0 = Instant::now();
+    let (main, sub) = loop {
+        let found = transcript_of(rig.home.path(), &proj).and_then(|t| {
+            let subs = t.with_extension("").join("subagents");
+            let f = std::fs::read_dir(subs)
+                .ok()?
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|x| x == "jsonl"))?;
+            (tool_uses(&f).len() >= 4).then_some((t, f))
+        });
+        if let Some(f) = found {
+            break f;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(90), "no subagent loop");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let agent = sub.file_stem().unwrap().to_str().unwrap().to_string();
+    assert!(agent.starts_with("agent-"), "{agent}");
+    let main_calls = tool_uses(&main);
+    assert_eq!(main_calls.len(), 1, "{main_calls:?}");
+    let r = stop(&rig, &agent);
+    r.ok();
+    let o = &r.kind("stop")[0];
+    assert_eq!(
+        (o["status"].as_str(), o["via"].as_str()),
+        (Some("stopped"), Some("hook")),
+        "{}",
+        r.story()
+    );
+    assert_eq!(o["calls_after_request"], 0);
+    let refused = o["refused_call"].as_str().unwrap();
+    // resumed by its session's id, not the subagent's
+    let session = session_of(&main);
+    assert_eq!(o["session"], session.as_str());
+    assert!(
+        r.stderr().contains(&format!(
+            "stopped Claude Code session {session} (for its subagent {agent}) through the hook"
+        )),
+        "{}",
+        r.story()
+    );
+    assert!(o["resume"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!("`claude --resume {session}`")));
+    let st = rig.wait_exit(rig.kids.len() - 1);
+    assert!(st.success());
+    let sub_calls = tool_uses(&sub);
+    assert_eq!(sub_calls.last().map(String::as_str), Some(refused));
+    assert!(records(&sub)
+        .iter()
+        .any(|x| x["attachment"]["type"] == "hook_stopped_continuation"));
+    assert_eq!(tool_uses(&main), main_calls);
+}
