@@ -151,6 +151,27 @@ fn tool_uses(t: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The calls of a transcript that started at or after `t` (ms) but the one refused: those the
+/// stop counts as made after its request (a call that started while `wd-store stop` looked the
+/// session up, before its request was there, ran, on a loaded machine).
+fn calls_from(tr: &Path, t: i64, refused: &str) -> i64 {
+    records(tr)
+        .iter()
+        .filter(|r| r["type"] == "assistant")
+        .filter(|r| {
+            let at: jiff::Timestamp = r["timestamp"].as_str().unwrap().parse().unwrap();
+            at.as_millisecond() >= t
+        })
+        .flat_map(|r| {
+            r["message"]["content"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter(|c| c["type"] == "tool_use" && c["id"] != refused)
+        .count() as i64
+}
+
 fn session_of(t: &Path) -> String {
     t.file_stem().unwrap().to_str().unwrap().to_string()
 }
@@ -257,7 +278,6 @@ fn a_looping_claude_p_is_stopped_through_its_hook_and_resumes_as_its_advice_says
     let o = &r.kind("stop")[0];
     assert_eq!(o["status"], "stopped", "{}", r.story());
     assert_eq!(o["via"], "hook");
-    assert_eq!(o["calls_after_request"], 0);
     let refused = o["refused_call"].as_str().unwrap().to_string();
     assert!(refused.starts_with("toolu_"), "{refused}");
     assert!(
@@ -277,6 +297,10 @@ fn a_looping_claude_p_is_stopped_through_its_hook_and_resumes_as_its_advice_says
         "\n"
     );
     stopped_in_transcript(&t, &refused);
+    assert_eq!(
+        o["calls_after_request"],
+        calls_from(&t, o["requested"].as_i64().unwrap(), &refused)
+    );
     // the request is gone: the session's next turn runs
     let left: Vec<_> = std::fs::read_dir(rig.home.join(".local/state/oc-watchdog/stop"))
         .unwrap()
@@ -386,24 +410,20 @@ fn the_policy_stops_a_looping_claude_p_at_its_calls_cap() {
     assert!(st.success());
     let db =
         rusqlite::Connection::open(rig.home.join(".local/state/oc-watchdog/watchdog.db")).unwrap();
-    let (status, via, reason, refused_after): (String, String, String, i64) = db
+    let (status, via, reason, after, requested): (String, String, String, i64, i64) = db
         .query_row(
-            "SELECT status, via, reason, calls_after_request FROM stops WHERE session = ?1",
+            "SELECT status, via, reason, calls_after_request, t FROM stops WHERE session = ?1",
             [&session],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
         )
         .unwrap();
     assert_eq!(
-        (
-            status.as_str(),
-            via.as_str(),
-            reason.as_str(),
-            refused_after
-        ),
-        ("stopped", "hook", "calls_cap", 0)
+        (status.as_str(), via.as_str(), reason.as_str()),
+        ("stopped", "hook", "calls_cap")
     );
     let refused = tool_uses(&t).last().unwrap().clone();
     stopped_in_transcript(&t, &refused);
+    assert_eq!(after, calls_from(&t, requested, &refused));
     tick(&rig);
     let (state, why): (String, Option<String>) = db
         .query_row(
@@ -506,7 +526,6 @@ fn a_looping_subagent_is_stopped_with_its_session() {
         "{}",
         r.story()
     );
-    assert_eq!(o["calls_after_request"], 0);
     let refused = o["refused_call"].as_str().unwrap();
     // resumed by its session's id, not the subagent's
     let session = session_of(&main);
@@ -526,6 +545,10 @@ fn a_looping_subagent_is_stopped_with_its_session() {
     assert!(st.success());
     let sub_calls = tool_uses(&sub);
     assert_eq!(sub_calls.last().map(String::as_str), Some(refused));
+    assert_eq!(
+        o["calls_after_request"],
+        calls_from(&sub, o["requested"].as_i64().unwrap(), refused)
+    );
     assert!(records(&sub)
         .iter()
         .any(|x| x["attachment"]["type"] == "hook_stopped_continuation"));
