@@ -8,6 +8,7 @@ pub mod alert;
 pub mod block;
 pub mod channels;
 pub mod check;
+pub mod claude_hook;
 pub mod cli;
 pub mod clock;
 pub mod cmd;

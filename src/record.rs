@@ -429,13 +429,14 @@ impl Program {
     /// How a person stops a session of this agent by hand where it runs: `None` for opencode,
     /// whose ways depend on the process ([`stop_by_hand`]). SIGINT (Ctrl-C) ends a `claude -p`
     /// or `codex exec` turn gracefully (../shared/agents); Esc interrupts either's interactive
-    /// turn. Where `wd-store stop` reaches the agent too ([`Program::watchdog_stop`]), the
-    /// advice offers it beside these keys.
+    /// turn. Where `wd-store stop` reaches the agent too ([`Program::watchdog_stop`]; a Claude
+    /// Code session once the watchdog's hook is in its settings, with [`Program::hand_keys`]),
+    /// the advice offers it beside these keys.
     pub fn stop_by_hand(self) -> Option<&'static str> {
         match self {
             Program::Opencode => None,
             Program::ClaudeCode => Some(
-                "Ctrl-C in the terminal of its `claude -p`, Esc in its interactive session (wd-store stop reaches opencode's sessions only)",
+                "Ctrl-C in the terminal of its `claude -p`, Esc in its interactive session (wd-store stop reaches it once the watchdog's hook is installed: deploy/install --with-stop-plugin)",
             ),
             Program::Codex => Some("Ctrl-C in the terminal of its `codex exec`, Esc in its TUI"),
         }
@@ -451,6 +452,17 @@ impl Program {
                 "the turn ends as with those keys (`codex exec` prints \"turn interrupted\" and exits with status 1, the TUI shows \"Conversation interrupted\")",
             ),
             Program::Opencode | Program::ClaudeCode => None,
+        }
+    }
+
+    /// The keys alone of [`Program::stop_by_hand`], said beside `wd-store stop`.
+    pub fn hand_keys(self) -> Option<&'static str> {
+        match self {
+            Program::Opencode => None,
+            Program::ClaudeCode => {
+                Some("Ctrl-C in the terminal of its `claude -p`, Esc in its interactive session")
+            }
+            Program::Codex => Some("Ctrl-C in the terminal of its `codex exec`, Esc in its TUI"),
         }
     }
 

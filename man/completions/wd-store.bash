@@ -34,6 +34,9 @@ _wd__store() {
             wd__store,check-config)
                 cmd="wd__store__subcmd__check__subcmd__config"
                 ;;
+            wd__store,claude-hook)
+                cmd="wd__store__subcmd__claude__subcmd__hook"
+                ;;
             wd__store,help)
                 cmd="wd__store__subcmd__help"
                 ;;
@@ -106,6 +109,9 @@ _wd__store() {
             wd__store__subcmd__help,check-config)
                 cmd="wd__store__subcmd__help__subcmd__check__subcmd__config"
                 ;;
+            wd__store__subcmd__help,claude-hook)
+                cmd="wd__store__subcmd__help__subcmd__claude__subcmd__hook"
+                ;;
             wd__store__subcmd__help,help)
                 cmd="wd__store__subcmd__help__subcmd__help"
                 ;;
@@ -158,7 +164,7 @@ _wd__store() {
 
     case "${cmd}" in
         wd__store)
-            opts="-h -V --db --config --format --now --help --version tick calls last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks stop check-config help"
+            opts="-h -V --db --config --format --now --help --version tick calls last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks stop check-config claude-hook help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -471,8 +477,38 @@ _wd__store() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        wd__store__subcmd__claude__subcmd__hook)
+            opts="-h --db --config --format --now --help install uninstall"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --db)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "jsonl table csv" -- "${cur}"))
+                    return 0
+                    ;;
+                --now)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         wd__store__subcmd__help)
-            opts="tick calls last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks stop check-config help"
+            opts="tick calls last-tick open-roots status loops alerts verdicts rollup channels prune metrics report block-model unblock-model blocks stop check-config claude-hook help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -570,6 +606,20 @@ _wd__store() {
             return 0
             ;;
         wd__store__subcmd__help__subcmd__check__subcmd__config)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wd__store__subcmd__help__subcmd__claude__subcmd__hook)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -152,11 +152,30 @@ fn cut_to_lines(text: &str, lines: usize) -> String {
 
 /// For a loop that goes on: how to stop it and keep its model away, in one line.
 pub fn what_to_do(ev: &Event) -> Option<String> {
+    what_to_do_with(ev, claude_hook(ev))
+}
+
+/// Whether the event is of a Claude Code session and the watchdog's hook is installed, so that
+/// `wd-store stop` reaches it.
+fn claude_hook(ev: &Event) -> bool {
+    crate::record::Program::of_details(&ev.details) == Some(crate::record::Program::ClaudeCode)
+        && crate::claude_hook::settings::installed()
+}
+
+/// [`what_to_do`], told whether the Claude Code hook is installed.
+fn what_to_do_with(ev: &Event, hook: bool) -> Option<String> {
     if ev.alert != AlertKind::Loop || ev.state == Transition::Resolve {
         return None;
     }
     let session = ev.details.get("session").and_then(|s| s.as_str())?;
     let program = crate::record::Program::of_details(&ev.details);
+    if let (true, Some(keys)) = (hook, program.and_then(|p| p.hand_keys())) {
+        // no model block: it reaches opencode only
+        return Some(format!(
+            "Stop it: {keys}, or {} (its hook refuses the next tool call and ends the turn)",
+            shell_line("wd-store", &["stop", session])
+        ));
+    }
     if let Some(keys) = program.and_then(|p| p.stop_by_hand()) {
         // no model block: it edits opencode's config
         return Some(match program.and_then(|p| p.watchdog_stop()) {
@@ -193,10 +212,11 @@ pub fn what_to_do(ev: &Event) -> Option<String> {
 
 fn show(ev: &Event, wait: Duration, replaces: Option<u32>) -> Result<String, String> {
     let body = body(ev);
-    // the "Stop the session" button runs wd-store stop: for the agents it reaches
+    // the "Stop the session" button runs wd-store stop: for the agents it reaches (Claude
+    // Code's once its hook is installed)
     let reached = crate::record::Program::of_details(&ev.details).map_or(true, |p| {
         p == crate::record::Program::Opencode || p.watchdog_stop().is_some()
-    });
+    }) || claude_hook(ev);
     let stop = what_to_do(ev)
         .filter(|_| reached)
         .and(ev.details.get("session"))
@@ -357,8 +377,12 @@ mod tests {
         ev.details
             .insert("program".into(), serde_json::json!("claude-code"));
         assert_eq!(
-            what_to_do(&ev).unwrap(),
-            "Stop it: Ctrl-C in the terminal of its `claude -p`, Esc in its interactive session (wd-store stop reaches opencode's sessions only)"
+            what_to_do_with(&ev, false).unwrap(),
+            "Stop it: Ctrl-C in the terminal of its `claude -p`, Esc in its interactive session (wd-store stop reaches it once the watchdog's hook is installed: deploy/install --with-stop-plugin)"
+        );
+        assert_eq!(
+            what_to_do_with(&ev, true).unwrap(),
+            format!("Stop it: Ctrl-C in the terminal of its `claude -p`, Esc in its interactive session, or wd-store stop {id} (its hook refuses the next tool call and ends the turn)")
         );
         assert!(!body(&ev).contains("wd-store stop 3659"), "{}", body(&ev));
         assert!(!body(&ev).contains("block-model"));

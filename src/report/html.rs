@@ -646,7 +646,19 @@ fn what_to_do(s: &mut String, l: &Loop, id: &str) {
     }
     let session = l.session.as_deref().unwrap_or(&l.root);
     let by_hand = l.program.and_then(|p| p.stop_by_hand());
+    // a Claude Code session, once the watchdog's hook is installed, is reached by wd-store stop
+    let hook = l.program == Some(crate::record::Program::ClaudeCode)
+        && crate::claude_hook::settings::installed();
     match by_hand {
+        Some(_) if hook => {
+            let _ = write!(
+                s,
+                "<div class=\"todo\"><p><b>Stop it:</b> {}, or <code>{}</code> (its hook refuses the next tool call and ends the turn; it stays resumable: <code>{}</code> in its project).</p>",
+                code_spans(l.program.and_then(|p| p.hand_keys()).unwrap_or_default()),
+                esc(&shell_line("wd-store", &["stop", session])),
+                esc(&crate::claude_hook::resume_commands(session)[0])
+            );
+        }
         // another agent's keys, and wd-store stop where it reaches that agent: what its user
         // then sees and how to resume (block-model reaches opencode only)
         Some(keys) => match l.program.and_then(|p| p.watchdog_stop()) {

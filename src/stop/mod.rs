@@ -1,7 +1,9 @@
 //! Stopping a session's current run, the way the operator would by pressing Esc in the TUI
 //! (`wd-store stop SESSION`; later the stop policy). The session stays resumable.
 //!
-//! Two ways in, as opencode 1.18 allows:
+//! Claude Code's sessions are stopped through its PreToolUse hook ([`claude_code`]; the hook
+//! itself and its entry in Claude Code's settings: [`crate::claude_hook`]), under the
+//! same contract; opencode's in two ways, as opencode 1.18 allows:
 //! * a server (`opencode serve`/`web`) whose `GET /session/status?directory=` lists the session
 //!   as running: `POST /session/{id}/abort?directory=`, with the HTTP client's usual bounds and
 //!   credentials (`OPENCODE_SERVER_PASSWORD`);
@@ -37,6 +39,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub mod claude_code;
 pub mod codex;
 
 /// The plugin's file name, as `deploy/install --with-stop-plugin` installs it.
@@ -201,8 +204,11 @@ pub fn plugin_paths() -> Vec<PathBuf> {
 
 /// The commands that resume a stopped session with opencode 1.18.33, run in its project: its
 /// TUI, or one more run with a message (`opencode run -s SESSION` alone answers "Error: You must
-/// provide a message or a command").
+/// provide a message or a command"). A Claude Code session's: [`claude_code::resume_commands`].
 pub fn resume_commands(session: &str) -> [String; 2] {
+    if is_claude(session) {
+        return claude_code::resume_commands(session);
+    }
     [
         format!("opencode -s {}", crate::cli::shell_word(session)),
         format!(
@@ -214,6 +220,9 @@ pub fn resume_commands(session: &str) -> [String; 2] {
 
 /// How to resume a stopped session, in words (each command between backquotes).
 pub fn resume_hint(session: &str) -> String {
+    if is_claude(session) {
+        return claude_code::resume_hint(session);
+    }
     let [tui, run] = resume_commands(session);
     format!("`{tui}` (its TUI) or `{run}`")
 }
@@ -571,7 +580,6 @@ fn ended(db: &Db, session: &str, requested: i64, wait: Duration) -> Result<()> {
 /// earlier request under the same action id is an `already` outcome that does nothing.
 pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<StopOutcome> {
     // the calls made while this looks the session up count as calls after the request
-    let asked = crate::cli::now_ms();
     let session = req.session;
     if !crate::record::is_session_id(session) && crate::record::is_agent_session_id(session) {
         // another agent's session: the wing whose files hold it stops it
@@ -579,6 +587,10 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<StopOutcom
             return codex::stop(store, req, &thread);
         }
     }
+    if is_claude(session) {
+        return claude_code::stop(store, req);
+    }
+    let asked = crate::cli::now_ms();
     check_id(session)?;
     let (db_path, _) = crate::paths::opencode_db(None, cfg.opencode.db.as_deref());
     let db = Db::open(&db_path)?;
@@ -619,6 +631,11 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<StopOutcom
     let carried = carry_out(cfg, req, &db, &found, &o, via);
     let messages = db.messages(session).unwrap_or(Value::Null);
     finish(store, req, o, &found.turn, carried, &messages)
+}
+
+/// Whether `session` names a Claude Code session (not an opencode one): stopped through its hook.
+fn is_claude(session: &str) -> bool {
+    !crate::record::is_session_id(session) && claude_code::is_claude_id(session)
 }
 
 /// Refuses anything but an opencode session id ([`crate::record::is_session_id`]).

@@ -24,8 +24,9 @@ pub const STOP: &str = "(SELECT CASE s.status
                                       WHEN 'popup' THEN 'the operator (the popup''s stop action)'
                                       ELSE 'the watchdog (' || s.reason || ')' END,
                                   coalesce(s.via, '?'), coalesce(s.calls_after_request, 0),
-                                  -- as the stop said it; opencode's words for rows from before
-                                  coalesce(s.resume, printf('`opencode -s %s` (its TUI) or `opencode run -s %s \"continue\"`', s.session, s.session)))
+                                  -- as the stop said it; else by the way it went (rows from before)
+                                  coalesce(s.resume, CASE s.via WHEN 'hook' THEN printf('`claude --resume %s` (interactive) or `claude -p --resume %s \"continue\"`, in its project', s.session, s.session)
+                                      ELSE printf('`opencode -s %s` (its TUI) or `opencode run -s %s \"continue\"`', s.session, s.session) END))
        WHEN 'failed' THEN printf('stop of session %s (%s) not carried out: %s', s.session, s.reason, coalesce(s.detail, ''))
        ELSE printf('stop of session %s (%s) requested', s.session, s.reason) END
      FROM stops s WHERE s.episode = 'episode:' || p.id ORDER BY s.status = 'stopped' DESC, s.t DESC LIMIT 1)";

@@ -7,6 +7,7 @@ mod support;
 mod agents;
 mod alert;
 mod block;
+mod claude_stop;
 mod detect;
 mod fixtures;
 mod fleet;

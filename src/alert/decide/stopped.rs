@@ -43,6 +43,7 @@ fn stopped_why(s: &StopSeen) -> String {
         (Some("http"), _) => " over HTTP".to_string(),
         (Some("sigint"), Some(pid)) => format!(" by SIGINT to its codex exec (process {pid})"),
         (Some("app-server"), _) => " through Codex's app-server daemon".to_string(),
+        (Some("hook"), Some(pid)) => format!(" through its hook in Claude Code process {pid}"),
         _ => String::new(),
     };
     format!(

@@ -215,14 +215,16 @@ pub enum Cmd {
         #[arg(long)]
         all: bool,
     },
-    /// Stop SESSION's current run, as Esc in its TUI would: over HTTP when a server runs it,
-    /// else through the oc-watchdog-stop plugin (deploy/install --with-stop-plugin). Once per
-    /// loop episode, recorded; the session stays resumable: `opencode -s SESSION` (its TUI) or
-    /// `opencode run -s SESSION "continue"` in its project. A Codex thread: SIGINT to its
-    /// `codex exec`, or turn/interrupt through Codex's app-server daemon for its TUI; resume
-    /// with `codex exec resume ID "continue"` or `codex resume ID`.
+    /// Stop SESSION's current run, as Esc in its TUI would: an opencode session over HTTP when a
+    /// server runs it, else through the oc-watchdog-stop plugin; a Claude Code session through
+    /// its PreToolUse hook, at its next tool call (both installed by deploy/install
+    /// --with-stop-plugin); a Codex thread by SIGINT to its `codex exec`, or turn/interrupt
+    /// through Codex's app-server daemon for its TUI. Once per loop episode, recorded; the
+    /// session stays resumable: `opencode -s SESSION` (its TUI) or `opencode run -s SESSION
+    /// "continue"`, `claude --resume SESSION` or `claude -p --resume SESSION "continue"`, `codex
+    /// resume ID` or `codex exec resume ID "continue"`, in its project.
     Stop {
-        /// The session to stop (its id: ses_..., or a Codex thread's UUID).
+        /// The session to stop (its id: ses_... for opencode, a UUID for Claude Code and Codex).
         session: String,
         /// How long to wait for the stop to be carried out.
         #[arg(long, value_name = "DURATION", default_value = "15s")]
@@ -233,6 +235,16 @@ pub enum Cmd {
     /// the error, and show it on the desktop once per distinct error. The tick and follow
     /// scripts run it first.
     CheckConfig,
+    /// `install` or `uninstall` Claude Code's PreToolUse stop hook (wd-claude-hook, beside
+    /// wd-store) in Claude Code's user settings (~/.claude/settings.json; deploy/install
+    /// --with-stop-plugin and --uninstall run them). Given nothing, it is the hook: it reads the
+    /// hook input on stdin, refuses the call and ends the turn when `wd-store stop` asks it to,
+    /// else says nothing, and exits 0. Reads neither the config nor the database.
+    ClaudeHook {
+        /// `install` or `uninstall`; none: run as the hook.
+        #[arg(value_parser = ["install", "uninstall"])]
+        action: Option<String>,
+    },
     /// Show the desktop notification read from stdin, print its id, then wait for a click on it
     /// and open its URL with [report] open_with (started by the desktop channel).
     #[command(hide = true)]
@@ -270,6 +282,7 @@ impl Cmd {
             | Cmd::Metrics { .. }
             | Cmd::Report { follow: false, .. }
             | Cmd::Blocks { .. }
+            | Cmd::ClaudeHook { .. }
             | Cmd::CheckConfig => false,
         }
     }
@@ -291,6 +304,21 @@ pub enum ChannelCmd {
 }
 
 pub fn main() -> i32 {
+    // the hook (as wd-claude-hook) and its install answer before the arguments are parsed, the
+    // config loaded or the database opened; the hook exits 0 whatever happens
+    let mut args = std::env::args_os().skip(1);
+    if args
+        .next()
+        .is_some_and(|a| a == crate::claude_hook::SUBCOMMAND)
+    {
+        return match args.next() {
+            None => crate::claude_hook::main(),
+            Some(a) if args.next().is_none() => {
+                crate::claude_hook::settings::command(&a.to_string_lossy())
+            }
+            Some(_) => crate::cli::main("wd-store", run),
+        };
+    }
     crate::cli::main("wd-store", run)
 }
 
@@ -387,6 +415,9 @@ fn dispatch(cx: &mut Ctx, cmd: Cmd, stdin: &mut dyn BufRead, out: &mut Out) -> R
         Cmd::Blocks { all } => queries::blocks(cx, all, out),
         Cmd::Stop { session, wait } => {
             crate::stop::command(&mut cx.store, &cx.cfg, &session, &wait, "operator", out)
+        }
+        Cmd::ClaudeHook { .. } => {
+            anyhow::bail!("claude-hook takes `install`, `uninstall` or nothing")
         }
         Cmd::Channels { set } => channels::run(cx, set, out),
         Cmd::Prune { older_than } => upkeep::prune(cx, older_than, out),
