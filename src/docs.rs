@@ -233,7 +233,7 @@ backtest: 35/35 labels hold",
                of a newer schema (each named with its path); or a bad input line to tick",
         fields: "\
 tick reads   verdict, source and blind records; passes every line through, then appends
-             tick {kind, id, t, outcome (ok|flagged|no_opencode|blind), sessions, flagged, sources}
+             tick {kind, id, t, outcome (ok|flagged|no_agent|blind), sessions, flagged, sources}
 calls reads  session and call records; passes every line through, then keeps each session's
              latest calls (tool, time, landed, failed, target) until tick keeps its flagged ones;
              --follow: keeps them across batches and stages the batch's at each sweep record
@@ -276,7 +276,7 @@ figures  this episode's calls and cost since the last landed change (a loop that
 logs     oc-watchdog: dedup=... state=... severity=... [reason=...] title=... on stderr, per transition",
         examples: "\
 $ ... | wd-store tick | wd-alert 2>&1 >/dev/null
-oc-watchdog: dedup=opencode-loop:ses_dd1a863eeffeaX5bvn47BhPUH2 state=trigger severity=warning title=\"opencode loop: build repeats bash python3 tools/check.py\"
+oc-watchdog: dedup=loop:ses_dd1a863eeffeaX5bvn47BhPUH2 state=trigger severity=warning title=\"opencode loop: build repeats bash python3 tools/check.py\"
 $ wd-alert --test --channel desktop
 wd-alert: channel desktop: sent (notification 2)",
     },

@@ -149,8 +149,9 @@ pub enum TickOutcome {
     /// Sessions judged, none flagged.
     Ok,
     Flagged,
-    /// No opencode source was read and no verdict came.
-    NoOpencode,
+    /// No agent's source was read and no verdict came (`no_opencode` before schema 12).
+    #[serde(alias = "no_opencode")]
+    NoAgent,
     /// A source or an input line could not be read: never an all-clear.
     Blind,
 }
@@ -159,7 +160,7 @@ impl TickOutcome {
     pub const ALL: [TickOutcome; 4] = [
         TickOutcome::Ok,
         TickOutcome::Flagged,
-        TickOutcome::NoOpencode,
+        TickOutcome::NoAgent,
         TickOutcome::Blind,
     ];
 
@@ -167,7 +168,7 @@ impl TickOutcome {
         match self {
             TickOutcome::Ok => "ok",
             TickOutcome::Flagged => "flagged",
-            TickOutcome::NoOpencode => "no_opencode",
+            TickOutcome::NoAgent => "no_agent",
             TickOutcome::Blind => "blind",
         }
     }

@@ -306,7 +306,7 @@ fn last_tick(s: &mut String, p: &PageData) {
                 "<table class=\"kv\"><tr><td>last tick</td><td>{}{}</td></tr><tr><td>outcome</td><td class=\"{}\">{}{}</td></tr><tr><td>sessions</td><td>{} judged, {} flagged</td></tr><tr><td>duration</td><td>{:.1} s</td></tr>",
                 when(p, t.t),
                 if stale { " <span class=\"bad\">(stale: the watchdog may have stopped)</span>" } else { "" },
-                if matches!(t.outcome.as_str(), "ok" | "no_opencode") || settled { "ok" } else { "bad" },
+                if matches!(t.outcome.as_str(), "ok" | "no_agent") || settled { "ok" } else { "bad" },
                 esc(&t.outcome),
                 if settled {
                     " <small>(their loops resolved: none is open)</small>".to_string()

@@ -81,10 +81,10 @@ pub const SHOWN_TICK: &str =
 /// so a loop flagged by a partial tick since counts, and a session whose latest verdict is clean
 /// does not.
 pub const STANDING_SESSIONS: &str =
-    "CASE WHEN l.mode = 'follow' AND t.outcome NOT IN ('blind', 'no_opencode')
+    "CASE WHEN l.mode = 'follow' AND t.outcome NOT IN ('blind', 'no_agent')
      THEN (SELECT count(DISTINCT v.session) FROM verdicts v WHERE v.tick >= t.id)
      ELSE t.sessions END";
-pub const STANDING_FLAGGED: &str = "CASE WHEN l.mode = 'follow' AND t.outcome NOT IN ('blind', 'no_opencode')
+pub const STANDING_FLAGGED: &str = "CASE WHEN l.mode = 'follow' AND t.outcome NOT IN ('blind', 'no_agent')
      THEN (SELECT count(*) FROM verdicts v WHERE v.tick >= t.id AND v.flagged = 1
            AND v.tick = (SELECT max(w.tick) FROM verdicts w WHERE w.session = v.session AND w.tick >= t.id))
      ELSE t.flagged END";

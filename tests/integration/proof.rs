@@ -165,7 +165,7 @@ fn a_new_users_opencode_run_loop_and_an_unconfigured_serve_are_seen_with_no_conf
         std::fs::read_to_string(crate::support::repo().join("config/watchdog.toml")).unwrap(),
         "the installed config is the default one, untouched"
     );
-    assert_eq!(m.last_outcome(), "no_opencode");
+    assert_eq!(m.last_outcome(), "no_agent");
     let fake = ocsim::Fake::start();
     fake.configure(m.home.path());
 
@@ -189,7 +189,7 @@ fn a_new_users_opencode_run_loop_and_an_unconfigured_serve_are_seen_with_no_conf
     assert_eq!(
         Machine::transitions(&r),
         [format!(
-            "oc-watchdog: dedup=opencode-loop:{looping} state=trigger severity=warning"
+            "oc-watchdog: dedup=loop:{looping} state=trigger severity=warning"
         )]
     );
     let src = m.sh("oc-sessions | jq -c 'select(.kind==\"source\")'");
@@ -280,7 +280,7 @@ fn a_new_users_opencode_run_loop_and_an_unconfigured_serve_are_seen_with_no_conf
     assert_eq!(
         Machine::transitions(&r),
         [format!(
-            "oc-watchdog: dedup=opencode-loop:{served} state=trigger severity=warning"
+            "oc-watchdog: dedup=loop:{served} state=trigger severity=warning"
         )],
         "{}",
         r.story()
@@ -475,10 +475,8 @@ fn a_new_user_following_hears_of_a_loop_within_calls_of_its_flag_point_and_of_it
     assert_eq!(
         m.follow_transitions(&looping),
         [
-            format!("oc-watchdog: dedup=opencode-loop:{looping} state=trigger severity=warning"),
-            format!(
-                "oc-watchdog: dedup=opencode-loop:{looping} state=resolve severity=info reason=stopped"
-            ),
+            format!("oc-watchdog: dedup=loop:{looping} state=trigger severity=warning"),
+            format!("oc-watchdog: dedup=loop:{looping} state=resolve severity=info reason=stopped"),
         ],
         "{}",
         m.follow_log()
@@ -600,10 +598,8 @@ fn a_new_user_following_hears_of_a_looping_tui_session_under_tmux_and_of_its_qui
     assert_eq!(
         m.follow_transitions(&looping),
         [
-            format!("oc-watchdog: dedup=opencode-loop:{looping} state=trigger severity=warning"),
-            format!(
-                "oc-watchdog: dedup=opencode-loop:{looping} state=resolve severity=info reason=stopped"
-            ),
+            format!("oc-watchdog: dedup=loop:{looping} state=trigger severity=warning"),
+            format!("oc-watchdog: dedup=loop:{looping} state=resolve severity=info reason=stopped"),
         ],
         "{}",
         m.follow_log()

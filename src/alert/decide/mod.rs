@@ -678,7 +678,7 @@ mod tests {
     fn open(ticks: u32, sev: Severity, marks: &[(&str, u64)]) -> AlertEpisode {
         AlertEpisode {
             id: 7,
-            key: "opencode-loop:r".into(),
+            key: "loop:r".into(),
             kind: Some(AlertKind::Loop),
             subject: "r".into(),
             severity: sev,
