@@ -26,15 +26,16 @@ pub struct Script {
 /// `oc-watchdog-tick(1)`. Its `--help` (in the script) is the synopsis and first paragraph.
 pub const TICK: Script = Script {
     name: "oc-watchdog-tick",
-    about: "one oc-watchdog tick: find opencode, judge its recent sessions, record, alert",
+    about: "one oc-watchdog tick: find the agents, judge their recent sessions, record, alert",
     synopsis: "\
 oc-watchdog-tick
 oc-watchdog-tick --help",
     description: "\
-One watchdog tick. Finds opencode (its database and every server running), fingerprints the
-sessions active since the last tick (and the trees of open alerts), judges them, records the
-tick, alerts on changes and rewrites the operator's page. oc-watchdog.timer runs it every
-5 minutes; it is safe to run by hand at any time. It takes no options: the config file says
+One watchdog tick. Finds the agents (opencode's database and every server running, Claude
+Code's and Codex's sessions in the home directory), fingerprints the sessions active since the
+last tick (and the trees of open alerts), judges them, records the tick, alerts on changes and
+rewrites the operator's page. oc-watchdog.timer runs it every 5 minutes; it is safe to run by
+hand at any time. It takes no options: the config file says
 everything (see FILES).
 
 It is this pipeline, each stage a plain command reading and writing JSON Lines:
@@ -80,7 +81,7 @@ pub const FOLLOW: Script = Script {
 oc-watchdog-follow
 oc-watchdog-follow --help",
     description: "\
-The tick's pipeline in follow mode, for as long as it runs: reads opencode as it writes (what
+The tick's pipeline in follow mode, for as long as it runs: reads the agents as they write (what
 changed every [follow] poll_ms, one PRAGMA data_version while nothing did; a full read, as a
 timer tick lists, every full_every_secs), judges the sessions that changed, records each batch
 as a tick (mode follow, full or partial), alerts on changes and keeps the operator's page

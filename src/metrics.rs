@@ -45,7 +45,7 @@ fn last_tick(s: &mut String, c: &rusqlite::Connection) {
     );
     gauge(
         "ocwatchdog_sessions_seen",
-        "opencode sessions judged by the last tick.",
+        "Agent sessions judged by the last tick.",
         seen.to_string(),
     );
     gauge(

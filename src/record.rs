@@ -918,9 +918,9 @@ impl Blind {
     }
 }
 
-/// `{"kind":"source", ...}`: one opencode source that was read (a database or a server), and
-/// how it was found. Lets later stages tell "no opencode" from "opencode with nothing to judge",
-/// and an operator see what the watchdog sees.
+/// `{"kind":"source", ...}`: one source that was read (opencode's database or a server, another
+/// agent's directory), and how it was found. Lets later stages tell "no agent" from "an agent
+/// with nothing to judge", and an operator see what the watchdog sees.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SourceRead {
     pub source: String,

@@ -1,4 +1,4 @@
-//! `oc-sessions`: find opencode and list its sessions as JSONL.
+//! `oc-sessions`: find the agents (opencode, Claude Code, Codex) and list their sessions as JSONL.
 //!
 //! Reads opencode's database (`$XDG_DATA_HOME/opencode/opencode.db`, every session of every
 //! project, whatever mode ran it) and every live server: those configured and those found

@@ -205,7 +205,7 @@ pub struct EpisodeRow {
     pub duration_ms: Option<i64>,
     /// Loops: its stop (issue 28) in one line, when one was asked.
     pub stop: Option<String>,
-    /// Why it resolved, as its resolve said it ("the opencode process ended: ...").
+    /// Why it resolved, as its resolve said it ("the opencode process ended: ...", "the Claude Code process ended").
     pub why: Option<String>,
     /// What it was about: its alert's title, and for a loop what it repeats most.
     pub title: String,

@@ -379,7 +379,10 @@ fn a_root_gone_from_readable_opencode_resolves_but_a_blind_tick_does_not() {
     let evs = r.records();
     assert_eq!(evs.len(), 1);
     assert_eq!(evs[0]["dedup_key"], "watchdog-blind");
-    assert_eq!(evs[0]["title"], "watchdog is blind: cannot read opencode");
+    assert_eq!(
+        evs[0]["title"],
+        "watchdog is blind: cannot read an agent's sessions"
+    );
     assert!(evs[0]["summary"]
         .as_str()
         .unwrap()
@@ -410,7 +413,10 @@ fn a_root_gone_from_readable_opencode_resolves_but_a_blind_tick_does_not() {
         .find(|e| e["dedup_key"] == "loop:ses_gone")
         .unwrap()["details"]["why"]
         .clone();
-    assert_eq!(why, "the root session is no longer in opencode");
+    assert_eq!(
+        why,
+        "the root session is no longer in the sources that listed it"
+    );
 }
 
 #[test]
