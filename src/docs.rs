@@ -265,6 +265,10 @@ writes   one event per transition: {dedup_key, severity (info|warning|critical),
          one to one onto PagerDuty Events v2
          reason: escalate still_looping|second_opinion; resolve progress|stopped|gone (loops),
          readable (blind), recovered|stopped|changed|gone (liveness)
+         dedup_key: loop:ROOT, stalled|retrying|waiting|interrupted|unfinished:SESSION,
+         watchdog-blind, whichever agent program runs the session (opencode-loop:ROOT and the
+         like before schema 12; an alert open across the upgrade goes on reaching PagerDuty and
+         webhooks under its old key, Alertmanager under its old alertname, until it resolves)
 rules    a tick counts toward escalation only when the tree's flagged sessions made new calls
          since the previous tick and landed nothing; flagged_ticks is 1 at the trigger and the
          alert escalates when it reaches escalate_after_ticks (default 3); a busy session that
