@@ -65,14 +65,14 @@ pub fn alertname(kind: AlertKind, legacy: bool) -> &'static str {
         (AlertKind::Waiting, false) => "AgentAwaitingUser",
         (AlertKind::Interrupted, false) => "AgentInterrupted",
         (AlertKind::Unfinished, false) => "AgentNeedsFinalization",
-        (AlertKind::Test, false) => "WatchdogTest",
+        // a test alert's key (oc-watchdog-test) was never rewritten: it has no legacy name
+        (AlertKind::Test, _) => "WatchdogTest",
         (AlertKind::Loop, true) => "OpencodeLoop",
         (AlertKind::Stalled, true) => "OpencodeStalled",
         (AlertKind::Retrying, true) => "OpencodeRetrying",
         (AlertKind::Waiting, true) => "OpencodeAwaitingUser",
         (AlertKind::Interrupted, true) => "OpencodeInterrupted",
         (AlertKind::Unfinished, true) => "OpencodeNeedsFinalization",
-        (AlertKind::Test, true) => "OpencodeWatchdog",
     }
 }
 
