@@ -26,15 +26,16 @@ pub struct Script {
 /// `oc-watchdog-tick(1)`. Its `--help` (in the script) is the synopsis and first paragraph.
 pub const TICK: Script = Script {
     name: "oc-watchdog-tick",
-    about: "one oc-watchdog tick: find opencode, judge its recent sessions, record, alert",
+    about: "one oc-watchdog tick: find the agents, judge their recent sessions, record, alert",
     synopsis: "\
 oc-watchdog-tick
 oc-watchdog-tick --help",
     description: "\
-One watchdog tick. Finds opencode (its database and every server running), fingerprints the
-sessions active since the last tick (and the trees of open alerts), judges them, records the
-tick, alerts on changes and rewrites the operator's page. oc-watchdog.timer runs it every
-5 minutes; it is safe to run by hand at any time. It takes no options: the config file says
+One watchdog tick. Finds the agents (opencode's database and every server running, Claude
+Code's and Codex's sessions in the home directory), fingerprints the sessions active since the
+last tick (and the trees of open alerts), judges them, records the tick, alerts on changes and
+rewrites the operator's page. oc-watchdog.timer runs it every 5 minutes; it is safe to run by
+hand at any time. It takes no options: the config file says
 everything (see FILES).
 
 It is this pipeline, each stage a plain command reading and writing JSON Lines:
@@ -81,7 +82,7 @@ pub const FOLLOW: Script = Script {
 oc-watchdog-follow
 oc-watchdog-follow --help",
     description: "\
-The tick's pipeline in follow mode, for as long as it runs: reads opencode as it writes (what
+The tick's pipeline in follow mode, for as long as it runs: reads the agents as they write (what
 changed every [follow] poll_ms, one PRAGMA data_version while nothing did; a full read, as a
 timer tick lists, every full_every_secs), judges the sessions that changed, records each batch
 as a tick (mode follow, full or partial), alerts on changes and keeps the operator's page
@@ -234,7 +235,7 @@ backtest: 35/35 labels hold",
                of a newer schema (each named with its path); or a bad input line to tick",
         fields: "\
 tick reads   verdict, source and blind records; passes every line through, then appends
-             tick {kind, id, t, outcome (ok|flagged|no_opencode|blind), sessions, flagged, sources}
+             tick {kind, id, t, outcome (ok|flagged|no_agent|blind), sessions, flagged, sources}
 calls reads  session and call records; passes every line through, then keeps each session's
              latest calls (tool, time, landed, failed, target) until tick keeps its flagged ones;
              --follow: keeps them across batches and stages the batch's at each sweep record
@@ -265,6 +266,10 @@ writes   one event per transition: {dedup_key, severity (info|warning|critical),
          one to one onto PagerDuty Events v2
          reason: escalate still_looping|second_opinion; resolve progress|stopped|gone (loops),
          readable (blind), recovered|stopped|changed|gone (liveness)
+         dedup_key: loop:ROOT, stalled|retrying|waiting|interrupted|unfinished:SESSION,
+         watchdog-blind, whichever agent program runs the session (opencode-loop:ROOT and the
+         like before schema 13; an alert open across the upgrade goes on reaching PagerDuty and
+         webhooks under its old key, Alertmanager under its old alertname, until it resolves)
 rules    a tick counts toward escalation only when the tree's flagged sessions made new calls
          since the previous tick and landed nothing; flagged_ticks is 1 at the trigger and the
          alert escalates when it reaches escalate_after_ticks (default 3); a busy session that
@@ -277,7 +282,7 @@ figures  this episode's calls and cost since the last landed change (a loop that
 logs     oc-watchdog: dedup=... state=... severity=... [reason=...] title=... on stderr, per transition",
         examples: "\
 $ ... | wd-store tick | wd-alert 2>&1 >/dev/null
-oc-watchdog: dedup=opencode-loop:ses_dd1a863eeffeaX5bvn47BhPUH2 state=trigger severity=warning title=\"opencode loop: build repeats bash python3 tools/check.py\"
+oc-watchdog: dedup=loop:ses_dd1a863eeffeaX5bvn47BhPUH2 state=trigger severity=warning title=\"opencode loop: build repeats bash python3 tools/check.py\"
 $ wd-alert --test --channel desktop
 wd-alert: channel desktop: sent (notification 2)",
     },

@@ -62,15 +62,22 @@ impl AlertKind {
     pub fn is_liveness(self) -> bool {
         !matches!(self, AlertKind::Loop | AlertKind::Blind | AlertKind::Test)
     }
-    /// The dedup key of this kind's alert about `subject` (root, session or nothing).
+    /// The dedup key of this kind's alert about `subject` (root, session or nothing):
+    /// `loop:<root>`, `stalled:<session>`, whatever agent program runs it.
     pub fn key(self, subject: &str) -> String {
         match self {
             AlertKind::Blind => BLIND_KEY.into(),
             AlertKind::Test => TEST_KEY.into(),
-            k => format!("opencode-{}:{subject}", k.as_str()),
+            k => format!("{}:{subject}", k.as_str()),
         }
     }
 }
+
+/// What the dedup keys of loop and liveness alerts began with before schema 13
+/// (`opencode-loop:<root>`). An episode announced under such a key keeps it toward the outside
+/// systems (PagerDuty's `dedup_key`, Alertmanager's alert) until it ends: see
+/// `announced_keys` in the store.
+pub const LEGACY_KEY_PREFIX: &str = "opencode-";
 
 pub const BLIND_KEY: &str = "watchdog-blind";
 pub const TEST_KEY: &str = "oc-watchdog-test";

@@ -31,6 +31,9 @@ pub struct SessionEvidence {
     /// runs it, where it could tell: `tui`, `run` or `server` ([`crate::record::RunsIn`]).
     #[serde(default)]
     pub process: Option<String>,
+    /// The agent program that ran the session (absent: opencode).
+    #[serde(default)]
+    pub program: Option<crate::record::Program>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
@@ -221,7 +224,7 @@ fn retrying(ev: &SessionEvidence, silence: Option<i64>, cfg: &LivenessConfig) ->
     )
 }
 
-/// No opencode process can run the session any more: it ended, perhaps mid-reply.
+/// No process of its agent can run the session any more: it ended, perhaps mid-reply.
 fn ended(ev: &SessionEvidence, act: &Activity, silence: Option<i64>) -> Liveness {
     let cut = if act.in_flight || !act.running.is_empty() {
         ", a reply cut off"
@@ -232,7 +235,12 @@ fn ended(ev: &SessionEvidence, act: &Activity, silence: Option<i64>) -> Liveness
         LivenessClass::Ended,
         silence,
         ev,
-        format!("the opencode process ended{cut}"),
+        format!(
+            "the {} process ended{cut}",
+            ev.program
+                .unwrap_or(crate::record::Program::Opencode)
+                .display()
+        ),
         None,
     )
 }
@@ -545,6 +553,13 @@ mod tests {
                 "the opencode process ended, a reply cut off"
             )
         );
+        // another agent's session names its own program (issue 39)
+        let cc = SessionEvidence {
+            program: Some(crate::record::Program::ClaudeCode),
+            ..ev.clone()
+        };
+        let l = classify(&cc, Some(&a), T + 2000 * 1000, &LivenessConfig::default());
+        assert_eq!(l.evidence, "the Claude Code process ended, a reply cut off");
         // without the mark, the same evidence is a stall
         let l = classify(
             &SessionEvidence::default(),

@@ -45,7 +45,7 @@ fn last_tick(s: &mut String, c: &rusqlite::Connection) {
     );
     gauge(
         "ocwatchdog_sessions_seen",
-        "opencode sessions judged by the last tick.",
+        "Agent sessions judged by the last tick.",
         seen.to_string(),
     );
     gauge(
@@ -57,7 +57,7 @@ fn last_tick(s: &mut String, c: &rusqlite::Connection) {
         s,
         "# HELP ocwatchdog_last_tick_outcome Outcome of the last tick (1 for the outcome it had).\n# TYPE ocwatchdog_last_tick_outcome gauge"
     );
-    for o in ["ok", "flagged", "no_opencode", "blind"] {
+    for o in ["ok", "flagged", "no_agent", "blind"] {
         let _ = writeln!(
             s,
             "ocwatchdog_last_tick_outcome{{outcome=\"{o}\"}} {}",
@@ -72,7 +72,7 @@ fn ticks_by_outcome(s: &mut String, c: &rusqlite::Connection) -> Result<()> {
         s,
         "# HELP ocwatchdog_ticks_total Ticks recorded, by outcome.\n# TYPE ocwatchdog_ticks_total counter"
     );
-    for o in ["ok", "flagged", "no_opencode", "blind"] {
+    for o in ["ok", "flagged", "no_agent", "blind"] {
         let n: i64 = c.query_row("SELECT count(*) FROM ticks WHERE outcome = ?1", [o], |r| {
             r.get(0)
         })?;

@@ -149,8 +149,9 @@ pub enum TickOutcome {
     /// Sessions judged, none flagged.
     Ok,
     Flagged,
-    /// No opencode source was read and no verdict came.
-    NoOpencode,
+    /// No agent's source was read and no verdict came (`no_opencode` before schema 13).
+    #[serde(alias = "no_opencode")]
+    NoAgent,
     /// A source or an input line could not be read: never an all-clear.
     Blind,
 }
@@ -159,7 +160,7 @@ impl TickOutcome {
     pub const ALL: [TickOutcome; 4] = [
         TickOutcome::Ok,
         TickOutcome::Flagged,
-        TickOutcome::NoOpencode,
+        TickOutcome::NoAgent,
         TickOutcome::Blind,
     ];
 
@@ -167,7 +168,7 @@ impl TickOutcome {
         match self {
             TickOutcome::Ok => "ok",
             TickOutcome::Flagged => "flagged",
-            TickOutcome::NoOpencode => "no_opencode",
+            TickOutcome::NoAgent => "no_agent",
             TickOutcome::Blind => "blind",
         }
     }
@@ -955,9 +956,9 @@ impl Blind {
     }
 }
 
-/// `{"kind":"source", ...}`: one opencode source that was read (a database or a server), and
-/// how it was found. Lets later stages tell "no opencode" from "opencode with nothing to judge",
-/// and an operator see what the watchdog sees.
+/// `{"kind":"source", ...}`: one source that was read (opencode's database or a server, another
+/// agent's directory), and how it was found. Lets later stages tell "no agent" from "an agent
+/// with nothing to judge", and an operator see what the watchdog sees.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SourceRead {
     pub source: String,

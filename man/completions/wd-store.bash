@@ -1169,7 +1169,7 @@ _wd__store() {
             fi
             case "${prev}" in
                 --outcome)
-                    COMPREPLY=($(compgen -W "ok flagged no_opencode blind" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "ok flagged no_agent blind" -- "${cur}"))
                     return 0
                     ;;
                 --started)

@@ -52,9 +52,9 @@ complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "stop" -d 'Stop SE
 complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "check-config" -d 'Check the config: exit 0 when it loads. When it does not, the watchdog watches nothing: say why (file:line: key: problem), rewrite the page from what was last recorded with the error, and show it on the desktop once per distinct error. The tick and follow scripts run it first'
 complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "claude-hook" -d '`install` or `uninstall` Claude Code\'s PreToolUse stop hook (wd-claude-hook, beside wd-store) in Claude Code\'s user settings (~/.claude/settings.json; deploy/install --with-stop-plugin and --uninstall run them). Given nothing, it is the hook: it reads the hook input on stdin, refuses the call and ends the turn when `wd-store stop` asks it to, else says nothing, and exits 0. Reads neither the config nor the database'
 complete -c wd-store -n "__fish_wd_store_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l outcome -d 'Force the outcome (e.g. no_opencode for an empty tick)' -r -f -a "ok\t''
+complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l outcome -d 'Force the outcome (e.g. no_agent for an empty tick)' -r -f -a "ok\t''
 flagged\t''
-no_opencode\t''
+no_agent\t''
 blind\t''"
 complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l started -d 'When the tick started, epoch ms (default: when this command started)' -r
 complete -c wd-store -n "__fish_wd_store_using_subcommand tick" -l db -d 'The watchdog database (default $XDG_STATE_HOME/oc-watchdog/watchdog.db)' -r -F

@@ -7,7 +7,7 @@
 //! that order (reads in `load`, the optional second opinion in `opinion`), and `outbox`
 //! delivers the recorded events through the channels (`crate::channels`) after it.
 //!
-//! Per root session (dedup key `opencode-loop:<root>`), one episode at a time: the first flagged
+//! Per root session (dedup key `loop:<root>`), one episode at a time: the first flagged
 //! tick triggers (warning, critical on a "yes" second opinion). A later tick counts toward
 //! escalation only when the tree's flagged sessions made new calls since the previous tick and
 //! landed nothing; the episode escalates once, to critical, when `flagged_ticks` (1 at the

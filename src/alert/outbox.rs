@@ -61,6 +61,8 @@ struct Owed {
     state: String,
     /// The episode of its event.
     episode: Option<i64>,
+    /// The key its episode was announced under, when not its dedup key (schema 13).
+    announced: Option<String>,
     /// When an alerter claimed it to send it (`detail = 'sending'`).
     claimed: Option<i64>,
     /// When it was last tried and failed (owed again).
@@ -156,7 +158,7 @@ fn owed(store: &Store) -> Result<Vec<Owed>> {
         "SELECT d.event, d.channel, d.status, e.body, d.attempts, e.dedup_key, e.state,
              CASE WHEN d.detail = 'sending' THEN d.t END,
              CASE WHEN d.attempts > 0 AND coalesce(d.detail, '') != 'sending' THEN d.t END,
-             e.episode
+             e.episode, (SELECT a.key FROM announced_keys a WHERE a.episode = e.episode)
          FROM deliveries d JOIN events e ON e.id = d.event
          WHERE d.status IN ('pending', 'deferred') OR (d.status = 'failed' AND e.state = 'resolve' AND d.attempts < ?1)
          ORDER BY d.event",
@@ -173,6 +175,7 @@ fn owed(store: &Store) -> Result<Vec<Owed>> {
             claimed: r.get(7)?,
             tried: r.get(8)?,
             episode: r.get(9)?,
+            announced: r.get(10)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -241,7 +244,10 @@ pub fn deliver_pending_but(
         let Some(left) = run.time_to_try(c) else {
             continue;
         };
-        let ev: Event = serde_json::from_str(&o.body).context("stored event")?;
+        let ev = announced(
+            serde_json::from_str(&o.body).context("stored event")?,
+            o.announced.clone(),
+        );
         if !o.claim(store, c, now)? {
             // another alerter is sending it, or sent it
             continue;
@@ -446,16 +452,34 @@ pub fn repost_open(store: &Store, chans: &[EffectiveChannel], now: i64) -> Resul
 /// The latest event of every open episode, as a trigger.
 fn open_events(store: &Store) -> Result<Vec<Event>> {
     let mut st = store.conn.prepare(
-        "SELECT e.body FROM episodes p JOIN events e ON e.id = (SELECT max(id) FROM events WHERE episode = p.id)
+        "SELECT e.body, a.key FROM episodes p
+           JOIN events e ON e.id = (SELECT max(id) FROM events WHERE episode = p.id)
+           LEFT JOIN announced_keys a ON a.episode = p.id
          WHERE p.state = 'open'",
     )?;
     let open = st
-        .query_map([], |r| r.get::<_, String>(0))?
-        .filter_map(|b| b.ok().and_then(|b| serde_json::from_str::<Event>(&b).ok()))
+        .query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+        })?
+        .filter_map(|row| {
+            let (body, key) = row.ok()?;
+            Some(announced(serde_json::from_str::<Event>(&body).ok()?, key))
+        })
         .map(|mut e| {
             e.state = Transition::Trigger;
             e
         })
         .collect();
     Ok(open)
+}
+
+/// The event as the outside systems know its episode: an episode announced before schema 13
+/// keeps the `opencode-<kind>:` key it was announced under until it ends, so PagerDuty
+/// resolves the incident it opened and Alertmanager ends the alert it fires, instead of a
+/// second one opening beside it.
+fn announced(mut ev: Event, key: Option<String>) -> Event {
+    if let Some(k) = key {
+        ev.dedup_key = k;
+    }
+    ev
 }

@@ -204,7 +204,7 @@ mod tests {
     fn episode(sev: Severity) -> AlertEpisode {
         AlertEpisode {
             id: 7,
-            key: "opencode-loop:r".into(),
+            key: "loop:r".into(),
             subject: "r".into(),
             severity: sev,
             trigger_calls: 10,

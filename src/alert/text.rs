@@ -333,9 +333,9 @@ pub fn blind_event(cfg: &Config, reasons: &[(String, String)], now: i64) -> Even
         &reasons[0].0,
         now,
     );
-    ev.title = "watchdog is blind: cannot read opencode".into();
+    ev.title = "watchdog is blind: cannot read an agent's sessions".into();
     ev.summary = format!(
-        "the watchdog cannot see opencode sessions, so it cannot tell loops: {}",
+        "the watchdog cannot see the sessions of a source, so it cannot tell their loops: {}",
         text.join("; ")
     );
     ev.link = None;

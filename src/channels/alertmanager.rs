@@ -8,6 +8,7 @@ use super::{ChannelUnit, ChannelConfig, ChannelTable, Sent};
 use crate::event::{Event, AlertKind, Transition};
 use crate::check::Problems;
 use crate::cli::iso_ms as iso;
+use crate::record::Program;
 use crate::severity::Severity;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -51,17 +52,27 @@ impl ChannelUnit for Alertmanager {
     }
 }
 
-/// Alertmanager's `alertname` for an alert kind.
-pub fn alertname(kind: AlertKind) -> &'static str {
-    match kind {
-        AlertKind::Blind => "WatchdogBlind",
-        AlertKind::Loop => "OpencodeLoop",
-        AlertKind::Stalled => "OpencodeStalled",
-        AlertKind::Retrying => "OpencodeRetrying",
-        AlertKind::Waiting => "OpencodeAwaitingUser",
-        AlertKind::Interrupted => "OpencodeInterrupted",
-        AlertKind::Unfinished => "OpencodeNeedsFinalization",
-        AlertKind::Test => "OpencodeWatchdog",
+/// Alertmanager's `alertname` for an alert kind, whichever agent program it is about (the
+/// `program` label says which). An alert announced before schema 13 (its key still
+/// `opencode-…`, [`crate::event::LEGACY_KEY_PREFIX`]) keeps the name it fires under, so
+/// Alertmanager, which knows an alert by its labels, ends that one instead of notifying anew.
+pub fn alertname(kind: AlertKind, legacy: bool) -> &'static str {
+    match (kind, legacy) {
+        (AlertKind::Blind, _) => "WatchdogBlind",
+        (AlertKind::Loop, false) => "AgentLoop",
+        (AlertKind::Stalled, false) => "AgentStalled",
+        (AlertKind::Retrying, false) => "AgentRetrying",
+        (AlertKind::Waiting, false) => "AgentAwaitingUser",
+        (AlertKind::Interrupted, false) => "AgentInterrupted",
+        (AlertKind::Unfinished, false) => "AgentNeedsFinalization",
+        // a test alert's key (oc-watchdog-test) was never rewritten: it has no legacy name
+        (AlertKind::Test, _) => "WatchdogTest",
+        (AlertKind::Loop, true) => "OpencodeLoop",
+        (AlertKind::Stalled, true) => "OpencodeStalled",
+        (AlertKind::Retrying, true) => "OpencodeRetrying",
+        (AlertKind::Waiting, true) => "OpencodeAwaitingUser",
+        (AlertKind::Interrupted, true) => "OpencodeInterrupted",
+        (AlertKind::Unfinished, true) => "OpencodeNeedsFinalization",
     }
 }
 
@@ -70,14 +81,20 @@ pub fn alertname(kind: AlertKind) -> &'static str {
 pub fn am_alert(ev: &Event, ends: Option<i64>, severity: Option<Severity>, host: &str) -> Value {
     let sev = severity.unwrap_or(ev.severity);
     // the resolve event is severity info; it must end the alert that was firing
-    let labels = json!({
-        "alertname": alertname(ev.alert),
+    let legacy = ev.dedup_key.starts_with(crate::event::LEGACY_KEY_PREFIX);
+    let mut labels = json!({
+        "alertname": alertname(ev.alert, legacy),
         "severity": sev.as_str(),
         "host": host,
         "root_session": ev.root,
         "agent": ev.agent.clone().unwrap_or_default(),
         "model": ev.model.clone().unwrap_or_default(),
     });
+    // a label added to an alert firing since before schema 13 would make it another alert
+    if !legacy && !matches!(ev.alert, AlertKind::Blind | AlertKind::Test) {
+        let program = Program::of_details(&ev.details).unwrap_or(Program::Opencode);
+        labels["program"] = json!(program);
+    }
     let mut a = json!({
         "labels": labels,
         "annotations": {
@@ -152,5 +169,54 @@ impl Alertmanager {
                 peer_failures: failed,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::AlertKind;
+
+    fn ev(key: &str, program: Option<&str>) -> Event {
+        let mut details = serde_json::Map::new();
+        if let Some(p) = program {
+            details.insert("program".into(), json!(p));
+        }
+        Event {
+            dedup_key: key.into(),
+            severity: Severity::Warning,
+            state: Transition::Trigger,
+            title: "t".into(),
+            summary: "s".into(),
+            details,
+            source: "oc-watchdog".into(),
+            t: 0,
+            alert: AlertKind::Loop,
+            root: "r".into(),
+            reason: None,
+            figures: None,
+            episode: Some(1),
+            agent: Some("build".into()),
+            model: None,
+            link: None,
+        }
+    }
+
+    /// Issue 39: an agent-neutral name and the program as a label; an alert firing since before
+    /// schema 13 keeps the labels it fires under, or Alertmanager would see a second alert.
+    #[test]
+    fn a_loop_is_an_agent_loop_labelled_with_its_program_and_a_legacy_alert_keeps_its_labels() {
+        let labels = |e: &Event| am_alert(e, None, None, "h")["labels"].clone();
+        assert_eq!(
+            labels(&ev("loop:r", Some("codex"))),
+            json!({"alertname": "AgentLoop", "severity": "warning", "host": "h", "root_session": "r",
+                   "agent": "build", "model": "", "program": "codex"})
+        );
+        assert_eq!(labels(&ev("loop:r", None))["program"], "opencode");
+        assert_eq!(
+            labels(&ev("opencode-loop:r", None)),
+            json!({"alertname": "OpencodeLoop", "severity": "warning", "host": "h", "root_session": "r",
+                   "agent": "build", "model": ""})
+        );
     }
 }

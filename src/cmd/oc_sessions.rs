@@ -1,4 +1,4 @@
-//! `oc-sessions`: find opencode and list its sessions as JSONL.
+//! `oc-sessions`: find the agents (opencode, Claude Code, Codex) and list their sessions as JSONL.
 //!
 //! Reads opencode's database (`$XDG_DATA_HOME/opencode/opencode.db`, every session of every
 //! project, whatever mode ran it) and every live server: those configured and those found
@@ -153,8 +153,7 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
         write_db_source(out, db, db_found, &writers, &seen)?;
     }
     write_server_sources(out, &reads, &seen)?;
-    write_other_sources(out, &others, &seen)?;
-    write_agent_sources(out, &agents, &seen)?;
+    write_more_sources(out, &others, &agents, &seen)?;
     write_rest(out, &reads, &seen)
 }
 
@@ -243,14 +242,21 @@ fn read_agents(
     read
 }
 
-/// The `source` records of the other agents read: the program, how many sessions were listed,
-/// what was found.
-fn write_agent_sources(
+/// The `source` records of the sources read besides opencode's database and servers: the
+/// `--source` and `[opencode] sources` ones (`others`, found as they say), then the other agents
+/// found on this machine (found by default, with what their reader found there). Each says its
+/// reader and how many sessions it listed.
+fn write_more_sources(
     out: &mut Out,
+    others: &[(sources::SourceId, Found)],
     agents: &[(sources::SourceId, Map<String, Value>)],
     seen: &Seen,
 ) -> Result<()> {
-    for (id, facts) in agents {
+    let others = others.iter().map(|(id, found)| (id, *found, None));
+    let agents = agents
+        .iter()
+        .map(|(id, facts)| (id, Found::Default, Some(facts)));
+    for (id, found, facts) in others.chain(agents) {
         let name = id.to_string();
         out.line(&to_line(
             "source",
@@ -258,32 +264,9 @@ fn write_agent_sources(
                 sessions: seen.count(&name),
                 source: name,
                 reader: Some(id.reader().into()),
-                found: vec![Found::Default],
+                found: vec![found],
                 version: None,
-                extra: facts.clone(),
-            },
-        )?)?;
-    }
-    Ok(())
-}
-
-/// The `source` records of the other sources read.
-fn write_other_sources(
-    out: &mut Out,
-    others: &[(sources::SourceId, Found)],
-    seen: &Seen,
-) -> Result<()> {
-    for (id, found) in others {
-        let name = id.to_string();
-        out.line(&to_line(
-            "source",
-            &SourceRead {
-                sessions: seen.count(&name),
-                source: name,
-                reader: Some(id.reader().into()),
-                found: vec![*found],
-                version: None,
-                extra: Map::new(),
+                extra: facts.cloned().unwrap_or_default(),
             },
         )?)?;
     }

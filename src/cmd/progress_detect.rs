@@ -203,6 +203,7 @@ fn evidence_of(s: &Session) -> Option<SessionEvidence> {
         "pending": field("pending"),
         "todos_open": field("todos_open"),
         "process": field("process"),
+        "program": s.program,
     }))
     .ok()
 }

@@ -140,7 +140,7 @@ fn watchdog(s: &mut String, p: &PageData) {
     change_hint(s, p);
 }
 
-/// The banner of a watchdog that cannot read opencode, when it cannot.
+/// The banner of a watchdog that cannot read an agent's sessions, when it cannot.
 fn blind_banner(s: &mut String, p: &PageData) {
     let blind_tick = p.tick.as_ref().and_then(|t| t.blind.clone());
     if p.blind.is_some() || blind_tick.is_some() {
@@ -157,7 +157,7 @@ fn blind_banner(s: &mut String, p: &PageData) {
             .unwrap_or_default();
         let _ = write!(
             s,
-            "<div class=\"blind\" id=\"blind\">WATCHDOG IS BLIND{since}: it cannot read opencode, so it cannot tell loops. {}</div>",
+            "<div class=\"blind\" id=\"blind\">WATCHDOG IS BLIND{since}: it cannot read an agent's sessions, so it cannot tell their loops. {}</div>",
             esc(&why)
         );
     }
@@ -252,7 +252,7 @@ fn mode_text(p: &PageData, t: &crate::report::LastTick) -> String {
             ),
         };
         format!(
-            "follow: {who} reads opencode as it writes, a full read every {}{}",
+            "follow: {who} reads the agents as they write, a full read every {}{}",
             span(p.follow_full_ms),
             t.last_full
                 .map(|f| format!(", the last at {}", when(p, f)))
@@ -306,7 +306,7 @@ fn last_tick(s: &mut String, p: &PageData) {
                 "<table class=\"kv\"><tr><td>last tick</td><td>{}{}</td></tr><tr><td>outcome</td><td class=\"{}\">{}{}</td></tr><tr><td>sessions</td><td>{} judged, {} flagged</td></tr><tr><td>duration</td><td>{:.1} s</td></tr>",
                 when(p, t.t),
                 if stale { " <span class=\"bad\">(stale: the watchdog may have stopped)</span>" } else { "" },
-                if matches!(t.outcome.as_str(), "ok" | "no_opencode") || settled { "ok" } else { "bad" },
+                if matches!(t.outcome.as_str(), "ok" | "no_agent") || settled { "ok" } else { "bad" },
                 esc(&t.outcome),
                 if settled {
                     " <small>(their loops resolved: none is open)</small>".to_string()
@@ -797,8 +797,8 @@ pub fn reason_text(r: Reason) -> &'static str {
     match r {
         Reason::Progress => "progress: a change landed, nothing flagged",
         Reason::Stopped => "stopped: its sessions went idle",
-        Reason::Gone => "gone from opencode",
-        Reason::Readable => "opencode readable again",
+        Reason::Gone => "gone from its sources",
+        Reason::Readable => "readable again",
         Reason::Recovered => "the session recovered",
         Reason::Changed => "the session is in another alerting state",
         Reason::StillLooping => "still looping",
@@ -993,24 +993,24 @@ mod tests {
         };
         assert_eq!(
             mode(Some(false), Some(false), 1000),
-            "follow: the follow pipeline, running, started by hand (not as <code>oc-watchdog-follow.service</code>, which is not enabled), reads opencode as it writes"
+            "follow: the follow pipeline, running, started by hand (not as <code>oc-watchdog-follow.service</code>, which is not enabled), reads the agents as they write"
         );
         assert_eq!(
             mode(Some(true), Some(false), 1000),
-            "follow: the follow pipeline, running, started by hand (not as <code>oc-watchdog-follow.service</code>, which is enabled), reads opencode as it writes"
+            "follow: the follow pipeline, running, started by hand (not as <code>oc-watchdog-follow.service</code>, which is enabled), reads the agents as they write"
         );
         assert_eq!(
             mode(Some(true), Some(true), 1000),
-            "follow: <code>oc-watchdog-follow.service</code> (running, enabled) reads opencode as it writes"
+            "follow: <code>oc-watchdog-follow.service</code> (running, enabled) reads the agents as they write"
         );
         assert_eq!(
             mode(Some(false), Some(true), 1000),
-            "follow: <code>oc-watchdog-follow.service</code> (running, not enabled: started for this login only) reads opencode as it writes"
+            "follow: <code>oc-watchdog-follow.service</code> (running, not enabled: started for this login only) reads the agents as they write"
         );
         // its ticks stopped coming: what systemd has enabled, and the banner says nothing watches
         assert_eq!(
             mode(Some(false), Some(false), 121_000),
-            "follow: <code>oc-watchdog-follow.service</code> (not enabled) reads opencode as it writes"
+            "follow: <code>oc-watchdog-follow.service</code> (not enabled) reads the agents as they write"
         );
     }
 
@@ -1024,7 +1024,7 @@ mod tests {
         let p = page("follow", 1000, enabled.clone());
         assert_eq!(not_running(&p), None);
         let html = render(&p);
-        assert!(html.contains("<td>mode</td><td>follow: <code>oc-watchdog-follow.service</code> (enabled) reads opencode as it writes, a full read every 1 min"), "{html}");
+        assert!(html.contains("<td>mode</td><td>follow: <code>oc-watchdog-follow.service</code> (enabled) reads the agents as they write, a full read every 1 min"), "{html}");
         assert!(
             html.contains("server <code>127.0.0.1:4096</code>"),
             "{html}"

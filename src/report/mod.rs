@@ -205,7 +205,7 @@ pub struct EpisodeRow {
     pub duration_ms: Option<i64>,
     /// Loops: its stop (issue 28) in one line, when one was asked.
     pub stop: Option<String>,
-    /// Why it resolved, as its resolve said it ("the opencode process ended: ...").
+    /// Why it resolved, as its resolve said it ("the opencode process ended: ...", "the Claude Code process ended").
     pub why: Option<String>,
     /// What it was about: its alert's title, and for a loop what it repeats most.
     pub title: String,
@@ -815,30 +815,23 @@ mod tests {
                     "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired,
                         resolved, reason, agent, model, calls, cost, duration_ms)
                      VALUES (?1, 'loop', ?2, ?3, 'info', 'critical', ?4, ?4, ?5, ?6, 'build', 'sim/m', 41, 0.37, ?7)",
-                    params![key, key.trim_start_matches("opencode-loop:"), state, opened, resolved, reason, dur],
+                    params![key, key.trim_start_matches("loop:"), state, opened, resolved, reason, dur],
                 )
                 .unwrap();
         };
         // one tree looped, stopped, and loops again: two episodes of one key
         ins(
-            "opencode-loop:ses_a",
+            "loop:ses_a",
             "resolved",
             now - 2 * day,
             Some(now - 2 * day + 600_000),
             Some("stopped"),
             Some(540_000),
         );
-        ins(
-            "opencode-loop:ses_a",
-            "open",
-            now - 3_600_000,
-            None,
-            None,
-            None,
-        );
+        ins("loop:ses_a", "open", now - 3_600_000, None, None, None);
         // closed 8 days ago: not on the page
         ins(
-            "opencode-loop:ses_b",
+            "loop:ses_b",
             "resolved",
             now - 9 * day,
             Some(now - 8 * day),
@@ -847,7 +840,7 @@ mod tests {
         );
         // opened 10 days ago, resolved 6 days ago by progress: on the page
         ins(
-            "opencode-loop:ses_c",
+            "loop:ses_c",
             "resolved",
             now - 10 * day,
             Some(now - 6 * day),
@@ -905,7 +898,7 @@ mod tests {
                 "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired)
                  VALUES (?1, ?2, ?3, 'open', 'warning', 'warning', ?4, ?4)",
                 params![
-                    format!("opencode-loop:{root}"),
+                    format!("loop:{root}"),
                     if a % 2 == 0 { "loop" } else { "stalled" },
                     root,
                     1_000 + a as i64
@@ -941,7 +934,7 @@ mod tests {
         let tx = store.write().unwrap();
         tx.execute(
             "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired, title)
-             VALUES ('opencode-unfinished:ses_u', 'unfinished', 'ses_u', 'open', 'info', 'info', 1000, 1000,
+             VALUES ('unfinished:ses_u', 'unfinished', 'ses_u', 'open', 'info', 'info', 1000, 1000,
                      'opencode build session stopped with its own list unfinished')",
             [],
         )
@@ -985,7 +978,7 @@ mod tests {
             tx.execute(
                 "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired)
                  VALUES (?1, 'loop', ?2, 'open', 'warning', 'warning', ?3, ?3)",
-                params![format!("opencode-loop:{root}"), root, 1_000 + a],
+                params![format!("loop:{root}"), root, 1_000 + a],
             )
             .unwrap();
             let sessions = if a == 249 {
@@ -1053,7 +1046,7 @@ mod tests {
         tx.execute_batch(&format!(
             "INSERT INTO ticks (id, t, duration_ms, sessions, flagged, outcome) VALUES (1, {t}, 1, 1, 1, 'flagged');
              INSERT INTO episodes (id, dedup_key, kind, root, state, severity, peak_severity, opened, last_fired, calls, cost)
-               VALUES (7, 'opencode-loop:ses_r', 'loop', 'ses_r', 'open', 'warning', 'warning', {t}, {t}, 18, 0.18);
+               VALUES (7, 'loop:ses_r', 'loop', 'ses_r', 'open', 'warning', 'warning', {t}, {t}, 18, 0.18);
              INSERT INTO verdicts (tick, t, session, root, flagged, reasons, calls, calls_since_landed, cost_since_landed)
                VALUES (1, {t}, 'ses_r', 'ses_r', 1, 'top', 90, 70, 0.70);
              INSERT INTO episode_sessions (episode, session, calls, calls_since_landed, cost_since_landed, flagged,

@@ -350,7 +350,7 @@ mod tests {
             let insert = |reason: &str| {
                 s.conn.execute(
                     "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired, resolved, reason)
-                     VALUES ('opencode-retrying:t', 'retrying', 't', 'resolved', 'info', 'warning', 4, 5, 6, ?1)",
+                     VALUES ('retrying:t', 'retrying', 't', 'resolved', 'info', 'warning', 4, 5, 6, ?1)",
                     [reason],
                 )
             };
@@ -370,6 +370,21 @@ mod tests {
                 &["changed"]
             };
             assert_eq!(reasons, want, "{}", p.display());
+            // and schema 13 rewrote the old key (issue 39)
+            let keys: Vec<String> = s
+                .conn
+                .prepare("SELECT dedup_key FROM episodes ORDER BY opened")
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let want: &[&str] = if p.ends_with("old.db") {
+                &["retrying:s", "retrying:t"]
+            } else {
+                &["retrying:t"]
+            };
+            assert_eq!(keys, want, "{}", p.display());
             let ok: String = s
                 .conn
                 .query_row("PRAGMA integrity_check", [], |r| r.get(0))

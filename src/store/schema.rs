@@ -395,6 +395,40 @@ UPDATE sqlite_master
  WHERE type = 'table' AND name = 'stops';
 PRAGMA writable_schema = OFF;
 "#,
+    // 13: agent-neutral keys and outcome (issue 39): a loop or liveness alert's dedup key is
+    // `loop:<root>`, `stalled:<session>`, ... (was `opencode-loop:<root>`), and a tick that read
+    // no agent is `no_agent` (was `no_opencode`). Stored keys are rewritten, so an open alert
+    // stays open under its new key and the next tick neither triggers it again nor loses it;
+    // the key each rewritten episode was announced under is kept in `announced_keys`, and the
+    // channels go on using it toward PagerDuty, Alertmanager and webhooks (`alert::outbox`).
+    // A table of its own, not a column: ALTER TABLE ADD COLUMN on `episodes` after 11 edited
+    // its stored SQL in the same transaction (a new database runs both) writes the column at
+    // the old SQL's offset and breaks the table. The outcome's CHECK is edited in place as in
+    // 11; its rows are rewritten with CHECKs off, as this connection holds the CHECK it read
+    // before until the runner bumps schema_version.
+    r#"
+CREATE TABLE announced_keys (
+    episode INTEGER PRIMARY KEY REFERENCES episodes (id) ON DELETE CASCADE,
+    key     TEXT NOT NULL
+);
+INSERT INTO announced_keys (episode, key)
+SELECT id, dedup_key FROM episodes WHERE dedup_key LIKE 'opencode-%:%' AND kind <> 'blind';
+UPDATE episodes SET dedup_key = substr(dedup_key, length('opencode-') + 1)
+ WHERE dedup_key LIKE 'opencode-%:%' AND kind <> 'blind';
+UPDATE events SET dedup_key = substr(dedup_key, length('opencode-') + 1),
+                  body = CASE WHEN json_valid(body) AND json_type(body, '$.dedup_key') = 'text'
+                         THEN json_set(body, '$.dedup_key', substr(dedup_key, length('opencode-') + 1))
+                         ELSE body END
+ WHERE dedup_key LIKE 'opencode-%:%';
+PRAGMA writable_schema = ON;
+UPDATE sqlite_master
+   SET sql = replace(sql, '''flagged'', ''no_opencode'', ''blind''', '''flagged'', ''no_agent'', ''blind''')
+ WHERE type = 'table' AND name = 'ticks';
+PRAGMA writable_schema = OFF;
+PRAGMA ignore_check_constraints = ON;
+UPDATE ticks SET outcome = 'no_agent' WHERE outcome = 'no_opencode';
+PRAGMA ignore_check_constraints = OFF;
+"#,
 ];
 
 pub fn latest() -> i64 {

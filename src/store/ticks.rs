@@ -82,7 +82,7 @@ pub const SHOWN_TICK: &str =
 /// does not. In both, a flagged session that stopped (idle, ended, interrupted) once its loop
 /// alert resolved is no loop going on: status does not say "flagged" beside no open alert.
 pub const STANDING_SESSIONS: &str =
-    "CASE WHEN l.mode = 'follow' AND t.outcome NOT IN ('blind', 'no_opencode')
+    "CASE WHEN l.mode = 'follow' AND t.outcome NOT IN ('blind', 'no_agent')
      THEN (SELECT count(DISTINCT v.session) FROM verdicts v WHERE v.tick >= t.id)
      ELSE t.sessions END";
 /// The flagged verdicts that say a loop goes on: the verdict's session has not stopped, or its
@@ -106,7 +106,7 @@ macro_rules! standing_verdicts {
     };
 }
 pub const STANDING_FLAGGED: &str = concat!(
-    "CASE WHEN t.outcome NOT IN ('blind', 'no_opencode')
+    "CASE WHEN t.outcome NOT IN ('blind', 'no_agent')
      THEN (SELECT count(*) FROM verdicts v WHERE ",
     standing_verdicts!(),
     " AND ",

@@ -498,11 +498,11 @@ fn claude_code_and_codex_sessions_in_home_are_watched_with_no_configuration_and_
         .collect();
     let mut want = vec![
         format!(
-            "oc-watchdog: dedup=opencode-loop:{} state=trigger \"Claude Code loop: agent repeats bash {TEST}\"",
+            "oc-watchdog: dedup=loop:{} state=trigger \"Claude Code loop: agent repeats bash {TEST}\"",
             sc_loop["id"].as_str().unwrap()
         ),
         format!(
-            "oc-watchdog: dedup=opencode-loop:{} state=trigger \"Codex loop: agent repeats bash {TEST}\"",
+            "oc-watchdog: dedup=loop:{} state=trigger \"Codex loop: agent repeats bash {TEST}\"",
             sx_loop["id"].as_str().unwrap()
         ),
     ];

@@ -165,7 +165,7 @@ fn a_loop_that_goes_on_escalates_on_its_third_flagged_tick_and_resolves_with_pro
     r.ok();
     assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
     let ev = &r.records()[0];
-    assert_eq!(ev["dedup_key"], format!("opencode-loop:{root}"));
+    assert_eq!(ev["dedup_key"], format!("loop:{root}"));
     assert_eq!(ev["title"], "opencode loop: build repeats read src/a.js");
     assert_eq!(ev["details"]["calls_since_landed"], 41);
     assert_eq!(
@@ -173,7 +173,7 @@ fn a_loop_that_goes_on_escalates_on_its_third_flagged_tick_and_resolves_with_pro
         json!({"calls": 41, "cost": 0.41, "duration_ms": 44_000, "flagged_ticks": 1})
     );
     assert!(r.stderr().contains(&format!(
-        "oc-watchdog: dedup=opencode-loop:{root} state=trigger severity=warning title=\"opencode loop: build repeats read src/a.js\""
+        "oc-watchdog: dedup=loop:{root} state=trigger severity=warning title=\"opencode loop: build repeats read src/a.js\""
     )), "{}", r.story());
     // the operator's view of it
     let l = &loops(&rig)[0];
@@ -361,10 +361,10 @@ fn two_verdicts_for_one_session_in_a_tick_give_one_trigger() {
         .iter()
         .map(|e| e["dedup_key"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(keys, ["opencode-loop:ses_2y", "opencode-stalled:ses_2x"]);
+    assert_eq!(keys, ["loop:ses_2y", "stalled:ses_2x"]);
     let rows: Vec<String> =
         rig.query("SELECT dedup_key || ':' || evidence FROM episodes WHERE kind = 'stalled'");
-    assert_eq!(rows, ["opencode-stalled:ses_2x:busy and silent for 950 s"]);
+    assert_eq!(rows, ["stalled:ses_2x:busy and silent for 950 s"]);
 }
 
 #[test]
@@ -372,14 +372,17 @@ fn a_root_gone_from_readable_opencode_resolves_but_a_blind_tick_does_not() {
     let rig = Rig::new("");
     let (_, r) = rig.tick(T0, &[verdict("ses_kid", "ses_gone", true)], &[]);
     assert_eq!(states(&r), [("trigger".into(), "warning".into())]);
-    assert_eq!(r.records()[0]["dedup_key"], "opencode-loop:ses_gone");
+    assert_eq!(r.records()[0]["dedup_key"], "loop:ses_gone");
     // opencode unreadable: no all-clear, a "watchdog is blind" warning instead
     let blind = r#"{"kind":"blind","source":"http://127.0.0.1:4096","reason":"GET /session did not return a list"}"#;
     let (_, r) = rig.tick(T0 + MIN5, &[blind.to_string()], &[]);
     let evs = r.records();
     assert_eq!(evs.len(), 1);
     assert_eq!(evs[0]["dedup_key"], "watchdog-blind");
-    assert_eq!(evs[0]["title"], "watchdog is blind: cannot read opencode");
+    assert_eq!(
+        evs[0]["title"],
+        "watchdog is blind: cannot read an agent's sessions"
+    );
     assert!(evs[0]["summary"]
         .as_str()
         .unwrap()
@@ -400,17 +403,20 @@ fn a_root_gone_from_readable_opencode_resolves_but_a_blind_tick_does_not() {
     assert_eq!(
         got,
         [
-            ("opencode-loop:ses_gone".into(), "resolve".into()),
+            ("loop:ses_gone".into(), "resolve".into()),
             ("watchdog-blind".into(), "resolve".into())
         ]
     );
     let why = r
         .records()
         .iter()
-        .find(|e| e["dedup_key"] == "opencode-loop:ses_gone")
+        .find(|e| e["dedup_key"] == "loop:ses_gone")
         .unwrap()["details"]["why"]
         .clone();
-    assert_eq!(why, "the root session is no longer in opencode");
+    assert_eq!(
+        why,
+        "the root session is no longer in the sources that listed it"
+    );
 }
 
 #[test]
@@ -445,7 +451,7 @@ fn webhook_and_pagerduty_get_the_same_event_in_their_shapes() {
         .map(|r| serde_json::from_str(&r.body).unwrap())
         .collect();
     assert_eq!(hooks.len(), 2);
-    assert_eq!(hooks[0]["dedup_key"], "opencode-loop:ses_w");
+    assert_eq!(hooks[0]["dedup_key"], "loop:ses_w");
     assert_eq!(hooks[0]["state"], "trigger");
     assert_eq!(hooks[0]["severity"], "warning");
     assert_eq!(hooks[0]["details"]["signals"]["top"], 31);
@@ -455,7 +461,7 @@ fn webhook_and_pagerduty_get_the_same_event_in_their_shapes() {
     assert_eq!(pds.len(), 2);
     assert_eq!(pds[0]["routing_key"], "R0UT1NG");
     assert_eq!(pds[0]["event_action"], "trigger");
-    assert_eq!(pds[0]["dedup_key"], "opencode-loop:ses_w");
+    assert_eq!(pds[0]["dedup_key"], "loop:ses_w");
     assert_eq!(pds[0]["payload"]["severity"], "warning");
     assert_eq!(pds[0]["payload"]["source"], "oc-watchdog");
     assert_eq!(
@@ -464,7 +470,7 @@ fn webhook_and_pagerduty_get_the_same_event_in_their_shapes() {
     );
     assert_eq!(
         pds[1],
-        json!({"routing_key": "R0UT1NG", "event_action": "resolve", "dedup_key": "opencode-loop:ses_w"})
+        json!({"routing_key": "R0UT1NG", "event_action": "resolve", "dedup_key": "loop:ses_w"})
     );
 }
 
@@ -484,7 +490,13 @@ fn one_broken_channel_does_not_stop_the_others() {
     ));
     let (_, r) = rig.tick(T0, &[verdict("ses_b", "ses_b", true)], &[]);
     r.ok();
-    assert!(r.stderr().contains("oc-watchdog: channel=dead dedup=opencode-loop:ses_b state=trigger delivery failed: POST"), "{}", r.story());
+    assert!(
+        r.stderr().contains(
+            "oc-watchdog: channel=dead dedup=loop:ses_b state=trigger delivery failed: POST"
+        ),
+        "{}",
+        r.story()
+    );
     assert_eq!(stub.requests().len(), 1);
     let rows: Vec<String> =
         rig.query("SELECT channel || ':' || status FROM deliveries ORDER BY channel");
@@ -806,7 +818,7 @@ fn a_resolve_that_could_not_be_delivered_or_was_cut_off_by_a_crash_is_never_lost
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    let pending: Vec<String> = rig.query("SELECT status FROM deliveries d JOIN events e ON e.id = d.event WHERE e.dedup_key = 'opencode-loop:ses_c'");
+    let pending: Vec<String> = rig.query("SELECT status FROM deliveries d JOIN events e ON e.id = d.event WHERE e.dedup_key = 'loop:ses_c'");
     assert_eq!(
         pending,
         ["pending"],
@@ -817,12 +829,12 @@ fn a_resolve_that_could_not_be_delivered_or_was_cut_off_by_a_crash_is_never_lost
     rig.tick(T0 + 4 * MIN5, &[verdict("ses_c", "ses_c", true)], &[])
         .1
         .ok();
-    let sent: Vec<String> = rig.query("SELECT status FROM deliveries d JOIN events e ON e.id = d.event WHERE e.dedup_key = 'opencode-loop:ses_c'");
+    let sent: Vec<String> = rig.query("SELECT status FROM deliveries d JOIN events e ON e.id = d.event WHERE e.dedup_key = 'loop:ses_c'");
     assert_eq!(sent, ["sent"]);
     let triggers = stub
         .requests()
         .iter()
-        .filter(|r| r.body.contains("\"dedup_key\":\"opencode-loop:ses_c\""))
+        .filter(|r| r.body.contains("\"dedup_key\":\"loop:ses_c\""))
         .count();
     assert_eq!(triggers, 2, "the cut-off attempt and its one repeat");
 }
@@ -851,7 +863,7 @@ fn a_desktop_trigger_whose_notify_call_failed_is_shown_the_next_run() {
     assert_eq!(rows(), ["pending 1"], "{}", r.story());
     assert!(
         r.stderr().contains(&format!(
-            "channel=desk dedup=opencode-loop:{root} state=trigger delivery failed (tried again next run): desktop notification:"
+            "channel=desk dedup=loop:{root} state=trigger delivery failed (tried again next run): desktop notification:"
         )),
         "{}",
         r.story()
@@ -972,12 +984,12 @@ fn a_bus_that_accepts_but_never_answers_keeps_what_is_owed_pending_and_starts_no
         ))
     };
     let want: Vec<String> = (0..10)
-        .map(|i| format!("opencode-loop:ses_hang{i} pending 0"))
+        .map(|i| format!("loop:ses_hang{i} pending 0"))
         .collect();
     assert_eq!(outcomes("desk"), want, "{}", r.story());
     // the other channel got every send in the same run
     let hook: Vec<String> = (0..10)
-        .map(|i| format!("opencode-loop:ses_hang{i} sent 1 HTTP 200"))
+        .map(|i| format!("loop:ses_hang{i} sent 1 HTTP 200"))
         .collect();
     assert_eq!(outcomes("hook"), hook);
     assert_eq!(
@@ -1007,7 +1019,7 @@ fn a_bus_that_accepts_but_never_answers_keeps_what_is_owed_pending_and_starts_no
     assert_eq!(r.records().len(), 0, "{}", r.story());
     for (i, row) in outcomes("desk").iter().enumerate() {
         assert!(
-            row.starts_with(&format!("opencode-loop:ses_hang{i} sent 1 notification ")),
+            row.starts_with(&format!("loop:ses_hang{i} sent 1 notification ")),
             "{row}"
         );
     }
@@ -1783,4 +1795,123 @@ fn a_resolve_says_which_session_it_resolves_by_title_and_project() {
         )),
         "{summary}"
     );
+}
+
+/// Issue 39: the keys became agent-neutral (`loop:<root>`, was `opencode-loop:<root>`) and the
+/// empty tick's outcome `no_agent` (was `no_opencode`). A database made by the previous build
+/// (schema 11, `fixtures/schema11-open-loop.sql`), with a loop open and announced to PagerDuty,
+/// is upgraded in place: the loop stays open under its new key, the next tick neither triggers
+/// it again nor loses it, it escalates and resolves as before, and PagerDuty gets both under the
+/// key it opened the incident with. A loop that starts after the upgrade has the new key.
+#[test]
+fn an_open_loop_from_a_schema_11_database_stays_open_under_its_new_key_and_pagerduty_keeps_its_incident(
+) {
+    let stub = Stub::start();
+    stub.route(
+        "POST /v2/enqueue",
+        Reply::Json(202, r#"{"status":"success"}"#.into()),
+    );
+    let rig = Rig::new(&format!(
+        "[[channels]]\nname = \"pd\"\ntype = \"pagerduty\"\nrouting_key_env = \"PD_KEY\"\nevents_url = \"{}/v2/enqueue\"\n",
+        stub.url
+    ));
+    let env = [("PD_KEY", "R0UT1NG")];
+    let dump =
+        std::fs::read_to_string(crate::support::repo().join("fixtures/schema11-open-loop.sql"))
+            .unwrap();
+    rusqlite::Connection::open(rig.db())
+        .unwrap()
+        .execute_batch(&dump)
+        .unwrap();
+    let episodes = |rig: &Rig| -> Vec<String> {
+        rig.query(
+            "SELECT dedup_key || ' ' || coalesce((SELECT key FROM announced_keys WHERE episode = id), '-') || ' ' || state || ' ' || flagged_ticks
+                    || ' ' || severity || ' ' || coalesce(reason, '-') FROM episodes ORDER BY id",
+        )
+    };
+    let events = |rig: &Rig| -> Vec<String> {
+        rig.query(
+            "SELECT dedup_key || ' ' || state || ' ' || json_extract(body, '$.dedup_key') FROM events ORDER BY id",
+        )
+    };
+    // as the previous build left it
+    assert_eq!(
+        rig.query::<String>("SELECT dedup_key || ' ' || state FROM episodes"),
+        ["opencode-loop:ses_up open"]
+    );
+    assert_eq!(
+        rig.query::<String>("SELECT outcome FROM ticks ORDER BY id"),
+        ["no_opencode", "flagged"]
+    );
+
+    // the next tick flags it again: counted, nothing sent, nothing new opened
+    let (_, r) = rig.tick(
+        T0 + 2 * MIN5,
+        &[looping("ses_up", "ses_up", true, 50, "")],
+        &env,
+    );
+    r.ok();
+    assert_eq!(states(&r), []);
+    assert_eq!(
+        episodes(&rig),
+        ["loop:ses_up opencode-loop:ses_up open 2 warning -"]
+    );
+    assert_eq!(events(&rig), ["loop:ses_up trigger loop:ses_up"]);
+    assert_eq!(
+        rig.query::<String>("SELECT outcome FROM ticks ORDER BY id"),
+        ["no_agent", "flagged", "flagged"]
+    );
+    assert_eq!(
+        rig.query::<String>("SELECT dedup_key || ' ' || last_decision FROM episodes"),
+        ["loop:ses_up counted"]
+    );
+    let l = loops(&rig);
+    assert_eq!(l.len(), 1, "{l:?}");
+    assert_eq!(l[0]["dedup_key"], "loop:ses_up");
+
+    // it goes on: escalates, then resolves with progress
+    let (_, r) = rig.tick(
+        T0 + 3 * MIN5,
+        &[looping("ses_up", "ses_up", true, 56, "")],
+        &env,
+    );
+    assert_eq!(
+        states(&r),
+        [("escalate".to_string(), "critical".to_string())]
+    );
+    assert_eq!(r.records()[0]["dedup_key"], "loop:ses_up");
+    let (_, r) = rig.tick(T0 + 4 * MIN5, &[verdict("ses_up", "ses_up", false)], &env);
+    assert_eq!(states(&r), [("resolve".to_string(), "info".to_string())]);
+    assert_eq!(
+        episodes(&rig),
+        ["loop:ses_up opencode-loop:ses_up resolved 3 info progress"]
+    );
+
+    // a loop that starts after the upgrade is announced under its new key
+    let (_, r) = rig.tick(T0 + 5 * MIN5, &[verdict("ses_new", "ses_new", true)], &env);
+    assert_eq!(states(&r), [("trigger".to_string(), "warning".to_string())]);
+    assert_eq!(r.records()[0]["dedup_key"], "loop:ses_new");
+
+    // PagerDuty saw one incident per loop: the old one escalated and resolved under the key it
+    // was opened with (its trigger was sent by the previous build)
+    let pds: Vec<(String, String, String)> = stub
+        .requests()
+        .iter()
+        .map(|r| serde_json::from_str::<Value>(&r.body).unwrap())
+        .map(|b| {
+            let s = |k: &str| b[k].as_str().unwrap_or("-").to_string();
+            (
+                s("event_action"),
+                s("dedup_key"),
+                b["payload"]["severity"].as_str().unwrap_or("-").to_string(),
+            )
+        })
+        .collect();
+    let want = [
+        ("trigger", "opencode-loop:ses_up", "critical"),
+        ("resolve", "opencode-loop:ses_up", "-"),
+        ("trigger", "loop:ses_new", "warning"),
+    ]
+    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
+    assert_eq!(pds, want);
 }

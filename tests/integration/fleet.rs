@@ -146,8 +146,8 @@ fn alertmanager_sees_trigger_escalate_and_resolve_and_one_dead_peer_does_not_mat
         .to_string();
     assert_eq!(
         a[0]["labels"],
-        json!({"alertname": "OpencodeLoop", "severity": "warning", "host": host, "root_session": "ses_fleet",
-               "agent": "build", "model": "sim/sim-model"})
+        json!({"alertname": "AgentLoop", "severity": "warning", "host": host, "root_session": "ses_fleet",
+               "agent": "build", "model": "sim/sim-model", "program": "opencode"})
     );
     assert_eq!(a[0]["status"]["state"], "active");
     assert_eq!(

@@ -247,7 +247,7 @@ fn a_followed_loop_triggers_at_its_first_flagged_tick_escalates_by_calls_and_res
     // wd-alert stops mid-episode (the whole pipeline, as a restart of the service does)
     let (out, err) = p.end();
     assert!(
-        err.contains(&format!("dedup=opencode-loop:{r} state=escalate")),
+        err.contains(&format!("dedup=loop:{r} state=escalate")),
         "{err}"
     );
     // its own output fed again: every tick was processed, nothing is sent twice
@@ -455,7 +455,7 @@ fn the_followed_page_is_rewritten_within_seconds_of_a_full_tick_an_event_or_a_lo
     input.flush().unwrap();
     assert_eq!(wait_page(Some(first)), None, "rewritten for a partial tick");
     // an event: rewritten
-    let ev = json!({"dedup_key": format!("opencode-loop:{z}"), "state": "trigger"}).to_string();
+    let ev = json!({"dedup_key": format!("loop:{z}"), "state": "trigger"}).to_string();
     writeln!(input, "{ev}").unwrap();
     input.flush().unwrap();
     let second = wait_page(Some(first)).expect("not rewritten for an event");

@@ -148,7 +148,7 @@ impl Rig {
                 "SELECT state, coalesce(reason, ''), t FROM events WHERE dedup_key = ?1 ORDER BY id",
             )
             .unwrap();
-        q.query_map([format!("opencode-loop:{root}")], |r| {
+        q.query_map([format!("loop:{root}")], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?))
         })
         .unwrap()
@@ -379,7 +379,7 @@ fn a_burst_of_50_sessions_at_once_is_judged_whole_each_loop_alerting_once() {
     let mut keys = rig.event_keys();
     keys.sort();
     keys.dedup();
-    let mut want: Vec<String> = loops.iter().map(|l| format!("opencode-loop:{l}")).collect();
+    let mut want: Vec<String> = loops.iter().map(|l| format!("loop:{l}")).collect();
     want.sort();
     assert_eq!(keys, want);
     assert_eq!(rig.count("SELECT count(*) FROM events", &[]), 6);
@@ -447,7 +447,7 @@ fn a_suspend_of_the_follow_pipeline_neither_repeats_nor_skips_an_alert() {
     // and its notification shown first: a stop inside the delivery is the next test's (one
     // inside the question whether the server answers leaves the trigger owed to the next
     // tick, where B's resolve would supersede it and nothing of B would reach the desktop)
-    let key = format!("opencode-loop:{b}");
+    let key = format!("loop:{b}");
     rig.wait("B's trigger delivered", 30, || {
         rig.count(
             "SELECT count(*) FROM deliveries d JOIN events e ON e.id = d.event
@@ -648,7 +648,7 @@ fn a_stop_of_the_alerter_inside_a_notify_call_records_the_popup_it_showed_as_sen
             .query_row(
                 "SELECT d.status, coalesce(d.detail, '') FROM deliveries d
                  JOIN events e ON e.id = d.event WHERE e.dedup_key = ?1",
-                [format!("opencode-loop:{s}")],
+                [format!("loop:{s}")],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .unwrap();

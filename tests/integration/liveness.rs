@@ -133,7 +133,7 @@ fn a_provider_that_stops_answering_is_suspect_at_300s_and_stalled_at_900s_never_
     assert_eq!(run(last + 899_000), Vec::<Value>::new());
     let evs = run(last + 900_000);
     assert_eq!(evs.len(), 1);
-    assert_eq!(evs[0]["dedup_key"], format!("opencode-stalled:{id}"));
+    assert_eq!(evs[0]["dedup_key"], format!("stalled:{id}"));
     assert_eq!(evs[0]["severity"], "warning");
     assert_eq!(run(last + 1_200_000), Vec::<Value>::new());
     http("POST", &format!("{}/session/{id}/abort", sim.url), None);
@@ -291,7 +291,7 @@ fn the_nudge_is_sent_once_and_only_when_switched_on() {
     let (_, a) = tick(None);
     assert_eq!(
         a.records()[0]["dedup_key"],
-        format!("opencode-unfinished:{}", ran.id)
+        format!("unfinished:{}", ran.id)
     );
     assert!(!a.stderr().contains("nudge"), "{}", a.story());
     assert_eq!(nudges().len(), 0);
@@ -405,7 +405,7 @@ fn a_stalled_session_aborted_by_the_operator_resolves_stopped_not_recovered() {
     assert_eq!(
         tick(t0 + 950_000),
         [format!(
-            "oc-watchdog: dedup=opencode-stalled:{id} state=trigger severity=warning"
+            "oc-watchdog: dedup=stalled:{id} state=trigger severity=warning"
         )]
     );
     let (code, _) = http("POST", &format!("{}/session/{id}/abort", sim.url), None);
@@ -415,10 +415,8 @@ fn a_stalled_session_aborted_by_the_operator_resolves_stopped_not_recovered() {
     assert_eq!(
         tick(t0 + 960_000),
         [
-            format!(
-                "oc-watchdog: dedup=opencode-stalled:{id} state=resolve severity=info reason=stopped"
-            ),
-            format!("oc-watchdog: dedup=opencode-interrupted:{id} state=trigger severity=info"),
+            format!("oc-watchdog: dedup=stalled:{id} state=resolve severity=info reason=stopped"),
+            format!("oc-watchdog: dedup=interrupted:{id} state=trigger severity=info"),
         ]
     );
     let why: String = rusqlite::Connection::open(&db)

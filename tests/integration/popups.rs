@@ -161,7 +161,7 @@ fn a_config_typo_is_told_by_a_popup_and_the_page_and_the_follow_service_stays_up
     std::fs::write(&cfg, "[opencode]\ndiscover = \"off\"\n").unwrap();
     // the last good state: one tick
     home.cmd("wd-store")
-        .args(["--now", "1796000000000", "tick", "--outcome", "no_opencode"])
+        .args(["--now", "1796000000000", "tick", "--outcome", "no_agent"])
         .stdin("")
         .run()
         .ok();
@@ -241,7 +241,7 @@ fn a_config_typo_is_told_by_a_popup_and_the_page_and_the_follow_service_stays_up
         "{page}"
     );
     assert!(
-        page.contains("no_opencode"),
+        page.contains("no_agent"),
         "the last tick is gone from the page"
     );
     assert!(page.contains("<title>oc-watchdog: NOT WATCHING</title>"));

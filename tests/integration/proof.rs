@@ -165,7 +165,7 @@ fn a_new_users_opencode_run_loop_and_an_unconfigured_serve_are_seen_with_no_conf
         std::fs::read_to_string(crate::support::repo().join("config/watchdog.toml")).unwrap(),
         "the installed config is the default one, untouched"
     );
-    assert_eq!(m.last_outcome(), "no_opencode");
+    assert_eq!(m.last_outcome(), "no_agent");
     let fake = ocsim::Fake::start();
     fake.configure(m.home.path());
 
@@ -189,7 +189,7 @@ fn a_new_users_opencode_run_loop_and_an_unconfigured_serve_are_seen_with_no_conf
     assert_eq!(
         Machine::transitions(&r),
         [format!(
-            "oc-watchdog: dedup=opencode-loop:{looping} state=trigger severity=warning"
+            "oc-watchdog: dedup=loop:{looping} state=trigger severity=warning"
         )]
     );
     let src = m.sh("oc-sessions | jq -c 'select(.kind==\"source\")'");
@@ -280,7 +280,7 @@ fn a_new_users_opencode_run_loop_and_an_unconfigured_serve_are_seen_with_no_conf
     assert_eq!(
         Machine::transitions(&r),
         [format!(
-            "oc-watchdog: dedup=opencode-loop:{served} state=trigger severity=warning"
+            "oc-watchdog: dedup=loop:{served} state=trigger severity=warning"
         )],
         "{}",
         r.story()
@@ -475,10 +475,8 @@ fn a_new_user_following_hears_of_a_loop_within_calls_of_its_flag_point_and_of_it
     assert_eq!(
         m.follow_transitions(&looping),
         [
-            format!("oc-watchdog: dedup=opencode-loop:{looping} state=trigger severity=warning"),
-            format!(
-                "oc-watchdog: dedup=opencode-loop:{looping} state=resolve severity=info reason=stopped"
-            ),
+            format!("oc-watchdog: dedup=loop:{looping} state=trigger severity=warning"),
+            format!("oc-watchdog: dedup=loop:{looping} state=resolve severity=info reason=stopped"),
         ],
         "{}",
         m.follow_log()
@@ -600,10 +598,8 @@ fn a_new_user_following_hears_of_a_looping_tui_session_under_tmux_and_of_its_qui
     assert_eq!(
         m.follow_transitions(&looping),
         [
-            format!("oc-watchdog: dedup=opencode-loop:{looping} state=trigger severity=warning"),
-            format!(
-                "oc-watchdog: dedup=opencode-loop:{looping} state=resolve severity=info reason=stopped"
-            ),
+            format!("oc-watchdog: dedup=loop:{looping} state=trigger severity=warning"),
+            format!("oc-watchdog: dedup=loop:{looping} state=resolve severity=info reason=stopped"),
         ],
         "{}",
         m.follow_log()
@@ -687,8 +683,10 @@ fn a_tui_waiting_for_a_person_is_told_within_seconds_and_stays_until_answered() 
     assert_eq!(
         m.follow_transitions(&asking),
         [
-            format!("oc-watchdog: dedup=opencode-waiting:{asking} state=trigger severity=info"),
-            format!("oc-watchdog: dedup=opencode-waiting:{asking} state=resolve severity=info reason=recovered"),
+            format!("oc-watchdog: dedup=waiting:{asking} state=trigger severity=info"),
+            format!(
+                "oc-watchdog: dedup=waiting:{asking} state=resolve severity=info reason=recovered"
+            ),
         ],
         "{}",
         m.follow_log()
@@ -719,7 +717,7 @@ fn a_database_deleted_or_replaced_under_a_running_opencode_is_blindness() {
     assert_eq!(
         Machine::transitions(&r),
         [format!(
-            "oc-watchdog: dedup=opencode-loop:{looping} state=trigger severity=warning"
+            "oc-watchdog: dedup=loop:{looping} state=trigger severity=warning"
         )],
         "{}",
         r.story()
@@ -776,10 +774,7 @@ fn a_database_deleted_or_replaced_under_a_running_opencode_is_blindness() {
         .unwrap()
         .map(Result::unwrap)
         .collect();
-    assert_eq!(
-        open,
-        [format!("opencode-loop:{looping}"), "watchdog-blind".into()]
-    );
+    assert_eq!(open, [format!("loop:{looping}"), "watchdog-blind".into()]);
 }
 
 /// Issue 40: the timer's tick, like the follow service, tells a killed `opencode run` from
@@ -818,7 +813,7 @@ fn the_timer_resolves_a_killed_run_though_another_opencode_works_in_its_project(
     let r = m.tick();
     assert!(
         Machine::transitions(&r).contains(&format!(
-            "oc-watchdog: dedup=opencode-loop:{looping} state=trigger severity=warning"
+            "oc-watchdog: dedup=loop:{looping} state=trigger severity=warning"
         )),
         "{}",
         r.story()
@@ -835,7 +830,7 @@ fn the_timer_resolves_a_killed_run_though_another_opencode_works_in_its_project(
     let t = Machine::transitions(&r);
     assert!(
         t.contains(&format!(
-            "oc-watchdog: dedup=opencode-loop:{looping} state=resolve severity=info reason=stopped"
+            "oc-watchdog: dedup=loop:{looping} state=resolve severity=info reason=stopped"
         )),
         "{}",
         r.story()
@@ -851,7 +846,7 @@ fn the_timer_resolves_a_killed_run_though_another_opencode_works_in_its_project(
         .query_row(
             "SELECT json_extract(body, '$.summary') FROM events
              WHERE dedup_key = ?1 AND state = 'resolve'",
-            [format!("opencode-loop:{looping}")],
+            [format!("loop:{looping}")],
             |r| r.get(0),
         )
         .unwrap();

@@ -117,7 +117,7 @@ fn the_page_shows_the_loop_with_its_picture_and_alerts_link_to_it() {
     r.ok();
     assert!(
         r.stderr()
-            .contains(&format!("dedup=opencode-loop:{} state=trigger", looping.id)),
+            .contains(&format!("dedup=loop:{} state=trigger", looping.id)),
         "{}\n{}",
         r.story(),
         installed(&home, "wd-store", &["verdicts", "--format", "table"]).stdout()
@@ -217,7 +217,7 @@ fn the_page_shows_the_loop_with_its_picture_and_alerts_link_to_it() {
             .unwrap()
             .query_row(
                 "SELECT body FROM events WHERE dedup_key = ?1",
-                [format!("opencode-loop:{}", looping.id)],
+                [format!("loop:{}", looping.id)],
                 |r| r.get(0),
             )
             .unwrap();
@@ -387,7 +387,7 @@ fn an_opencode_run_loop_is_drawn_from_the_database_in_the_machines_time_zone() {
     let _ = run.wait();
     assert!(
         r.stderr()
-            .contains(&format!("dedup=opencode-loop:{id} state=trigger")),
+            .contains(&format!("dedup=loop:{id} state=trigger")),
         "{}",
         r.story()
     );

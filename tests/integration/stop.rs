@@ -1054,7 +1054,7 @@ fn events_of(rig: &Rig, root: &str) -> Vec<String> {
             "SELECT state || coalesce(' ' || reason, '') FROM events WHERE dedup_key = ?1 ORDER BY id",
         )
         .unwrap();
-    st.query_map([format!("opencode-loop:{root}")], |r| r.get(0))
+    st.query_map([format!("loop:{root}")], |r| r.get(0))
         .unwrap()
         .collect::<rusqlite::Result<_>>()
         .unwrap()
@@ -1251,7 +1251,7 @@ fn the_policy_stops_a_looping_opencode_run_at_escalation_once_and_says_so_on_eve
         t3.story()
     );
     assert_eq!(rig.stops(&id).len(), 1);
-    assert_eq!(alert_keys(&rig), [format!("opencode-loop:{id} resolved")]);
+    assert_eq!(alert_keys(&rig), [format!("loop:{id} resolved")]);
     assert_eq!(pol.hooked(&id).len(), 2);
     // and the session resumes as the resolve says
     rig.follow_resume_advice(&id, &summary);
@@ -1389,7 +1389,7 @@ fn the_policy_stops_a_looping_tui_session_under_tmux_at_escalation_and_it_resume
         t3.story()
     );
     assert_eq!(rig.stops(&id).len(), 1);
-    assert_eq!(alert_keys(&rig), [format!("opencode-loop:{id} resolved")]);
+    assert_eq!(alert_keys(&rig), [format!("loop:{id} resolved")]);
 
     // close the TUI, then the session resumes with `opencode run -s`
     rig.close_tui();

@@ -249,7 +249,7 @@ fn a_looping_codex_exec_is_stopped_by_sigint_to_its_own_process_and_resumes_as_a
     let t = rig.tick();
     assert!(
         t.stderr()
-            .contains(&format!("dedup=opencode-loop:{id} state=trigger")),
+            .contains(&format!("dedup=loop:{id} state=trigger")),
         "{}",
         t.story()
     );
@@ -281,7 +281,7 @@ fn a_looping_codex_exec_is_stopped_by_sigint_to_its_own_process_and_resumes_as_a
     let resolve = t
         .stderr()
         .lines()
-        .find(|l| l.contains(&format!("dedup=opencode-loop:{id} state=resolve")))
+        .find(|l| l.contains(&format!("dedup=loop:{id} state=resolve")))
         .unwrap_or_else(|| panic!("{}", t.story()))
         .to_string();
     assert!(resolve.contains("reason=stopped"), "{resolve}");
@@ -375,7 +375,7 @@ fn the_policy_stops_a_looping_codex_exec_past_its_calls_cap() {
     let t = rig.tick();
     assert!(
         t.stderr()
-            .contains(&format!("dedup=opencode-loop:{id} state=trigger")),
+            .contains(&format!("dedup=loop:{id} state=trigger")),
         "{}",
         t.story()
     );

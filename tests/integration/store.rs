@@ -103,7 +103,7 @@ fn tick_passes_the_stream_through_and_records_it() {
 }
 
 #[test]
-fn empty_tick_records_no_opencode_and_malformed_lines_are_skipped() {
+fn empty_tick_records_no_agent_and_malformed_lines_are_skipped() {
     let home = Home::new();
     let r = home
         .cmd("wd-store")
@@ -111,10 +111,10 @@ fn empty_tick_records_no_opencode_and_malformed_lines_are_skipped() {
         .stdin("")
         .run();
     r.ok();
-    assert_eq!(r.kind("tick")[0]["outcome"], "no_opencode");
+    assert_eq!(r.kind("tick")[0]["outcome"], "no_agent");
     let r = home
         .cmd("wd-store")
-        .args(["--db", &db(&home), "tick", "--outcome", "no_opencode"])
+        .args(["--db", &db(&home), "tick", "--outcome", "no_agent"])
         .stdin("")
         .run();
     r.ok();
@@ -514,7 +514,7 @@ fn prune_drops_old_ticks_but_never_open_alerts() {
     {
         let c = rusqlite::Connection::open(db(&home)).unwrap();
         c.execute(
-            "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired) VALUES ('opencode-loop:ses_a', 'loop', 'ses_a', 'open', 'warning', 'warning', ?1, ?1)",
+            "INSERT INTO episodes (dedup_key, kind, root, state, severity, peak_severity, opened, last_fired) VALUES ('loop:ses_a', 'loop', 'ses_a', 'open', 'warning', 'warning', ?1, ?1)",
             [t0],
         )
         .unwrap();
@@ -749,7 +749,7 @@ fn a_query_on_a_missing_database_names_it_and_creates_nothing() {
     assert_eq!(count(db_s, "SELECT count(*) FROM ticks"), 1);
     let r = home.cmd("wd-store").args(["--db", db_s, "status"]).run();
     r.ok();
-    assert_eq!(r.kind("status")[0]["outcome"], json!("no_opencode"));
+    assert_eq!(r.kind("status")[0]["outcome"], json!("no_agent"));
 }
 
 /// A watchdog database holding the fixture's 23 loops as one tick (`progress-detect |

@@ -129,7 +129,7 @@ fn the_installed_tick_alerts_once_resolves_stopped_and_gone_and_stays_honest() {
     assert_eq!(
         transitions(&r),
         [format!(
-            "oc-watchdog: dedup=opencode-loop:{} state=trigger severity=warning",
+            "oc-watchdog: dedup=loop:{} state=trigger severity=warning",
             looping.id
         )]
     );
@@ -168,7 +168,7 @@ fn the_installed_tick_alerts_once_resolves_stopped_and_gone_and_stays_honest() {
     assert_eq!(
         transitions(&r),
         [format!(
-            "oc-watchdog: dedup=opencode-loop:{} state=resolve severity=info reason=stopped",
+            "oc-watchdog: dedup=loop:{} state=resolve severity=info reason=stopped",
             looping.id
         )]
     );
@@ -207,7 +207,7 @@ fn the_installed_tick_alerts_once_resolves_stopped_and_gone_and_stays_honest() {
     assert_eq!(
         transitions(&r),
         [format!(
-            "oc-watchdog: dedup=opencode-loop:{} state=trigger severity=warning",
+            "oc-watchdog: dedup=loop:{} state=trigger severity=warning",
             again.id
         )]
     );
@@ -216,7 +216,7 @@ fn the_installed_tick_alerts_once_resolves_stopped_and_gone_and_stays_honest() {
     assert_eq!(
         transitions(&r),
         [format!(
-            "oc-watchdog: dedup=opencode-loop:{} state=resolve severity=info reason=gone",
+            "oc-watchdog: dedup=loop:{} state=resolve severity=info reason=gone",
             again.id
         )]
     );
@@ -275,11 +275,11 @@ fn the_installed_tick_alerts_once_resolves_stopped_and_gone_and_stays_honest() {
         "ticks recorded vs ticks that left on the lock"
     );
 
-    // opencode stopped: a quiet tick recording no_opencode
+    // opencode stopped: a quiet tick recording no_agent
     sim.stop();
     let r = w.tick();
     assert_eq!(r.stderr(), "");
-    assert_eq!(w.status()["outcome"], "no_opencode");
+    assert_eq!(w.status()["outcome"], "no_agent");
 
     // opencode answering in a changed shape: "watchdog is blind", never an all-clear
     let stub = Stub::start();
@@ -493,7 +493,7 @@ fn opencode_run_a_loop_that_ends_resolves_stopped_starts_again_as_a_new_episode_
         w.run("wd-store", &["alerts", "--since", "1h"])
             .kind("episode")
             .into_iter()
-            .filter(|e| e["dedup_key"] == format!("opencode-loop:{id}"))
+            .filter(|e| e["dedup_key"] == format!("loop:{id}"))
             .collect()
     };
 
@@ -629,7 +629,7 @@ fn opencode_run_a_session_inside_a_long_tool_neither_escalates_nor_resolves() {
         .run("wd-store", &["loops"])
         .kind("loop")
         .into_iter()
-        .filter(|l| l["dedup_key"] == format!("opencode-loop:{id}"))
+        .filter(|l| l["dedup_key"] == format!("loop:{id}"))
         .collect();
     assert_eq!(
         (&l[0]["last_decision"], &l[0]["flagged_ticks"]),
@@ -918,7 +918,7 @@ fn an_operators_journey_trigger_escalation_ctrl_c_resolve_keeps_one_popup_on_scr
         .unwrap()
         .prepare("SELECT d.detail FROM deliveries d JOIN events e ON e.id = d.event WHERE e.dedup_key = ?1 ORDER BY e.id")
         .unwrap()
-        .query_map([format!("opencode-loop:{id}")], |r| r.get(0))
+        .query_map([format!("loop:{id}")], |r| r.get(0))
         .unwrap()
         .map(|r| r.unwrap())
         .collect();
@@ -968,7 +968,7 @@ fn an_unfinished_todos_alert_resolves_once_its_opencode_is_gone_and_is_no_loop_o
         .unwrap()
         .query_row(
             "SELECT json_extract(body, '$.details.why') FROM events WHERE dedup_key = ?1 AND state = 'resolve'",
-            [format!("opencode-unfinished:{}", ran.id)],
+            [format!("unfinished:{}", ran.id)],
             |r| r.get(0),
         )
         .unwrap();

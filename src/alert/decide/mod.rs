@@ -414,7 +414,7 @@ fn blind_step(i: &DecisionInput) -> Option<Step> {
             episode: a.id,
             key: a.key.clone(),
             reason: Reason::Readable,
-            why: "opencode is readable again".into(),
+            why: "every source is readable again".into(),
             figures: None,
             marks: Vec::new(),
         }),
@@ -446,7 +446,7 @@ fn loop_step(i: &DecisionInput, a: &AlertEpisode, tree: Option<&Tree>) -> Option
         return i.tick.readable(&a.seen_in()).then(|| {
             resolve(
                 Reason::Gone,
-                "the root session is no longer in opencode",
+                "the root session is no longer in the sources that listed it",
                 marked(),
                 Vec::new(),
             )
@@ -607,7 +607,12 @@ fn live_step(
         Some(v) => match v.liveness_class() {
             Some(LivenessClass::Ended) => Some(resolve(
                 Reason::Stopped,
-                "the opencode process ended".into(),
+                format!(
+                    "the {} process ended",
+                    v.program
+                        .unwrap_or(crate::record::Program::Opencode)
+                        .display()
+                ),
             )),
             Some(class) if class != LivenessClass::Unknown => {
                 let (reason, why) = liveness_end(v, class);
@@ -617,7 +622,7 @@ fn live_step(
         },
         None if i.tick.readable(&a.seen_in()) => Some(resolve(
             Reason::Gone,
-            "the session is no longer in opencode".into(),
+            "the session is no longer in the sources that listed it".into(),
         )),
         None => None,
     }
@@ -678,7 +683,7 @@ mod tests {
     fn open(ticks: u32, sev: Severity, marks: &[(&str, u64)]) -> AlertEpisode {
         AlertEpisode {
             id: 7,
-            key: "opencode-loop:r".into(),
+            key: "loop:r".into(),
             kind: Some(AlertKind::Loop),
             subject: "r".into(),
             severity: sev,

@@ -26,8 +26,8 @@
 //! polls); the wall clock only stamps records and picks what a full read lists.
 
 use super::{
-    collect, open_db, read_agents, read_others, write_agent_sources, write_db_source,
-    write_other_sources, write_rest, write_server_sources, Args,
+    collect, open_db, read_agents, read_others, write_db_source, write_more_sources, write_rest,
+    write_server_sources, Args,
 };
 use crate::cli::{now_ms, parse_when, Exit, Out};
 use crate::config::{Config, Discover};
@@ -280,8 +280,7 @@ impl SessionsFollow<'_> {
             write_db_source(out, db, self.db_found, &writers, &seen)?;
         }
         write_server_sources(out, &reads, &seen)?;
-        write_other_sources(out, &others, &seen)?;
-        write_agent_sources(out, &agents_read, &seen)?;
+        write_more_sources(out, &others, &agents_read, &seen)?;
         write_rest(out, &reads, &seen)?;
         self.procs = procs.iter().map(|p| (p.pid, p.cwd.clone())).collect();
         self.listed.clear();

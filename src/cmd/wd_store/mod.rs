@@ -66,8 +66,8 @@ pub struct Args {
 pub enum Cmd {
     /// Record one tick from a verdict stream on stdin, passing the stream through.
     Tick {
-        /// Force the outcome (e.g. no_opencode for an empty tick).
-        #[arg(long, value_parser = ["ok", "flagged", "no_opencode", "blind"])]
+        /// Force the outcome (e.g. no_agent for an empty tick).
+        #[arg(long, value_parser = ["ok", "flagged", "no_agent", "blind"])]
         outcome: Option<String>,
         /// When the tick started, epoch ms (default: when this command started).
         #[arg(long, value_name = "MS", conflicts_with = "follow")]

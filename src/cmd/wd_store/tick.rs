@@ -29,12 +29,12 @@ struct TickInput {
 
 impl TickInput {
     /// The tick's outcome when none is forced: blind when any source or line was, then
-    /// no_opencode when nothing was read, then flagged or ok.
+    /// no_agent when nothing was read, then flagged or ok.
     fn outcome(&self) -> TickOutcome {
         if !self.blind.is_empty() || self.bad > 0 {
             TickOutcome::Blind
         } else if self.sources.is_empty() && self.verdicts.is_empty() {
-            TickOutcome::NoOpencode
+            TickOutcome::NoAgent
         } else if self.flagged() > 0 {
             TickOutcome::Flagged
         } else {
@@ -47,10 +47,10 @@ impl TickInput {
     }
 
     /// A partial tick's outcome: it read only what changed, so reading nothing is not
-    /// "no opencode".
+    /// "no agent".
     fn partial_outcome(&self) -> TickOutcome {
         match self.outcome() {
-            TickOutcome::NoOpencode => TickOutcome::Ok,
+            TickOutcome::NoAgent => TickOutcome::Ok,
             o => o,
         }
     }
@@ -283,7 +283,7 @@ mod tests {
         let t = Tick {
             id: 4,
             t: 1_796_000_000_000,
-            outcome: Some(TickOutcome::NoOpencode),
+            outcome: Some(TickOutcome::NoAgent),
             sessions: 2,
             flagged: 1,
             sources: vec!["/o.db".into()],
@@ -292,7 +292,7 @@ mod tests {
         let line = tick_line(&t).unwrap();
         assert_eq!(
             line,
-            r#"{"flagged":1,"id":4,"kind":"tick","outcome":"no_opencode","sessions":2,"sources":["/o.db"],"t":1796000000000}"#
+            r#"{"flagged":1,"id":4,"kind":"tick","outcome":"no_agent","sessions":2,"sources":["/o.db"],"t":1796000000000}"#
         );
         assert_eq!(Record::parse(&line).unwrap(), Record::Tick(t));
     }
