@@ -415,6 +415,7 @@ impl Db {
         if let Some(c) = since.filter(|c| c.data_version == data_version) {
             return Ok(Changes {
                 sessions: Vec::new(),
+                asking: Vec::new(),
                 cursor: c.clone(),
             });
         }
@@ -432,10 +433,27 @@ impl Db {
             data_version,
             ..Cursor::default()
         };
+        let mut asking = Vec::new();
         let sessions = if self.has_table("event")? {
             let after = since.and_then(|c| c.event.clone()).unwrap_or_default();
             cursor.event = tx.query_row("SELECT max(id) FROM event", [], |r| r.get(0))?;
             cursor.event = cursor.event.or(since.and_then(|c| c.event.clone()));
+            // each session's latest part update in the range, when it is a question call, or a
+            // bash call with no output yet (its command not started: maybe its permission asked)
+            asking = ids(
+                &tx,
+                "SELECT aggregate_id FROM event e WHERE e.id > ?1 AND e.id = (SELECT max(id) FROM event f
+                     WHERE f.aggregate_id = e.aggregate_id AND f.id > ?1
+                       AND f.type LIKE 'message.part.updated%')
+                   AND json_valid(data)
+                   AND json_extract(data, '$.part.type') = 'tool'
+                   AND json_extract(data, '$.part.state.status') = 'running'
+                   AND (json_extract(data, '$.part.tool') = 'question'
+                        OR (json_extract(data, '$.part.tool') = 'bash'
+                            AND json_extract(data, '$.part.state.metadata') IS NULL))
+                 ORDER BY aggregate_id",
+                &after,
+            )?;
             ids(
                 &tx,
                 "SELECT DISTINCT aggregate_id FROM event WHERE id > ?1 ORDER BY aggregate_id",
@@ -453,7 +471,11 @@ impl Db {
             )?
         };
         tx.finish()?;
-        Ok(Changes { sessions, cursor })
+        Ok(Changes {
+            sessions,
+            asking,
+            cursor,
+        })
     }
 }
 
@@ -575,6 +597,7 @@ mod tests {
             same,
             Changes {
                 sessions: vec![],
+                asking: vec![],
                 cursor: first.cursor.clone()
             }
         );
@@ -586,14 +609,37 @@ mod tests {
         .unwrap();
         let next = db.changes(Some(&first.cursor)).unwrap().unwrap();
         assert_eq!(next.sessions, ["ses_a"]);
+        assert!(next.asking.is_empty());
         assert_eq!(next.cursor.event.as_deref(), Some("evt_0030"));
         assert_ne!(next.cursor.data_version, first.cursor.data_version);
+        // a bash call running with no output yet (opencode 1.18.33's shape, its permission
+        // maybe asked) is the session's latest part update: asking; once its output is
+        // recorded, no longer
+        let bash = |id: &str, metadata: &str| {
+            w.execute(
+                &format!(
+                    "INSERT INTO event VALUES ('{id}', 'ses_a', 2, 'message.part.updated.1',
+                     '{{\"sessionID\":\"ses_a\",\"part\":{{\"type\":\"tool\",\"tool\":\"bash\",
+                     \"state\":{{\"status\":\"running\",{metadata}\"input\":{{\"command\":\"ls\"}}}}}}}}')"
+                ),
+                [],
+            )
+            .unwrap();
+        };
+        bash("evt_0031", "");
+        let asked = db.changes(Some(&next.cursor)).unwrap().unwrap();
+        assert_eq!(asked.asking, ["ses_a"]);
+        bash("evt_0032", "\"metadata\":{\"output\":\"\"},");
+        let ran = db.changes(Some(&asked.cursor)).unwrap().unwrap();
+        assert_eq!(ran.sessions, ["ses_a"]);
+        assert!(ran.asking.is_empty());
+        let next = ran;
         // a commit that adds no event moves data_version only
         w.execute("UPDATE session SET title = 't' WHERE id = 'ses_b'", [])
             .unwrap();
         let quiet = db.changes(Some(&next.cursor)).unwrap().unwrap();
         assert!(quiet.sessions.is_empty());
-        assert_eq!(quiet.cursor.event.as_deref(), Some("evt_0030"));
+        assert_eq!(quiet.cursor.event.as_deref(), Some("evt_0032"));
     }
 
     #[test]

@@ -207,6 +207,9 @@ pub struct Cursor {
 pub struct Changes {
     /// Session ids, sorted.
     pub sessions: Vec<String>,
+    /// Those of them whose latest change is a tool call that may wait for a person: a `question`
+    /// call, or a `bash` call not started yet (its permission may be asked; [`crate::record::Ask`]).
+    pub asking: Vec<String>,
     pub cursor: Cursor,
 }
 

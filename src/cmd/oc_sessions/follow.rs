@@ -12,8 +12,9 @@
 //! a server started or gone, is seen within one; a database replaced between full reads is seen
 //! at the next poll (its file is another). A read that fails is a `blind` record, as in the batch.
 //!
-//! A session whose data changed is listed once more a few seconds after it went quiet
-//! ([`QUIET_RECHECK`]), so that what only time tells (a TUI's permission prompt) is judged then.
+//! A session whose latest change was a call that may wait for a person is listed once more a
+//! few seconds after it went quiet ([`QUIET_RECHECK`]), so that a TUI's permission prompt is told
+//! then.
 //!
 //! Each server that answered at the last full read is also followed by its event stream
 //! ([`events`]): the sessions its events name are listed at the next poll, as the database's
@@ -48,10 +49,11 @@ const SLACK_MS: i64 = 2000;
 
 /// The first read, with no tick recorded, looks back this far (as the first timer tick does).
 const FIRST_LOOK_BACK: &str = "1h";
-/// A session whose data changed and then went quiet is listed once more this long after its
-/// last change: what only time tells is judged within seconds of it, not at the next full read
-/// (a `bash` call with no output yet is a permission being asked only after
-/// [`crate::liveness::ASK_GRACE_MS`]; a TUI's prompt changes nothing more until answered).
+/// A session whose latest change was a call that may wait for a person (a `bash` call with no
+/// output yet, a `question` call) and that then went quiet is listed once more this long after
+/// that change: the bash call reads as a permission being asked only after
+/// [`crate::liveness::ASK_GRACE_MS`], and a TUI's prompt changes nothing more until answered, so
+/// without this it would wait for the next full read.
 const QUIET_RECHECK: Duration = Duration::from_millis(crate::liveness::ASK_GRACE_MS as u64 + 500);
 
 enum Database {
@@ -98,8 +100,9 @@ struct SessionsFollow<'a> {
     /// with the newest modification among its session files then: a poll reads one again only
     /// when that moved.
     agents: Vec<(sources::SourceId, Option<i64>)>,
-    /// Sessions whose data changed at the latest polls, each with when to list it once more if
-    /// nothing changes it before then ([`QUIET_RECHECK`]).
+    /// Sessions whose latest change was a call that may wait for a person
+    /// ([`sources::Changes::asking`]), each with when to list it once more if nothing changes it
+    /// before then ([`QUIET_RECHECK`]).
     recheck: HashMap<String, Instant>,
 }
 
@@ -303,11 +306,13 @@ impl SessionsFollow<'_> {
         let t = now_ms();
         let mut seen = Seen::default();
         let mut changed = Vec::new();
+        let mut asking = Vec::new();
         if let Database::Open(db, cursor) = &mut self.db {
             match db.changes(cursor.as_ref()) {
                 Ok(Some(ch)) => {
                     *cursor = Some(ch.cursor);
                     changed = ch.sessions;
+                    asking = ch.asking;
                 }
                 Ok(None) => {}
                 Err(f) => {
@@ -322,7 +327,11 @@ impl SessionsFollow<'_> {
         }
         let now = Instant::now();
         for id in &changed {
-            self.recheck.insert(id.clone(), now + QUIET_RECHECK);
+            if asking.contains(id) {
+                self.recheck.insert(id.clone(), now + QUIET_RECHECK);
+            } else {
+                self.recheck.remove(id);
+            }
         }
         let quiet: Vec<String> = self
             .recheck
