@@ -87,7 +87,9 @@ fn open_files(proc_dir: &Path) -> (Vec<u64>, Vec<PathBuf>) {
 /// Is `db` (a path from the environment, maybe through symbolic links) among the deleted
 /// files a process holds (paths as the kernel resolved them)?
 fn holds_deleted(deleted: &[PathBuf], db: Option<&Path>) -> bool {
-    let Some(db) = db else { return false };
+    let Some(db) = db.filter(|_| !deleted.is_empty()) else {
+        return false;
+    };
     let resolved = db
         .parent()
         .and_then(|d| std::fs::canonicalize(d).ok())
