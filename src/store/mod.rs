@@ -356,14 +356,16 @@ mod tests {
             };
             assert!(insert("bogus").is_err(), "{}", p.display());
             insert("changed").unwrap();
-            let reasons: Vec<String> = s
-                .conn
-                .prepare("SELECT reason FROM episodes ORDER BY opened")
-                .unwrap()
-                .query_map([], |r| r.get(0))
-                .unwrap()
-                .map(Result::unwrap)
-                .collect();
+            let column = |sql: &str| -> Vec<String> {
+                s.conn
+                    .prepare(sql)
+                    .unwrap()
+                    .query_map([], |r| r.get(0))
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect()
+            };
+            let reasons = column("SELECT reason FROM episodes ORDER BY opened");
             let want: &[&str] = if p.ends_with("old.db") {
                 &["recovered", "changed"]
             } else {
@@ -371,14 +373,7 @@ mod tests {
             };
             assert_eq!(reasons, want, "{}", p.display());
             // and schema 13 rewrote the old key (issue 39)
-            let keys: Vec<String> = s
-                .conn
-                .prepare("SELECT dedup_key FROM episodes ORDER BY opened")
-                .unwrap()
-                .query_map([], |r| r.get(0))
-                .unwrap()
-                .map(Result::unwrap)
-                .collect();
+            let keys = column("SELECT dedup_key FROM episodes ORDER BY opened");
             let want: &[&str] = if p.ends_with("old.db") {
                 &["retrying:s", "retrying:t"]
             } else {

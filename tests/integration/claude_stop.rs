@@ -4,7 +4,7 @@
 //! What the session did after the stop is read from Claude Code's own transcript.
 
 use crate::support::agents::{make_project, AgentModel, CLAUDE_CODE_VERSION};
-use crate::support::{repo, Home, Run};
+use crate::support::{Home, Run};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -53,16 +53,7 @@ impl Rig {
     }
 
     fn install(&self, args: &[&str]) -> String {
-        let out = Command::new(repo().join("deploy/install"))
-            .args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap())
-            .env("HOME", self.home.path())
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(out.status.success(), "deploy/install {args:?}: {said}");
-        said
+        crate::support::deploy_install(self.home.path(), args)
     }
 
     fn install_with_hook(&self) {

@@ -54,6 +54,20 @@ fn start(sim: &Sim, script: &str, agent: Option<&str>) -> String {
     id
 }
 
+/// Waits for the `hang` script's second model request: it streams its first chunk and then
+/// says nothing.
+fn wait_hanging(sim: &Sim, id: &str) {
+    wait_until("the hanging request", || {
+        let m = sim.get(&format!("/session/{id}/message"));
+        m.as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["info"]["role"] == "assistant")
+            .count()
+            >= 2
+    });
+}
+
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !f() {
@@ -70,15 +84,7 @@ fn a_provider_that_stops_answering_is_suspect_at_300s_and_stalled_at_900s_never_
     let sim = Sim::shared();
     let id = start(sim, "hang", None);
     // the second model request streams its first chunk and then says nothing
-    wait_until("the hanging request", || {
-        let m = sim.get(&format!("/session/{id}/message"));
-        m.as_array()
-            .unwrap()
-            .iter()
-            .filter(|m| m["info"]["role"] == "assistant")
-            .count()
-            >= 2
-    });
+    wait_hanging(sim, &id);
     std::thread::sleep(Duration::from_millis(500));
     let home = Home::new();
     let stream = capture(&home, sim, &id);
@@ -362,15 +368,7 @@ fn the_nudge_is_sent_once_and_only_when_switched_on() {
 fn a_stalled_session_aborted_by_the_operator_resolves_stopped_not_recovered() {
     let sim = Sim::shared();
     let id = start(sim, "hang", None);
-    wait_until("the hanging request", || {
-        let m = sim.get(&format!("/session/{id}/message"));
-        m.as_array()
-            .unwrap()
-            .iter()
-            .filter(|m| m["info"]["role"] == "assistant")
-            .count()
-            >= 2
-    });
+    wait_hanging(sim, &id);
     std::thread::sleep(Duration::from_millis(500));
     let home = Home::new();
     let db = home.join("wd.db").display().to_string();

@@ -73,6 +73,21 @@ impl Machine {
         r
     }
 
+    /// `opencode run` on `script` in `proj`, in the background, its output in `{name}.out` and
+    /// `{name}.err`; its pid.
+    fn run_in(&mut self, proj: &Path, name: &str, script: &str) -> u32 {
+        let run = ocsim::opencode(self.home.path(), proj)
+            .args(["run", &format!("SCRIPT:{script} go")])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(self.home.join(&format!("{name}.out"))).unwrap())
+            .stderr(std::fs::File::create(self.home.join(&format!("{name}.err"))).unwrap())
+            .spawn()
+            .expect("opencode run");
+        let pid = run.id();
+        self.kids.push(run);
+        pid
+    }
+
     fn project(&self, name: &str) -> PathBuf {
         let p = self.home.join(&format!("work/{name}"));
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -492,23 +507,11 @@ fn a_killed_run_resolves_though_another_opencode_works_in_its_project() {
     let fake = ocsim::Fake::start();
     let mut m = Machine::following(&fake);
     let a = m.project("proj_a");
-    let start = |m: &mut Machine, name: &str, script: &str| -> u32 {
-        let run = ocsim::opencode(m.home.path(), &a)
-            .args(["run", &format!("SCRIPT:{script} go")])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::fs::File::create(m.home.join(&format!("{name}.out"))).unwrap())
-            .stderr(std::fs::File::create(m.home.join(&format!("{name}.err"))).unwrap())
-            .spawn()
-            .expect("opencode run");
-        let pid = run.id();
-        m.kids.push(run);
-        pid
-    };
-    let first = start(&mut m, "run1", "slow_reread40");
+    let first = m.run_in(&a, "run1", "slow_reread40");
     let looping = m.wait_calls(&a, 1);
     m.heard_trigger_at_flag_point(&looping);
     // 200 reads half a second apart: it outlasts the test
-    let _second = start(&mut m, "run2", "lc_journey");
+    let _second = m.run_in(&a, "run2", "lc_journey");
     let other = loop {
         let latest = m.wait_calls(&a, 1);
         if latest != looping {
@@ -703,15 +706,7 @@ fn a_database_deleted_or_replaced_under_a_running_opencode_is_blindness() {
     let fake = ocsim::Fake::start();
     fake.configure(m.home.path());
     let a = m.project("proj_del");
-    let run = ocsim::opencode(m.home.path(), &a)
-        .args(["run", "SCRIPT:lc_journey go"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::fs::File::create(m.home.join("run.out")).unwrap())
-        .stderr(std::fs::File::create(m.home.join("run.err")).unwrap())
-        .spawn()
-        .expect("opencode run");
-    let pid = run.id();
-    m.kids.push(run);
+    let pid = m.run_in(&a, "run", "lc_journey");
     let looping = m.wait_calls(&a, 8);
     let r = m.tick();
     assert_eq!(
@@ -788,21 +783,9 @@ fn the_timer_resolves_a_killed_run_though_another_opencode_works_in_its_project(
     let fake = ocsim::Fake::start();
     fake.configure(m.home.path());
     let a = m.project("proj_k");
-    let start = |m: &mut Machine, name: &str| -> u32 {
-        let run = ocsim::opencode(m.home.path(), &a)
-            .args(["run", "SCRIPT:lc_journey go"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::fs::File::create(m.home.join(&format!("{name}.out"))).unwrap())
-            .stderr(std::fs::File::create(m.home.join(&format!("{name}.err"))).unwrap())
-            .spawn()
-            .expect("opencode run");
-        let pid = run.id();
-        m.kids.push(run);
-        pid
-    };
-    let first = start(&mut m, "run1");
+    let first = m.run_in(&a, "run1", "lc_journey");
     let looping = m.wait_calls(&a, 8);
-    let _second = start(&mut m, "run2");
+    let _second = m.run_in(&a, "run2", "lc_journey");
     let other = loop {
         let latest = m.wait_calls(&a, 1);
         if latest != looping {

@@ -72,16 +72,7 @@ impl Rig {
     }
 
     fn install(&self, args: &[&str]) -> String {
-        let out = Command::new(repo().join("deploy/install"))
-            .args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap())
-            .env("HOME", self.home.path())
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(out.status.success(), "deploy/install {args:?}: {said}");
-        said
+        crate::support::deploy_install(self.home.path(), args)
     }
 
     fn plugin_file(&self) -> PathBuf {

@@ -220,6 +220,21 @@ impl Run {
     }
 }
 
+/// `deploy/install ARGS` for a user whose HOME is `home`, with nothing else of this
+/// environment; what it said on stderr. It must succeed.
+pub fn deploy_install(home: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(repo().join("deploy/install"))
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap())
+        .env("HOME", home)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "deploy/install {args:?}: {said}");
+    said
+}
+
 /// The repository root.
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
