@@ -18,6 +18,9 @@
 //! is said and skipped. With `ACCURACY_STRICT=1` (tests/run) it exits 1 unless every source has
 //! no early flag, no false flag, and at least as many loops on time as the baseline. `ACCURACY_SET="KEY=VALUE ..."` tries thresholds
 //! (progress-detect's `--set`) on every corpus at once; `ACCURACY_VERBOSE=1` adds a line per run.
+//! `ACCURACY_BEFORE=PATH` runs another progress-detect (an older build) on the same corpora and
+//! says, on the loops that one catches on time, how many this build catches and how early
+//! (the issue's bar: not later than before on what was already caught).
 
 use clap::Parser;
 use oc_watchdog::cli::Out;
@@ -47,14 +50,12 @@ impl Tally {
             return;
         }
         self.loops += 1;
-        match first {
-            None => self.missed += 1,
-            Some((_, t)) if start.after.is_some_and(|after| t < after) => self.early += 1,
-            // a flag later than the label allows (the fixture's flag_by) is too late to count
-            Some((_, t)) if start.by.is_some_and(|by| t > by) => self.missed += 1,
-            Some((index, _)) => {
+        match start.judge(first) {
+            Catch::Missed => self.missed += 1,
+            Catch::Early => self.early += 1,
+            Catch::OnTime(at) => {
                 self.on_time += 1;
-                self.positions.push(index.saturating_sub(start.call) + 1);
+                self.positions.push(at);
             }
         }
     }
@@ -68,16 +69,7 @@ impl Tally {
         self.positions.extend(&o.positions);
     }
     fn median(&self) -> Option<f64> {
-        let mut p = self.positions.clone();
-        p.sort_unstable();
-        let n = p.len();
-        (n > 0).then(|| {
-            if n % 2 == 1 {
-                p[n / 2] as f64
-            } else {
-                (p[n / 2 - 1] + p[n / 2]) as f64 / 2.0
-            }
-        })
+        median(&self.positions)
     }
     fn columns(&self) -> String {
         let median = self.median().map_or("-".into(), |m| format!("{m}"));
@@ -110,6 +102,94 @@ struct Run {
     flag_after: Option<i64>,
     flag_by: Option<i64>,
     calls: Vec<(String, String, i64)>,
+}
+
+/// What a first flag is for a labelled loop.
+enum Catch {
+    Missed,
+    Early,
+    /// On time, at this call of the loop (1 = its first).
+    OnTime(u64),
+}
+
+impl Start {
+    fn judge(&self, first: Option<(u64, i64)>) -> Catch {
+        match first {
+            None => Catch::Missed,
+            Some((_, t)) if self.after.is_some_and(|after| t < after) => Catch::Early,
+            // a flag later than the label allows (the fixture's flag_by) is too late to count
+            Some((_, t)) if self.by.is_some_and(|by| t > by) => Catch::Missed,
+            Some((index, _)) => Catch::OnTime(index.saturating_sub(self.call) + 1),
+        }
+    }
+}
+
+fn median(positions: &[u64]) -> Option<f64> {
+    let mut p = positions.to_vec();
+    p.sort_unstable();
+    let n = p.len();
+    (n > 0).then(|| {
+        if n % 2 == 1 {
+            p[n / 2] as f64
+        } else {
+            (p[n / 2 - 1] + p[n / 2]) as f64 / 2.0
+        }
+    })
+}
+
+/// This build against another progress-detect (`ACCURACY_BEFORE`) on the loops that one
+/// catches on time: the issue's "not later than today on the loops it already catches".
+#[derive(Default)]
+struct Versus {
+    before: Vec<u64>,
+    now: Vec<u64>,
+    earlier: u32,
+    later: u32,
+    lost: Vec<String>,
+    /// Loops this build catches on time and the other does not.
+    gained: u32,
+}
+
+impl Versus {
+    fn add(&mut self, id: &str, before: Catch, now: Catch) {
+        match (before, now) {
+            (Catch::OnTime(b), Catch::OnTime(n)) => {
+                self.before.push(b);
+                self.now.push(n);
+                self.earlier += (n < b) as u32;
+                self.later += (n > b) as u32;
+            }
+            (Catch::OnTime(b), _) => {
+                self.before.push(b);
+                self.lost.push(id.to_string());
+            }
+            (_, Catch::OnTime(_)) => self.gained += 1,
+            _ => {}
+        }
+    }
+    fn say(&self, bin: &str) {
+        let m = |p: &[u64]| median(p).map_or("-".into(), |m| m.to_string());
+        println!(
+            "against {bin}: of the {} loops it catches on time, this build catches {} (median \
+             call {}; its own {}): earlier on {}, later on {}, the same on {}; missed or early: {}",
+            self.before.len(),
+            self.now.len(),
+            m(&self.now),
+            m(&self.before),
+            self.earlier,
+            self.later,
+            self.now.len() as u32 - self.earlier - self.later,
+            if self.lost.is_empty() {
+                "none".to_string()
+            } else {
+                self.lost.join(", ")
+            }
+        );
+        println!(
+            "  and {} loops on time that it does not catch on time",
+            self.gained
+        );
+    }
 }
 
 impl Run {
@@ -231,7 +311,25 @@ fn detector(path: &Path) -> BTreeMap<String, Option<(u64, i64)>> {
     let (mut out, buf) = Out::buffer();
     cmd::run(args, &mut std::io::empty(), &mut out).expect("progress-detect");
     out.flush().expect("flush");
-    let text = buf.text();
+    first_flags(&buf.text())
+}
+
+/// Another progress-detect's first flags (`ACCURACY_BEFORE`: an older build, say), run as a
+/// command on the same corpus.
+fn detector_at(bin: &str, path: &Path) -> BTreeMap<String, Option<(u64, i64)>> {
+    let out = std::process::Command::new(bin)
+        .arg(path)
+        .env(
+            "XDG_CONFIG_HOME",
+            std::env::var_os("XDG_CONFIG_HOME").unwrap(),
+        )
+        .output()
+        .unwrap_or_else(|e| panic!("{bin}: {e}"));
+    first_flags(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Each session's first flag (call index, time) from progress-detect's verdicts.
+fn first_flags(text: &str) -> BTreeMap<String, Option<(u64, i64)>> {
     let mut first = BTreeMap::new();
     for line in text.lines() {
         let v: Value = serde_json::from_str(line).expect("verdict");
@@ -272,6 +370,8 @@ fn main() {
     println!("{:<58} {:>5} | {head} | {head}", "", "");
     let (mut all_ours, mut all_forge) = (Tally::default(), Tally::default());
     let mut failures = Vec::new();
+    let before_bin = std::env::var("ACCURACY_BEFORE").ok();
+    let mut versus = Versus::default();
     for path in &corpora {
         if !path.exists() {
             println!("{}: missing, skipped", path.display());
@@ -279,6 +379,7 @@ fn main() {
         }
         let (order, runs) = read_runs(path);
         let flags = detector(path);
+        let before = before_bin.as_deref().map(|bin| detector_at(bin, path));
         let name = path.file_name().unwrap().to_string_lossy();
         println!("{name}");
         let mut by_source: BTreeMap<&str, (Tally, Tally)> = BTreeMap::new();
@@ -298,6 +399,10 @@ fn main() {
                     at(ours),
                     at(forgecode(&run.calls))
                 );
+            }
+            if let (Some(before), true) = (&before, expect_flag) {
+                let then = before.get(id).copied().flatten();
+                versus.add(id, start.judge(then), start.judge(ours));
             }
             let t = by_source.entry(&run.source).or_default();
             t.0.add(expect_flag, ours, &start);
@@ -333,6 +438,9 @@ fn main() {
         "median first flag: call {median} of the loop (the bar: at most 6; ForgeCode {})",
         all_forge.median().unwrap_or(0.0)
     );
+    if let Some(bin) = &before_bin {
+        versus.say(bin);
+    }
     for f in &failures {
         println!("short of the bar: {f}");
     }
