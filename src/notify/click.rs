@@ -91,14 +91,24 @@ pub fn show(note: &Note, timeout: Duration) -> Option<std::result::Result<u32, S
         let _ = child.wait();
     });
     Some(match super::recv_within(&rx, timeout) {
-        Ok(l) => match l.trim().strip_prefix("notification ") {
-            Some(id) => id.parse().map_err(|_| l.trim().to_string()),
-            None if l.trim().is_empty() => Err("the notifier ended without a word".into()),
-            None => Err(l.trim().to_string()),
-        },
+        Ok(l) => answer(&l),
         Err(_) => Err(format!("no answer within {:.1}s", timeout.as_secs_f64())),
     })
 }
+
+/// The helper's first line: `notification ID`, or its error. The caller names the channel
+/// ("desktop notification: ..."), so the helper's own prefix is taken off the error.
+fn answer(line: &str) -> Result<u32, String> {
+    let l = line.trim();
+    match l.strip_prefix("notification ") {
+        Some(id) => id.parse().map_err(|_| l.to_string()),
+        None if l.is_empty() => Err("the notifier ended without a word".into()),
+        None => Err(l.strip_prefix(ERROR_PREFIX).unwrap_or(l).to_string()),
+    }
+}
+
+/// How the helper starts the line that says it could not show the notification.
+const ERROR_PREFIX: &str = "desktop notification: ";
 
 /// The helper's lock beside the database it serves: `watchdog.db.click`, holding the pid of
 /// the helper that waits.
@@ -187,7 +197,7 @@ pub fn notify_and_wait(
     let h = match n.show() {
         Ok(h) => h,
         Err(e) => {
-            writeln!(out, "desktop notification: {e}")?;
+            writeln!(out, "{ERROR_PREFIX}{e}")?;
             out.flush()?;
             return Ok(());
         }
@@ -224,4 +234,24 @@ pub fn notify_and_wait(
         _ => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::answer;
+
+    #[test]
+    fn the_helpers_error_is_said_once_under_the_channels_name() {
+        // what the helper wrote when no notification server was on the bus
+        let line = "desktop notification: org.freedesktop.DBus.Error.ServiceUnknown: The name org.freedesktop.Notifications was not provided by any .service files\n";
+        assert_eq!(
+            answer(line),
+            Err("org.freedesktop.DBus.Error.ServiceUnknown: The name org.freedesktop.Notifications was not provided by any .service files".to_string())
+        );
+        assert_eq!(answer("notification 7\n"), Ok(7));
+        assert_eq!(
+            answer(""),
+            Err("the notifier ended without a word".to_string())
+        );
+    }
 }
