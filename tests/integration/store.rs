@@ -604,6 +604,53 @@ fn the_calls_stage_passes_the_stream_on_and_the_tick_keeps_its_flagged_sessions_
     );
 }
 
+/// The fixture, a batch as oc-calls writes it (each session's calls, then its `activity`
+/// record), `copies` times over under ids of their own.
+fn fixture_batch(copies: usize) -> String {
+    let input = std::fs::read_to_string(repo().join("fixtures/labelled.jsonl")).unwrap();
+    let mut out = String::new();
+    for k in 0..copies {
+        for line in input.lines() {
+            let mut v: Value = serde_json::from_str(line).unwrap();
+            let keys: &[&str] = match v["kind"].as_str() {
+                Some("session") => &["id"],
+                Some("call") => &["id", "session"],
+                _ => &["session"],
+            };
+            for key in keys {
+                v[*key] = format!("{}_{k}", v[*key].as_str().unwrap()).into();
+            }
+            out += &format!("{v}\n");
+        }
+    }
+    out
+}
+
+#[test]
+fn the_calls_stage_writes_a_large_batch_as_sessions_end_and_replaces_the_last_ones() {
+    // 440 sessions, 12,000 calls: the marks are written in two chunks, each session's
+    // as its activity record ends it, and the batch replaces whatever the last one staged
+    let home = Home::new();
+    let stage = |copies: usize| {
+        let input = fixture_batch(copies);
+        let r = home
+            .cmd("wd-store")
+            .args(["--db", &db(&home), "calls"])
+            .stdin(input.clone())
+            .run();
+        r.ok();
+        assert!(r.stdout() == input, "the stream passes on unchanged");
+        let d = db(&home);
+        (
+            count(&d, "SELECT count(DISTINCT session) FROM tick_calls"),
+            count(&d, "SELECT count(*) FROM tick_calls"),
+            count(&d, "SELECT max(seq) FROM tick_calls"),
+        )
+    };
+    assert_eq!(stage(10), (440, 12_000, 152));
+    assert_eq!(stage(1), (44, 1_200, 152));
+}
+
 #[test]
 fn calls_follow_stages_each_batch_at_its_sweep_with_the_stream_still_open() {
     use std::io::BufRead;

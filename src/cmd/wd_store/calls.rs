@@ -18,10 +18,14 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::io::BufRead;
 
-/// Passes the stream on, then stages the latest calls of every session in it for the next tick.
+/// Passes the stream on, staging the latest calls of each session for the next tick as the
+/// session ends (oc-calls writes a session's `activity` record after its last call), a chunk of
+/// [`CHUNK_MARKS`] marks at a time: memory holds the sessions still streaming and one chunk,
+/// not the whole batch. Sessions with no `activity` record are staged at the end.
 pub fn run(cx: &mut Ctx, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let mut dirs: HashMap<String, Option<String>> = HashMap::new();
     let mut calls: HashMap<String, LatestCalls> = HashMap::new();
+    let mut stage = Stager::default();
     each_record(&[], stdin, |line| {
         out.line(line.raw)?;
         // unreadable lines are progress-detect's to report: it judges the same stream
@@ -30,32 +34,75 @@ pub fn run(cx: &mut Ctx, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit>
                 dirs.insert(s.id, s.directory);
             }
             Ok(Record::Call(c)) => calls.entry(c.session.clone()).or_default().add(c),
+            Ok(Record::Activity(a)) => {
+                let dir = dirs.remove(&a.session).flatten();
+                if let Some(l) = calls.remove(&a.session) {
+                    stage.add(cx, a.session, l.marks(dir.as_deref()));
+                }
+            }
             _ => {}
         }
         Ok(())
     })?;
-    let mut sessions: Vec<(String, Vec<CallMark>)> = calls
-        .into_iter()
-        .map(|(s, l)| {
-            let dir = dirs.get(&s).cloned().flatten();
-            let m = l.marks(dir.as_deref());
-            (s, m)
-        })
-        .collect();
-    sessions.sort_by(|a, b| a.0.cmp(&b.0));
-    // the page's pictures are an aid: failing to keep them never costs the tick (and the
-    // stream has passed on already)
-    let staged = cx
-        .store
-        .write()
-        .and_then(|tx| Ok((marks::stage(&tx, &sessions)?, tx.commit()?)));
-    if let Err(e) = staged {
-        eprintln!(
-            "wd-store: the calls for the page were not kept: {:#}",
-            cx.store.explain(e)
-        );
+    let mut rest: Vec<(String, LatestCalls)> = calls.into_iter().collect();
+    rest.sort_by(|a, b| a.0.cmp(&b.0));
+    for (s, l) in rest {
+        let dir = dirs.get(&s).cloned().flatten();
+        stage.add(cx, s, l.marks(dir.as_deref()));
     }
+    stage.flush(cx);
     Ok(Exit::Ok)
+}
+
+/// Marks staged in one write: about 2 MB of them, in a transaction short enough not to hold
+/// the database from the stages beside this one.
+const CHUNK_MARKS: usize = 10_000;
+
+/// The batch's marks on their way to the stage, written a chunk at a time; the first write
+/// replaces what the last tick left staged.
+#[derive(Default)]
+struct Stager {
+    pending: Vec<(String, Vec<CallMark>)>,
+    marks: usize,
+    written: bool,
+    failed: bool,
+}
+
+impl Stager {
+    fn add(&mut self, cx: &mut Ctx, session: String, marks: Vec<CallMark>) {
+        self.marks += marks.len();
+        self.pending.push((session, marks));
+        if self.marks >= CHUNK_MARKS {
+            self.flush(cx);
+        }
+    }
+
+    fn flush(&mut self, cx: &mut Ctx) {
+        let chunk = std::mem::take(&mut self.pending);
+        self.marks = 0;
+        if self.failed || (self.written && chunk.is_empty()) {
+            return;
+        }
+        let first = !self.written;
+        self.written = true;
+        let staged = cx.store.write().and_then(|tx| {
+            if first {
+                marks::stage(&tx, &chunk)?;
+            } else {
+                marks::stage_sessions(&tx, &chunk)?;
+            }
+            Ok(tx.commit()?)
+        });
+        // the page's pictures are an aid: failing to keep them never costs the tick (and the
+        // stream has passed on already); said once
+        if let Err(e) = staged {
+            self.failed = true;
+            eprintln!(
+                "wd-store: the calls for the page were not kept: {:#}",
+                cx.store.explain(e)
+            );
+        }
+    }
 }
 
 /// One session's latest [`KEEP`] calls, kept as they stream in: memory is bounded by
