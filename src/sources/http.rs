@@ -15,6 +15,7 @@
 use anyhow::{anyhow, Result};
 use base64::Engine;
 use serde_json::Value;
+use std::cell::Cell;
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -90,7 +91,6 @@ const MAX_REDIRECTS: usize = 3;
 struct Capped<R> {
     inner: R,
     left: u64,
-    cap: u64,
 }
 
 const OVER_CAP: &str = "oc-watchdog: body over cap";
@@ -115,40 +115,100 @@ fn mib(bytes: u64) -> String {
     }
 }
 
-/// The most JSON values (each number, string, list and object counts one) a response body may
-/// hold. A parsed value costs far more memory than its text (`[0,0,0,…]` is 2 bytes a value
-/// as text and 32 or more parsed, with the list's growth on top), so a byte cap alone lets a
-/// 128 MiB body take gigabytes; this bounds the parse at about 4M × 80 bytes beside the body's
-/// strings. A real session's message list holds about 40 values a tool call: 4M is some
-/// 100,000 calls, far past what one opencode session holds.
-pub const VALUES_MAX: usize = 4_000_000;
+/// The most memory one server answer may take once parsed, as estimated while it streams in:
+/// [`VALUE_COST`] bytes a JSON value, each string and object key its length besides, and the
+/// text of the token being read twice over (serde_json gathers a string in a buffer that grows
+/// by doubling before it is a value). A parsed value costs far more than its text (`[0,0,…]` is
+/// 2 bytes a value as text and 32 or more parsed, with the list's growth on top): a cap on
+/// bytes alone let a 128 MiB body take gigabytes, and a cap of 4M values let an answer of small
+/// key/value pairs take 266 MB and a 250 MB string 518 MB. 40 MiB holds a session of thousands
+/// of tool calls with their outputs; four hostile servers read at once stay near 200 MB in all.
+pub const PARSED_MAX: u64 = 40 << 20;
 
-const OVER_VALUES: &str = "oc-watchdog: too many JSON values";
+/// What a parsed value costs besides its text: a `Value` (32 bytes) and its share of the list
+/// or map that holds it.
+const VALUE_COST: u64 = 48;
+
+const OVER_PARSED: &str = "oc-watchdog: over the parse budget";
+
+/// What one parse may still spend of [`PARSED_MAX`], and the text read since the last value
+/// was made (the token being read).
+struct Spend {
+    left: Cell<u64>,
+    token: Cell<u64>,
+}
+
+impl Spend {
+    /// A value made, costing `n`: false when the budget cannot pay it.
+    fn take(&self, n: u64) -> bool {
+        self.token.set(0);
+        match self.left.get().checked_sub(n) {
+            Some(l) => {
+                self.left.set(l);
+                true
+            }
+            None => {
+                self.left.set(0);
+                false
+            }
+        }
+    }
+    /// `n` more bytes of text read: false once the token being read could not be made a value
+    /// within what is left.
+    fn read(&self, n: u64) -> bool {
+        let t = self.token.get() + n;
+        self.token.set(t);
+        t.saturating_mul(2) <= self.left.get()
+    }
+}
+
+/// A reader that stops a token (a string, most likely) too long to be parsed within the budget
+/// before it is gathered whole.
+struct Counted<'a, R> {
+    inner: R,
+    spend: &'a Spend,
+}
+
+impl<R: Read> Read for Counted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if !self.spend.read(n as u64) {
+            return Err(std::io::Error::other(OVER_PARSED));
+        }
+        Ok(n)
+    }
+}
 
 /// Parses one JSON document from `r` as it streams in (serde's [`serde_json::Deserializer`]),
-/// counting its values against [`VALUES_MAX`]: past it the parse stops at once with an error
-/// holding `OVER_VALUES`, before the memory is spent.
+/// spending [`PARSED_MAX`] as it goes: past it the parse stops at once with an error holding
+/// `OVER_PARSED`, before the memory is spent.
 fn parse_bounded<R: Read>(r: R) -> serde_json::Result<Value> {
     use serde::de::DeserializeSeed;
-    let left = std::cell::Cell::new(VALUES_MAX);
-    let mut de = serde_json::Deserializer::from_reader(r);
-    let v = Budget(&left).deserialize(&mut de)?;
+    let spend = Spend {
+        left: Cell::new(PARSED_MAX),
+        token: Cell::new(0),
+    };
+    let body = Counted {
+        inner: r,
+        spend: &spend,
+    };
+    let mut de =
+        serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(64 << 10, body));
+    let v = Budget(&spend).deserialize(&mut de)?;
     de.end()?;
     Ok(v)
 }
 
-/// A [`Value`] built while counting down the values left.
+/// A [`Value`] built while spending the budget.
 #[derive(Clone, Copy)]
-struct Budget<'a>(&'a std::cell::Cell<usize>);
+struct Budget<'a>(&'a Spend);
 
 impl Budget<'_> {
-    fn take<E: serde::de::Error>(self) -> Result<(), E> {
-        match self.0.get() {
-            0 => Err(E::custom(OVER_VALUES)),
-            n => {
-                self.0.set(n - 1);
-                Ok(())
-            }
+    fn take<E: serde::de::Error>(self, text: usize) -> Result<(), E> {
+        if self.0.take(VALUE_COST + text as u64) {
+            Ok(())
+        } else {
+            Err(E::custom(OVER_PARSED))
         }
     }
 }
@@ -166,38 +226,38 @@ impl<'de> serde::de::Visitor<'de> for Budget<'_> {
         f.write_str("any JSON value")
     }
     fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Value, E> {
-        self.take()?;
+        self.take(0)?;
         Ok(Value::Bool(b))
     }
     fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Value, E> {
-        self.take()?;
+        self.take(0)?;
         Ok(Value::from(n))
     }
     fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Value, E> {
-        self.take()?;
+        self.take(0)?;
         Ok(Value::from(n))
     }
     fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Value, E> {
-        self.take()?;
+        self.take(0)?;
         Ok(serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number))
     }
     fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Value, E> {
-        self.take()?;
+        self.take(s.len())?;
         Ok(Value::String(s.to_owned()))
     }
     fn visit_string<E: serde::de::Error>(self, s: String) -> Result<Value, E> {
-        self.take()?;
+        self.take(s.len())?;
         Ok(Value::String(s))
     }
     fn visit_unit<E: serde::de::Error>(self) -> Result<Value, E> {
-        self.take()?;
+        self.take(0)?;
         Ok(Value::Null)
     }
     fn visit_none<E: serde::de::Error>(self) -> Result<Value, E> {
         self.visit_unit()
     }
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Value, A::Error> {
-        self.take()?;
+        self.take(0)?;
         let mut v = Vec::new();
         while let Some(x) = a.next_element_seed(self)? {
             v.push(x);
@@ -205,11 +265,11 @@ impl<'de> serde::de::Visitor<'de> for Budget<'_> {
         Ok(Value::Array(v))
     }
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Value, A::Error> {
-        self.take()?;
+        self.take(0)?;
         let mut m = serde_json::Map::new();
         while let Some(k) = a.next_key::<String>()? {
-            // a key is text held like a string value: it counts
-            self.take()?;
+            // a key is text held like a string value, and its entry in the map
+            self.take(k.len())?;
             let v = a.next_value_seed(self)?;
             m.insert(k, v);
         }
@@ -334,13 +394,12 @@ impl Client {
             let body = Capped {
                 inner: resp.into_reader(),
                 left: self.limits.body_cap,
-                cap: self.limits.body_cap,
             };
-            let mut body = std::io::BufReader::with_capacity(64 << 10, body);
-            return parse_bounded(&mut body).map_err(|e| {
-                if e.to_string().contains(OVER_VALUES) {
+            return parse_bounded(body).map_err(|e| {
+                if e.to_string().contains(OVER_PARSED) {
                     return Fault::Broken(format!(
-                        "GET {url}: body over the cap of {VALUES_MAX} JSON values"
+                        "GET {url}: answer too large to hold: it would take more than {} parsed",
+                        mib(PARSED_MAX)
                     ));
                 }
                 if e.is_io() {
@@ -348,7 +407,7 @@ impl Client {
                     if msg.contains(OVER_CAP) {
                         return Fault::Broken(format!(
                             "GET {url}: body over the cap of {} (body_cap_mib)",
-                            mib(body.get_ref().cap)
+                            mib(self.limits.body_cap)
                         ));
                     }
                     if Instant::now() >= *self.until || msg.contains("timed out") {
@@ -533,29 +592,52 @@ mod tests {
     }
 
     #[test]
-    fn a_body_parses_as_serde_json_does_and_stops_at_the_value_cap() {
+    fn a_body_parses_as_serde_json_does_and_stops_at_the_parse_budget() {
         let text = r#"{"a":[1,-2,3.5,"x",null,true,{"b":{}}],"c":"\u00e9"}"#;
         assert_eq!(
             parse_bounded(text.as_bytes()).unwrap(),
             serde_json::from_str::<Value>(text).unwrap()
         );
-        // one value past the cap: the outer list and VALUES_MAX zeros
-        let mut many = String::from("[");
-        many += &"0,".repeat(VALUES_MAX);
-        many += "0]";
-        let e = parse_bounded(many.as_bytes()).unwrap_err();
-        assert!(e.to_string().contains(OVER_VALUES), "{e}");
-        let mut fits = String::from("[");
-        fits += &"0,".repeat(VALUES_MAX - 2);
-        fits += "0]";
+        // a list of zeros: the list and each zero cost VALUE_COST
+        let zeros = |n: u64| format!("[{}0]", "0,".repeat(n as usize - 1));
+        let fit = PARSED_MAX / VALUE_COST - 1;
         assert_eq!(
-            parse_bounded(fits.as_bytes())
+            parse_bounded(zeros(fit).as_bytes())
                 .unwrap()
                 .as_array()
                 .unwrap()
-                .len(),
-            VALUES_MAX - 1
+                .len() as u64,
+            fit
         );
+        let e = parse_bounded(zeros(fit + 1).as_bytes())
+            .map(|_| ())
+            .unwrap_err();
+        assert!(e.to_string().contains(OVER_PARSED), "{e}");
+        // a string is stopped while it is read, before it is gathered whole
+        let long = |n: u64| format!("\"{}\"", "a".repeat(n as usize));
+        assert_eq!(
+            parse_bounded(long(PARSED_MAX / 4).as_bytes())
+                .unwrap()
+                .as_str()
+                .map(str::len),
+            Some(PARSED_MAX as usize / 4)
+        );
+        let e = parse_bounded(long(PARSED_MAX / 2 + 1).as_bytes())
+            .map(|_| ())
+            .unwrap_err();
+        assert!(e.is_io() && e.to_string().contains(OVER_PARSED), "{e}");
+        // small keys: each entry costs its key's length and VALUE_COST twice
+        let object = |n: u64| {
+            let pairs: Vec<String> = (0..n).map(|i| format!("\"{i:07}\":0")).collect();
+            format!("{{{}}}", pairs.join(","))
+        };
+        let pairs = (PARSED_MAX - VALUE_COST) / (2 * VALUE_COST + 7);
+        let parsed = parse_bounded(object(pairs).as_bytes()).map(|v| v.as_object().unwrap().len());
+        assert_eq!(parsed.ok(), Some(pairs as usize));
+        let e = parse_bounded(object(pairs + 1).as_bytes())
+            .map(|_| ())
+            .unwrap_err();
+        assert!(e.to_string().contains(OVER_PARSED), "{e}");
         assert!(
             parse_bounded(&b"[1] 2"[..]).is_err(),
             "trailing text is refused"

@@ -124,6 +124,53 @@ fn a_body_over_the_cap_is_blind_and_is_not_read_to_the_end() {
 }
 
 #[test]
+fn an_answer_too_large_to_hold_once_parsed_is_blind_before_it_is_held() {
+    // 1.5M small key/value pairs: 20 MB of text, far under the byte cap, but some 150 MB once
+    // parsed; each of four such servers is stopped at the parse budget (40 MiB estimated),
+    // read at once (peak RSS of the four together, measured by hand: 166 MB; 1.05 GB for
+    // four bodies of 4M pairs before the budget)
+    let body = format!(
+        "{{{}}}",
+        (0..1_500_000)
+            .map(|i| format!("\"k{i}\":0"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let stubs: Vec<Stub> = (0..4)
+        .map(|_| {
+            let stub = Stub::start();
+            stub.json(
+                "GET /global/health",
+                r#"{"healthy":true,"version":"1.18.33"}"#,
+            )
+            .json("GET /project", &body);
+            stub
+        })
+        .collect();
+    let home = Home::new();
+    let servers = stubs.iter().flat_map(|s| ["--server", s.url.as_str()]);
+    let r = home.cmd("oc-sessions").args(servers).run();
+    r.expect_code(2);
+    let mut reasons: Vec<String> = r
+        .kind("blind")
+        .iter()
+        .map(|b| b["reason"].as_str().unwrap().to_string())
+        .collect();
+    reasons.sort();
+    let mut want: Vec<String> = stubs
+        .iter()
+        .map(|s| {
+            format!(
+                "GET {}/project: answer too large to hold: it would take more than 40 MiB parsed",
+                s.url
+            )
+        })
+        .collect();
+    want.sort();
+    assert_eq!(reasons, want, "{}", r.story());
+}
+
+#[test]
 fn a_redirect_to_another_host_is_not_followed() {
     let other = Stub::start();
     other.json(
