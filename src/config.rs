@@ -57,6 +57,9 @@ pub struct OpencodeConfig {
     pub server_deadline_secs: std::num::NonZeroU64,
     /// The largest response body read from a server, in MiB; a larger one is a blind record.
     pub body_cap_mib: std::num::NonZeroU64,
+    /// The most memory one response may take once parsed, in MiB (estimated as it streams in);
+    /// a larger one is a blind record.
+    pub parsed_cap_mib: std::num::NonZeroU64,
 }
 
 impl Default for OpencodeConfig {
@@ -69,6 +72,7 @@ impl Default for OpencodeConfig {
             discover_uids: Vec::new(),
             server_deadline_secs: std::num::NonZeroU64::new(10).unwrap(),
             body_cap_mib: std::num::NonZeroU64::new(256).unwrap(),
+            parsed_cap_mib: std::num::NonZeroU64::new(40).unwrap(),
         }
     }
 }
@@ -670,6 +674,7 @@ mod tests {
         assert_eq!(c.opencode.discover, Discover::Database);
         assert_eq!(c.opencode.server_deadline_secs.get(), 10);
         assert_eq!(c.opencode.body_cap_mib.get(), 256);
+        assert_eq!(c.opencode.parsed_cap_mib.get(), 40);
     }
 
     #[test]

@@ -42,11 +42,14 @@ impl std::fmt::Display for Fault {
 
 impl std::error::Error for Fault {}
 
-/// The bounds of talking to one server (`[opencode] server_deadline_secs`, `body_cap_mib`).
+/// The bounds of talking to one server (`[opencode] server_deadline_secs`, `body_cap_mib`,
+/// `parsed_cap_mib`).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub deadline: Duration,
     pub body_cap: u64,
+    /// What one answer may take once parsed ([`PARSED_MAX`] unless configured).
+    pub parsed_cap: u64,
 }
 
 impl Limits {
@@ -55,6 +58,7 @@ impl Limits {
         Limits {
             deadline: Duration::from_secs(c.server_deadline_secs.get()),
             body_cap: c.body_cap_mib.get().saturating_mul(1 << 20),
+            parsed_cap: c.parsed_cap_mib.get().saturating_mul(1 << 20),
         }
     }
 }
@@ -64,6 +68,7 @@ impl Default for Limits {
         Limits {
             deadline: Duration::from_secs(10),
             body_cap: 256 << 20,
+            parsed_cap: PARSED_MAX,
         }
     }
 }
@@ -115,7 +120,8 @@ fn mib(bytes: u64) -> String {
     }
 }
 
-/// The most memory one server answer may take once parsed, as estimated while it streams in:
+/// The most memory one server answer may take once parsed by default (`parsed_cap_mib`), as
+/// estimated while it streams in:
 /// [`VALUE_COST`] bytes a JSON value, each string and object key its length besides, and the
 /// text of the token being read twice over (serde_json gathers a string in a buffer that grows
 /// by doubling before it is a value). A parsed value costs far more than its text (`[0,0,…]` is
@@ -131,7 +137,7 @@ const VALUE_COST: u64 = 48;
 
 const OVER_PARSED: &str = "oc-watchdog: over the parse budget";
 
-/// What one parse may still spend of [`PARSED_MAX`], and the text read since the last value
+/// What one parse may still spend of its budget, and the text read since the last value
 /// was made (the token being read).
 struct Spend {
     left: Cell<u64>,
@@ -180,12 +186,12 @@ impl<R: Read> Read for Counted<'_, R> {
 }
 
 /// Parses one JSON document from `r` as it streams in (serde's [`serde_json::Deserializer`]),
-/// spending [`PARSED_MAX`] as it goes: past it the parse stops at once with an error holding
+/// spending `cap` bytes as it goes: past it the parse stops at once with an error holding
 /// `OVER_PARSED`, before the memory is spent.
-fn parse_bounded<R: Read>(r: R) -> serde_json::Result<Value> {
+fn parse_bounded<R: Read>(r: R, cap: u64) -> serde_json::Result<Value> {
     use serde::de::DeserializeSeed;
     let spend = Spend {
-        left: Cell::new(PARSED_MAX),
+        left: Cell::new(cap),
         token: Cell::new(0),
     };
     let body = Counted {
@@ -395,11 +401,11 @@ impl Client {
                 inner: resp.into_reader(),
                 left: self.limits.body_cap,
             };
-            return parse_bounded(body).map_err(|e| {
+            return parse_bounded(body, self.limits.parsed_cap).map_err(|e| {
                 if e.to_string().contains(OVER_PARSED) {
                     return Fault::Broken(format!(
-                        "GET {url}: answer too large to hold: it would take more than {} parsed",
-                        mib(PARSED_MAX)
+                        "GET {url}: answer too large to hold: it would take more than {} parsed (parsed_cap_mib)",
+                        mib(self.limits.parsed_cap)
                     ));
                 }
                 if e.is_io() {
@@ -591,38 +597,40 @@ mod tests {
         );
     }
 
+    fn parse(body: &[u8]) -> serde_json::Result<Value> {
+        parse_bounded(body, PARSED_MAX)
+    }
+
     #[test]
     fn a_body_parses_as_serde_json_does_and_stops_at_the_parse_budget() {
         let text = r#"{"a":[1,-2,3.5,"x",null,true,{"b":{}}],"c":"\u00e9"}"#;
         assert_eq!(
-            parse_bounded(text.as_bytes()).unwrap(),
+            parse(text.as_bytes()).unwrap(),
             serde_json::from_str::<Value>(text).unwrap()
         );
         // a list of zeros: the list and each zero cost VALUE_COST
         let zeros = |n: u64| format!("[{}0]", "0,".repeat(n as usize - 1));
         let fit = PARSED_MAX / VALUE_COST - 1;
         assert_eq!(
-            parse_bounded(zeros(fit).as_bytes())
+            parse(zeros(fit).as_bytes())
                 .unwrap()
                 .as_array()
                 .unwrap()
                 .len() as u64,
             fit
         );
-        let e = parse_bounded(zeros(fit + 1).as_bytes())
-            .map(|_| ())
-            .unwrap_err();
+        let e = parse(zeros(fit + 1).as_bytes()).map(|_| ()).unwrap_err();
         assert!(e.to_string().contains(OVER_PARSED), "{e}");
         // a string is stopped while it is read, before it is gathered whole
         let long = |n: u64| format!("\"{}\"", "a".repeat(n as usize));
         assert_eq!(
-            parse_bounded(long(PARSED_MAX / 4).as_bytes())
+            parse(long(PARSED_MAX / 4).as_bytes())
                 .unwrap()
                 .as_str()
                 .map(str::len),
             Some(PARSED_MAX as usize / 4)
         );
-        let e = parse_bounded(long(PARSED_MAX / 2 + 1).as_bytes())
+        let e = parse(long(PARSED_MAX / 2 + 1).as_bytes())
             .map(|_| ())
             .unwrap_err();
         assert!(e.is_io() && e.to_string().contains(OVER_PARSED), "{e}");
@@ -632,16 +640,11 @@ mod tests {
             format!("{{{}}}", pairs.join(","))
         };
         let pairs = (PARSED_MAX - VALUE_COST) / (2 * VALUE_COST + 7);
-        let parsed = parse_bounded(object(pairs).as_bytes()).map(|v| v.as_object().unwrap().len());
+        let parsed = parse(object(pairs).as_bytes()).map(|v| v.as_object().unwrap().len());
         assert_eq!(parsed.ok(), Some(pairs as usize));
-        let e = parse_bounded(object(pairs + 1).as_bytes())
-            .map(|_| ())
-            .unwrap_err();
+        let e = parse(object(pairs + 1).as_bytes()).map(|_| ()).unwrap_err();
         assert!(e.to_string().contains(OVER_PARSED), "{e}");
-        assert!(
-            parse_bounded(&b"[1] 2"[..]).is_err(),
-            "trailing text is refused"
-        );
+        assert!(parse(&b"[1] 2"[..]).is_err(), "trailing text is refused");
     }
 
     #[test]
@@ -649,8 +652,8 @@ mod tests {
         let c = crate::config::Config::parse("").unwrap();
         let l = Limits::of(&c.opencode);
         assert_eq!(
-            (l.deadline, l.body_cap),
-            (Limits::default().deadline, 256 << 20)
+            (l.deadline, l.body_cap, l.parsed_cap),
+            (Limits::default().deadline, 256 << 20, PARSED_MAX)
         );
         let c = crate::config::Config::parse("[opencode]\nbody_cap_mib = 2\n").unwrap();
         assert_eq!(Limits::of(&c.opencode).body_cap, 2 << 20);

@@ -161,7 +161,7 @@ fn an_answer_too_large_to_hold_once_parsed_is_blind_before_it_is_held() {
         .iter()
         .map(|s| {
             format!(
-                "GET {}/project: answer too large to hold: it would take more than 40 MiB parsed",
+                "GET {}/project: answer too large to hold: it would take more than 40 MiB parsed (parsed_cap_mib)",
                 s.url
             )
         })
