@@ -642,3 +642,85 @@ fn oc_watchdog_follow_under_a_name_with_a_space_and_parentheses_chained_exec_set
     let made = std::fs::metadata(home.join("state/oc-watchdog")).unwrap();
     assert_eq!(made.mode() & 0o777, 0o700);
 }
+
+#[test]
+fn a_full_state_directory_is_told_to_the_channels_once_straight_and_resolved_when_there_is_room() {
+    use crate::support::stub::{Reply, Stub};
+    // a real full filesystem: a 1 MiB tmpfs over the state directory, in a mount namespace of
+    // the test's own (root, or an unprivileged user namespace), filled to the last block
+    let stub = Stub::start();
+    stub.route("POST /hook", Reply::Json(200, "{}".into()));
+    let home = Home::new();
+    std::fs::create_dir_all(home.join(".config/oc-watchdog")).unwrap();
+    std::fs::write(
+        home.join(".config/oc-watchdog/watchdog.toml"),
+        format!(
+            "[[channels]]\nname = \"hook\"\ntype = \"webhook\"\nurl = \"{}/hook\"\n",
+            stub.url
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(home.join("run")).unwrap();
+    let script = r#"
+state="$XDG_STATE_HOME/oc-watchdog"
+mkdir -p "$state"
+mount -t tmpfs -o size=1m tmpfs "$state" || exit 97
+dd if=/dev/zero of="$state/filler" bs=64k 2>/dev/null
+for step in full again; do echo "== $step"; "$WD" check-config 2>&1; echo "rc=$?"; done
+rm "$state/filler"
+echo "== room"; "$WD" check-config 2>&1; echo "rc=$?"
+"#;
+    let out = crate::support::installed_cmd("unshare", home.path())
+        .args(["--mount", "--map-root-user", "sh", "-c", script])
+        .env("WD", assert_cmd::cargo::cargo_bin("wd-store"))
+        .env("XDG_RUNTIME_DIR", home.join("run"))
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "no tmpfs could be mounted: {text}");
+    let state = home.join(".local/state/oc-watchdog");
+    let full = format!(
+        "wd-store: state directory {}: full (0 KiB free): ticks cannot be recorded; the watchdog is not watching until there is room: the follow service checks again every minute, the timer at its next tick",
+        state.display()
+    );
+    assert_eq!(
+        text.lines().collect::<Vec<_>>(),
+        [
+            "== full",
+            &full,
+            "wd-store: channel hook: told (HTTP 200) that the watchdog cannot record",
+            "rc=2",
+            "== again",
+            &full,
+            "rc=2",
+            "== room",
+            "wd-store: channel hook: told (HTTP 200) that the watchdog records again",
+            "rc=0",
+        ]
+    );
+    let hooks: Vec<serde_json::Value> = stub
+        .requests()
+        .iter()
+        .map(|r| serde_json::from_str(&r.body).unwrap())
+        .collect();
+    let seen: Vec<(&str, &str, &str)> = hooks
+        .iter()
+        .map(|h| {
+            (
+                h["dedup_key"].as_str().unwrap(),
+                h["state"].as_str().unwrap(),
+                h["severity"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("watchdog-unrecorded", "trigger", "critical"),
+            ("watchdog-unrecorded", "resolve", "info")
+        ]
+    );
+    assert_eq!(hooks[0]["title"], "watchdog is blind: it cannot record");
+    assert!(!home.join("run/oc-watchdog-unrecorded").exists());
+}

@@ -686,7 +686,7 @@ fn without_a_journal_the_log_is_in_the_state_directory_and_the_install_says_wher
         .spawn()
         .unwrap();
     let t0 = Instant::now();
-    let waiting = "oc-watchdog-follow: the watchdog is not watching until its config loads";
+    let waiting = "oc-watchdog-follow: the watchdog is not watching (the line above says why)";
     let seen = loop {
         let l = std::fs::read_to_string(state.join("follow.log")).unwrap_or_default();
         if l.contains(waiting) || t0.elapsed() > Duration::from_secs(60) {

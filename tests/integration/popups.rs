@@ -229,7 +229,7 @@ fn a_config_typo_is_told_by_a_popup_and_the_page_and_the_follow_service_stays_up
     assert!(alive, "the follow script ended: {said}");
     assert!(said.contains(&format!("wd-store: {problem}")), "{said}");
     assert!(
-        said.contains("oc-watchdog-follow: the watchdog is not watching until its config loads; reading it again every 60 s"),
+        said.contains("oc-watchdog-follow: the watchdog is not watching (the line above says why); checking again every 60 s"),
         "{said}"
     );
     // the page: the last good state, and the error

@@ -230,10 +230,12 @@ pub enum Cmd {
         #[arg(long, value_name = "DURATION", default_value = "15s")]
         wait: String,
     },
-    /// Check the config: exit 0 when it loads. When it does not, the watchdog watches nothing:
-    /// say why (file:line: key: problem), rewrite the page from what was last recorded with
-    /// the error, and show it on the desktop once per distinct error. The tick and follow
-    /// scripts run it first.
+    /// Check the config and the state: exit 0 when the config loads and a tick can be
+    /// recorded. When the config does not load, the watchdog watches nothing: say why
+    /// (file:line: key: problem), rewrite the page from what was last recorded with the error,
+    /// and show it on the desktop once per distinct error. When the state directory's
+    /// filesystem is full, say so and tell every enabled channel once, straight (its resolve
+    /// when there is room again). The tick and follow scripts run it first.
     CheckConfig,
     /// `install` or `uninstall` Claude Code's PreToolUse stop hook (wd-claude-hook, beside
     /// wd-store) in Claude Code's user settings (~/.claude/settings.json; deploy/install
@@ -339,7 +341,10 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let started = crate::cli::now_ms();
     let now = args.now.unwrap_or(started);
     let cfg = match Config::load(args.config.as_deref()) {
-        Ok(_) if matches!(args.cmd, Cmd::CheckConfig) => return not_watching::watching(),
+        Ok(cfg) if matches!(args.cmd, Cmd::CheckConfig) => {
+            let db = args.db.clone().unwrap_or_else(|| cfg.store_db());
+            return not_watching::check(&cfg, &db, now);
+        }
         Ok(cfg) => cfg,
         Err(e) => {
             if matches!(args.cmd, Cmd::CheckConfig) {
