@@ -60,6 +60,8 @@ impl TickInput {
 #[derive(Debug, Clone, Copy)]
 struct TickRun {
     started: i64,
+    /// Follow mode: the sweep's monotonic reading; the tick's duration is measured from it.
+    mono: Option<i64>,
     mode: TickMode,
     full: bool,
 }
@@ -94,6 +96,7 @@ pub fn tick(
     };
     let run = TickRun {
         started,
+        mono: None,
         mode: TickMode::Timer,
         full: true,
     };
@@ -155,6 +158,7 @@ pub fn follow(cx: &mut Ctx, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Ex
 fn end_tick(cx: &mut Ctx, seen: TickInput, sweep: Option<Sweep>, out: &mut Out) -> Result<()> {
     let run = TickRun {
         started: sweep.map_or_else(now_ms, |s| s.t),
+        mono: sweep.and_then(|s| s.mono),
         mode: TickMode::Follow,
         full: sweep.is_some_and(|s| s.full),
     };
@@ -212,6 +216,7 @@ impl TickInput {
             sources: self.sources,
             full: run.full,
             mode: run.mode,
+            mono: run.mono,
         }
     }
 }
@@ -222,7 +227,11 @@ fn record(store: &mut Store, seen: &TickInput, outcome: TickOutcome, run: TickRu
     let started = run.started;
     let row = ticks::TickRow {
         t: started,
-        duration_ms: (now_ms() - started).max(0),
+        duration_ms: match run.mono {
+            Some(m) => crate::monotonic::mono_ms() - m,
+            None => now_ms() - started,
+        }
+        .max(0),
         sessions: seen.verdicts.len() as i64,
         flagged: seen.flagged() as i64,
         outcome,
