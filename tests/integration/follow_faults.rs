@@ -1032,4 +1032,25 @@ fn a_step_of_the_clock_neither_stalls_nor_escalates_a_loop_nor_stops_the_polls()
             .collect::<Vec<_>>(),
         Vec::<String>::new()
     );
+    // recorded, and said on the page (rewritten at C's trigger)
+    let steps: Vec<i64> = {
+        let c = rig.watchdog();
+        let mut q = c
+            .prepare("SELECT step_ms FROM clock_steps ORDER BY rowid")
+            .unwrap();
+        q.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    assert!(
+        (steps[0] - 3_600_000).abs() < 2000 && (steps[1] + 3_600_000).abs() < 2000,
+        "{steps:?}"
+    );
+    let page = rig.sim.home.join(".local/state/oc-watchdog/report.html");
+    rig.wait("the page saying the step back", 30, || {
+        std::fs::read_to_string(&page)
+            .is_ok_and(|h| h.contains("<td>clock</td><td>the wall clock stepped back 1 h at "))
+    });
 }

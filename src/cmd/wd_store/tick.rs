@@ -62,6 +62,8 @@ struct TickRun {
     started: i64,
     /// Follow mode: the sweep's monotonic reading; the tick's duration is measured from it.
     mono: Option<i64>,
+    /// Follow mode: the step of the wall clock its sweep says (ms).
+    step_ms: Option<i64>,
     mode: TickMode,
     full: bool,
 }
@@ -97,6 +99,7 @@ pub fn tick(
     let run = TickRun {
         started,
         mono: None,
+        step_ms: None,
         mode: TickMode::Timer,
         full: true,
     };
@@ -159,6 +162,7 @@ fn end_tick(cx: &mut Ctx, seen: TickInput, sweep: Option<Sweep>, out: &mut Out) 
     let run = TickRun {
         started: sweep.map_or_else(now_ms, |s| s.t),
         mono: sweep.and_then(|s| s.mono),
+        step_ms: sweep.and_then(|s| s.step_ms),
         mode: TickMode::Follow,
         full: sweep.is_some_and(|s| s.full),
     };
@@ -242,6 +246,9 @@ fn record(store: &mut Store, seen: &TickInput, outcome: TickOutcome, run: TickRu
     };
     let tx = store.write()?;
     let id = ticks::insert(&tx, &row)?;
+    if let Some(step) = run.step_ms {
+        ticks::note_step(&tx, started, step)?;
+    }
     verdicts::insert(&tx, id, started, &seen.verdicts)?;
     if run.mode == TickMode::Follow && !run.full {
         let judged: Vec<&str> = seen.verdicts.iter().map(|v| v.session.as_str()).collect();
