@@ -107,6 +107,13 @@ ticks at 5 minutes are 10 minutes, and 100 calls of a loop at 0.4 calls a second
 It resolves as a timer tick resolves it; a partial tick, which lists only what changed, never
 calls a session gone.
 
+Every duration it acts on is measured on the machine's monotonic clock, which each sweep
+carries: the polls' pacing, the minutes before an escalation, and a session's silence, counted
+from when the watchdog saw the session's newest time change. A step of the wall clock (NTP after
+an offline spell, date -s, a restored VM) stretches or cuts none of them; it is said once on
+stderr (\"the wall clock stepped forward 1 h at ...\") and on the page, and times shown and
+stored stay the wall clock's.
+
 The timer stays as the fallback: this holds the tick lock for its whole life, so a timer tick
 exits at once while it runs, and ticks again when it stops. Log lines (one per alert
 transition) go to stderr, the journal under systemd; where no journal takes stderr (no

@@ -19,6 +19,7 @@ pub mod event;
 pub mod jsonc;
 pub mod liveness;
 pub mod metrics;
+pub mod monotonic;
 pub mod notify;
 pub mod paths;
 pub mod record;

@@ -227,6 +227,9 @@ pub struct Tick {
     /// Which pipeline wrote it. Written only in follow mode (older lines are timer ticks).
     #[serde(default, skip_serializing_if = "TickMode::is_timer")]
     pub mode: TickMode,
+    /// Follow mode: its sweep's reading of the monotonic clock ([`Sweep::mono`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mono: Option<i64>,
 }
 
 fn yes() -> bool {
@@ -248,6 +251,7 @@ impl Default for Tick {
             sources: Vec::new(),
             full: true,
             mode: TickMode::Timer,
+            mono: None,
         }
     }
 }
@@ -297,6 +301,14 @@ pub struct Sweep {
     /// When the read began (ms since the epoch).
     pub t: i64,
     pub full: bool,
+    /// When the read began on the machine's monotonic clock ([`crate::monotonic::mono_ms`]):
+    /// what follow mode measures durations on. Absent in streams written before issue 42.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mono: Option<i64>,
+    /// The wall clock was stepped by this much (ms, negative: back) since the previous sweep,
+    /// against the monotonic clock ([`crate::monotonic::StepWatch`]); said once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_ms: Option<i64>,
 }
 
 /// Whether `id` has the form of an opencode session id: `ses_` and then letters and digits

@@ -6,6 +6,11 @@
 //! the cached verdicts of the other sessions of the trees it touched, and keeps no `sources`,
 //! so that absence never resolves anything as gone. Sessions not seen for [`FORGET_AFTER_MS`]
 //! and in no open alert's tree are forgotten, so memory stays flat over hours of sessions.
+//!
+//! It also measures how long each open episode has been open on the monotonic clock the ticks
+//! carry (`mono`, issue 42), for the escalation's `escalate_after_minutes`: from the tick that
+//! opened it, or, for one opened before this process started, from its first tick here less
+//! what the wall clock said it had been open then.
 
 use super::TickView;
 use crate::record::Verdict;
@@ -14,10 +19,13 @@ use std::collections::{HashMap, HashSet};
 /// A session neither seen nor in an open alert's tree for this long is forgotten.
 pub const FORGET_AFTER_MS: i64 = 3_600_000;
 
-/// The latest verdict of every session seen, and when it was last seen (tick time).
+/// The latest verdict of every session seen, and when it was last seen (the tick's monotonic
+/// reading, else its time).
 #[derive(Debug, Default)]
 pub struct Cache {
     latest: HashMap<String, (Verdict, i64)>,
+    /// Open episodes by id: when each opened on the monotonic clock.
+    opened: HashMap<i64, i64>,
 }
 
 impl Cache {
@@ -32,7 +40,8 @@ impl Cache {
     /// Keeps the tick's verdicts and returns the tick to decide on (see the module docs).
     pub fn view(&mut self, mut tick: TickView) -> TickView {
         for v in &tick.verdicts {
-            self.latest.insert(v.session.clone(), (v.clone(), tick.t));
+            self.latest
+                .insert(v.session.clone(), (v.clone(), tick.mono.unwrap_or(tick.t)));
         }
         if !tick.partial {
             return tick;
@@ -52,8 +61,31 @@ impl Cache {
         tick
     }
 
+    /// Episode `id` opened at the tick read at monotonic `mono`.
+    pub fn opened(&mut self, id: i64, mono: i64) {
+        self.opened.insert(id, mono);
+    }
+
+    /// Fills `tick.open_for` for the episodes open now (`open`: id, wall time it opened), when
+    /// the tick carries a monotonic reading.
+    pub fn measure(&mut self, tick: &mut TickView, open: &[(i64, i64)]) {
+        let Some(mono) = tick.mono else {
+            return;
+        };
+        self.opened
+            .retain(|id, _| open.iter().any(|(o, _)| o == id));
+        for &(id, wall) in open {
+            let at = *self
+                .opened
+                .entry(id)
+                .or_insert_with(|| mono - (tick.t - wall).max(0));
+            tick.open_for.insert(id, (mono - at).max(0));
+        }
+    }
+
     /// Forgets the sessions last seen before `now - FORGET_AFTER_MS` whose tree has no open
-    /// alert (`open_roots`); returns how many.
+    /// alert (`open_roots`); returns how many. `now`: the tick's monotonic reading where it
+    /// has one, else its time.
     pub fn forget(&mut self, now: i64, open_roots: &HashSet<String>) -> usize {
         let before = self.latest.len();
         self.latest
@@ -85,6 +117,32 @@ mod tests {
             partial,
             ..TickView::default()
         }
+    }
+
+    /// Issue 42: an episode's time open is measured on the ticks' monotonic clock, from the tick
+    /// that opened it, or for one opened before this process, from its first tick here less
+    /// what the wall clock said then; a step of the wall clock changes neither.
+    #[test]
+    fn an_episodes_time_open_runs_on_the_monotonic_clock() {
+        const H: i64 = 3_600_000;
+        let mut c = Cache::default();
+        let at = |t: i64, mono: i64| TickView {
+            mono: Some(mono),
+            ..tick(t, true, vec![])
+        };
+        // episode 7 opened 2 minutes before this process's first tick; 8 opens at it
+        let mut first = at(10 * H, 5000);
+        c.measure(&mut first, &[(7, 10 * H - 120_000)]);
+        assert_eq!(first.open_for, HashMap::from([(7, 120_000)]));
+        c.opened(8, 5000);
+        // a minute on, the wall clock an hour forward
+        let mut later = at(11 * H + 60_000, 65_000);
+        c.measure(&mut later, &[(7, 10 * H - 120_000), (8, 10 * H)]);
+        assert_eq!(later.open_for, HashMap::from([(7, 180_000), (8, 60_000)]));
+        // a stream without monotonic readings is measured by its time, as before
+        let mut old = tick(11 * H, true, vec![]);
+        c.measure(&mut old, &[(8, 10 * H)]);
+        assert!(old.open_for.is_empty());
     }
 
     fn sessions(t: &TickView) -> Vec<(&str, u64)> {

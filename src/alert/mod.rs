@@ -207,9 +207,23 @@ pub struct TickView {
     /// wd-alert's cache, the rest of their trees) and read no source as a whole, so nothing
     /// absent is gone and a blind alert stays until a full tick reads.
     pub partial: bool,
+    /// Follow mode: the tick's read on the monotonic clock (its sweep's `mono`).
+    pub mono: Option<i64>,
+    /// Follow mode: how long each open episode (by id) has been open, in ms on the monotonic
+    /// clock ([`follow::Cache::measure`]); an episode not in it is measured by the tick's time.
+    pub open_for: HashMap<i64, i64>,
 }
 
 impl TickView {
+    /// How long episode `a` has been open at this tick (ms): on the monotonic clock where
+    /// follow mode measured it, else by the wall clock.
+    pub fn open_for(&self, a: &AlertEpisode) -> i64 {
+        self.open_for
+            .get(&a.id)
+            .copied()
+            .unwrap_or(self.t - a.opened)
+    }
+
     /// Keeps the last verdict of each session, in the order sessions were first seen.
     pub fn dedup(&mut self) {
         let mut at: HashMap<String, usize> = HashMap::with_capacity(self.verdicts.len());

@@ -186,14 +186,14 @@ fn loop_event(w: &Wording, news: text::LoopNews, root: &str, opinion: Option<&Op
     ev
 }
 
-/// How long (by the tick's time) and how many calls after its trigger an escalation comes, in
-/// follow mode, which escalates by time and calls, not by ticks.
+/// How long (on the monotonic clock where follow mode measured it) and how many calls after its
+/// trigger an escalation comes, in follow mode, which escalates by time and calls, not by ticks.
 fn since_trigger(w: &Wording, episode: i64, figures: &Figures) -> Option<(i64, u64)> {
     (w.tick.mode == TickMode::Follow).then(|| {
         let ep = w.open.get(&episode);
         let at = ep.map_or(0, |e| e.trigger_calls);
-        let opened = ep.map_or(w.tick.t, |e| e.opened);
-        (w.tick.t - opened, figures.calls.saturating_sub(at))
+        let open_for = ep.map_or(0, |e| w.tick.open_for(e));
+        (open_for, figures.calls.saturating_sub(at))
     })
 }
 

@@ -110,6 +110,7 @@ impl TickBatch {
             Ok(Record::Tick(t)) => {
                 self.tick_id = Some(t.id);
                 self.tick.t = t.t;
+                self.tick.mono = t.mono;
                 self.tick.mode = t.mode;
                 self.tick.partial = !t.full;
                 return true;
@@ -211,8 +212,16 @@ fn follow(
         let done = std::mem::replace(&mut batch, TickBatch::new(now));
         let (tick, key, tick_id, b) = done.finish();
         bad += b;
-        let tick = cache.view(tick);
+        let mut tick = cache.view(tick);
+        cache.measure(&mut tick, &episodes::open_since(store)?);
         let events = one_tick(store, cfg, &tick, &key, tick_id, now, out)?;
+        if let Some(mono) = tick.mono {
+            for ev in events.iter().filter(|e| e.state == Transition::Trigger) {
+                if let Some(id) = ev.episode {
+                    cache.opened(id, mono);
+                }
+            }
+        }
         for ev in &events {
             out.line(&serde_json::to_string(ev)?)?;
         }
@@ -222,7 +231,7 @@ fn follow(
         out.flush()?;
         if !tick.partial {
             let open: HashSet<String> = episodes::open_roots(store)?.into_iter().collect();
-            cache.forget(tick.t, &open);
+            cache.forget(tick.mono.unwrap_or(tick.t), &open);
         }
         Ok(())
     })?;

@@ -322,13 +322,28 @@ fn last_tick(s: &mut String, p: &PageData) {
             );
             let _ = write!(
                 s,
-                "<tr><td>mode</td><td>{}</td></tr><tr><td>sources last read</td><td>{}</td></tr><tr><td>timer</td><td>{}</td></tr></table>",
+                "<tr><td>mode</td><td>{}</td></tr><tr><td>sources last read</td><td>{}</td></tr><tr><td>timer</td><td>{}</td></tr>{}</table>",
                 mode_text(p, t),
                 sources_text(p),
-                timer_text(p)
+                timer_text(p),
+                step_text(p, t)
             );
         }
     }
+}
+
+/// The latest step of the wall clock in the last day, as a row: the times on this page moved
+/// with it, the watchdog's durations did not.
+fn step_text(p: &PageData, t: &super::LastTick) -> String {
+    let Some((at, ms)) = t.clock_step else {
+        return String::new();
+    };
+    format!(
+        "<tr><td>clock</td><td>the wall clock stepped {} {} at {}; durations (silence, escalation, polls) are measured on the monotonic clock</td></tr>",
+        if ms > 0 { "forward" } else { "back" },
+        esc(&crate::monotonic::words(ms)),
+        when(p, at)
+    )
 }
 
 /// The channels, each with its settings and its last delivery.
@@ -959,6 +974,7 @@ mod tests {
                 full: false,
                 last_full: Some(NOW - ago - 20_000),
                 figures_at: NOW - ago - 20_000,
+                clock_step: None,
             }),
             services,
             sources_read: vec![
@@ -968,6 +984,22 @@ mod tests {
             follow_full_ms: 60_000,
             ..PageData::default()
         }
+    }
+
+    /// Issue 42: a step of the wall clock in the last day is said beside the mode.
+    #[test]
+    fn the_page_says_the_latest_step_of_the_wall_clock() {
+        let mut p = page("follow", 1000, Services::default());
+        assert!(!render(&p).contains("<td>clock</td>"));
+        p.tick.as_mut().unwrap().clock_step = Some((NOW - 60_000, -3_600_000));
+        let html = render(&p);
+        assert!(
+            html.contains("<tr><td>clock</td><td>the wall clock stepped back 1 h at "),
+            "{html}"
+        );
+        assert!(html.contains(
+            "durations (silence, escalation, polls) are measured on the monotonic clock</td></tr>"
+        ));
     }
 
     /// The page says which mode runs, when each source was read, and loudly when nothing

@@ -79,6 +79,9 @@ pub struct LastTick {
     /// recorded: the last tick, but in follow mode the last full one
     /// ([`crate::store::ticks::SHOWN_TICK`]).
     pub figures_at: i64,
+    /// The latest step of the wall clock the follow service noticed in the last day: (when, by
+    /// how much in ms, negative back).
+    pub clock_step: Option<(i64, i64)>,
 }
 
 /// The follow service's unit as installed, and what `systemctl --user is-enabled` says of the
@@ -331,10 +334,15 @@ fn last_tick(c: &Connection) -> Result<Option<LastTick>> {
                 full: r.get(7)?,
                 last_full: r.get(8)?,
                 figures_at: r.get(9)?,
+                clock_step: None,
             })
         },
     )
-    .optional()?)
+    .optional()?
+    .map(|mut t| {
+        t.clock_step = ticks::last_step(c, t.t - 86_400_000).ok().flatten();
+        t
+    }))
 }
 
 /// Times of the 12 latest timer ticks, newest first: its interval as it really is, not as configured.

@@ -385,16 +385,19 @@ impl Db {
             ..Cursor::default()
         };
         if self.has_table("event")? {
-            c.event = self
-                .conn
-                .query_row("SELECT max(id) FROM event", [], |r| r.get(0))?;
+            (c.event, c.event_row) =
+                self.conn
+                    .query_row("SELECT max(id), max(rowid) FROM event", [], |r| {
+                        Ok((r.get(0)?, r.get(1)?))
+                    })?;
         } else {
             c.updated = self
                 .conn
                 .query_row("SELECT max(time_updated) FROM session", [], |r| {
                     r.get::<_, Option<i64>>(0)
                 })?
-                .unwrap_or(i64::MIN);
+                .unwrap_or(i64::MIN)
+                .min(crate::cli::now_ms());
         }
         Ok(c)
     }
@@ -422,10 +425,10 @@ impl Db {
         fn ids(
             tx: &rusqlite::Transaction,
             sql: &str,
-            arg: &dyn rusqlite::ToSql,
+            args: impl rusqlite::Params,
         ) -> Result<Vec<String>> {
             let mut st = tx.prepare(sql)?;
-            let rows = st.query_map([arg], |r| r.get(0))?;
+            let rows = st.query_map(args, |r| r.get(0))?;
             Ok(rows.collect::<rusqlite::Result<Vec<String>>>()?)
         }
         let tx = self.conn.unchecked_transaction()?;
@@ -434,16 +437,25 @@ impl Db {
             ..Cursor::default()
         };
         let mut asking = Vec::new();
+        // opencode's event ids ascend with its wall clock: after a step back, its new events'
+        // ids sort below the newest seen. Their row ids ascend as they are written, whatever
+        // the clock; the ids still catch what a row id reused after a delete would hide.
         let sessions = if self.has_table("event")? {
+            let row = since.and_then(|c| c.event_row).unwrap_or(0);
             let after = since.and_then(|c| c.event.clone()).unwrap_or_default();
-            cursor.event = tx.query_row("SELECT max(id) FROM event", [], |r| r.get(0))?;
+            (cursor.event, cursor.event_row) =
+                tx.query_row("SELECT max(id), max(rowid) FROM event", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?;
             cursor.event = cursor.event.or(since.and_then(|c| c.event.clone()));
+            cursor.event_row = cursor.event_row.or(since.and_then(|c| c.event_row));
             // each session's latest part update in the range, when it is a question call, or a
             // bash call with no output yet (its command not started: maybe its permission asked)
             asking = ids(
                 &tx,
-                "SELECT aggregate_id FROM event e WHERE e.id > ?1 AND e.id = (SELECT max(id) FROM event f
-                     WHERE f.aggregate_id = e.aggregate_id AND f.id > ?1
+                "SELECT aggregate_id FROM event e WHERE (e.rowid > ?1 OR e.id > ?2)
+                   AND e.rowid = (SELECT max(rowid) FROM event f
+                     WHERE f.aggregate_id = e.aggregate_id AND (f.rowid > ?1 OR f.id > ?2)
                        AND f.type LIKE 'message.part.updated%')
                    AND json_valid(data)
                    AND json_extract(data, '$.part.type') = 'tool'
@@ -452,22 +464,28 @@ impl Db {
                         OR (json_extract(data, '$.part.tool') = 'bash'
                             AND json_extract(data, '$.part.state.metadata') IS NULL))
                  ORDER BY aggregate_id",
-                &after,
+                (row, &after),
             )?;
             ids(
                 &tx,
-                "SELECT DISTINCT aggregate_id FROM event WHERE id > ?1 ORDER BY aggregate_id",
-                &after,
+                "SELECT DISTINCT aggregate_id FROM event WHERE rowid > ?1 OR id > ?2
+                 ORDER BY aggregate_id",
+                (row, &after),
             )?
         } else {
             let after = since.map_or(i64::MIN, |c| c.updated);
             let newest: Option<i64> =
                 tx.query_row("SELECT max(time_updated) FROM session", [], |r| r.get(0))?;
-            cursor.updated = newest.unwrap_or(after).max(after);
+            // no further than now: after a step back, opencode's next rows are stamped below
+            // the newest seen, and would be missed until the clock caught up with it
+            cursor.updated = newest
+                .unwrap_or(after)
+                .max(after)
+                .min(crate::cli::now_ms());
             ids(
                 &tx,
                 "SELECT id FROM session WHERE time_updated > ?1 ORDER BY id",
-                &after,
+                [after],
             )?
         };
         tx.finish()?;
@@ -583,6 +601,41 @@ mod tests {
         }
         let db = Db::open(&path).unwrap();
         (dir, w, db)
+    }
+
+    /// Issue 42: opencode's event ids ascend with its wall clock; after a step back of it, its
+    /// new events' ids sort below the newest seen, and were missed until the clock caught up.
+    #[test]
+    fn a_step_back_of_opencodes_clock_hides_no_change() {
+        let (_dir, w, db) = fixture(true);
+        let first = db.changes(None).unwrap().unwrap();
+        w.execute(
+            "INSERT INTO event VALUES ('evt_0005', 'ses_b', 1, 'message.part.updated.1', '{}')",
+            [],
+        )
+        .unwrap();
+        let next = db.changes(Some(&first.cursor)).unwrap().unwrap();
+        assert_eq!(next.sessions, ["ses_b"]);
+        assert_eq!(next.cursor.event.as_deref(), Some("evt_0020"));
+        let again = db.changes(Some(&next.cursor)).unwrap().unwrap();
+        assert!(again.sessions.is_empty());
+        // without an event log, the newest `time_updated` is the cursor, no later than now
+        let (_dir, w, db) = fixture(false);
+        let now = crate::cli::now_ms();
+        w.execute(
+            "UPDATE session SET time_updated = ?1 WHERE id = 'ses_a'",
+            [now + 3_600_000],
+        )
+        .unwrap();
+        let first = db.changes(None).unwrap().unwrap();
+        assert!(first.cursor.updated <= crate::cli::now_ms());
+        w.execute(
+            "UPDATE session SET time_updated = ?1 WHERE id = 'ses_b'",
+            [crate::cli::now_ms() + 1000],
+        )
+        .unwrap();
+        let next = db.changes(Some(&first.cursor)).unwrap().unwrap();
+        assert!(next.sessions.contains(&"ses_b".to_string()), "{next:?}");
     }
 
     #[test]

@@ -196,8 +196,11 @@ pub struct Cursor {
     /// The database's `PRAGMA data_version` when the cursor was taken: unchanged means no other
     /// connection committed since, so nothing changed and nothing need be read.
     pub data_version: i64,
-    /// The newest event of opencode's event log (`event.id`, ascending) seen.
+    /// The newest event of opencode's event log (`event.id`, ascending with opencode's clock)
+    /// seen.
     pub event: Option<String>,
+    /// The last row of the event log seen (`rowid`, ascending as rows are written).
+    pub event_row: Option<i64>,
     /// The newest `session.time_updated` seen (databases without an event log).
     pub updated: i64,
 }

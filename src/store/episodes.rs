@@ -126,6 +126,17 @@ pub fn history(
 
 /// Root sessions of every open alert but blind ones (loops, stalled, interrupted, ...), in
 /// order: the tick reads them again, so that a session that changed no more is not taken for gone.
+/// The open episodes' ids, each with when it opened (wall clock).
+pub fn open_since(store: &Store) -> Result<Vec<(i64, i64)>> {
+    let mut st = store
+        .conn
+        .prepare_cached("SELECT id, opened FROM episodes WHERE state = 'open' ORDER BY id")?;
+    let open = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(open)
+}
+
 pub fn open_roots(store: &Store) -> Result<Vec<String>> {
     let mut st = store.conn.prepare(
         "SELECT DISTINCT root FROM alerts WHERE state = 'open' AND kind <> 'blind' ORDER BY root",

@@ -429,6 +429,15 @@ PRAGMA ignore_check_constraints = ON;
 UPDATE ticks SET outcome = 'no_agent' WHERE outcome = 'no_opencode';
 PRAGMA ignore_check_constraints = OFF;
 "#,
+    // 14: the steps of the wall clock the follow service noticed (issue 42: durations are
+    // measured on the monotonic clock; the page says when the wall clock moved under them)
+    r#"
+CREATE TABLE clock_steps (
+    t       INTEGER NOT NULL,
+    step_ms INTEGER NOT NULL
+);
+CREATE INDEX clock_steps_t ON clock_steps (t);
+"#,
 ];
 
 pub fn latest() -> i64 {

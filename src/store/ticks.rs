@@ -125,6 +125,7 @@ pub const STANDING_OUTCOME: &str = concat!(
 
 /// Deletes the ticks before `before`; returns how many.
 pub fn prune(tx: &Transaction<'_>, before: i64) -> Result<usize> {
+    tx.execute("DELETE FROM clock_steps WHERE t < ?1", params![before])?;
     Ok(tx.execute("DELETE FROM ticks WHERE t < ?1", params![before])?)
 }
 
@@ -158,6 +159,27 @@ impl Store {
         }
         Ok(past.or(future.map(|_| back)))
     }
+}
+
+/// Records a step of the wall clock by `step_ms` (negative: back), noticed at `t` (the wall
+/// clock after it).
+pub fn note_step(tx: &Transaction<'_>, t: i64, step_ms: i64) -> Result<()> {
+    tx.execute(
+        "INSERT INTO clock_steps (t, step_ms) VALUES (?1, ?2)",
+        params![t, step_ms],
+    )?;
+    Ok(())
+}
+
+/// The latest step of the wall clock noticed since `since`: (when, by how much).
+pub fn last_step(c: &rusqlite::Connection, since: i64) -> Result<Option<(i64, i64)>> {
+    use rusqlite::OptionalExtension;
+    Ok(c.query_row(
+        "SELECT t, step_ms FROM clock_steps WHERE t >= ?1 ORDER BY rowid DESC LIMIT 1",
+        params![since],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .optional()?)
 }
 
 #[cfg(test)]

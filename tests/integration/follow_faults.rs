@@ -23,13 +23,19 @@ fn now_ms() -> i64 {
 struct Rig {
     sim: Sim,
     follow: Option<Child>,
+    /// The file whose offset the watchdog's wall clock reads (libfaketime), once set.
+    faketime: Option<std::path::PathBuf>,
 }
 
 impl Rig {
     /// Installs the watchdog with `follow` as its `[follow]` table.
     fn start(follow: &str) -> Rig {
         let sim = Sim::start();
-        let rig = Rig { sim, follow: None };
+        let rig = Rig {
+            sim,
+            follow: None,
+            faketime: None,
+        };
         let bins = assert_cmd::cargo::cargo_bin("wd-store")
             .parent()
             .unwrap()
@@ -59,6 +65,9 @@ impl Rig {
         let mut c = crate::support::installed_cmd(prog, h);
         c.env("DBUS_SESSION_BUS_ADDRESS", &desk.bus)
             .env("DISPLAY", &desk.display);
+        if let Some(f) = &self.faketime {
+            faked(&mut c, f);
+        }
         c
     }
 
@@ -206,7 +215,7 @@ impl Rig {
 
     /// Waits (at most `secs`) until `f`, or panics with the pipeline's stderr.
     #[track_caller]
-    fn wait(&self, what: &str, secs: u64, f: impl Fn() -> bool) {
+    fn wait(&self, what: &str, secs: u64, mut f: impl FnMut() -> bool) {
         let t0 = Instant::now();
         while !f() {
             assert!(
@@ -815,4 +824,233 @@ fn a_killed_stage_left_the_stages_before_it_running_blind_and_outliving_the_serv
         let left = left_after(&home, 5);
         assert_eq!(left, [], "left after SIGTERM to {to}\n{}", rig.stderr());
     }
+}
+
+/// libfaketime, which sets a process's wall clock off by the offset written in a file, read
+/// again at every reading (`faketime` from Debian's package of that name).
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// `c`'s wall clock reads the offset in `file` ("+0", "+3600s"); its monotonic clock stays
+/// the machine's, as after a real step of the clock.
+fn faked<'c>(c: &'c mut Command, file: &std::path::Path) -> &'c mut Command {
+    assert!(
+        std::path::Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME}: apt-get install faketime (tests/setup)"
+    );
+    c.env("LD_PRELOAD", LIBFAKETIME)
+        .env("FAKETIME_TIMESTAMP_FILE", file)
+        .env("FAKETIME_NO_CACHE", "1")
+        .env("DONT_FAKE_MONOTONIC", "1")
+}
+
+/// The `opencode run`s a test started, killed when it ends.
+#[derive(Default)]
+struct Runs(Vec<Child>);
+
+impl Drop for Runs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Rig {
+    /// `opencode run` on `script` in a project of its own (`work/NAME`), its wall clock the
+    /// one in `clock` when given; waits for its session, and returns it.
+    fn run(
+        &self,
+        runs: &mut Runs,
+        name: &str,
+        script: &str,
+        clock: Option<&std::path::Path>,
+    ) -> String {
+        let proj = self.sim.home.join(format!("work/{name}"));
+        std::fs::create_dir_all(proj.parent().unwrap()).unwrap();
+        crate::support::ocsim::make_project(&proj);
+        let before = self.opencode_sessions();
+        let mut c = crate::support::ocsim::opencode(&self.sim.home, &proj);
+        c.args(["run", &format!("SCRIPT:{script} go")])
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(self.sim.home.join(format!("{name}.out"))).unwrap())
+            .stderr(std::fs::File::create(self.sim.home.join(format!("{name}.err"))).unwrap());
+        if let Some(f) = clock {
+            faked(&mut c, f);
+        }
+        runs.0.push(c.spawn().expect("opencode run"));
+        let mut id = None;
+        self.wait(&format!("{name}'s session"), 60, || {
+            id = self
+                .opencode_sessions()
+                .into_iter()
+                .find(|s| !before.contains(s));
+            id.is_some()
+        });
+        id.unwrap()
+    }
+
+    /// opencode's sessions, in the order written.
+    fn opencode_sessions(&self) -> Vec<String> {
+        if !self.sim.db_path().exists() {
+            return Vec::new();
+        }
+        let c = self.opencode_db();
+        let mut q = c.prepare("SELECT id FROM session ORDER BY rowid").unwrap();
+        q.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    /// When the detector first flagged `session`: its flagging call's time (the agent's clock).
+    fn first_flag_t(&self, session: &str) -> i64 {
+        self.watchdog()
+            .query_row(
+                "SELECT first_flag_t FROM verdicts WHERE session = ?1 AND flagged = 1
+                 ORDER BY tick LIMIT 1",
+                [session],
+                |r| r.get(0),
+            )
+            .unwrap()
+    }
+}
+
+/// Issue 42's clock steps, with libfaketime. The watchdog's wall clock steps forward an hour
+/// while a loop it alerted on runs on (the agent's clock not stepped): that loop was taken for
+/// an hour silent, "stalled" at once, and escalated a minute after its trigger, its 5-minute bar
+/// measured on the wall clock. Then the machine's clock (the watchdog's and the agents') steps
+/// back the hour: opencode's event ids ascend with its clock, so the new ones sorted below those
+/// written before the step, the partial polls saw nothing and a loop that started then was
+/// alerted at the next full read (67 s in the issue) instead of seconds after its flag. Full
+/// reads come every 5 minutes here, so that none comes by chance in time for that loop.
+#[test]
+fn a_step_of_the_clock_neither_stalls_nor_escalates_a_loop_nor_stops_the_polls() {
+    let mut rig = Rig::start(
+        "poll_ms = 500\nfull_every_secs = 300\nescalate_after_minutes = 5\nescalate_after_calls = 1000\n",
+    );
+    let clock = rig.sim.home.join("faketime");
+    std::fs::write(&clock, "+0\n").unwrap();
+    rig.faketime = Some(clock.clone());
+    rig.follow();
+    let mut runs = Runs::default();
+    let reads = |n: usize| {
+        json!((0..n)
+            .map(|_| json!({"tool": "read", "args": {"filePath": "{ROOT}/docs/spec.md"}, "delay": 0.5}))
+            .chain([json!({"text": "Still reading."})])
+            .collect::<Vec<_>>())
+    };
+    rig.sim.add_script("step_long", &reads(400));
+    rig.sim.add_script("step_short", &reads(60));
+    rig.sim.add_script(
+        "step_done",
+        &json!([
+            {"tool": "read", "args": {"filePath": "{ROOT}/README.md"}},
+            {"tool": "glob", "args": {"pattern": "**/*.js"}},
+            {"text": "Done."}
+        ]),
+    );
+
+    // A: a loop on the real clock, alerted
+    let a = rig.run(&mut runs, "a", "step_long", None);
+    rig.wait("A's trigger", 90, || rig.states(&a) == ["trigger"]);
+    std::thread::sleep(Duration::from_secs(2));
+    // the watchdog's clock steps forward an hour
+    std::fs::write(&clock, "+3600s\n").unwrap();
+    let ticks_at_step = rig.count("SELECT count(*) FROM ticks", &[]);
+    std::thread::sleep(Duration::from_secs(15));
+    let ticks_after = rig.count("SELECT count(*) FROM ticks", &[]) - ticks_at_step;
+    let a_after_forward = rig.states(&a);
+    let stalled_after_forward: Vec<String> = rig
+        .event_keys()
+        .into_iter()
+        .filter(|k| k.starts_with("stalled:"))
+        .collect();
+
+    // B, on the machine's clock (an hour ahead), writes a few calls and ends; then the
+    // machine's clock steps back the hour
+    let b = rig.run(&mut runs, "b", "step_done", Some(&clock));
+    rig.wait("B's end", 60, || {
+        runs.0.last_mut().unwrap().try_wait().unwrap().is_some()
+    });
+    rig.wait("B's calls judged", 30, || {
+        rig.judged(&b).is_some_and(|(calls, _)| calls == 2)
+    });
+    std::fs::write(&clock, "+0\n").unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    // C: a loop that starts after the step back
+    let c = rig.run(&mut runs, "c", "step_short", Some(&clock));
+    let t0 = Instant::now();
+    while rig.states(&c).is_empty() && t0.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let c_waited = t0.elapsed();
+    let c_lag = rig
+        .loop_events(&c)
+        .first()
+        .map(|e| e.2 - rig.first_flag_t(&c));
+    let stalled: Vec<String> = rig
+        .event_keys()
+        .into_iter()
+        .filter(|k| k.starts_with("stalled:"))
+        .collect();
+    let err = rig.stderr();
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("the wall clock stepped"))
+        .collect();
+    eprintln!(
+        "after a step forward of 1 h: {ticks_after} ticks in 15 s; A's alert {a_after_forward:?}, \
+         stalled alerts {stalled_after_forward:?}\n\
+         after a step back of 1 h: C's trigger {} s after its flagging call ({:.1} s after \
+         it started); stalled alerts {stalled:?}; said: {said:#?}",
+        c_lag.map_or("none within 120".into(), |l| format!(
+            "{:.1}",
+            l as f64 / 1000.0
+        )),
+        c_waited.as_secs_f64()
+    );
+    assert_eq!(a_after_forward, ["trigger"], "A escalated by the step");
+    assert_eq!(stalled_after_forward, Vec::<String>::new());
+    assert!(
+        ticks_after >= 10,
+        "{ticks_after} ticks in the 15 s after the step"
+    );
+    assert!(
+        c_lag.is_some_and(|l| l < 5000),
+        "C alerted {c_lag:?} ms after its flagging call"
+    );
+    assert_eq!(stalled, Vec::<String>::new());
+    assert_eq!(rig.states(&a), ["trigger"]);
+    assert_eq!(said.len(), 2, "{err}");
+    assert!(said[0].contains("stepped forward 1 h at"), "{}", said[0]);
+    assert!(said[1].contains("stepped back 1 h at"), "{}", said[1]);
+    assert_eq!(
+        rig.complaints()
+            .into_iter()
+            .filter(|l| !l.contains("the wall clock stepped"))
+            .collect::<Vec<_>>(),
+        Vec::<String>::new()
+    );
+    // recorded, and said on the page (rewritten at C's trigger)
+    let steps: Vec<i64> = {
+        let c = rig.watchdog();
+        let mut q = c
+            .prepare("SELECT step_ms FROM clock_steps ORDER BY rowid")
+            .unwrap();
+        q.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    assert!(
+        (steps[0] - 3_600_000).abs() < 2000 && (steps[1] + 3_600_000).abs() < 2000,
+        "{steps:?}"
+    );
+    let page = rig.sim.home.join(".local/state/oc-watchdog/report.html");
+    rig.wait("the page saying the step back", 30, || {
+        std::fs::read_to_string(&page)
+            .is_ok_and(|h| h.contains("<td>clock</td><td>the wall clock stepped back 1 h at "))
+    });
 }

@@ -33,7 +33,7 @@ pub enum Escalate {
     /// escalate_after_ticks`.
     Ticks(u32),
     /// Follow mode, whose ticks come every second or so: this many minutes after the trigger
-    /// (by the tick's time) or this many calls of the tree's flagged sessions made since it,
+    /// (on the monotonic clock, [`TickView::open_for`]) or this many calls of the tree's flagged sessions made since it,
     /// whichever comes first (`[follow] escalate_after_minutes`, `escalate_after_calls`).
     After { minutes: u64, calls: u64 },
 }
@@ -569,7 +569,7 @@ fn count_step(i: &DecisionInput, a: &AlertEpisode, marks: Marks) -> Step {
     let since_trigger = figures.calls.saturating_sub(a.trigger_calls);
     let escalate = if critical {
         None
-    } else if i.escalate.due(n, i.tick.t - a.opened, since_trigger) {
+    } else if i.escalate.due(n, i.tick.open_for(a), since_trigger) {
         Some(Reason::StillLooping)
     } else if opinion.as_ref().is_some_and(Opinion::yes) {
         Some(Reason::SecondOpinion)
@@ -1058,6 +1058,28 @@ mod tests {
             "escalate still_looping at 3"
         );
         assert_eq!(step(1, 20 * MIN, 500, Escalate::Ticks(3)), "count 2");
+        // issue 42: the wall clock stepped an hour forward a minute after the trigger; the
+        // monotonic clock says a minute
+        let mut a = open(60, Severity::Warning, &[("r", 40)]);
+        a.trigger_calls = 30;
+        let mut t = tick(vec![v("r", true, 41, "active")]);
+        t.t = T + 61 * MIN;
+        let decided = |t: &TickView| {
+            name(
+                &decide(&DecisionInput {
+                    open: std::slice::from_ref(&a),
+                    last: &HashMap::new(),
+                    tick: t,
+                    answers: &HashMap::new(),
+                    escalate: follow,
+                    stopped: &HashMap::new(),
+                })
+                .steps[0],
+            )
+        };
+        assert_eq!(decided(&t), "escalate still_looping at 61");
+        t.open_for.insert(a.id, MIN);
+        assert_eq!(decided(&t), "count 61");
         // zero of either: critical at the trigger, as escalate_after_ticks = 1 does
         assert!(Escalate::After {
             minutes: 0,

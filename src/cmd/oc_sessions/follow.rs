@@ -24,7 +24,10 @@
 //! said meanwhile is lost.
 //!
 //! Intervals are measured on the monotonic clock (a clock jump neither stops nor floods the
-//! polls); the wall clock only stamps records and picks what a full read lists.
+//! polls); the wall clock only stamps records and picks what a full read lists. Each sweep
+//! carries the monotonic reading of its read (`mono`), which the stages after this one measure
+//! their durations on. A step of the wall clock between two polls is said once on stderr and
+//! on the next sweep (`step_ms`), and brings a full read ([`crate::monotonic`]).
 
 use super::{
     collect, open_db, read_agents, read_others, write_db_source, write_more_sources, write_rest,
@@ -32,6 +35,7 @@ use super::{
 };
 use crate::cli::{now_ms, parse_when, Exit, Out};
 use crate::config::{Config, Discover};
+use crate::monotonic::{Jump, Reading, StepWatch};
 use crate::paths::Found;
 use crate::record::{to_line, Sweep};
 use crate::sources::merge::{ended_with_their_run, note_runs, RunProcess, Seen, RUNS_KEPT_MS};
@@ -104,6 +108,8 @@ struct SessionsFollow<'a> {
     /// ([`sources::Changes::asking`]), each with when to list it once more if nothing changes it
     /// before then ([`QUIET_RECHECK`]).
     recheck: HashMap<String, Instant>,
+    /// The step of the wall clock noticed since the last sweep, for the next one.
+    step: Option<i64>,
 }
 
 pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
@@ -139,17 +145,23 @@ pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
         full_soon: false,
         agents: Vec::new(),
         recheck: HashMap::new(),
+        step: None,
     };
+    let mut watch = StepWatch::default();
     let poll = Duration::from_millis(cfg.follow.poll_ms.max(10));
     let full_every = Duration::from_secs(cfg.follow.full_every_secs.max(1));
     while !stop.load(Ordering::Relaxed) {
         let due = f
             .last_full
             .map_or(true, |(at, _)| at.elapsed() >= full_every);
+        let now = Reading::now();
+        if let Some(jump) = watch.take(now) {
+            f.jumped(jump, now);
+        }
         if due || f.full_soon || f.database_moved() {
-            f.full(out)?;
+            f.full(out, now)?;
         } else {
-            f.partial(out)?;
+            f.partial(out, now)?;
         }
         std::thread::sleep(poll);
     }
@@ -169,9 +181,27 @@ impl SessionsFollow<'_> {
         }
     }
 
-    fn sweep(&mut self, out: &mut Out, t: i64, full: bool) -> Result<()> {
+    /// Says a jump of the wall clock once, and reads in full at once: what a full read lists
+    /// is chosen by the wall clock.
+    fn jumped(&mut self, jump: Jump, now: Reading) {
+        let at = crate::clock::Clock::system().full(now.wall);
+        eprintln!("oc-sessions: {}", jump.sentence(&at));
+        if let Jump::Step { ms } = jump {
+            self.step = Some(self.step.unwrap_or(0) + ms);
+            self.full_soon = true;
+        }
+    }
+
+    fn sweep(&mut self, out: &mut Out, now: Reading, full: bool) -> Result<()> {
         self.n += 1;
-        out.line(&to_line("sweep", &Sweep { n: self.n, t, full })?)?;
+        let sweep = Sweep {
+            n: self.n,
+            t: now.wall,
+            full,
+            mono: Some(now.mono),
+            step_ms: self.step.take(),
+        };
+        out.line(&to_line("sweep", &sweep)?)?;
         out.flush()?;
         Ok(())
     }
@@ -205,9 +235,9 @@ impl SessionsFollow<'_> {
     }
 
     /// A full read: the database opened anew, the servers looked for again, what a tick lists.
-    fn full(&mut self, out: &mut Out) -> Result<()> {
+    fn full(&mut self, out: &mut Out, now: Reading) -> Result<()> {
         let started = Instant::now();
-        let t = now_ms();
+        let t = now.wall;
         let mut seen = Seen::default();
         self.full_soon = false;
         let since = match self.last_full {
@@ -295,15 +325,14 @@ impl SessionsFollow<'_> {
             .map(|r| r.plan)
             .collect();
         self.last_full = Some((started, t));
-        self.sweep(out, t, true)
+        self.sweep(out, now, true)
     }
 
     /// A poll: nothing while the database did not change; else the sessions that did, with
     /// their trees, and a partial sweep.
-    fn partial(&mut self, out: &mut Out) -> Result<()> {
+    fn partial(&mut self, out: &mut Out, now: Reading) -> Result<()> {
         let ended = self.where_a_process_ended();
         let heard = self.heard();
-        let t = now_ms();
         let mut seen = Seen::default();
         let mut changed = Vec::new();
         let mut asking = Vec::new();
@@ -321,14 +350,14 @@ impl SessionsFollow<'_> {
                     self.db = Database::Broken;
                     seen.blind(&name, &f.to_string());
                     write_rest(out, &[], &seen)?;
-                    return self.sweep(out, t, false);
+                    return self.sweep(out, now, false);
                 }
             }
         }
-        let now = Instant::now();
+        let at = Instant::now();
         for id in &changed {
             if asking.contains(id) {
-                self.recheck.insert(id.clone(), now + QUIET_RECHECK);
+                self.recheck.insert(id.clone(), at + QUIET_RECHECK);
             } else {
                 self.recheck.remove(id);
             }
@@ -336,7 +365,7 @@ impl SessionsFollow<'_> {
         let quiet: Vec<String> = self
             .recheck
             .iter()
-            .filter(|(_, at)| **at <= now)
+            .filter(|(_, when)| **when <= at)
             .map(|(id, _)| id.clone())
             .collect();
         for id in &quiet {
@@ -354,7 +383,7 @@ impl SessionsFollow<'_> {
             }
             self.note_listed(&seen);
             write_rest(out, &[], &seen)?;
-            return self.sweep(out, t, false);
+            return self.sweep(out, now, false);
         }
         let db = match &self.db {
             Database::Open(db, _) => Some(&**db),
@@ -386,7 +415,7 @@ impl SessionsFollow<'_> {
                 .any(|r| r.plan.url == p.url && r.error.is_some())
         });
         write_rest(out, &reads, &seen)?;
-        self.sweep(out, t, false)
+        self.sweep(out, now, false)
     }
 }
 

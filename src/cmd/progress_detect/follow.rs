@@ -17,6 +17,13 @@
 //! once it has ended and no new line of it came for [`SETTLE_MS`]. A line of a call already
 //! taken is not judged again (counted on stderr at EOF).
 //!
+//! Durations are measured on the monotonic clock the sweeps carry (`mono`, issue 42), where
+//! they carry it: how long a call has settled, and a session's silence. A session's times are
+//! its agent's wall clock; its "now" is carried forward on the monotonic clock from the moments
+//! its newest time was seen to change ([`Frame`]), so a step of the watchdog's clock or of the
+//! agent's is no silence and hides none. The sweep's wall time `t` judges a stream without
+//! `mono`, as before.
+//!
 //! Memory stays flat over hours: a session is forgotten when [`FORGET_AFTER`] full sweeps in a
 //! row did not list it and its last activity shows nothing running.
 
@@ -25,6 +32,7 @@ use crate::cli::{each_line, not_utf8, now_ms, Exit, Out};
 use crate::config::{Config, DetectorConfig, LivenessConfig};
 use crate::detect::{CallIn, Detector};
 use crate::liveness::{Activity, SessionEvidence};
+use crate::monotonic::Frame;
 use crate::record::{to_line, Blind, Sweep};
 use anyhow::Result;
 use std::collections::{HashMap, HashSet};
@@ -57,7 +65,8 @@ struct Open {
     line: String,
     /// Ended (`completed` or `error`).
     ended: bool,
-    /// The time of the first sweep that saw this line of it.
+    /// The time of the first sweep that saw this line of it: its monotonic reading, else its
+    /// wall time.
     since: Option<i64>,
 }
 
@@ -78,6 +87,8 @@ struct Held {
     unlisted: u32,
     /// A line of it came since the previous sweep.
     touched: bool,
+    /// Its agent's clock, carried on the monotonic clock between its changes.
+    frame: Frame,
 }
 
 impl Held {
@@ -173,7 +184,7 @@ impl DetectFollow {
             }
             Input::Other(Some("sweep")) => match serde_json::from_str::<Sweep>(line) {
                 Ok(s) => {
-                    self.sweep(out, s.t, s.full)?;
+                    self.sweep_at(out, s.t, s.mono, s.full)?;
                     out.line(line)?;
                     out.flush()?;
                 }
@@ -228,10 +239,21 @@ impl DetectFollow {
         Ok(())
     }
 
-    /// Ends a batch at time `now`: takes for good the calls that can no longer change, writes the
-    /// verdicts of the sessions touched (those that changed; every one on a `full` sweep) and,
-    /// on a full sweep, forgets the sessions long unlisted.
+    /// Ends a batch at wall time `now`, of a stream that carries no monotonic readings.
     pub fn sweep(&mut self, out: &mut Out, now: i64, full: bool) -> Result<()> {
+        self.sweep_at(out, now, None, full)
+    }
+
+    /// Ends a batch at wall time `now` and monotonic `mono`: takes for good the calls that can
+    /// no longer change, writes the verdicts of the sessions touched (those that changed; every
+    /// one on a `full` sweep) and, on a full sweep, forgets the sessions long unlisted.
+    pub fn sweep_at(
+        &mut self,
+        out: &mut Out,
+        now: i64,
+        mono: Option<i64>,
+        full: bool,
+    ) -> Result<()> {
         if full {
             self.count_unlisted();
         }
@@ -246,10 +268,10 @@ impl DetectFollow {
             );
         }
         for id in &settle {
-            self.settle(id, now);
+            self.settle(id, mono.unwrap_or(now));
         }
         for id in std::mem::take(&mut self.touched) {
-            self.judge(out, &id, now, full)?;
+            self.judge(out, &id, (now, mono), full)?;
         }
         if full {
             self.forget();
@@ -258,8 +280,9 @@ impl DetectFollow {
     }
 
     /// Takes for good the session's open calls, oldest first, while each has ended and stayed
-    /// unchanged for [`SETTLE_MS`] (or more than [`OPEN_MAX`] are open). The ancestors a landing
-    /// credits are touched: their verdicts may change with it.
+    /// unchanged for [`SETTLE_MS`] (or more than [`OPEN_MAX`] are open), `now` on the clock the
+    /// sweeps measure on. The ancestors a landing credits are touched: their verdicts may
+    /// change with it.
     fn settle(&mut self, id: &str, now: i64) {
         let Some(h) = self.held.get_mut(id) else {
             return;
@@ -295,9 +318,15 @@ impl DetectFollow {
         }
     }
 
-    /// Writes session `id`'s verdict at `now` when it differs from the one last written (or
-    /// `always`).
-    fn judge(&mut self, out: &mut Out, id: &str, now: i64, always: bool) -> Result<()> {
+    /// Writes session `id`'s verdict at `now` (wall, and monotonic where the stream says) when
+    /// it differs from the one last written (or `always`).
+    fn judge(
+        &mut self,
+        out: &mut Out,
+        id: &str,
+        (wall, mono): (i64, Option<i64>),
+        always: bool,
+    ) -> Result<()> {
         let Some(h) = self.held.get_mut(id) else {
             return Ok(());
         };
@@ -319,6 +348,11 @@ impl DetectFollow {
         // a session known only by its activity has no verdict, as in the batch
         let Some(v) = self.d.verdict_with(id, &tail) else {
             return Ok(());
+        };
+        // the session's "now" on its agent's clock
+        let now = match mono {
+            Some(m) => h.frame.now(h.activity.as_ref().and_then(newest), wall, m),
+            None => wall,
         };
         let v = with_liveness(
             v,
@@ -356,6 +390,11 @@ impl DetectFollow {
             self.d.forget(&id);
         }
     }
+}
+
+/// The newest time a session's activity gives: its last progress, or a call started since.
+fn newest(a: &Activity) -> Option<i64> {
+    a.running.iter().map(|r| r.t).chain(a.last_progress).max()
 }
 
 /// `progress-detect --follow`: reads the stream line by line, judging at each sweep.
@@ -606,6 +645,95 @@ mod tests {
             "stdin:5: a line progress-detect could not read (see its log)"
         );
         assert_eq!(out[2]["calls"], 4);
+    }
+
+    /// Issue 42: the watchdog's wall clock steps an hour forward while a busy session goes on
+    /// (its agent's clock not stepped), then back. On the monotonic readings the sweeps carry,
+    /// the session stays active and its ended call settles after 30 s; judged on the sweeps'
+    /// wall time, as before, it was an hour silent (stalled), and the call, first seen on the
+    /// stepped clock, was held open for an hour.
+    #[test]
+    fn a_step_of_the_wall_clock_is_no_silence_and_holds_no_call_open() {
+        const H: i64 = 3_600_000;
+        let t0 = 10 * H;
+        let busy = json!({"kind": "session", "id": "s", "agent": "build", "title": "s",
+                          "status": "busy"})
+        .to_string();
+        let act = |t: i64| {
+            json!({"kind": "activity", "session": "s", "last_progress": t, "in_flight": true,
+                   "running": [], "error": null})
+            .to_string()
+        };
+        // (sweep's wall time, its monotonic reading, what the stream brings before it)
+        let sweeps: Vec<(i64, i64, Vec<String>)> = vec![
+            (t0, 1000, vec![busy.clone(), act(t0 - 500)]),
+            // stepped forward; the session's next change, made since the last sweep
+            (
+                t0 + H + 1000,
+                2000,
+                vec![
+                    busy.clone(),
+                    call("s", "p1", t0 + 400, "completed"),
+                    act(t0 + 500),
+                ],
+            ),
+            // nothing new: 2 s on the monotonic clock
+            (t0 + H + 3000, 4000, vec![busy.clone()]),
+            // stepped back; half a minute later
+            (t0 + 34_000, 34_000, vec![busy.clone()]),
+        ];
+        let run = |with_mono: bool| {
+            let mut f = DetectFollow::new(DetectorConfig::default(), LivenessConfig::default());
+            let (mut out, buf) = Out::buffer();
+            for (n, (t, mono, lines)) in sweeps.iter().enumerate() {
+                for l in lines {
+                    f.line(&mut out, "stdin", n, l).unwrap();
+                }
+                f.sweep_at(&mut out, *t, with_mono.then_some(*mono), false)
+                    .unwrap();
+            }
+            out.flush().unwrap();
+            let lines: Vec<Value> = buf
+                .text()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            let classes: Vec<String> = kind(&lines, "verdict")
+                .iter()
+                .map(|v| {
+                    format!(
+                        "{} {}",
+                        v["liveness"]["class"].as_str().unwrap(),
+                        v["liveness"]["silence_s"]
+                    )
+                })
+                .collect();
+            (classes, f.open_calls())
+        };
+        assert_eq!(
+            run(true),
+            (
+                vec![
+                    "active 0".to_string(),
+                    "active 1".to_string(),
+                    "active 3".to_string(),
+                    "active 33".to_string()
+                ],
+                0
+            )
+        );
+        assert_eq!(
+            run(false),
+            (
+                vec![
+                    "active 0".to_string(),
+                    "stalled 3600".to_string(),
+                    "stalled 3602".to_string(),
+                    "active 33".to_string()
+                ],
+                1
+            )
+        );
     }
 
     #[test]

@@ -60,6 +60,10 @@ impl TickInput {
 #[derive(Debug, Clone, Copy)]
 struct TickRun {
     started: i64,
+    /// Follow mode: the sweep's monotonic reading; the tick's duration is measured from it.
+    mono: Option<i64>,
+    /// Follow mode: the step of the wall clock its sweep says (ms).
+    step_ms: Option<i64>,
     mode: TickMode,
     full: bool,
 }
@@ -94,6 +98,8 @@ pub fn tick(
     };
     let run = TickRun {
         started,
+        mono: None,
+        step_ms: None,
         mode: TickMode::Timer,
         full: true,
     };
@@ -155,6 +161,8 @@ pub fn follow(cx: &mut Ctx, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Ex
 fn end_tick(cx: &mut Ctx, seen: TickInput, sweep: Option<Sweep>, out: &mut Out) -> Result<()> {
     let run = TickRun {
         started: sweep.map_or_else(now_ms, |s| s.t),
+        mono: sweep.and_then(|s| s.mono),
+        step_ms: sweep.and_then(|s| s.step_ms),
         mode: TickMode::Follow,
         full: sweep.is_some_and(|s| s.full),
     };
@@ -212,6 +220,7 @@ impl TickInput {
             sources: self.sources,
             full: run.full,
             mode: run.mode,
+            mono: run.mono,
         }
     }
 }
@@ -222,7 +231,11 @@ fn record(store: &mut Store, seen: &TickInput, outcome: TickOutcome, run: TickRu
     let started = run.started;
     let row = ticks::TickRow {
         t: started,
-        duration_ms: (now_ms() - started).max(0),
+        duration_ms: match run.mono {
+            Some(m) => crate::monotonic::mono_ms() - m,
+            None => now_ms() - started,
+        }
+        .max(0),
         sessions: seen.verdicts.len() as i64,
         flagged: seen.flagged() as i64,
         outcome,
@@ -233,6 +246,9 @@ fn record(store: &mut Store, seen: &TickInput, outcome: TickOutcome, run: TickRu
     };
     let tx = store.write()?;
     let id = ticks::insert(&tx, &row)?;
+    if let Some(step) = run.step_ms {
+        ticks::note_step(&tx, started, step)?;
+    }
     verdicts::insert(&tx, id, started, &seen.verdicts)?;
     if run.mode == TickMode::Follow && !run.full {
         let judged: Vec<&str> = seen.verdicts.iter().map(|v| v.session.as_str()).collect();
