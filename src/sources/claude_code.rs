@@ -133,7 +133,7 @@ fn one(
     sub: Option<&Subagent>,
     problems: &mut Vec<String>,
 ) -> Option<Transcript> {
-    let recs = records(name, text, problems);
+    let mut any = false;
     let mut sid: Option<String> = None;
     let mut agent_id: Option<String> = None;
     let (mut cwd, mut model) = (None::<String>, None::<String>);
@@ -143,7 +143,16 @@ fn one(
     let mut last = Last::Nothing;
     // the subagent type its replies are attributed to (its `.meta.json` says it too)
     let mut attribution: Option<String> = None;
-    for (n, r) in &recs {
+    for rec in records(name, text) {
+        let (n, r) = match rec {
+            Ok(nr) => nr,
+            Err(problem) => {
+                problems.push(problem);
+                continue;
+            }
+        };
+        let r = &r;
+        any = true;
         let Some(ty) = r.get("type").and_then(Value::as_str) else {
             problems.push(format!("{name}:{n}: a record with no \"type\""));
             continue;
@@ -261,7 +270,7 @@ fn one(
         }
     }
     let Some(sid) = sid else {
-        if !recs.is_empty() {
+        if any {
             problems.push(format!("{name}: no record names its session"));
         }
         return None;

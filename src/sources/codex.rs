@@ -21,6 +21,8 @@ pub const KNOWN_VERSIONS: &str = "0.171.x (tested on 0.171.0)";
 
 /// A completed item (`CommandExecution`, `FileChange`, ...) with its start and end (ms).
 type Item<'a> = (&'a Map<String, Value>, Option<i64>, Option<i64>);
+/// An [`Item`] kept past the record it came in.
+type KeptItem = (Map<String, Value>, Option<i64>, Option<i64>);
 
 /// What the turn's last event says.
 #[derive(PartialEq)]
@@ -34,17 +36,27 @@ enum Turn {
 /// Reads one rollout (`name`: how `source` strings name it).
 pub fn read(name: &str, text: &str) -> Read {
     let mut out = Read::default();
-    let recs = records(name, text, &mut out.problems);
-    let mut meta: Option<&Map<String, Value>> = None;
+    let mut meta: Option<Map<String, Value>> = None;
+    let mut any = false;
     let (mut model, mut provider, mut cwd) = (None::<String>, None::<String>, None::<String>);
     let (mut first, mut last_t) = (None::<i64>, None::<i64>);
     let mut calls: Vec<Call> = Vec::new();
     let mut by_id: HashMap<String, usize> = HashMap::new();
     // a call's output and its item may come in either order: what each said, by call id
     let mut outputs: HashMap<String, (String, Option<i64>)> = HashMap::new();
-    let mut items: HashMap<String, Item> = HashMap::new();
+    // each call's completed item, kept (the record it came in is not)
+    let mut items: HashMap<String, KeptItem> = HashMap::new();
     let mut turn = Turn::None;
-    for (n, r) in &recs {
+    for rec in records(name, text) {
+        let (n, r) = match rec {
+            Ok(nr) => nr,
+            Err(problem) => {
+                out.problems.push(problem);
+                continue;
+            }
+        };
+        let r = &r;
+        any = true;
         let t = ms(r.get("timestamp"));
         if t.is_some() {
             first = first.or(t);
@@ -60,7 +72,9 @@ pub fn read(name: &str, text: &str) -> Read {
         let ptype = p.get("type").and_then(Value::as_str).unwrap_or("");
         match (ty, ptype) {
             ("session_meta", _) => {
-                meta = meta.or(Some(p));
+                if meta.is_none() {
+                    meta = Some(p.clone());
+                }
                 cwd = cwd.or(p.get("cwd").and_then(Value::as_str).map(String::from));
                 provider = p
                     .get("model_provider")
@@ -119,7 +133,7 @@ pub fn read(name: &str, text: &str) -> Read {
                         let at = |k: &str| p.get(k).and_then(Value::as_i64);
                         items.insert(
                             id.to_string(),
-                            (item, at("started_at_ms"), at("completed_at_ms")),
+                            (item.clone(), at("started_at_ms"), at("completed_at_ms")),
                         );
                     }
                 }
@@ -130,8 +144,8 @@ pub fn read(name: &str, text: &str) -> Read {
             _ => {}
         }
     }
-    let Some(meta) = meta else {
-        if !recs.is_empty() {
+    let Some(meta) = meta.as_ref() else {
+        if any {
             out.problems.push(format!("{name}: no session_meta record"));
         }
         return out;
@@ -159,7 +173,7 @@ pub fn read(name: &str, text: &str) -> Read {
     let mut running = Vec::new();
     for c in &mut calls {
         c.session = id.to_string();
-        let item = items.get(&c.id).copied();
+        let item: Option<Item> = items.get(&c.id).map(|(m, s, e)| (m, *s, *e));
         match outputs.get(&c.id) {
             Some((text, end)) => finish(c, text, *end, item),
             None if in_flight => running.push(Running {

@@ -104,28 +104,34 @@ pub fn ms(v: Option<&Value>) -> Option<i64> {
     Some(t.as_millisecond())
 }
 
-/// The JSON records of a JSON Lines text with their 1-based line numbers. A line that is not
-/// JSON is a problem named by its line, except a last line cut short without its newline: a
-/// transcript being written.
+/// The JSON records of a JSON Lines text with their 1-based line numbers, parsed one at a time
+/// as they are taken (a long transcript is never held parsed whole). A line that is not JSON is
+/// an `Err` naming its line, except a last line cut short without its newline: a transcript
+/// being written.
 pub fn records<'a>(
     name: &'a str,
     text: &'a str,
-    problems: &mut Vec<String>,
-) -> Vec<(usize, Value)> {
-    let mut out = Vec::new();
-    let last = text.lines().count();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<Value>(line) {
-            Ok(v) if v.is_object() => out.push((i + 1, v)),
-            Ok(_) => problems.push(format!("{name}:{}: not a JSON object", i + 1)),
-            Err(_) if i + 1 == last && !text.ends_with('\n') => {}
-            Err(e) => problems.push(format!("{name}:{}: not JSON: {e}", i + 1)),
-        }
-    }
-    out
+) -> impl Iterator<Item = Result<(usize, Value), String>> + 'a {
+    // the unfinished last line: after the last newline, when the text does not end with one
+    let cut = text.rfind('\n').map_or(0, |i| i + 1);
+    let unfinished = (cut < text.len()).then_some(cut);
+    let mut at = 0;
+    text.split_inclusive('\n')
+        .enumerate()
+        .filter_map(move |(i, raw)| {
+            let start = at;
+            at += raw.len();
+            let line = raw.trim_end_matches(['\n', '\r']);
+            if line.trim().is_empty() {
+                return None;
+            }
+            match serde_json::from_str::<Value>(line) {
+                Ok(v) if v.is_object() => Some(Ok((i + 1, v))),
+                Ok(_) => Some(Err(format!("{name}:{}: not a JSON object", i + 1))),
+                Err(_) if unfinished == Some(start) => None,
+                Err(e) => Some(Err(format!("{name}:{}: not JSON: {e}", i + 1))),
+            }
+        })
 }
 
 /// The text of a tool output that may be a string or a list of content blocks (`text` blocks
@@ -153,13 +159,11 @@ mod tests {
 
     #[test]
     fn a_line_that_is_not_json_is_named_unless_it_is_the_unfinished_last_one() {
-        let mut problems = Vec::new();
-        let got = records(
-            "t.jsonl",
-            "{\"a\":1}\nnope\n[1]\n{\"b\":2}\n{\"c\":",
-            &mut problems,
-        );
-        assert_eq!(got.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [1, 4]);
+        let (got, problems): (Vec<_>, Vec<_>) =
+            records("t.jsonl", "{\"a\":1}\nnope\n[1]\n{\"b\":2}\n{\"c\":").partition(Result::is_ok);
+        let got: Vec<usize> = got.into_iter().map(|r| r.unwrap().0).collect();
+        let problems: Vec<String> = problems.into_iter().map(Result::unwrap_err).collect();
+        assert_eq!(got, [1, 4]);
         assert_eq!(
             problems,
             [
