@@ -141,6 +141,8 @@ fn one(
     let mut calls: Vec<Call> = Vec::new();
     let mut pending: HashMap<String, usize> = HashMap::new();
     let mut last = Last::Nothing;
+    // the turn: when its prompt came, when its reply ended it
+    let (mut prompted, mut replied) = (None::<i64>, None::<i64>);
     // the subagent type its replies are attributed to (its `.meta.json` says it too)
     let mut attribution: Option<String> = None;
     for (n, r) in &recs {
@@ -210,6 +212,7 @@ fn one(
                 last = if calls_tools || stop == Some("tool_use") || stop.is_none() {
                     Last::Going
                 } else {
+                    replied = t;
                     Last::ReplyDone
                 };
             }
@@ -230,6 +233,15 @@ fn one(
                 } else {
                     Last::Going
                 };
+                // a person's prompt, not the results of the reply's tool calls
+                let prompt = match content {
+                    Value::String(_) => true,
+                    Value::Array(bs) => bs.iter().all(|b| b["type"] != "tool_result"),
+                    _ => false,
+                };
+                if prompt && !interrupted {
+                    prompted = t.or(prompted);
+                }
                 let results: Vec<&Value> = content
                     .as_array()
                     .into_iter()
@@ -308,6 +320,16 @@ fn one(
         in_flight,
         running,
         error: (last == Last::Interrupted).then(|| crate::liveness::USER_ABORT.to_string()),
+        turn: prompted.map(|start| {
+            let mut turn = crate::record::Turn {
+                start,
+                // the turn's last record is the reply that ended it (`end_turn`, ...)
+                end: replied.filter(|r| last == Last::ReplyDone && *r >= start),
+                ..crate::record::Turn::default()
+            };
+            crate::sources::convert::land_turn(&mut turn, &calls);
+            turn
+        }),
     };
     Some(Transcript {
         session,

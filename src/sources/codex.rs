@@ -44,6 +44,8 @@ pub fn read(name: &str, text: &str) -> Read {
     let mut outputs: HashMap<String, (String, Option<i64>)> = HashMap::new();
     let mut items: HashMap<String, Item> = HashMap::new();
     let mut turn = Turn::None;
+    // when the latest turn began and when it completed
+    let (mut began, mut completed) = (None::<i64>, None::<i64>);
     for (n, r) in &recs {
         let t = ms(r.get("timestamp"));
         if t.is_some() {
@@ -124,8 +126,14 @@ pub fn read(name: &str, text: &str) -> Read {
                     }
                 }
             }
-            ("event_msg", "task_started") => turn = Turn::Running,
-            ("event_msg", "task_complete") => turn = Turn::Complete,
+            ("event_msg", "task_started") => {
+                turn = Turn::Running;
+                began = t.or(began);
+            }
+            ("event_msg", "task_complete") => {
+                turn = Turn::Complete;
+                completed = t;
+            }
             ("event_msg", "turn_aborted") => turn = Turn::Aborted,
             _ => {}
         }
@@ -198,10 +206,24 @@ pub fn read(name: &str, text: &str) -> Read {
         in_flight,
         running,
         error: (turn == Turn::Aborted).then(|| crate::liveness::USER_ABORT.to_string()),
+        turn: None,
     };
     for c in &mut calls {
         c.model = session.model.clone();
     }
+    let activity = Activity {
+        turn: began.map(|start| {
+            let mut t = crate::record::Turn {
+                start,
+                // `task_complete`: the turn ended as Codex ends one
+                end: completed.filter(|c| turn == Turn::Complete && *c >= start),
+                ..crate::record::Turn::default()
+            };
+            super::convert::land_turn(&mut t, &calls);
+            t
+        }),
+        ..activity
+    };
     out.sessions.push(Transcript {
         session,
         calls,
