@@ -299,9 +299,13 @@ pub fn live_event(cfg: &Config, kind: AlertKind, sev: Severity, v: &Verdict, now
         AlertKind::Retrying => "keeps retrying its provider",
         AlertKind::Waiting => "needs a person",
         AlertKind::Interrupted => "was interrupted",
+        AlertKind::Done => "finished its work",
         _ => "stopped with its own list unfinished",
     };
-    let evidence = v.liveness_evidence();
+    let evidence = match (kind, super::finished(v)) {
+        (AlertKind::Done, Some(turn)) => done_words(turn, v.directory.as_deref()),
+        _ => v.liveness_evidence().to_string(),
+    };
     let mut ev = base(cfg, kind, kind.key(&v.session), &v.session, now);
     ev.severity = sev;
     let program = v.program.unwrap_or(Program::Opencode).display();
@@ -321,6 +325,36 @@ pub fn live_event(cfg: &Config, kind: AlertKind, sev: Severity, v: &Verdict, now
     d.insert("liveness".into(), json!(v.liveness));
     d.insert("opened".into(), json!(now));
     ev
+}
+
+/// What a finished turn landed, in words: `its turn ended; it landed 3 changes: edit
+/// src/nav.js, write src/footer.js, bash git commit …`, the paths within `dir` shortened.
+pub fn done_words(turn: &crate::record::Turn, dir: Option<&str>) -> String {
+    if turn.landed == 0 {
+        return "its turn ended; it landed no change".into();
+    }
+    let within = dir.map(|d| format!("{}/", d.trim_end_matches('/')));
+    let targets: Vec<String> = turn
+        .targets
+        .iter()
+        .map(|t| match &within {
+            Some(d) => t.replace(d.as_str(), ""),
+            None => t.clone(),
+        })
+        .collect();
+    let more = if (turn.targets.len() as u64) < turn.landed
+        && turn.targets.len() >= crate::record::TURN_TARGETS
+    {
+        ", …"
+    } else {
+        ""
+    };
+    format!(
+        "its turn ended; it landed {} change{}: {}{more}",
+        turn.landed,
+        if turn.landed == 1 { "" } else { "s" },
+        targets.join(", ")
+    )
 }
 
 /// The "watchdog is blind" trigger.

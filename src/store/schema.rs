@@ -429,6 +429,17 @@ PRAGMA ignore_check_constraints = ON;
 UPDATE ticks SET outcome = 'no_agent' WHERE outcome = 'no_opencode';
 PRAGMA ignore_check_constraints = OFF;
 "#,
+    // 14: done notices (issue 41, `[alert] notify_done`): an episode of kind `done` opens and
+    // closes at once, reason `done`. The CHECKs only widen, edited in place as in 11.
+    r#"
+PRAGMA writable_schema = ON;
+UPDATE sqlite_master
+   SET sql = replace(replace(sql,
+       '''interrupted'', ''unfinished'')', '''interrupted'', ''unfinished'', ''done'')'),
+       '''recovered'', ''changed'')', '''recovered'', ''changed'', ''done'')')
+ WHERE type = 'table' AND name = 'episodes';
+PRAGMA writable_schema = OFF;
+"#,
 ];
 
 pub fn latest() -> i64 {
