@@ -319,7 +319,13 @@ pub fn live_event(cfg: &Config, kind: AlertKind, sev: Severity, v: &Verdict, now
     ev.model = v.model.clone();
     let d = &mut ev.details;
     d.insert("session".into(), json!(v.session));
+    if let Some(p) = v.program {
+        d.insert("program".into(), json!(p));
+    }
     d.insert("root".into(), json!(v.root()));
+    // where it is, as a loop's details say it: the page's project column and the resolve read it
+    d.insert("title".into(), json!(v.title));
+    d.insert("directory".into(), json!(v.directory));
     d.insert("agent".into(), json!(v.agent));
     d.insert("model".into(), json!(v.model));
     d.insert("liveness".into(), json!(v.liveness));
