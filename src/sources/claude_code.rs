@@ -724,6 +724,49 @@ mod tests {
         }
     }
 
+    /// Issue 41, done: a turn runs from a person's prompt (not a tool result) to the reply that
+    /// calls no tool; what it landed counts its calls that landed; a new prompt begins another.
+    #[test]
+    fn a_turn_runs_from_the_prompt_to_the_reply_that_ends_it() {
+        let mut recs = vec![
+            prompt("2026-12-04T18:23:22.300Z", "fix"),
+            use_(
+                "2026-12-04T18:23:25.796Z",
+                "toolu_1",
+                "Write",
+                json!({"file_path": "/p/notes.md", "content": "x"}),
+            ),
+            result(
+                "2026-12-04T18:23:26.000Z",
+                "toolu_1",
+                "File created successfully at: /p/notes.md",
+                None,
+                json!({"type": "create", "filePath": "/p/notes.md"}),
+            ),
+            done("2026-12-04T18:23:28.000Z"),
+        ];
+        let turn = |recs: &[Value]| {
+            read("t.jsonl", &transcript(recs), &[]).sessions[0]
+                .activity
+                .turn
+                .clone()
+                .unwrap()
+        };
+        let t = turn(&recs);
+        assert_eq!(
+            (t.start, t.end, t.landed, t.targets),
+            (
+                1_796_408_602_300,
+                Some(1_796_408_608_000),
+                1,
+                vec!["write /p/notes.md".to_string()]
+            )
+        );
+        recs.push(prompt("2026-12-04T18:24:00.000Z", "more"));
+        let t = turn(&recs);
+        assert_eq!((t.start, t.end, t.landed), (1_796_408_640_000, None, 0));
+    }
+
     #[test]
     fn a_killed_session_is_in_flight_and_an_interrupted_one_ended_by_the_user() {
         let start = [

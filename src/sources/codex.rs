@@ -651,6 +651,12 @@ mod tests {
             (1_796_408_786_400, Some(1_796_408_786_500))
         );
         assert!(!t.activity.in_flight && t.activity.error.is_none());
+        // issue 41, done: the turn from `task_started` to `task_complete`, with what it landed
+        let turn = t.activity.turn.clone().unwrap();
+        assert_eq!(
+            (turn.start, turn.end, turn.landed),
+            (1_796_408_785_798, Some(1_796_408_787_900), 2)
+        );
         let all = serde_json::to_string(&t.calls).unwrap();
         assert!(
             !all.contains("ZeroDivision") && !all.contains("return 0"),
