@@ -293,7 +293,6 @@ fn stopped_words(ev: &mut Event, ep: &AlertEpisode, stop: &super::StopSeen, f: &
 
 /// A liveness alert's trigger.
 pub fn live_event(cfg: &Config, kind: AlertKind, sev: Severity, v: &Verdict, now: i64) -> Event {
-    let agent = v.agent.clone().unwrap_or_else(|| "agent".into());
     let what = match kind {
         AlertKind::Stalled => "stalled",
         AlertKind::Retrying => "keeps retrying its provider",
@@ -309,11 +308,17 @@ pub fn live_event(cfg: &Config, kind: AlertKind, sev: Severity, v: &Verdict, now
     let mut ev = base(cfg, kind, kind.key(&v.session), &v.session, now);
     ev.severity = sev;
     let program = v.program.unwrap_or(Program::Opencode).display();
-    ev.title = format!("{program} {agent} session {what}");
+    // an agent that names none (Claude Code's main session) is not "agent agent"
+    let agent = v.agent.as_deref();
+    ev.title = format!(
+        "{program} {}session {what}",
+        agent.map(|a| format!("{a} ")).unwrap_or_default()
+    );
     ev.summary = format!(
-        "session {}{} (agent {agent}): {evidence}",
+        "session {}{}{}: {evidence}",
         v.session,
-        session_place(v)
+        session_place(v),
+        agent.map(|a| format!(" (agent {a})")).unwrap_or_default()
     );
     ev.agent = v.agent.clone();
     ev.model = v.model.clone();
