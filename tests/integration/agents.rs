@@ -922,30 +922,27 @@ fn a_finished_claude_p_and_codex_exec_are_done_notices_and_their_loops_are_not()
         ))
     };
     assert_eq!(done.len(), 2, "{}", r.story());
-    let claude = done
-        .iter()
-        .find(|e| in_proj(e, &cwork))
-        .unwrap_or_else(|| panic!("{done:?}"));
-    assert_eq!(claude.0, "Claude Code session finished its work");
-    assert!(
-        claude.1.ends_with(
-            ": its turn ended; it landed 2 changes: edit src/calc.py, bash git add -A && git commit -qm 'fix mean'"
+    // what each turn landed: the edit and the commit
+    let landed = ": its turn ended; it landed 2 changes: edit src/calc.py, bash git add -A && git commit -qm 'fix mean'";
+    for (p, title, place) in [
+        (
+            &cwork,
+            "Claude Code session finished its work",
+            " in ~/cwork",
         ),
-        "{}",
-        claude.1
-    );
-    let codex = done
-        .iter()
-        .find(|e| in_proj(e, &xwork))
-        .expect("xwork told");
-    assert_eq!(codex.0, "Codex session finished its work");
-    assert!(
-        codex.1.ends_with(
-            "\"SCRIPT:xwork fix the tests\" in ~/xwork: its turn ended; it landed 2 changes: edit src/calc.py, bash git add -A && git commit -qm 'fix mean'"
+        (
+            &xwork,
+            "Codex session finished its work",
+            " \"SCRIPT:xwork fix the tests\" in ~/xwork",
         ),
-        "{}",
-        codex.1
-    );
+    ] {
+        let told = done
+            .iter()
+            .find(|e| in_proj(e, p))
+            .unwrap_or_else(|| panic!("{done:?}"));
+        assert_eq!(told.0, title);
+        assert!(told.1.ends_with(&format!("{place}{landed}")), "{}", told.1);
+    }
     for p in [&cloop, &xloop] {
         assert!(
             !done.iter().any(|e| in_proj(e, p)),
