@@ -198,7 +198,7 @@ pub fn last_episodes(
     let finished = tick
         .verdicts
         .iter()
-        .filter(|v| done && super::finished(v).is_some());
+        .filter(|v| done && super::fresh_end(v, tick.t).is_some());
     for v in finished {
         let key = AlertKind::Done.key(&v.session);
         if let Some(mut e) = st.query_row([&key], episode_row).optional()? {

@@ -87,6 +87,12 @@ pub fn finished(v: &Verdict) -> Option<&crate::record::Turn> {
     (idle && !v.flagged && v.root() == v.session).then_some(turn)
 }
 
+/// When the turn a verdict's session finished ended, if a done notice may still tell it at
+/// `now`: [`finished`], and within [`DONE_FRESH_MS`] of its end.
+pub fn fresh_end(v: &Verdict, now: i64) -> Option<i64> {
+    finished(v)?.end.filter(|end| *end >= now - DONE_FRESH_MS)
+}
+
 /// (alert kind, severity) a verdict's liveness asks for.
 pub fn live_alert(v: &Verdict) -> Option<(AlertKind, Severity)> {
     let l = v.liveness.as_ref()?;

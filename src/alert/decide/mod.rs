@@ -403,7 +403,7 @@ fn new_done(
     steps: &mut Vec<Step>,
 ) {
     for v in &i.tick.verdicts {
-        let Some(end) = super::finished(v).and_then(|t| t.end) else {
+        let Some(end) = super::fresh_end(v, i.tick.t) else {
             continue;
         };
         let key = AlertKind::Done.key(&v.session);
@@ -414,7 +414,7 @@ fn new_done(
             .and_then(|m| m.last_call);
         let looping = open_loops.contains(v.root())
             || trees.get(v.root()).is_some_and(|t| !t.flagged.is_empty());
-        if told.is_some_and(|t| t >= end) || end < i.tick.t - super::DONE_FRESH_MS || looping {
+        if told.is_some_and(|t| t >= end) || looping {
             continue;
         }
         steps.push(Step::Open {
