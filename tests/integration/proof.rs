@@ -1012,3 +1012,63 @@ fn wait_exit(mut k: std::process::Child) -> std::process::ExitStatus {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Issue 41, done, in the TUI under tmux: each turn finished is its own done notice within
+/// seconds, saying what that turn landed (the first its changes, the second none), while the
+/// TUI waits for the next prompt.
+#[test]
+fn each_turn_a_tui_finishes_is_its_own_done_notice() {
+    let fake = ocsim::Fake::start();
+    let m = Machine::following_with(&fake, done_on);
+    let p = m.project("proj_done");
+    let tui =
+        Tui::start(ocsim::opencode(m.home.path(), &p).args(["--prompt", "SCRIPT:healthy go"]));
+    let session = m.wait_calls(&p, 1);
+    let first = m.heard(&session, "opencode build session finished its work", 60);
+    assert!(
+        first
+            .body
+            .contains("its turn ended; it landed 3 changes: edit src/navbar.js"),
+        "{}",
+        first.body
+    );
+    assert_eq!(first.expire, Some(20_000));
+    assert!(tui.running(), "the TUI quit");
+    // the next prompt, typed as a person does: a turn that lands nothing
+    tui.keys(&["SCRIPT:ask_bash again"]);
+    tui.keys(&["Enter"]);
+    let t0 = Instant::now();
+    loop {
+        let told: Vec<_> = m
+            .desk
+            .seen()
+            .into_iter()
+            .filter(|s| {
+                s.summary.starts_with("opencode build session finished")
+                    && s.body.contains(&session)
+            })
+            .collect();
+        if told.len() == 2 {
+            assert!(
+                told[1].body.contains("its turn ended; it landed no change"),
+                "{}",
+                told[1].body
+            );
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{} done notices\n{}\n{}",
+            told.len(),
+            tui.pane(),
+            m.follow_log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let dones: Vec<String> = m
+        .follow_transitions(&session)
+        .into_iter()
+        .filter(|t| t.contains("dedup=done:"))
+        .collect();
+    assert_eq!(dones.len(), 2, "{}", m.follow_log());
+}
