@@ -437,6 +437,32 @@ mod tests {
         assert_eq!(title(Some(Program::Codex)).0, "Codex loop: build loops");
     }
 
+    /// Issue 41, done: what a turn landed, its paths within the project shortened, a long list
+    /// cut with "…", none said so.
+    #[test]
+    fn a_done_notice_says_what_the_turn_landed() {
+        use crate::record::Turn;
+        let mut t = Turn {
+            start: 0,
+            end: Some(1),
+            ..Turn::default()
+        };
+        assert_eq!(done_words(&t, None), "its turn ended; it landed no change");
+        t.land("edit /w/app/src/a.py".into());
+        t.land("edit /w/app/src/a.py".into());
+        assert_eq!(
+            done_words(&t, Some("/w/app/")),
+            "its turn ended; it landed 2 changes: edit src/a.py"
+        );
+        for i in 0..10 {
+            t.land(format!("write /w/app/f{i}.md"));
+        }
+        assert_eq!(t.targets.len(), crate::record::TURN_TARGETS);
+        assert!(done_words(&t, Some("/w/app"))
+            .starts_with("its turn ended; it landed 12 changes: edit src/a.py, write f0.md, "));
+        assert!(done_words(&t, Some("/w/app")).ends_with(", write f6.md, …"));
+    }
+
     #[test]
     fn durations_read_as_people_say_them() {
         assert_eq!(duration(40_000), "40 s");
