@@ -116,6 +116,9 @@ pub struct AlertConfig {
     pub link_base: String,
     /// The `source` of alert events.
     pub source: String,
+    /// Tell, as an info notice, each turn a root session finished (not stopped, interrupted,
+    /// looping, stalled or waiting for a person), with what it landed. Off by default.
+    pub notify_done: bool,
 }
 
 impl Default for AlertConfig {
@@ -124,6 +127,7 @@ impl Default for AlertConfig {
             escalate_after_ticks: 3,
             link_base: String::new(),
             source: "oc-watchdog".into(),
+            notify_done: false,
         }
     }
 }

@@ -272,8 +272,9 @@ writes   one event per transition: {dedup_key, severity (info|warning|critical),
          figures {calls, cost, duration_ms, flagged_ticks}, episode, agent, model, link}; it maps
          one to one onto PagerDuty Events v2
          reason: escalate still_looping|second_opinion; resolve progress|stopped|gone (loops),
-         readable (blind), recovered|stopped|changed|gone (liveness)
-         dedup_key: loop:ROOT, stalled|retrying|waiting|interrupted|unfinished:SESSION,
+         readable (blind), recovered|stopped|changed|gone (liveness); done (a done notice,
+         closed as it opens)
+         dedup_key: loop:ROOT, stalled|retrying|waiting|interrupted|unfinished|done:SESSION,
          watchdog-blind, whichever agent program runs the session (opencode-loop:ROOT and the
          like before schema 13; an alert open across the upgrade goes on reaching PagerDuty and
          webhooks under its old key, Alertmanager under its old alertname, until it resolves)
@@ -282,7 +283,10 @@ rules    a tick counts toward escalation only when the tree's flagged sessions m
          alert escalates when it reaches escalate_after_ticks (default 3); a busy session that
          makes no call neither counts nor resolves; stopped: every flagged session idle and no
          call since the previous tick; gone: the root no longer in a source that listed it,
-         read this tick
+         read this tick; done ([alert] notify_done, off by default): one info notice per turn
+         a root session finished (idle, or its process ended, after its last step ended the
+         turn; not stopped, interrupted, looping, stalled or waiting), with what it landed,
+         told once and only within 15 min of the turn's end; its popup goes after 20 s
 figures  this episode's calls and cost since the last landed change (a loop that starts again
          with nothing landed since counts from where its previous episode stopped) and its
          first call to its last

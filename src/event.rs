@@ -18,12 +18,14 @@ pub enum AlertKind {
     Waiting,
     Interrupted,
     Unfinished,
+    /// A root session finished a turn (`[alert] notify_done`): a notice, closed as it is sent.
+    Done,
     /// `wd-alert --test`; never stored as an episode.
     Test,
 }
 
 impl AlertKind {
-    pub const ALL: [AlertKind; 8] = [
+    pub const ALL: [AlertKind; 9] = [
         AlertKind::Loop,
         AlertKind::Blind,
         AlertKind::Stalled,
@@ -31,6 +33,7 @@ impl AlertKind {
         AlertKind::Waiting,
         AlertKind::Interrupted,
         AlertKind::Unfinished,
+        AlertKind::Done,
         AlertKind::Test,
     ];
     pub fn as_str(self) -> &'static str {
@@ -42,6 +45,7 @@ impl AlertKind {
             AlertKind::Waiting => "waiting",
             AlertKind::Interrupted => "interrupted",
             AlertKind::Unfinished => "unfinished",
+            AlertKind::Done => "done",
             AlertKind::Test => "test",
         }
     }
@@ -60,7 +64,14 @@ impl AlertKind {
         })
     }
     pub fn is_liveness(self) -> bool {
-        !matches!(self, AlertKind::Loop | AlertKind::Blind | AlertKind::Test)
+        !matches!(
+            self,
+            AlertKind::Loop | AlertKind::Blind | AlertKind::Done | AlertKind::Test
+        )
+    }
+    /// A notice: its episode closes as it opens (reason `done`), with nothing to resolve later.
+    pub fn is_notice(self) -> bool {
+        self == AlertKind::Done
     }
     /// The dedup key of this kind's alert about `subject` (root, session or nothing):
     /// `loop:<root>`, `stalled:<session>`, whatever agent program runs it.
@@ -127,10 +138,12 @@ pub enum Reason {
     /// Resolve (liveness): the session is in another state that has its own alert now (a
     /// retrying session stalled, a stalled one waits for a person): not a recovery.
     Changed,
+    /// Closed (a done notice): told as it opened, nothing to resolve.
+    Done,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::StillLooping,
         Reason::SecondOpinion,
         Reason::Progress,
@@ -139,6 +152,7 @@ impl Reason {
         Reason::Readable,
         Reason::Recovered,
         Reason::Changed,
+        Reason::Done,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -150,6 +164,7 @@ impl Reason {
             Reason::Readable => "readable",
             Reason::Recovered => "recovered",
             Reason::Changed => "changed",
+            Reason::Done => "done",
         }
     }
     pub fn parse(s: &str) -> Option<Reason> {

@@ -59,6 +59,7 @@ fn live(
         alert,
         action: (class == LivenessClass::Suspect).then_some(LivenessAction::Probe),
         runs_in: crate::record::RunsIn::of(ev.process.as_deref()),
+        turn: None,
     }
 }
 
@@ -70,8 +71,21 @@ pub const USER_ABORT: &str = "MessageAbortedError";
 pub const BY_THE_USER: &str = "interrupted by the user";
 
 /// Classifies one session at time `now` (ms): a person's or the provider's part first, then
-/// a process that ended, then a busy session's silence, then how an idle one stopped.
+/// a process that ended, then a busy session's silence, then how an idle one stopped. Its
+/// latest turn goes with the class, for the done notice.
 pub fn classify(
+    ev: &SessionEvidence,
+    act: Option<&Activity>,
+    now: i64,
+    cfg: &LivenessConfig,
+) -> Liveness {
+    Liveness {
+        turn: act.and_then(|a| a.turn.clone()),
+        ..class_of(ev, act, now, cfg)
+    }
+}
+
+fn class_of(
     ev: &SessionEvidence,
     act: Option<&Activity>,
     now: i64,

@@ -140,6 +140,41 @@ pub struct Activity {
     pub running: Vec<Running>,
     /// The last assistant message's error class (`MessageAbortedError`, `APIError`, ...).
     pub error: Option<String>,
+    /// The session's latest turn, where its agent's data tells one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<Turn>,
+}
+
+/// A session's latest turn: from the message that began it (a person's prompt, `opencode run`'s
+/// message) to the end of its last step. Times, counts and targets only, never content.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Turn {
+    /// When the message that began it was created.
+    pub start: i64,
+    /// When it finished: its last step ended otherwise than in tool calls, with no error (not
+    /// cut off, interrupted or stopped). `None` while it goes on or when it did not finish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<i64>,
+    /// Its calls that landed a change.
+    #[serde(default)]
+    pub landed: u64,
+    /// What they landed on, each once, in order (`edit src/nav.js`, `bash git commit …`), at most
+    /// [`TURN_TARGETS`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<String>,
+}
+
+/// How many landed targets a turn keeps.
+pub const TURN_TARGETS: usize = 8;
+
+impl Turn {
+    /// Counts one call of the turn that landed on `target`.
+    pub fn land(&mut self, target: String) {
+        self.landed += 1;
+        if self.targets.len() < TURN_TARGETS && !self.targets.contains(&target) {
+            self.targets.push(target);
+        }
+    }
 }
 
 /// What a tick came to, as `wd-store tick` records it.
@@ -946,6 +981,9 @@ pub struct Liveness {
     /// What runs the session, where oc-sessions could tell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runs_in: Option<RunsIn>,
+    /// Its latest turn (the activity record's), for the done notice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<Turn>,
 }
 
 /// `{"kind":"blind", ...}`: a reader met a shape it cannot interpret. Never read as "no calls".

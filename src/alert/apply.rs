@@ -222,6 +222,14 @@ fn open_episode(tx: &Connection, p: &Prepared, s: &Staged) -> Result<i64> {
         ],
     )?;
     let id = tx.last_insert_rowid();
+    if kind.is_notice() {
+        // told as it opens: nothing stays open, nothing is resolved later
+        tx.execute(
+            "UPDATE episodes SET state = 'resolved', resolved = ?2, reason = ?3, duration_ms = 0,
+                 last_decision = 'resolved' WHERE id = ?1",
+            params![id, p.now, super::Reason::Done.as_str()],
+        )?;
+    }
     put_marks(tx, id, marks)?;
     if let (Some(t), Some(o), Some(v)) = (p.tick_id, opinion, v) {
         put_opinion(tx, t, &v.session, &json!(o).to_string())?;

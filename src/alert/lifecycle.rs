@@ -128,7 +128,7 @@ fn decide_and_apply(
     now: i64,
 ) -> Result<Option<Written>> {
     let open = load::open_episodes(tx)?;
-    let last = load::last_episodes(tx, tick, &open)?;
+    let last = load::last_episodes(tx, tick, &open, cfg.alert.notify_done)?;
     let stopped = load::stopped_sessions(tx, tick)?;
     let plan = decide::decide(&input(cfg, tick, &open, &last, answers, &stopped));
     let by_id: HashMap<i64, &AlertEpisode> = open.iter().map(|e| (e.id, e)).collect();
@@ -171,6 +171,7 @@ fn input<'a>(
         answers,
         escalate: escalate_rule(cfg, tick),
         stopped,
+        done: cfg.alert.notify_done,
     }
 }
 
@@ -198,7 +199,7 @@ fn second_opinions(
         return Ok(HashMap::new());
     }
     let open = load::open_episodes(conn)?;
-    let last = load::last_episodes(conn, tick, &open)?;
+    let last = load::last_episodes(conn, tick, &open, cfg.alert.notify_done)?;
     let (none, stopped) = (HashMap::new(), HashMap::new());
     let plan: Plan = decide::decide(&input(cfg, tick, &open, &last, &none, &stopped));
     let roots: Vec<String> = plan.questions().iter().map(|s| s.to_string()).collect();

@@ -171,11 +171,13 @@ pub fn open_episodes(conn: &Connection) -> Result<Vec<AlertEpisode>> {
     Ok(eps)
 }
 
-/// The last episode of each flagged tree that has no open one.
+/// The last episode of each flagged tree that has no open one; with `done`, also the last done
+/// notice of each session that finished a turn (its mark says which turn it told).
 pub fn last_episodes(
     conn: &Connection,
     tick: &TickView,
     open: &[AlertEpisode],
+    done: bool,
 ) -> Result<HashMap<String, AlertEpisode>> {
     let mut out = HashMap::new();
     let mut st = conn.prepare_cached(&format!(
@@ -190,6 +192,17 @@ pub fn last_episodes(
             load_marks(conn, &mut e)?;
             load_stop(conn, &mut e)?;
             load_place(conn, &mut e)?;
+            out.insert(key, e);
+        }
+    }
+    let finished = tick
+        .verdicts
+        .iter()
+        .filter(|v| done && super::fresh_end(v, tick.t).is_some());
+    for v in finished {
+        let key = AlertKind::Done.key(&v.session);
+        if let Some(mut e) = st.query_row([&key], episode_row).optional()? {
+            load_marks(conn, &mut e)?;
             out.insert(key, e);
         }
     }

@@ -72,6 +72,27 @@ impl Occupancy {
     }
 }
 
+/// How long after its end a finished turn is still news: a session first seen finished later
+/// than this (the watchdog just installed, or down for a while) gets no done notice.
+pub const DONE_FRESH_MS: i64 = 15 * 60_000;
+
+/// The turn a verdict's session finished, when a done notice may tell it: a root session (a
+/// subagent's turns are its parent's work), not flagged, idle or ended (its process gone) after
+/// a turn that ended as its agent ends one: not stopped, interrupted, looping, stalled or
+/// waiting for a person, nor stopped with its own todo list unfinished.
+pub fn finished(v: &Verdict) -> Option<&crate::record::Turn> {
+    let l = v.liveness.as_ref()?;
+    let turn = l.turn.as_ref().filter(|t| t.end.is_some())?;
+    let idle = matches!(l.class, LivenessClass::Idle | LivenessClass::Ended);
+    (idle && !v.flagged && v.root() == v.session).then_some(turn)
+}
+
+/// When the turn a verdict's session finished ended, if a done notice may still tell it at
+/// `now`: [`finished`], and within [`DONE_FRESH_MS`] of its end.
+pub fn fresh_end(v: &Verdict, now: i64) -> Option<i64> {
+    finished(v)?.end.filter(|end| *end >= now - DONE_FRESH_MS)
+}
+
 /// (alert kind, severity) a verdict's liveness asks for.
 pub fn live_alert(v: &Verdict) -> Option<(AlertKind, Severity)> {
     let l = v.liveness.as_ref()?;

@@ -529,6 +529,7 @@ mod tests {
             answers: &HashMap::new(),
             escalate: super::super::decide::Escalate::Ticks(3),
             stopped: &stopped,
+            done: false,
         });
         plan.steps
             .iter()

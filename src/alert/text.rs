@@ -293,34 +293,79 @@ fn stopped_words(ev: &mut Event, ep: &AlertEpisode, stop: &super::StopSeen, f: &
 
 /// A liveness alert's trigger.
 pub fn live_event(cfg: &Config, kind: AlertKind, sev: Severity, v: &Verdict, now: i64) -> Event {
-    let agent = v.agent.clone().unwrap_or_else(|| "agent".into());
     let what = match kind {
         AlertKind::Stalled => "stalled",
         AlertKind::Retrying => "keeps retrying its provider",
         AlertKind::Waiting => "needs a person",
         AlertKind::Interrupted => "was interrupted",
+        AlertKind::Done => "finished its work",
         _ => "stopped with its own list unfinished",
     };
-    let evidence = v.liveness_evidence();
+    let evidence = match (kind, super::finished(v)) {
+        (AlertKind::Done, Some(turn)) => done_words(turn, v.directory.as_deref()),
+        _ => v.liveness_evidence().to_string(),
+    };
     let mut ev = base(cfg, kind, kind.key(&v.session), &v.session, now);
     ev.severity = sev;
     let program = v.program.unwrap_or(Program::Opencode).display();
-    ev.title = format!("{program} {agent} session {what}");
+    // an agent that names none (Claude Code's main session) is not "agent agent"
+    let agent = v.agent.as_deref();
+    ev.title = format!(
+        "{program} {}session {what}",
+        agent.map(|a| format!("{a} ")).unwrap_or_default()
+    );
     ev.summary = format!(
-        "session {}{} (agent {agent}): {evidence}",
+        "session {}{}{}: {evidence}",
         v.session,
-        session_place(v)
+        session_place(v),
+        agent.map(|a| format!(" (agent {a})")).unwrap_or_default()
     );
     ev.agent = v.agent.clone();
     ev.model = v.model.clone();
     let d = &mut ev.details;
     d.insert("session".into(), json!(v.session));
+    if let Some(p) = v.program {
+        d.insert("program".into(), json!(p));
+    }
     d.insert("root".into(), json!(v.root()));
+    // where it is, as a loop's details say it: the page's project column and the resolve read it
+    d.insert("title".into(), json!(v.title));
+    d.insert("directory".into(), json!(v.directory));
     d.insert("agent".into(), json!(v.agent));
     d.insert("model".into(), json!(v.model));
     d.insert("liveness".into(), json!(v.liveness));
     d.insert("opened".into(), json!(now));
     ev
+}
+
+/// What a finished turn landed, in words: `its turn ended; it landed 3 changes: edit
+/// src/nav.js, write src/footer.js, bash git commit …`, the paths within `dir` shortened.
+pub fn done_words(turn: &crate::record::Turn, dir: Option<&str>) -> String {
+    if turn.landed == 0 {
+        return "its turn ended; it landed no change".into();
+    }
+    let within = dir.map(|d| format!("{}/", d.trim_end_matches('/')));
+    let targets: Vec<String> = turn
+        .targets
+        .iter()
+        .map(|t| match &within {
+            Some(d) => t.replace(d.as_str(), ""),
+            None => t.clone(),
+        })
+        .collect();
+    let more = if (turn.targets.len() as u64) < turn.landed
+        && turn.targets.len() >= crate::record::TURN_TARGETS
+    {
+        ", …"
+    } else {
+        ""
+    };
+    format!(
+        "its turn ended; it landed {} change{}: {}{more}",
+        turn.landed,
+        if turn.landed == 1 { "" } else { "s" },
+        targets.join(", ")
+    )
 }
 
 /// The "watchdog is blind" trigger.
@@ -390,6 +435,32 @@ mod tests {
         assert_eq!(t, "Claude Code loop: build loops");
         assert_eq!(p, Some(json!("claude-code")));
         assert_eq!(title(Some(Program::Codex)).0, "Codex loop: build loops");
+    }
+
+    /// Issue 41, done: what a turn landed, its paths within the project shortened, a long list
+    /// cut with "…", none said so.
+    #[test]
+    fn a_done_notice_says_what_the_turn_landed() {
+        use crate::record::Turn;
+        let mut t = Turn {
+            start: 0,
+            end: Some(1),
+            ..Turn::default()
+        };
+        assert_eq!(done_words(&t, None), "its turn ended; it landed no change");
+        t.land("edit /w/app/src/a.py".into());
+        t.land("edit /w/app/src/a.py".into());
+        assert_eq!(
+            done_words(&t, Some("/w/app/")),
+            "its turn ended; it landed 2 changes: edit src/a.py"
+        );
+        for i in 0..10 {
+            t.land(format!("write /w/app/f{i}.md"));
+        }
+        assert_eq!(t.targets.len(), crate::record::TURN_TARGETS);
+        assert!(done_words(&t, Some("/w/app"))
+            .starts_with("its turn ended; it landed 12 changes: edit src/a.py, write f0.md, "));
+        assert!(done_words(&t, Some("/w/app")).ends_with(", write f6.md, …"));
     }
 
     #[test]

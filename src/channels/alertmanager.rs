@@ -65,6 +65,8 @@ pub fn alertname(kind: AlertKind, legacy: bool) -> &'static str {
         (AlertKind::Waiting, false) => "AgentAwaitingUser",
         (AlertKind::Interrupted, false) => "AgentInterrupted",
         (AlertKind::Unfinished, false) => "AgentNeedsFinalization",
+        // a done notice's key was never `opencode-…`: it has no legacy name
+        (AlertKind::Done, _) => "AgentDone",
         // a test alert's key (oc-watchdog-test) was never rewritten: it has no legacy name
         (AlertKind::Test, _) => "WatchdogTest",
         (AlertKind::Loop, true) => "OpencodeLoop",

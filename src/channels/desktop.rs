@@ -78,7 +78,12 @@ pub fn body(ev: &Event) -> String {
     if let Some(l) = &ev.link {
         after.push(l.clone());
     }
-    after.push("Look closer: wd-store loops".into());
+    // a done notice is no loop: it is among the alerts (closed as it was told)
+    after.push(if ev.alert == AlertKind::Done {
+        "Look closer: wd-store alerts".into()
+    } else {
+        "Look closer: wd-store loops".into()
+    });
     // dunst opens the summary's line with its indicators: "(AU) " for actions and a link
     let title = crate::notify::plain::visible(&ev.title, crate::notify::plain::SUMMARY_CAP, false);
     let used = wrapped_lines(&format!("(AU) {title}"))
@@ -240,13 +245,19 @@ fn show(ev: &Event, wait: Duration, replaces: Option<u32>) -> Result<String, Str
 /// How long a resolve that needs nobody stays on screen, in ms.
 pub const RESOLVE_EXPIRE_MS: u32 = 10_000;
 
+/// How long a done notice stays on screen, in ms: news that needs nobody now, with more to read
+/// than an all-clear (what the turn landed), so twice its time.
+pub const DONE_EXPIRE_MS: u32 = 20_000;
+
 /// How long the popup stays (the Notify call's `expire_timeout`, 0 until dismissed): what
 /// needs a person (every trigger and escalation, and the resolve of a stop the watchdog or the
 /// operator carried out, whose session waits to be resumed: it carries `details.stop`) stays
-/// until dismissed; an all-clear goes after [`RESOLVE_EXPIRE_MS`]. Left to the server, dunst's
-/// defaults took a trigger or a stop off the screen after about 10 s.
+/// until dismissed; an all-clear goes after [`RESOLVE_EXPIRE_MS`], a done notice after
+/// [`DONE_EXPIRE_MS`]. Left to the server, dunst's defaults took a trigger or a stop off the
+/// screen after about 10 s.
 pub fn expire_ms(ev: &Event) -> u32 {
     match ev.state {
+        _ if ev.alert == AlertKind::Done => DONE_EXPIRE_MS,
         Transition::Resolve if !ev.details.contains_key("stop") => RESOLVE_EXPIRE_MS,
         _ => 0,
     }
@@ -358,6 +369,12 @@ mod tests {
         ev.details
             .insert("stop".into(), serde_json::json!({"by": "escalated"}));
         assert_eq!(expire_ms(&ev), 0);
+        // a done notice: news that needs nobody now
+        ev.details.remove("stop");
+        ev.alert = AlertKind::Done;
+        ev.state = Transition::Trigger;
+        ev.severity = Severity::Info;
+        assert_eq!(expire_ms(&ev), 20_000);
     }
 
     /// A Claude Code or Codex loop is told how to stop it where it runs: `wd-store stop` and

@@ -66,6 +66,8 @@ pub fn route(
         (Delivery::Pending, String::new())
     } else if ev.state != Transition::Escalate
         && !(ev.alert == AlertKind::Loop && sent.key_resolved)
+        // each done notice is another turn's: news, however soon after the last
+        && ev.alert != AlertKind::Done
         && sent.key_last.is_some_and(|t| {
             // user seconds: saturate, never wrap
             now.saturating_sub(t)

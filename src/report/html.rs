@@ -816,6 +816,7 @@ pub fn reason_text(r: Reason) -> &'static str {
         Reason::Readable => "readable again",
         Reason::Recovered => "the session recovered",
         Reason::Changed => "the session is in another alerting state",
+        Reason::Done => "a done notice: its session finished a turn",
         Reason::StillLooping => "still looping",
         Reason::SecondOpinion => "second opinion",
     }

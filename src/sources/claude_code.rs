@@ -141,6 +141,8 @@ fn one(
     let mut calls: Vec<Call> = Vec::new();
     let mut pending: HashMap<String, usize> = HashMap::new();
     let mut last = Last::Nothing;
+    // the turn: when its prompt came, when its reply ended it
+    let (mut prompted, mut replied) = (None::<i64>, None::<i64>);
     // the subagent type its replies are attributed to (its `.meta.json` says it too)
     let mut attribution: Option<String> = None;
     for rec in records(name, text) {
@@ -219,6 +221,7 @@ fn one(
                 last = if calls_tools || stop == Some("tool_use") || stop.is_none() {
                     Last::Going
                 } else {
+                    replied = t;
                     Last::ReplyDone
                 };
             }
@@ -239,6 +242,15 @@ fn one(
                 } else {
                     Last::Going
                 };
+                // a person's prompt, not the results of the reply's tool calls
+                let prompt = match content {
+                    Value::String(_) => true,
+                    Value::Array(bs) => bs.iter().all(|b| b["type"] != "tool_result"),
+                    _ => false,
+                };
+                if prompt && !interrupted {
+                    prompted = t.or(prompted);
+                }
                 let results: Vec<&Value> = content
                     .as_array()
                     .into_iter()
@@ -317,6 +329,16 @@ fn one(
         in_flight,
         running,
         error: (last == Last::Interrupted).then(|| crate::liveness::USER_ABORT.to_string()),
+        turn: prompted.map(|start| {
+            let mut turn = crate::record::Turn {
+                start,
+                // the turn's last record is the reply that ended it (`end_turn`, ...)
+                end: replied.filter(|r| last == Last::ReplyDone && *r >= start),
+                ..crate::record::Turn::default()
+            };
+            crate::sources::convert::land_turn(&mut turn, &calls);
+            turn
+        }),
     };
     Some(Transcript {
         session,
@@ -709,6 +731,49 @@ mod tests {
         ] {
             assert!(!all.contains(secret), "{secret} in {all}");
         }
+    }
+
+    /// Issue 41, done: a turn runs from a person's prompt (not a tool result) to the reply that
+    /// calls no tool; what it landed counts its calls that landed; a new prompt begins another.
+    #[test]
+    fn a_turn_runs_from_the_prompt_to_the_reply_that_ends_it() {
+        let mut recs = vec![
+            prompt("2026-12-04T18:23:22.300Z", "fix"),
+            use_(
+                "2026-12-04T18:23:25.796Z",
+                "toolu_1",
+                "Write",
+                json!({"file_path": "/p/notes.md", "content": "x"}),
+            ),
+            result(
+                "2026-12-04T18:23:26.000Z",
+                "toolu_1",
+                "File created successfully at: /p/notes.md",
+                None,
+                json!({"type": "create", "filePath": "/p/notes.md"}),
+            ),
+            done("2026-12-04T18:23:28.000Z"),
+        ];
+        let turn = |recs: &[Value]| {
+            read("t.jsonl", &transcript(recs), &[]).sessions[0]
+                .activity
+                .turn
+                .clone()
+                .unwrap()
+        };
+        let t = turn(&recs);
+        assert_eq!(
+            (t.start, t.end, t.landed, t.targets),
+            (
+                1_796_408_602_300,
+                Some(1_796_408_608_000),
+                1,
+                vec!["write /p/notes.md".to_string()]
+            )
+        );
+        recs.push(prompt("2026-12-04T18:24:00.000Z", "more"));
+        let t = turn(&recs);
+        assert_eq!((t.start, t.end, t.landed), (1_796_408_640_000, None, 0));
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub fn read(name: &str, text: &str) -> Read {
     // each call's completed item, kept (the record it came in is not)
     let mut items: HashMap<String, KeptItem> = HashMap::new();
     let mut turn = Turn::None;
+    // when the latest turn began and when it completed
+    let (mut began, mut completed) = (None::<i64>, None::<i64>);
     for rec in records(name, text) {
         let (n, r) = match rec {
             Ok(nr) => nr,
@@ -138,8 +140,14 @@ pub fn read(name: &str, text: &str) -> Read {
                     }
                 }
             }
-            ("event_msg", "task_started") => turn = Turn::Running,
-            ("event_msg", "task_complete") => turn = Turn::Complete,
+            ("event_msg", "task_started") => {
+                turn = Turn::Running;
+                began = t.or(began);
+            }
+            ("event_msg", "task_complete") => {
+                turn = Turn::Complete;
+                completed = t;
+            }
             ("event_msg", "turn_aborted") => turn = Turn::Aborted,
             _ => {}
         }
@@ -212,10 +220,24 @@ pub fn read(name: &str, text: &str) -> Read {
         in_flight,
         running,
         error: (turn == Turn::Aborted).then(|| crate::liveness::USER_ABORT.to_string()),
+        turn: None,
     };
     for c in &mut calls {
         c.model = session.model.clone();
     }
+    let activity = Activity {
+        turn: began.map(|start| {
+            let mut t = crate::record::Turn {
+                start,
+                // `task_complete`: the turn ended as Codex ends one
+                end: completed.filter(|c| turn == Turn::Complete && *c >= start),
+                ..crate::record::Turn::default()
+            };
+            super::convert::land_turn(&mut t, &calls);
+            t
+        }),
+        ..activity
+    };
     out.sessions.push(Transcript {
         session,
         calls,
@@ -643,6 +665,12 @@ mod tests {
             (1_796_408_786_400, Some(1_796_408_786_500))
         );
         assert!(!t.activity.in_flight && t.activity.error.is_none());
+        // issue 41, done: the turn from `task_started` to `task_complete`, with what it landed
+        let turn = t.activity.turn.clone().unwrap();
+        assert_eq!(
+            (turn.start, turn.end, turn.landed),
+            (1_796_408_785_798, Some(1_796_408_787_900), 2)
+        );
         let all = serde_json::to_string(&t.calls).unwrap();
         assert!(
             !all.contains("ZeroDivision") && !all.contains("return 0"),

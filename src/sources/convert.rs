@@ -193,7 +193,7 @@ fn bash_wrote(cmd: &str, unexplained: &[&str]) -> bool {
 /// What a session's messages say about its liveness (see [`crate::liveness`]). Only times,
 /// states, tool names and error class names: no content.
 pub fn activity_of(session: &str, messages: &Value) -> crate::record::Activity {
-    use crate::record::{Activity, Ask, Running};
+    use crate::record::{Activity, Ask, Running, Turn};
     let mut a = Activity {
         session: session.to_string(),
         ..Activity::default()
@@ -205,12 +205,16 @@ pub fn activity_of(session: &str, messages: &Value) -> crate::record::Activity {
     };
     let time = |v: &Value, k: &str| v.get("time").and_then(|t| t.get(k)).and_then(Value::as_i64);
     let mut last_assistant: Option<&Value> = None;
+    // the latest message that began a turn (a person's prompt, `opencode run`'s message)
+    let mut prompted: Option<i64> = None;
     for m in messages.as_array().into_iter().flatten() {
         let info = &m["info"];
         bump(time(info, "created"));
         bump(time(info, "completed"));
         if info["role"] == "assistant" {
             last_assistant = Some(m);
+        } else if info["role"] == "user" {
+            prompted = prompted.max(time(info, "created"));
         }
         for p in m["parts"].as_array().into_iter().flatten() {
             bump(time(p, "start"));
@@ -234,6 +238,11 @@ pub fn activity_of(session: &str, messages: &Value) -> crate::record::Activity {
         // the turn looked over, and follow mode resolved a loop that went on
         let steps_on = info["finish"] == "tool-calls";
         a.in_flight = (time(info, "completed").is_none() || steps_on) && a.error.is_none();
+        a.turn = prompted.map(|start| Turn {
+            start,
+            end: turn_end(messages, start),
+            ..Turn::default()
+        });
         for p in m["parts"].as_array().into_iter().flatten() {
             let st = &p["state"];
             if p["type"] == "tool" && matches!(st["status"].as_str(), Some("pending" | "running")) {
@@ -261,8 +270,44 @@ pub fn activity_of(session: &str, messages: &Value) -> crate::record::Activity {
                 });
             }
         }
+    } else {
+        a.turn = prompted.map(|start| Turn {
+            start,
+            ..Turn::default()
+        });
     }
     a
+}
+
+/// When the turn that began at `start` finished, by the last assistant message of `messages`:
+/// its last step ended as a model ends a turn (`finish: "stop"`, not in tool calls, not cut at a
+/// length), after the prompt, with no error and no tool still running. `None`: it goes on, or it
+/// did not finish.
+pub fn turn_end(messages: &Value, start: i64) -> Option<i64> {
+    let m = messages
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|m| m["info"]["role"] == "assistant")?;
+    let info = &m["info"];
+    let at = |k: &str| info["time"].get(k).and_then(Value::as_i64);
+    let running = m["parts"].as_array().into_iter().flatten().any(|p| {
+        p["type"] == "tool" && matches!(p["state"]["status"].as_str(), Some("pending" | "running"))
+    });
+    let finished = info["finish"] == "stop"
+        && info.get("error").map_or(true, Value::is_null)
+        && at("created").is_some_and(|c| c >= start)
+        && !running;
+    at("completed").filter(|_| finished)
+}
+
+/// Counts the calls of `calls` that landed a change during `turn` (at or after its start; each
+/// call once: the caller gives each only once per turn).
+pub fn land_turn(turn: &mut crate::record::Turn, calls: &[Call]) {
+    let start = turn.start;
+    for c in calls.iter().filter(|c| c.landed && c.t >= start) {
+        turn.land(crate::detect::target::describe(&c.tool, &c.args, None));
+    }
 }
 
 /// The files a step's tool calls name as theirs: their `filePath`, and the files in their
@@ -557,6 +602,63 @@ mod tests {
             Some(20),
             Some("MessageAbortedError")
         )));
+    }
+
+    /// Issue 41, done: a turn finished when its last step ended as a model ends one, after the
+    /// prompt; not while it steps on, runs a tool, or after an error; a new prompt begins
+    /// another. What it landed counts its landed calls from its start.
+    #[test]
+    fn a_turn_finished_when_its_last_step_stopped_after_its_prompt() {
+        let msgs = |finish: &str, error: Option<&str>, prompt_at: i64| {
+            let mut info = json!({"id": "msg_2", "role": "assistant", "finish": finish,
+                                  "time": {"created": 10, "completed": 20}});
+            if let Some(e) = error {
+                info["error"] = json!({"name": e});
+            }
+            json!([{"info": {"id": "msg_1", "role": "user", "time": {"created": prompt_at}}, "parts": []},
+                   {"info": info, "parts": []}])
+        };
+        let turn = |m: &Value| activity_of("ses_a", m).turn.unwrap();
+        assert_eq!(turn(&msgs("stop", None, 1)).end, Some(20));
+        assert_eq!(turn(&msgs("stop", None, 1)).start, 1);
+        assert_eq!(turn(&msgs("tool-calls", None, 1)).end, None);
+        assert_eq!(turn(&msgs("length", None, 1)).end, None);
+        assert_eq!(
+            turn(&msgs("stop", Some("MessageAbortedError"), 1)).end,
+            None
+        );
+        // a prompt after the last reply: its turn has not replied yet
+        assert_eq!(turn(&msgs("stop", None, 15)).end, None);
+        let call = |id: &str, t: i64, landed: bool| Call {
+            session: "ses_a".into(),
+            id: id.into(),
+            t,
+            tool: "write".into(),
+            args: json!({"filePath": format!("/p/{id}.md")})
+                .as_object()
+                .unwrap()
+                .clone(),
+            status: "completed".into(),
+            landed,
+            ..Call::default()
+        };
+        let mut t = turn(&msgs("stop", None, 5));
+        land_turn(
+            &mut t,
+            &[
+                call("old", 4, true),
+                call("a", 6, true),
+                call("b", 7, false),
+                call("c", 8, true),
+            ],
+        );
+        assert_eq!(
+            (t.landed, t.targets),
+            (
+                2,
+                vec!["write /p/a.md".to_string(), "write /p/c.md".to_string()]
+            )
+        );
     }
 
     #[test]

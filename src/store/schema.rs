@@ -438,6 +438,17 @@ CREATE TABLE clock_steps (
 );
 CREATE INDEX clock_steps_t ON clock_steps (t);
 "#,
+    // 15: done notices (issue 41, `[alert] notify_done`): an episode of kind `done` opens and
+    // closes at once, reason `done`. The CHECKs only widen, edited in place as in 11.
+    r#"
+PRAGMA writable_schema = ON;
+UPDATE sqlite_master
+   SET sql = replace(replace(sql,
+       '''interrupted'', ''unfinished'')', '''interrupted'', ''unfinished'', ''done'')'),
+       '''recovered'', ''changed'')', '''recovered'', ''changed'', ''done'')')
+ WHERE type = 'table' AND name = 'episodes';
+PRAGMA writable_schema = OFF;
+"#,
 ];
 
 pub fn latest() -> i64 {

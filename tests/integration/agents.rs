@@ -869,3 +869,85 @@ fn follow_mode_flags_a_claude_code_and_a_codex_loop_while_they_run() {
     }
     assert_eq!(std::fs::read_to_string(&err).unwrap_or_default(), "");
 }
+
+/// Issue 41, done: with `[alert] notify_done = true`, a real `claude -p` and a real `codex exec`
+/// that finished their work are each one done notice naming the program, the project and what
+/// the turn landed; the two that looped are none (their loops are the news).
+#[test]
+fn a_finished_claude_p_and_codex_exec_are_done_notices_and_their_loops_are_not() {
+    let home = Home::new();
+    agent_home(home.path());
+    let conf = home.join(".config/oc-watchdog");
+    std::fs::create_dir_all(&conf).unwrap();
+    std::fs::write(conf.join("watchdog.toml"), "[alert]\nnotify_done = true\n").unwrap();
+    let model = AgentModel::start();
+    let [cloop, cwork, xloop, xwork] =
+        loops_and_healthy_sessions(&model, home.path(), |n| make_project(&home.join(n)));
+    // one tick, as deploy/oc-watchdog-tick runs it
+    let mut out = String::new();
+    let mut r = None;
+    for (bin, args) in [
+        ("oc-sessions", vec![]),
+        ("oc-calls", vec![]),
+        ("wd-store", vec!["calls"]),
+        ("progress-detect", vec![]),
+        ("wd-store", vec!["tick"]),
+        ("wd-alert", vec![]),
+    ] {
+        let run = home.cmd(bin).args(args).stdin(out.clone()).run();
+        run.ok();
+        out = run.stdout();
+        r = Some(run);
+    }
+    let r = r.unwrap();
+    let events: Vec<Value> = r
+        .stdout()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let done: Vec<(String, String)> = events
+        .iter()
+        .filter(|e| e["alert"] == "done")
+        .map(|e| {
+            (
+                e["title"].as_str().unwrap().to_string(),
+                e["summary"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let in_proj = |e: &(String, String), p: &Path| {
+        e.1.contains(&format!(
+            " in ~/{}:",
+            p.file_name().unwrap().to_str().unwrap()
+        ))
+    };
+    assert_eq!(done.len(), 2, "{}", r.story());
+    // what each turn landed: the edit and the commit
+    let landed = ": its turn ended; it landed 2 changes: edit src/calc.py, bash git add -A && git commit -qm 'fix mean'";
+    for (p, title, place) in [
+        (
+            &cwork,
+            "Claude Code session finished its work",
+            " in ~/cwork",
+        ),
+        (
+            &xwork,
+            "Codex session finished its work",
+            " \"SCRIPT:xwork fix the tests\" in ~/xwork",
+        ),
+    ] {
+        let told = done
+            .iter()
+            .find(|e| in_proj(e, p))
+            .unwrap_or_else(|| panic!("{done:?}"));
+        assert_eq!(told.0, title);
+        assert!(told.1.ends_with(&format!("{place}{landed}")), "{}", told.1);
+    }
+    for p in [&cloop, &xloop] {
+        assert!(
+            !done.iter().any(|e| in_proj(e, p)),
+            "{} told done",
+            p.display()
+        );
+    }
+}

@@ -370,6 +370,11 @@ impl Machine {
     /// (full) read recorded before any opencode runs. Full reads are set ten minutes apart, so
     /// whatever the test hears after that came from a partial read.
     fn following(fake: &ocsim::Fake) -> Machine {
+        Machine::following_with(fake, str::to_string)
+    }
+
+    /// [`Machine::following`], the installed config edited by `edit` first.
+    fn following_with(fake: &ocsim::Fake, edit: fn(&str) -> String) -> Machine {
         let mut m = Machine::install();
         fake.configure(m.home.path());
         let cfg = m.home.join(".config/oc-watchdog/watchdog.toml");
@@ -380,7 +385,7 @@ impl Machine {
         );
         std::fs::write(
             &cfg,
-            text.replace("full_every_secs = 60\n", "full_every_secs = 600\n"),
+            edit(&text).replace("full_every_secs = 60\n", "full_every_secs = 600\n"),
         )
         .unwrap();
         m.follow();
@@ -834,4 +839,236 @@ fn the_timer_resolves_a_killed_run_though_another_opencode_works_in_its_project(
         )
         .unwrap();
     assert!(body.contains("the opencode process ended"), "{body}");
+}
+
+impl Machine {
+    /// Turns the done notices on, as an operator does: one line of the installed config.
+    fn opt_in_done(&self) {
+        let cfg = self.home.join(".config/oc-watchdog/watchdog.toml");
+        let text = std::fs::read_to_string(&cfg).unwrap();
+        std::fs::write(&cfg, done_on(&text)).unwrap();
+    }
+
+    /// What dunst holds of the notification about `session` whose summary is `summary`.
+    fn in_dunst(&self, session: &str, summary: &str) -> Value {
+        self.desk
+            .dunst_history()
+            .into_iter()
+            .find(|e| {
+                e["summary"]["data"] == summary
+                    && e["body"]["data"]
+                        .as_str()
+                        .is_some_and(|b| b.contains(session))
+            })
+            .unwrap_or_else(|| panic!("dunst holds no {summary:?} about {session}"))
+    }
+}
+
+/// A watchdog config with the done notices turned on.
+fn done_on(config: &str) -> String {
+    assert!(
+        config.contains("\nnotify_done = false\n"),
+        "the shipped [alert]"
+    );
+    config.replace("\nnotify_done = false\n", "\nnotify_done = true\n")
+}
+
+/// The words of the done notice of a `healthy` run in `~/work/proj_done`: its session, title
+/// and project, and what its turn landed (the edit, the new file, the commit).
+fn assert_told_done(told: &crate::support::desktop::Seen, session: &str) {
+    assert_eq!(told.summary, "opencode build session finished its work");
+    let first = told.body.lines().next().unwrap();
+    assert_eq!(
+        first,
+        format!(
+            "session {session} \"Scripted session\" in ~/work/proj_done (agent build): its turn \
+             ended; it landed 3 changes: edit src/navbar.js, write src/footer.js, bash git add -A \
+             &amp;&amp; git commit -q -m 'Fix navItem1; add footer'"
+        ),
+        "{}",
+        told.body
+    );
+    assert_eq!(
+        told.body.lines().last(),
+        Some("Look closer: wd-store alerts")
+    );
+    // an info that may go: low urgency, gone after 20 s
+    assert_eq!((told.urgency, told.expire), (Some(0), Some(20_000)));
+}
+
+/// Issue 41, done: with `[alert] notify_done = true`, an `opencode run` that finished its work
+/// is one info notice on the desktop within seconds, from the follow service, saying its title,
+/// project and what it landed, and dunst lets it go after 20 s; however many reads see the
+/// session finished after, it is told once.
+#[test]
+fn a_finished_opencode_run_is_one_done_notice_within_seconds_when_opted_in() {
+    let fake = ocsim::Fake::start();
+    let mut m = Machine::following_with(&fake, done_on);
+    let p = m.project("proj_done");
+    m.run_in(&p, "done", "healthy");
+    let session = m.wait_calls(&p, 1);
+    let t_run = Instant::now();
+    let run = m.kids.pop().unwrap();
+    let st = wait_exit(run);
+    let ran = t_run.elapsed();
+    assert!(st.success(), "{st:?}");
+    let told = m.heard(&session, "opencode build session finished its work", 60);
+    eprintln!(
+        "done notice {:.1} s after the run's first call was seen (the run took {:.1} s)",
+        t_run.elapsed().as_secs_f64(),
+        ran.as_secs_f64()
+    );
+    assert_told_done(&told, &session);
+    // dunst took it with that timeout (microseconds)
+    let held = m.in_dunst(&session, &told.summary);
+    assert_eq!(held["timeout"]["data"], 20_000_000, "{held}");
+    // more reads of the finished session (its process ends, opencode writes its summary): told once
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        m.follow_transitions(&session),
+        [format!(
+            "oc-watchdog: dedup=done:{session} state=trigger severity=info"
+        )],
+        "{}",
+        m.follow_log()
+    );
+    let stored: (String, String, String) = m
+        .watchdog()
+        .query_row(
+            "SELECT kind, state, reason FROM episodes WHERE dedup_key = ?1",
+            [format!("done:{session}")],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!(stored, ("done".into(), "resolved".into(), "done".into()));
+}
+
+/// Issue 41, done, at the timer's tick: an `opencode run` that finished is told once (a later
+/// read of it does not tell it again); one interrupted with Ctrl-C is not told at all.
+#[test]
+fn the_timer_tells_a_finished_run_once_and_an_interrupted_one_never() {
+    let fake = ocsim::Fake::start();
+    let mut m = Machine::install();
+    fake.configure(m.home.path());
+    m.opt_in_done();
+    let p = m.project("proj_done");
+    m.run_in(&p, "done", "healthy");
+    let session = m.wait_calls(&p, 1);
+    let q = m.project("proj_cut");
+    let cut_pid = m.run_in(&q, "cut", "abort");
+    let cut = m.wait_calls(&q, 1);
+    std::thread::sleep(Duration::from_secs(1));
+    let st = std::process::Command::new("kill")
+        .args(["-INT", &cut_pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for k in std::mem::take(&mut m.kids) {
+        wait_exit(k);
+    }
+    let r = m.tick();
+    assert_eq!(
+        Machine::transitions(&r)
+            .into_iter()
+            .filter(|t| t.contains("dedup=done:"))
+            .collect::<Vec<_>>(),
+        [format!(
+            "oc-watchdog: dedup=done:{session} state=trigger severity=info"
+        )],
+        "{}",
+        r.story()
+    );
+    assert!(
+        !r.stderr().contains(&format!("done:{cut}")),
+        "{}",
+        r.story()
+    );
+    let told = m.heard(&session, "opencode build session finished its work", 10);
+    assert_told_done(&told, &session);
+    // every session read again (a tick reads only what changed): the turn was told
+    let again = m
+        .sh("oc-sessions | oc-calls | wd-store calls | progress-detect | wd-store tick | wd-alert");
+    again.ok();
+    let judged: i64 = m
+        .watchdog()
+        .query_row(
+            "SELECT count(*) FROM verdicts WHERE session = ?1",
+            [&session],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(judged, 2, "judged at both reads");
+    assert!(!again.stderr().contains("dedup=done:"), "{}", again.story());
+}
+
+/// Waits (at most 2 min) for a process to exit.
+fn wait_exit(mut k: std::process::Child) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = k.try_wait().unwrap() {
+            return st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "a run did not end");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Issue 41, done, in the TUI under tmux: each turn finished is its own done notice within
+/// seconds, saying what that turn landed (the first its changes, the second none), while the
+/// TUI waits for the next prompt.
+#[test]
+fn each_turn_a_tui_finishes_is_its_own_done_notice() {
+    let fake = ocsim::Fake::start();
+    let m = Machine::following_with(&fake, done_on);
+    let p = m.project("proj_done");
+    let tui =
+        Tui::start(ocsim::opencode(m.home.path(), &p).args(["--prompt", "SCRIPT:healthy go"]));
+    let session = m.wait_calls(&p, 1);
+    let first = m.heard(&session, "opencode build session finished its work", 60);
+    assert!(
+        first
+            .body
+            .contains("its turn ended; it landed 3 changes: edit src/navbar.js"),
+        "{}",
+        first.body
+    );
+    assert_eq!(first.expire, Some(20_000));
+    assert!(tui.running(), "the TUI quit");
+    // the next prompt, typed as a person does: a turn that lands nothing
+    tui.keys(&["SCRIPT:ask_bash again"]);
+    tui.keys(&["Enter"]);
+    let t0 = Instant::now();
+    loop {
+        let told: Vec<_> = m
+            .desk
+            .seen()
+            .into_iter()
+            .filter(|s| {
+                s.summary.starts_with("opencode build session finished")
+                    && s.body.contains(&session)
+            })
+            .collect();
+        if told.len() == 2 {
+            assert!(
+                told[1].body.contains("its turn ended; it landed no change"),
+                "{}",
+                told[1].body
+            );
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{} done notices\n{}\n{}",
+            told.len(),
+            tui.pane(),
+            m.follow_log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let dones: Vec<String> = m
+        .follow_transitions(&session)
+        .into_iter()
+        .filter(|t| t.contains("dedup=done:"))
+        .collect();
+    assert_eq!(dones.len(), 2, "{}", m.follow_log());
 }

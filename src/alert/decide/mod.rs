@@ -24,6 +24,8 @@ pub struct DecisionInput<'a> {
     pub escalate: Escalate,
     /// Sessions whose run a stop carried out, and when (`stopped::interrupt_of_stop`).
     pub stopped: &'a HashMap<String, i64>,
+    /// `[alert] notify_done`: tell each finished turn.
+    pub done: bool,
 }
 
 /// When a loop that goes on (new calls, nothing landed) becomes critical.
@@ -282,6 +284,9 @@ pub fn decide(i: &DecisionInput) -> Plan {
     }
     new_loops(i, &trees, &open_loops, &mut steps);
     new_live(i, &open_keys, &mut steps);
+    if i.done {
+        new_done(i, &trees, &open_loops, &mut steps);
+    }
     steps.extend(blind_step(i));
     Plan { steps }
 }
@@ -385,6 +390,50 @@ fn new_live(i: &DecisionInput, open_keys: &HashSet<&str>, steps: &mut Vec<Step>)
                 marks: Vec::new(),
             });
         }
+    }
+}
+
+/// Done notices: one per turn a root session finished, told once (its end is kept in the
+/// notice's mark, `last_call`), while it is news ([`super::DONE_FRESH_MS`]), and never for a
+/// tree that loops (its loop's resolve tells how it ended).
+fn new_done(
+    i: &DecisionInput,
+    trees: &BTreeMap<&str, Tree>,
+    open_loops: &HashSet<&str>,
+    steps: &mut Vec<Step>,
+) {
+    for v in &i.tick.verdicts {
+        let Some(end) = super::fresh_end(v, i.tick.t) else {
+            continue;
+        };
+        let key = AlertKind::Done.key(&v.session);
+        let told = i
+            .last
+            .get(&key)
+            .and_then(|l| l.marks.get(&v.session))
+            .and_then(|m| m.last_call);
+        let looping = open_loops.contains(v.root())
+            || trees.get(v.root()).is_some_and(|t| !t.flagged.is_empty());
+        if told.is_some_and(|t| t >= end) || looping {
+            continue;
+        }
+        steps.push(Step::Open {
+            kind: AlertKind::Done,
+            key,
+            subject: v.session.clone(),
+            session: Some(v.session.clone()),
+            severity: Severity::Info,
+            figures: None,
+            ask: false,
+            opinion: None,
+            marks: vec![(
+                v.session.clone(),
+                SessionMark {
+                    last_call: Some(end),
+                    ..SessionMark::of(v)
+                },
+            )],
+        });
     }
 }
 
@@ -735,6 +784,7 @@ mod tests {
             answers: &answers,
             escalate: Escalate::Ticks(3),
             stopped: &HashMap::new(),
+            done: false,
         })
         .steps
     }
@@ -997,6 +1047,7 @@ mod tests {
             answers: &HashMap::new(),
             escalate: Escalate::Ticks(3),
             stopped: &HashMap::new(),
+            done: false,
         });
         assert_eq!(plan.questions(), ["r"]);
         let answers = HashMap::from([("r".to_string(), yes())]);
@@ -1014,6 +1065,7 @@ mod tests {
             answers: &HashMap::new(),
             escalate: Escalate::Ticks(3),
             stopped: &HashMap::new(),
+            done: false,
         });
         assert!(plan.questions().is_empty());
     }
@@ -1039,6 +1091,7 @@ mod tests {
                 answers: &HashMap::new(),
                 escalate: rule,
                 stopped: &HashMap::new(),
+                done: false,
             });
             name(&got.steps[0])
         };
@@ -1073,6 +1126,7 @@ mod tests {
                     answers: &HashMap::new(),
                     escalate: follow,
                     stopped: &HashMap::new(),
+                    done: false,
                 })
                 .steps[0],
             )
@@ -1435,6 +1489,119 @@ mod tests {
                 .map(name)
                 .collect::<Vec<_>>(),
             ["resolve readable"]
+        );
+    }
+
+    /// Issue 41, done: each turn a root session finished is one info notice, told once (its end
+    /// kept in the notice's mark); never a subagent's, a flagged tree's, an interrupted turn's,
+    /// a stale one's, or any with `[alert] notify_done` off.
+    #[test]
+    fn a_finished_turn_is_told_once_and_never_a_looping_interrupted_stale_or_subagent_one() {
+        use crate::record::Turn;
+        let done = |session: &str, class: &str, end: Option<i64>| {
+            let mut x = v(session, false, 9, class);
+            x.root = session.into();
+            if let Some(l) = &mut x.liveness {
+                l.turn = Some(Turn {
+                    start: T,
+                    end,
+                    landed: 2,
+                    targets: vec!["write /p/a.md".into()],
+                });
+            }
+            x
+        };
+        let t = T + 300_000;
+        let decide_done = |vs: Vec<Verdict>, last: HashMap<String, AlertEpisode>, on: bool| {
+            let names: Vec<String> = decide(&DecisionInput {
+                open: &[],
+                last: &last,
+                tick: &tick(vs),
+                answers: &HashMap::new(),
+                escalate: Escalate::Ticks(3),
+                stopped: &HashMap::new(),
+                done: on,
+            })
+            .steps
+            .iter()
+            .map(|s| match s {
+                Step::Open {
+                    kind, key, marks, ..
+                } => format!(
+                    "{} {key} {:?}",
+                    kind.as_str(),
+                    marks.iter().map(|m| m.1.last_call).collect::<Vec<_>>()
+                ),
+                s => name(s),
+            })
+            .collect();
+            names
+        };
+        let fin = done("a", "idle", Some(t - 1000));
+        assert_eq!(
+            decide_done(vec![fin.clone()], HashMap::new(), true),
+            [format!("done done:a [Some({})]", t - 1000)]
+        );
+        // the knob off: nothing
+        assert!(decide_done(vec![fin.clone()], HashMap::new(), false).is_empty());
+        // an `opencode run` that ended after its turn finished
+        assert_eq!(
+            decide_done(
+                vec![done("a", "ended", Some(t - 1000))],
+                HashMap::new(),
+                true
+            )
+            .len(),
+            1
+        );
+        // told already: the same turn is not told again; the next one is
+        let told = AlertEpisode {
+            key: "done:a".into(),
+            kind: Some(AlertKind::Done),
+            marks: HashMap::from([(
+                "a".to_string(),
+                SessionMark {
+                    last_call: Some(t - 1000),
+                    ..SessionMark::default()
+                },
+            )]),
+            ..AlertEpisode::default()
+        };
+        let last = HashMap::from([("done:a".to_string(), told)]);
+        assert!(decide_done(vec![fin.clone()], last.clone(), true).is_empty());
+        assert_eq!(
+            decide_done(vec![done("a", "idle", Some(t - 10))], last, true).len(),
+            1
+        );
+        // not finished: cut off or interrupted (no end), busy, waiting; nor stale
+        for (class, end) in [
+            ("idle", None),
+            ("interrupted", Some(t - 1000)),
+            ("active", Some(t - 1000)),
+            ("awaiting_user", Some(t - 1000)),
+            ("needs_finalization", Some(t - 1000)),
+            ("idle", Some(t - crate::alert::DONE_FRESH_MS - 1)),
+        ] {
+            assert!(
+                decide_done(vec![done("a", class, end)], HashMap::new(), true).is_empty(),
+                "{class} {end:?}"
+            );
+        }
+        // a subagent's turn is its parent's work
+        let mut child = done("c", "idle", Some(t - 1000));
+        child.root = "a".into();
+        child.parent = Some("a".into());
+        assert!(decide_done(vec![child], HashMap::new(), true).is_empty());
+        // a tree that loops: its loop tells how it ends
+        let mut looping_child = v("c", true, 40, "idle");
+        looping_child.root = "a".into();
+        assert_eq!(
+            decide_done(vec![fin, looping_child], HashMap::new(), true),
+            [format!(
+                "loop loop:a [Some({}), Some({})]",
+                T + 9000,
+                T + 40_000
+            )]
         );
     }
 }

@@ -65,6 +65,8 @@ struct Merged {
     newest: Option<(i64, String)>,
     /// Hash of the line last written (0: none).
     hash: u64,
+    /// The calls of its turn counted as landed (each once, whichever batch it came in).
+    landed: HashSet<String>,
 }
 
 /// `oc-calls --follow`'s state: where it writes, the sources it opened, and what it knows of
@@ -234,7 +236,7 @@ impl CallsFollow<'_> {
                 k.calls.insert(c.id.clone(), h);
             }
         }
-        let mut merged = merge_activity(k.activity.take(), &s.id, &msgs);
+        let mut merged = merge_activity(k.activity.take(), &s.id, &msgs, &calls);
         let line = to_line("activity", &merged.record)?;
         let h = hash_of(&line);
         if merged.hash != h {
@@ -277,6 +279,7 @@ impl CallsFollow<'_> {
                 record: t.activity.clone(),
                 newest: None,
                 hash: h,
+                landed: HashSet::new(),
             });
         }
         Ok(())
@@ -299,26 +302,56 @@ fn newest_assistant(msgs: &Value) -> Option<(i64, String)> {
         .max()
 }
 
-/// The activity of a session from what it was and the messages that changed: the latest
-/// progress of both; in flight, error and running tools from the newest assistant message of
-/// either. The same as [`convert::activity_of`] over all messages, as long as changed messages
-/// come whole. Keeps the hash of the line last written.
-fn merge_activity(had: Option<Merged>, session: &str, msgs: &Value) -> Merged {
+/// The activity of a session from what it was and the messages that changed (with their
+/// calls): the latest progress of both; in flight, error and running tools from the newest
+/// assistant message of either; the turn begun by the latest prompt of either, finished as the
+/// newest assistant message says, with the landed calls of every batch since it began, each
+/// once. The same as [`convert::activity_of`] and [`convert::land_turn`] over all messages, as
+/// long as changed messages come whole. Keeps the hash of the line last written.
+fn merge_activity(
+    had: Option<Merged>,
+    session: &str,
+    msgs: &Value,
+    calls: &[crate::record::Call],
+) -> Merged {
     let new = convert::activity_of(session, msgs);
     let newest = newest_assistant(msgs);
-    let Some(mut m) = had else {
-        return Merged {
-            record: new,
-            newest,
+    let mut m = match had {
+        None => Merged {
+            record: Activity {
+                turn: None,
+                ..new.clone()
+            },
+            newest: newest.clone(),
             hash: 0,
-        };
+            landed: HashSet::new(),
+        },
+        Some(mut m) => {
+            m.record.last_progress = m.record.last_progress.max(new.last_progress);
+            if newest.is_some() && newest >= m.newest {
+                m.record.in_flight = new.in_flight;
+                m.record.error = new.error;
+                m.record.running = new.running;
+                m.newest = newest.clone();
+            }
+            m
+        }
     };
-    m.record.last_progress = m.record.last_progress.max(new.last_progress);
-    if newest.is_some() && newest >= m.newest {
-        m.record.in_flight = new.in_flight;
-        m.record.error = new.error;
-        m.record.running = new.running;
-        m.newest = newest;
+    let start = |t: &Option<crate::record::Turn>| t.as_ref().map(|t| t.start);
+    if start(&new.turn) > start(&m.record.turn) {
+        // a new prompt: a new turn, nothing of it landed yet
+        m.record.turn = new.turn;
+        m.landed.clear();
+    } else if let (Some(t), true) = (&mut m.record.turn, newest.is_some() && newest == m.newest) {
+        t.end = convert::turn_end(msgs, t.start);
+    }
+    if let Some(t) = &mut m.record.turn {
+        let fresh: Vec<crate::record::Call> = calls
+            .iter()
+            .filter(|c| c.landed && c.t >= t.start && m.landed.insert(c.id.clone()))
+            .cloned()
+            .collect();
+        convert::land_turn(t, &fresh);
     }
     m
 }
@@ -357,10 +390,10 @@ mod tests {
             json!([tool("prt_2", "running", 150)]),
         );
         let whole = convert::activity_of("ses_a", &json!([m1, m2, m3]));
-        let mut first = merge_activity(None, "ses_a", &json!([m1, m2]));
+        let mut first = merge_activity(None, "ses_a", &json!([m1, m2]), &[]);
         assert!(!first.record.in_flight);
         first.hash = 7;
-        let merged = merge_activity(Some(first), "ses_a", &json!([m3]));
+        let merged = merge_activity(Some(first), "ses_a", &json!([m3]), &[]);
         assert_eq!(merged.record, whole);
         assert_eq!(merged.record.running.len(), 1);
         assert_eq!(
@@ -369,7 +402,44 @@ mod tests {
         );
         assert_eq!(merged.hash, 7);
         // an older message changing again does not take the newest one's state
-        let again = merge_activity(Some(merged), "ses_a", &json!([m2]));
+        let again = merge_activity(Some(merged), "ses_a", &json!([m2]), &[]);
         assert_eq!(again.record, whole);
+    }
+
+    /// Issue 41, done: the turn merged over batches counts each landed call once, whichever
+    /// batches it came in, finishes as its newest assistant message says, and a new prompt
+    /// begins another.
+    #[test]
+    fn a_turn_merged_over_batches_counts_each_landed_call_once() {
+        let mut m2 = msg("msg_2", "assistant", 110, Some(130), json!([]));
+        m2["info"]["finish"] = json!("stop");
+        let m1 = msg("msg_1", "user", 100, None, json!([]));
+        let landed = crate::record::Call {
+            session: "ses_a".into(),
+            id: "prt_1".into(),
+            t: 120,
+            tool: "write".into(),
+            status: "completed".into(),
+            landed: true,
+            ..crate::record::Call::default()
+        };
+        let first = merge_activity(
+            None,
+            "ses_a",
+            &json!([m1, m2]),
+            std::slice::from_ref(&landed),
+        );
+        let again = merge_activity(
+            Some(first),
+            "ses_a",
+            &json!([m2]),
+            std::slice::from_ref(&landed),
+        );
+        let t = again.record.turn.clone().unwrap();
+        assert_eq!((t.start, t.end, t.landed), (100, Some(130), 1));
+        let m4 = msg("msg_4", "user", 200, None, json!([]));
+        let next = merge_activity(Some(again), "ses_a", &json!([m4]), &[]);
+        let t = next.record.turn.unwrap();
+        assert_eq!((t.start, t.end, t.landed), (200, None, 0));
     }
 }
