@@ -235,10 +235,12 @@ pub fn deliver_pending_but(
         if o.status == Delivery::Deferred && quiet(&c.cfg, hour) {
             continue;
         }
+        // failed a moment ago: tried again after its back-off. A last try later than now is
+        // a wall clock stepped back since: its back-off is not waited out again on the new
+        // clock (an hour's step would hold it an hour)
         if o.tried
-            .is_some_and(|t| now - t < retry_after_ms(o.attempts))
+            .is_some_and(|t| t <= now && now - t < retry_after_ms(o.attempts))
         {
-            // failed a moment ago: tried again after its back-off
             continue;
         }
         let Some(left) = run.time_to_try(c) else {

@@ -894,6 +894,41 @@ fn a_desktop_trigger_whose_notify_call_failed_is_shown_the_next_run() {
     assert_eq!(d.wait_for(&format!("session {root},"), 1).len(), 1);
 }
 
+/// Issue 42, clock steps: a delivery that failed is tried again after its back-off, measured
+/// from its last try; after the wall clock stepped back an hour, that try is an hour ahead and
+/// the back-off was waited out on the new clock, an hour instead of 10 s.
+#[test]
+fn a_failed_delivery_is_tried_again_after_a_step_back_of_the_clock() {
+    let d = Desktop::shared();
+    let rig = Rig::new(
+        "[alert]\nescalate_after_ticks = 9\n[[channels]]\nname = \"desk\"\ntype = \"desktop\"\n",
+    );
+    let root = format!("ses_step{}", std::process::id());
+    let gone = "unix:path=/nonexistent/oc-watchdog-bus";
+    let rows = || -> Vec<String> {
+        rig.query("SELECT d.status || ' ' || d.attempts FROM deliveries d JOIN events e ON e.id = d.event")
+    };
+    rig.tick(
+        T0,
+        &[looping(&root, &root, true, 44, "")],
+        &[("DBUS_SESSION_BUS_ADDRESS", gone), ("DISPLAY", &d.display)],
+    )
+    .1
+    .ok();
+    assert_eq!(rows(), ["pending 1"]);
+    // 15 s later by the machine, the bus back, but the wall clock stepped back an hour between
+    let env = desktop_env(d);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (_, r) = rig.tick(
+        T0 + 15_000 - 3_600_000,
+        &[looping(&root, &root, true, 45, "")],
+        &env,
+    );
+    r.ok();
+    assert_eq!(rows(), ["sent 2"], "{}", r.story());
+    assert_eq!(d.wait_for(&format!("session {root},"), 1).len(), 1);
+}
+
 /// Regression (#30, point 3): an agent name and a session title reached the webhook's JSON
 /// with their NUL, terminal escape and bidi override, and 400 characters long.
 #[test]
