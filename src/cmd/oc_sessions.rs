@@ -399,6 +399,8 @@ fn ids_of(list: Option<&str>) -> Vec<String> {
 fn open_db(path: &Path, found: Found, seen: &mut Seen) -> Result<Option<Db>> {
     Ok(match Db::open_if_there(path) {
         Ok(Some(db)) => Some(db),
+        // opencode is making it at its first start: no history yet
+        Ok(None) if path.exists() => None,
         Ok(None) if found == Found::Argument => {
             bail!("opencode database {}: no such file", path.display())
         }

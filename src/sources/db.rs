@@ -31,6 +31,23 @@ fn file_identity(path: &Path) -> Option<(u64, u64, Option<std::time::SystemTime>
     Some((m.dev(), m.ino(), m.created().ok()))
 }
 
+/// How a database without one of the tables this reader needs is refused.
+const NO_TABLE: &str = "not an opencode database of a known schema: no table";
+
+/// How long a new database may lack the tables opencode makes in it at its first start.
+const MAKING: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Whether the file at `path` was made (its birth time, else its last change) less than
+/// [`MAKING`] before `now`.
+fn being_made(path: &Path, now: std::time::SystemTime) -> bool {
+    let Ok(m) = std::fs::metadata(path) else {
+        return false;
+    };
+    m.created()
+        .or_else(|_| m.modified())
+        .is_ok_and(|born| now.duration_since(born).is_ok_and(|age| age < MAKING))
+}
+
 /// Columns this reader needs, by table. A database without one of them is of a schema this
 /// reader does not know (a newer opencode, most likely): blind, not empty.
 const NEEDED: &[(&str, &[&str])] = &[
@@ -60,17 +77,40 @@ impl Db {
     pub fn open(path: &Path) -> Result<Db> {
         match Db::open_if_there(path) {
             Ok(Some(db)) => Ok(db),
+            Ok(None) if path.exists() => bail!(
+                "opencode database {}: opencode is making it (no tables yet)",
+                path.display()
+            ),
             Ok(None) => bail!("opencode database {}: no such file", path.display()),
             Err(why) => bail!("opencode database {}: {why}", path.display()),
         }
     }
 
-    /// Opens a database if the file exists (`None`: no opencode history yet). Errors say why
-    /// it cannot be read: locked, not a database, or a schema this reader does not know.
+    /// Opens a database if the file exists (`None`: no opencode history yet, or a database
+    /// opencode is making now). Errors say why it cannot be read: locked, not a database, or a
+    /// schema this reader does not know.
     pub fn open_if_there(path: &Path) -> std::result::Result<Option<Db>, String> {
+        Db::open_at(path, std::time::SystemTime::now())
+    }
+
+    /// [`Db::open_if_there`] at time `now`. A database made less than [`MAKING`] before `now`
+    /// that lacks a table yet is one opencode is making at its first start (it creates the
+    /// file, then its tables): no history yet, not blindness. Past that, or with any other
+    /// fault (a newer schema, not a database), it is blind at once.
+    fn open_at(
+        path: &Path,
+        now: std::time::SystemTime,
+    ) -> std::result::Result<Option<Db>, String> {
         if !path.exists() {
             return Ok(None);
         }
+        match Db::open_read(path) {
+            Err(e) if e.starts_with(NO_TABLE) && being_made(path, now) => Ok(None),
+            r => r.map(Some),
+        }
+    }
+
+    fn open_read(path: &Path) -> std::result::Result<Db, String> {
         let file = file_identity(path);
         let conn = Connection::open_with_flags(
             path,
@@ -94,9 +134,7 @@ impl Db {
                 incremental &= have.iter().any(|h| h == "time_updated");
             }
             if have.is_empty() {
-                return Err(format!(
-                    "not an opencode database of a known schema: no table {table}"
-                ));
+                return Err(format!("{NO_TABLE} {table}"));
             }
             if let Some(c) = cols.iter().find(|c| !have.iter().any(|h| h == *c)) {
                 return Err(format!(
@@ -104,12 +142,12 @@ impl Db {
                 ));
             }
         }
-        Ok(Some(Db {
+        Ok(Db {
             conn,
             path: path.to_path_buf(),
             incremental,
             file,
-        }))
+        })
     }
 
     /// Whether the file at the path is still the one this connection reads (not deleted,
@@ -570,6 +608,37 @@ mod tests {
             directory TEXT, model TEXT, version TEXT, time_created INTEGER, time_updated INTEGER);
         CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER, data TEXT);
         CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT, session_id TEXT, data TEXT);";
+
+    #[test]
+    fn a_database_opencode_is_making_is_no_history_yet_and_blind_past_its_grace() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("opencode.db");
+        // opencode's first start: the file, then its tables one by one
+        let w = Connection::open(&path).unwrap();
+        w.execute_batch("CREATE TABLE project (id TEXT PRIMARY KEY);")
+            .unwrap();
+        let now = std::time::SystemTime::now();
+        assert!(matches!(Db::open_at(&path, now), Ok(None)));
+        assert_eq!(
+            Db::open(&path).err().map(|e| e.to_string()),
+            Some(format!(
+                "opencode database {}: opencode is making it (no tables yet)",
+                path.display()
+            ))
+        );
+        // still without them half a minute on: not opencode's, or not one this reader knows
+        assert_eq!(
+            Db::open_at(&path, now + MAKING).err().as_deref(),
+            Some("not an opencode database of a known schema: no table session")
+        );
+        // any other fault is blind at once, however new the file
+        let junk = dir.path().join("junk.db");
+        std::fs::write(&junk, vec![7u8; 8192]).unwrap();
+        assert_eq!(
+            Db::open_at(&junk, now).err().as_deref(),
+            Some("cannot read: file is not a database")
+        );
+    }
 
     /// A database in a temp dir, a writer on it (as opencode would be), and the reader.
     fn fixture(with_log: bool) -> (tempfile::TempDir, Connection, Db) {
