@@ -234,21 +234,9 @@ pub fn stop(store: &mut Store, req: &Request) -> Result<StopOutcome> {
         .is_some();
     }
     let mut o = StopOutcome {
-        kind: "stop",
-        session: main.clone(),
-        action_id: action,
-        episode,
-        status: "requested".into(),
         via: Some("hook".into()),
-        server: None,
-        pid: None,
-        refused_call: None,
-        requested: asked,
-        stopped: None,
-        calls_after_request: None,
-        resume: resume_hint(&main),
         user_sees: Some(USER_SEES.into()),
-        message: String::new(),
+        ..StopOutcome::requested(&main, action, episode, asked, resume_hint(&main))
     };
     match decide(session, &facts) {
         HookPlan::Already(p) if p.status == "requested" => {

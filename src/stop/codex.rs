@@ -349,23 +349,7 @@ pub fn stop(store: &mut Store, req: &super::Request, thread: &Thread) -> Result<
         turns,
         previous,
     };
-    let mut o = StopOutcome {
-        kind: "stop",
-        session: session.to_string(),
-        action_id: action,
-        episode,
-        status: "requested".into(),
-        via: None,
-        server: None,
-        pid: None,
-        refused_call: None,
-        requested: asked,
-        stopped: None,
-        calls_after_request: None,
-        resume: resume(session, None).0,
-        user_sees: None,
-        message: String::new(),
-    };
+    let mut o = StopOutcome::requested(session, action, episode, asked, resume(session, None).0);
     let (via, holder, socket) = match decide(session, &facts) {
         ThreadPlan::Already(p) if p.status == "requested" => {
             return super::wait_other(store, o, &p, req.wait)

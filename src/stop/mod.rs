@@ -188,6 +188,36 @@ pub struct StopOutcome {
     pub message: String,
 }
 
+impl StopOutcome {
+    /// A stop of `session` just requested at `requested` (ms) under `action_id`, before any agent
+    /// was asked: how it went is filled in as it goes.
+    pub fn requested(
+        session: &str,
+        action_id: String,
+        episode: String,
+        requested: i64,
+        resume: String,
+    ) -> StopOutcome {
+        StopOutcome {
+            kind: "stop",
+            session: session.to_string(),
+            action_id,
+            episode,
+            status: "requested".into(),
+            via: None,
+            server: None,
+            pid: None,
+            refused_call: None,
+            requested,
+            stopped: None,
+            calls_after_request: None,
+            resume,
+            user_sees: None,
+            message: String::new(),
+        }
+    }
+}
+
 /// The directory of stop requests and acknowledgements.
 pub fn requests_dir() -> PathBuf {
     crate::paths::state_dir().join("stop")
@@ -595,23 +625,13 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<StopOutcom
     let (db_path, _) = crate::paths::opencode_db(None, cfg.opencode.db.as_deref());
     let db = Db::open(&db_path)?;
     let found = look_up(store, cfg, req, &db, &db_path)?;
-    let mut o = StopOutcome {
-        kind: "stop",
-        session: session.to_string(),
-        action_id: found.action.clone(),
-        episode: found.episode.clone(),
-        status: "requested".into(),
-        via: None,
-        server: None,
-        pid: None,
-        refused_call: None,
-        requested: asked,
-        stopped: None,
-        calls_after_request: None,
-        resume: resume_hint(session),
-        user_sees: None,
-        message: String::new(),
-    };
+    let mut o = StopOutcome::requested(
+        session,
+        found.action.clone(),
+        found.episode.clone(),
+        asked,
+        resume_hint(session),
+    );
     let via = match decide(session, &found.facts) {
         StopPlan::Already(p) if p.status == "requested" => {
             return wait_other(store, o, &p, req.wait)
