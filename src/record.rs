@@ -702,6 +702,16 @@ impl Verdict {
                 let n = self.signals.value(Signal::Relanded);
                 return format!("makes one change again: {t} ({n} more times, nothing new)");
             }
+            if let Some(t) = self
+                .signals
+                .what(Signal::FailedAgain)
+                .filter(|_| has(Signal::FailedAgain))
+            {
+                let n = self.signals.value(Signal::FailedAgain);
+                return format!(
+                    "fails again as before: {t} ({n} returns of failed calls, nothing landed)"
+                );
+            }
         }
         match self.top_target().or(self.signals.what(Signal::Slow)) {
             Some(t) => format!("repeats {t}"),
@@ -794,6 +804,7 @@ pub enum Signal {
     Run,
     Cycle,
     SameFailure,
+    FailedAgain,
     Unmoved,
     Relanded,
     Circling,
@@ -1097,6 +1108,15 @@ mod tests {
             "makes one change again: edit src/cli.py (3 more times, nothing new)"
         );
         assert_eq!(v.top_target(), Some("edit src/cli.py"));
+        // rejected fixes sent again say what fails again, not the most-worked target
+        let line = r#"{"kind":"verdict","session":"ses_e","root":"ses_e","flagged":true,
+            "reasons":["failed_again"],"signals":{"top":9,"top_target":"edit Types.java",
+            "failed_again":5,"failed_again_call":"edit Types.java"},"calls":20}"#;
+        let v: Verdict = serde_json::from_str(line).unwrap();
+        assert_eq!(
+            v.repeats(),
+            "fails again as before: edit Types.java (5 returns of failed calls, nothing landed)"
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@ _progress__detect() {
 
     case "${cmd}" in
         progress__detect)
-            opts="-h -V --check --flag-rate-max --every --format --now --config --window --min-calls --dup-min --top-min --top-min-ro --cum-min --cover-min --short-top-min --short-share-min --run-min --cycle-calls-min --same-failure-min --same-failure-checked-min --unmoved-min --relanded-min --circle-passes-min --circle-reads-min --set --read-only-agents --line-buffered --follow --help --version"
+            opts="-h -V --check --flag-rate-max --every --format --now --config --window --min-calls --dup-min --top-min --top-min-ro --cum-min --cover-min --short-top-min --short-share-min --run-min --cycle-calls-min --same-failure-min --same-failure-checked-min --failed-again-min --unmoved-min --relanded-min --circle-passes-min --circle-reads-min --set --read-only-agents --line-buffered --follow --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -94,6 +94,10 @@ _progress__detect() {
                     return 0
                     ;;
                 --same-failure-checked-min)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --failed-again-min)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -17,6 +17,7 @@ complete -c progress-detect -l run-min -d 'Identical calls back to back that fla
 complete -c progress-detect -l cycle-calls-min -d 'Calls in a block of 2-12 calls repeated back to back that flag' -r
 complete -c progress-detect -l same-failure-min -d 'Times in a row one check fails with the same output that flag' -r
 complete -c progress-detect -l same-failure-checked-min -d '... or, each time right after a new change landed, that flag' -r
+complete -c progress-detect -l failed-again-min -d 'Failing calls made again and failing the same way since the last landed change that flag' -r
 complete -c progress-detect -l unmoved-min -d 'Times a check passes with the same answer while edits rework one spot that flag' -r
 complete -c progress-detect -l relanded-min -d 'Times one change already landed lands again, no new change since, that flag' -r
 complete -c progress-detect -l circle-passes-min -d 'Full passes over one file since the last landed change that flag ...' -r

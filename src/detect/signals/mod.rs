@@ -212,6 +212,7 @@ registry! {
     run: run::Run,
     cycle: cycle::Cycle,
     same_failure: same_failure::SameFailure,
+    failed_again: failed_again::FailedAgain,
     unmoved: unmoved::Unmoved,
     relanded: relanded::Relanded,
     circling: circling::Circling,
