@@ -213,8 +213,8 @@ reads    session and call records (see oc-calls(1)); other kinds pass through
          changed (of each one on a full sweep), judged at the sweep's t, then the sweep
 writes   verdict {kind, session, root, parent, agent, title, read_only, calls, flagged, reasons,
          signals {dup, top, top_target, slow, slow_call, coverage, coverage_file, run, run_call,
-         cycle, same_failure, same_failure_call, unmoved, unmoved_call, relanded, relanded_call,
-         circling, circling_file},
+         cycle, same_failure, same_failure_call, failed_again, failed_again_call, unmoved, unmoved_call,
+         relanded, relanded_call, circling, circling_file},
          landed_in_window, calls_since_landed, cost_since_landed, first_flag {index, t, id} | null,
          model, t, program (claude-code or codex; absent for opencode), source,
          evidence {loop_start, last_landed, calls [{index, t, id}]} and digest
