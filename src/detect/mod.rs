@@ -649,6 +649,13 @@ fn feed(
 ) -> (bool, bool) {
     st.count(c);
     st.label(c.t);
+    // a call still being written (its arguments not yet known) shows nothing yet: it neither
+    // repeats the calls before it nor breaks their repeat. A process killed then leaves it so
+    // for good: opencode's `read` with arguments `{}`, the end of every re-read loop killed
+    // mid-call, read as a new call that ended the loop ("a change landed" while nothing had)
+    if c.status == "pending" {
+        return (false, false);
+    }
     // features: what the call works on, computed once for every signal
     let mut args = target::CallArgs::of_list(c.tool, c.args);
     let norm = commands.normalize(c.tool, &mut args);
@@ -1288,6 +1295,44 @@ mod tests {
             out: Some(out),
             ..f.call_in("s", &id, f.n * 1000, tool, &a)
         });
+    }
+
+    #[test]
+    fn a_pending_call_a_killed_run_left_neither_repeats_nor_breaks_the_loop() {
+        // a real `opencode run` re-reading docs/spec.md, killed with SIGKILL while its next
+        // read was pending: opencode's record of it is `read`, status pending, input {}, for
+        // good. Its verdict stayed flagged only while the killed read was still running; with
+        // it, `run` restarted at the pending call and the loop resolved as progress
+        let mut f = Feed::new();
+        f.session("s", None, "build");
+        let spec = json!({"filePath": "/w/docs/spec.md"});
+        for _ in 0..6 {
+            sent(
+                &mut f,
+                "read",
+                spec.clone(),
+                "completed",
+                false,
+                "sha1:ae98e3deca8b",
+            );
+        }
+        assert_eq!(f.v("s").reasons, [Signal::Run]);
+        let none = target::ArgList::default();
+        let pending = CallIn {
+            status: "pending",
+            ..f.call_in("s", "prt_killed", 7000, "read", &none)
+        };
+        // in follow mode, as a call still open
+        let v =
+            f.d.verdict_with("s", std::slice::from_ref(&pending))
+                .unwrap();
+        assert_eq!((v.flagged, v.calls), (true, 7));
+        assert_eq!(v.reasons, [Signal::Run]);
+        // and taken, as the tick takes every call it reads
+        f.d.call(&pending);
+        let v = f.v("s");
+        assert_eq!((v.flagged, v.calls), (true, 7));
+        assert_eq!(v.signals.value(Signal::Run), 6.0);
     }
 
     #[test]
