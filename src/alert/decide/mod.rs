@@ -503,12 +503,15 @@ fn loop_step(i: &DecisionInput, a: &AlertEpisode, tree: Option<&Tree>) -> Option
     };
     let marks = marks_of(&t.all, |s| a.marks.get(s), |_| None);
     if t.flagged.is_empty() {
-        return Some(resolve(
-            Reason::Progress,
-            "a change landed: no session of the tree is flagged any more",
-            marked(),
-            marks,
-        ));
+        // said as it happened: a change that landed, or calls that no longer repeat (new
+        // calls, an output that moved) with nothing landed
+        let landed = t.all.iter().any(|v| moved(v, &a.marks).1);
+        let why = if landed {
+            "a change landed: no session of the tree is flagged any more"
+        } else {
+            "its calls no longer repeat, though nothing landed: no session of the tree is flagged any more"
+        };
+        return Some(resolve(Reason::Progress, why, marked(), marks));
     }
     let mut new_calls = 0;
     let mut landed = false;
@@ -815,6 +818,44 @@ mod tests {
             line: "yes".into(),
             model: "m".into(),
         }
+    }
+
+    /// A loop unflagged says truly why: "a change landed" only when one did (it said so for a
+    /// re-read loop unflagged by a killed run's last call, with nothing landed).
+    #[test]
+    fn a_loop_that_is_no_longer_flagged_says_whether_a_change_landed() {
+        let why = |v: Verdict| match &run(
+            vec![open(2, Severity::Warning, &[("r", 52)])],
+            tick(vec![v]),
+        )[..]
+        {
+            [Step::Resolve { reason, why, .. }] => (reason.as_str(), why.clone()),
+            other => panic!("{:?}", other.iter().map(name).collect::<Vec<_>>()),
+        };
+        // 8 calls since the mark, 3 since a landing
+        let landed = Verdict {
+            calls_since_landed: 3,
+            ..v("r", false, 60, "active")
+        };
+        assert_eq!(
+            why(landed),
+            (
+                "progress",
+                "a change landed: no session of the tree is flagged any more".into()
+            )
+        );
+        // 8 calls since the mark, none landed
+        let unlanded = Verdict {
+            calls_since_landed: 60,
+            ..v("r", false, 60, "active")
+        };
+        assert_eq!(
+            why(unlanded),
+            (
+                "progress",
+                "its calls no longer repeat, though nothing landed: no session of the tree is flagged any more".into()
+            )
+        );
     }
 
     /// Regression (#41): every liveness alert that ended because its session changed state
