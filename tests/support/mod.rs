@@ -20,8 +20,13 @@ pub struct Home {
 }
 
 impl Home {
+    /// A fresh HOME, removed when dropped, unless `OC_TEST_KEEP` is set (to look into a
+    /// failure: the failing test's messages name the paths).
     pub fn new() -> Home {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .disable_cleanup(std::env::var_os("OC_TEST_KEEP").is_some())
+            .tempdir()
+            .unwrap();
         for d in [".config", ".local/share", ".local/state", ".cache"] {
             std::fs::create_dir_all(dir.path().join(d)).unwrap();
         }
