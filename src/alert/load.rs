@@ -52,6 +52,7 @@ fn episode_row(r: &rusqlite::Row) -> rusqlite::Result<AlertEpisode> {
         landed: r.get(16)?,
         stop_tried: false,
         stop: None,
+        stop_under_way: None,
         place: String::new(),
     })
 }
@@ -77,7 +78,8 @@ fn load_place(conn: &Connection, ep: &mut AlertEpisode) -> Result<()> {
 /// The stop of a loop episode: whether one was asked, and the one carried out.
 fn load_stop(conn: &Connection, ep: &mut AlertEpisode) -> Result<()> {
     let mut st = conn.prepare_cached(
-        "SELECT action_id, session, reason, status, stopped, via, pid, calls_after_request
+        "SELECT action_id, session, reason, status, coalesce(stopped, t), via, pid,
+                calls_after_request
          FROM stops WHERE episode = ?1 ORDER BY status = 'stopped' DESC, t DESC LIMIT 1",
     )?;
     let row = st
@@ -99,8 +101,10 @@ fn load_stop(conn: &Connection, ep: &mut AlertEpisode) -> Result<()> {
         .optional()?;
     if let Some((status, seen)) = row {
         ep.stop_tried = true;
-        if status == "stopped" {
-            ep.stop = Some(seen);
+        match status.as_str() {
+            "stopped" => ep.stop = Some(seen),
+            "requested" => ep.stop_under_way = Some(seen),
+            _ => {}
         }
     }
     Ok(())

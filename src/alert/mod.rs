@@ -168,6 +168,10 @@ pub struct AlertEpisode {
     pub stop_tried: bool,
     /// Loops: the stop of this episode that was carried out (the policy's or an operator's).
     pub stop: Option<StopSeen>,
+    /// Loops: a stop of this episode asked for and not yet acknowledged (its `stopped` is when
+    /// it was asked). The follow service can read the session's end before the stop's
+    /// acknowledgement is recorded: that end is this stop's.
+    pub stop_under_way: Option<StopSeen>,
     /// Where its session is, as its latest event told it (` "TITLE" in DIR`, or empty).
     pub place: String,
 }

@@ -256,7 +256,8 @@ pub fn resolve_event(
     if kind == AlertKind::Blind {
         ev.link = None;
     }
-    if let (Some(stop), Some(f), Reason::Stopped) = (&ep.stop, figures, reason) {
+    let stop = ep.stop.as_ref().or(ep.stop_under_way.as_ref());
+    if let (Some(stop), Some(f), Reason::Stopped) = (stop, figures, reason) {
         stopped_words(&mut ev, ep, stop, &f);
     }
     ev

@@ -151,6 +151,16 @@ pub fn take_over(path: &Path) -> Result<bool> {
     Ok(true)
 }
 
+/// Gives up the helper's pid file at `path` if it still names this process (a helper that
+/// took over since owns it now).
+fn release(path: &Path) -> std::io::Result<()> {
+    let held = std::fs::read_to_string(path)?;
+    if held.trim() == std::process::id().to_string() {
+        std::fs::remove_file(path)?;
+    }
+    Ok(())
+}
+
 /// What the helper does when an action is chosen.
 pub struct OnAction<'a> {
     /// `[report] open_with`, run with the URL.
@@ -228,6 +238,11 @@ pub fn notify_and_wait(
         }
         Ok("stop") => {
             if let Some(s) = &note.stop {
+                // the stop waits seconds for the plugin's word, and the session it stops makes
+                // news meanwhile (the loop's resolve), whose helper takes over from the one
+                // named in the lock: let go of it first, or that helper ends this one mid-stop
+                // and the stop is left "requested" for ever
+                let _ = release(lock);
                 (on.stop)(s)?;
             }
         }

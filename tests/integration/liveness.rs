@@ -427,3 +427,100 @@ fn a_stalled_session_aborted_by_the_operator_resolves_stopped_not_recovered() {
         .unwrap();
     assert_eq!(why, "the session stopped: interrupted by the user");
 }
+
+/// Regression (#41): a retrying session that stalled resolved its retrying alert "recovered"
+/// ("the session is stalled now"). A real one: the provider answers 503 twice (opencode retries,
+/// its status `retry`), then its third answer stops mid-stream (busy and silent). Ticked on a
+/// virtual clock past the bounds: the retrying alert opens, then resolves "changed" saying the
+/// session is stalled now, as the stalled alert opens; nothing says it recovered.
+#[test]
+fn a_retrying_session_that_stalls_resolves_changed_not_recovered() {
+    let sim = Sim::shared();
+    let id = start(sim, "retry_then_hang", None);
+    wait_until("status retry", || {
+        sim.get("/session/status")[&id]["type"] == "retry"
+    });
+    let home = Home::new();
+    let db = home.join("wd.db").display().to_string();
+    // the tick at `now` on the virtual clock, over a capture taken now: wd-alert's events and
+    // transitions of this session
+    let tick = |stream: String, now: i64| -> (Vec<Value>, Vec<String>) {
+        let v = home
+            .cmd("progress-detect")
+            .args(["--now", &now.to_string()])
+            .stdin(stream)
+            .run();
+        v.ok();
+        let t = home
+            .cmd("wd-store")
+            .args(["--db", &db, "tick", "--now", &now.to_string()])
+            .stdin(v.stdout())
+            .run();
+        t.ok();
+        let a = home
+            .cmd("wd-alert")
+            .args(["--db", &db])
+            .stdin(t.stdout())
+            .run();
+        a.ok();
+        let said = a
+            .stderr()
+            .lines()
+            .filter(|l| l.starts_with("oc-watchdog: dedup=") && l.contains(&id))
+            .map(|l| l.split(" title=").next().unwrap().to_string())
+            .collect();
+        (a.records(), said)
+    };
+    let t0 = sim_now();
+    // between two requests the status is retry for seconds (backoff); a read may land on a
+    // request's short busy moment, so look until one reads retrying
+    let retrying = (0..5)
+        .map(|_| capture(&home, sim, &id))
+        .find(|s| liveness_at(&home, s, t0, &id)["class"] == "retrying")
+        .expect("never saw the session retrying");
+    // past `retry_secs_max` (900 s) of retrying: a warning
+    let (_, said) = tick(retrying, t0 + 905_000);
+    assert_eq!(
+        said,
+        [format!(
+            "oc-watchdog: dedup=retrying:{id} state=trigger severity=warning"
+        )]
+    );
+    // the third request hangs mid-stream: busy and silent
+    wait_until("the hanging request", || {
+        sim.get("/session/status")[&id]["type"] == "busy"
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let stream = capture(&home, sim, &id);
+    assert_eq!(
+        liveness_at(&home, &stream, t0 + 960_000, &id)["class"],
+        "stalled"
+    );
+    let (events, said) = tick(stream, t0 + 960_000);
+    assert_eq!(
+        said,
+        [
+            format!("oc-watchdog: dedup=retrying:{id} state=resolve severity=info reason=changed"),
+            format!("oc-watchdog: dedup=stalled:{id} state=trigger severity=warning"),
+        ]
+    );
+    let resolve = events
+        .iter()
+        .find(|e| e["state"] == "resolve")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        resolve["title"],
+        "resolved (changed): opencode build session keeps retrying its provider"
+    );
+    let summary = resolve["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with(id.as_str())
+            && summary.contains(": the session is stalled now: busy and silent for ")
+            && summary.ends_with(" s (hard threshold 900 s)"),
+        "{summary}"
+    );
+    assert!(!summary.contains("recover"), "{summary}");
+    http("POST", &format!("{}/session/{id}/abort", sim.url), None);
+    sim.wait_idle(&id, None);
+}

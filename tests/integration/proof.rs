@@ -1072,3 +1072,143 @@ fn each_turn_a_tui_finishes_is_its_own_done_notice() {
         .collect();
     assert_eq!(dones.len(), 2, "{}", m.follow_log());
 }
+
+/// Issue 41, done, in follow mode for the other agents: with `[alert] notify_done = true`, a
+/// real `claude -p` and a real `codex exec` that finished their work, each run after the follow
+/// service started (as a new user's first runs of them are: neither had its directory yet),
+/// are each one done notice within seconds, naming the program, the session, its project and
+/// what the turn landed, low urgency with a 20 s expiry in the Notify call and in dunst.
+#[test]
+fn a_finished_claude_p_and_codex_exec_are_each_one_done_notice_within_seconds_when_following() {
+    use crate::support::agents::{make_project, AgentModel};
+    let fake = ocsim::Fake::start();
+    let m = Machine::following_with(&fake, done_on);
+    std::fs::write(
+        m.home.join(".gitconfig"),
+        "[user]\n\temail = sim@example.invalid\n\tname = sim\n",
+    )
+    .unwrap();
+    assert!(!m.home.join(".claude").exists() && !m.home.join(".codex").exists());
+    let model = AgentModel::start();
+    let test = "python3 tests/test_calc.py";
+    let bash = |c: &str| json!({"tool": "Bash", "args": {"command": c, "description": "run"}});
+    let exec = |c: &str| json!({"tool": "exec_command", "args": {"cmd": c}});
+    let cwork = make_project(&m.home.join("cwork"));
+    let calc = cwork.join("src/calc.py").display().to_string();
+    model.script(
+        "cwork",
+        &json!([
+            {"tool": "Read", "args": {"file_path": calc}},
+            bash(test),
+            {"tool": "Edit", "args": {"file_path": calc, "old_string": "    return sum(xs) / len(xs)",
+                                      "new_string": "    return sum(xs) / len(xs) if xs else 0"}},
+            bash(test),
+            bash("git add -A && git commit -qm 'fix mean'"),
+            {"text": "Fixed and committed."}
+        ]),
+    );
+    let xwork = make_project(&m.home.join("xwork"));
+    model.script(
+        "xwork",
+        &json!([
+            exec("cat src/calc.py"),
+            exec(test),
+            {"tool": "apply_patch", "args": "*** Begin Patch\n*** Update File: src/calc.py\n@@\n def mean(xs):\n-    return sum(xs) / len(xs)\n+    return sum(xs) / len(xs) if xs else 0\n*** End Patch\n"},
+            exec(test),
+            exec("git add -A && git commit -qm 'fix mean'"),
+            {"text": "Fixed and committed."}
+        ]),
+    );
+    let landed = "its turn ended; it landed 2 changes: edit src/calc.py, bash git add -A \
+                  &amp;&amp; git commit -qm 'fix mean'";
+    let mut told = Vec::new();
+    for (title, proj, place) in [
+        (
+            "Claude Code session finished its work",
+            &cwork,
+            " in ~/cwork",
+        ),
+        (
+            "Codex session finished its work",
+            &xwork,
+            " \"SCRIPT:xwork fix the tests\" in ~/xwork",
+        ),
+    ] {
+        let codex = title.starts_with("Codex");
+        let out = if codex {
+            model.codex(m.home.path(), proj, "xwork")
+        } else {
+            model.claude(m.home.path(), proj, "cwork")
+        };
+        let ended = Instant::now();
+        let session = if codex {
+            // `codex exec --json` says its thread first
+            let first: Value =
+                serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap())
+                    .unwrap();
+            first["thread_id"].as_str().unwrap().to_string()
+        } else {
+            let dir = m.home.join(".claude/projects");
+            let mine = std::fs::read_dir(&dir)
+                .unwrap()
+                .flatten()
+                .find(|d| d.file_name().to_string_lossy().ends_with("-cwork"))
+                .unwrap();
+            let transcript = std::fs::read_dir(mine.path())
+                .unwrap()
+                .flatten()
+                .find(|f| f.file_name().to_string_lossy().ends_with(".jsonl"))
+                .unwrap();
+            let name = transcript.file_name().to_string_lossy().into_owned();
+            name.trim_end_matches(".jsonl").to_string()
+        };
+        let seen = m.heard(&session, title, 30);
+        eprintln!(
+            "done notice {:.1} s after the {} run ended",
+            ended.elapsed().as_secs_f64(),
+            if codex { "codex exec" } else { "claude -p" }
+        );
+        assert!(
+            ended.elapsed() < Duration::from_secs(15),
+            "told {:.1} s after the run ended",
+            ended.elapsed().as_secs_f64()
+        );
+        assert_eq!(
+            seen.body.lines().next().unwrap(),
+            format!("session {session}{place}: {landed}"),
+            "{}",
+            seen.body
+        );
+        assert_eq!(
+            seen.body.lines().last(),
+            Some("Look closer: wd-store alerts")
+        );
+        assert_eq!(
+            (seen.urgency, seen.expire),
+            (Some(0), Some(20_000)),
+            "{seen:?}"
+        );
+        told.push((session, seen));
+    }
+    // more reads of the finished sessions: each told once
+    std::thread::sleep(Duration::from_secs(5));
+    for (session, seen) in &told {
+        let held = m.in_dunst(session, &seen.summary);
+        assert_eq!(held["timeout"]["data"], 20_000_000, "{held}");
+        let n = m
+            .desk
+            .seen()
+            .iter()
+            .filter(|s| s.summary.ends_with("finished its work") && s.body.contains(session))
+            .count();
+        assert_eq!(n, 1, "{session}");
+        assert_eq!(
+            m.follow_transitions(session),
+            [format!(
+                "oc-watchdog: dedup=done:{session} state=trigger severity=info"
+            )],
+            "{}",
+            m.follow_log()
+        );
+    }
+}

@@ -1990,3 +1990,208 @@ fn a_hung_server_held_each_policy_stop_and_the_ticks_other_alerts_for_its_whole_
         stopped - requested
     );
 }
+
+// ---- the popup's stop action, chosen in dunst -------------------------------------------------
+
+/// The installed follow service, started by hand as a user without systemd does, on `desk`'s
+/// bus; ended with its whole process group when dropped.
+struct Following(Child);
+
+impl Following {
+    fn start(rig: &Rig, desk: &Desktop) -> Following {
+        use std::os::unix::process::CommandExt;
+        let h = rig.home.path();
+        let child = crate::support::installed_cmd(
+            h.join(".local/bin/oc-watchdog-follow").to_str().unwrap(),
+            h,
+        )
+        .env("DBUS_SESSION_BUS_ADDRESS", &desk.bus)
+        .env("DISPLAY", &desk.display)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(rig.home.join("follow.err")).unwrap())
+        .spawn()
+        .expect("oc-watchdog-follow");
+        Following(child)
+    }
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &format!("-{}", self.0.id())])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits (at most `secs`) for a notification about `session` whose summary starts so.
+fn heard(
+    desk: &Desktop,
+    rig: &Rig,
+    session: &str,
+    summary: &str,
+    secs: u64,
+) -> crate::support::desktop::Seen {
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = desk
+            .seen()
+            .into_iter()
+            .find(|s| s.summary.starts_with(summary) && s.body.contains(session))
+        {
+            return s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "no {summary:?} notification about {session} in {secs} s\n{:?}\n--- follow.err\n{}",
+            desk.seen(),
+            std::fs::read_to_string(rig.home.join("follow.err")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Issue 41: a click on the popup's stop action was told as "(wd-store stop)", and no test
+/// clicked a real popup. The follow service's trigger of a looping `opencode run` offers
+/// "Stop the session" in dunst; a person picks it from dunst's context menu; dunst sends the
+/// action to the click helper, which stops the session through the plugin. Nothing runs after
+/// the stop (opencode's own record), the stop is the operator's by the popup everywhere it is
+/// told (the run's own output, `wd-store alerts`, the page, the resolve popup), and the resolve
+/// popup says which session, who stopped it and how to resume, which works when followed.
+#[test]
+fn the_popups_stop_action_chosen_in_dunst_stops_the_loop_and_is_told_as_the_operators() {
+    let desk = Desktop::with_menu();
+    let mut rig = Rig::new(true);
+    let _follow = Following::start(&rig, &desk);
+    // 50 reads half a second apart: the click comes within the first ten
+    let pid = rig.run("lc_goes_on");
+    let id = rig.wait_calls(1);
+    let trigger = heard(&desk, &rig, &id, "opencode loop: ", 120);
+    assert!(
+        trigger.strings.iter().any(|s| s == "Stop the session"),
+        "{trigger:?}"
+    );
+    let menu = desk.choose("Stop the session");
+    assert!(
+        menu.lines().any(
+            |l| l.starts_with(&format!("#Stop the session ({}) [", trigger.summary))
+                && l.ends_with(",stop]")
+        ),
+        "{menu}"
+    );
+    // the run ends, aborted, and says who stopped it and how to resume
+    rig.wait_exit(pid);
+    assert_eq!(rig.last_error(&id).as_deref(), Some("MessageAbortedError"));
+    let err = std::fs::read_to_string(rig.home.join("run.err")).unwrap();
+    assert!(
+        err.contains(&format!(
+            "\noc-watchdog: The operator stopped this session (the popup's stop action) \
+             (session {id}). Resume it with: opencode run -s {id} \"continue\"\n"
+        )),
+        "{err}"
+    );
+    // the helper records the stop once the plugin acknowledged it
+    let t0 = Instant::now();
+    let rows = loop {
+        let rows = rig.stops(&id);
+        if rows.len() != 1 || rows[0]["status"] != "requested" {
+            break rows;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the stop is still requested: {rows:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!(
+        "stop recorded {} ms after the run ended",
+        t0.elapsed().as_millis()
+    );
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (&rows[0]["reason"], &rows[0]["status"], &rows[0]["via"]),
+        (&json!("popup"), &json!("stopped"), &json!("plugin"))
+    );
+    assert_eq!(rows[0]["pid"], pid);
+    let stop_t: i64 = rig
+        .watchdog_db()
+        .query_row("SELECT stopped FROM stops WHERE session = ?1", [&id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let calls = rig.calls(&id);
+    nothing_after(&calls, stop_t);
+    assert!(calls.len() < 50, "the loop ran to its end: {}", calls.len());
+
+    // the resolve popup: which session, who stopped it, after how much, how to resume
+    let resolve = heard(
+        &desk,
+        &rig,
+        &id,
+        "stopped by the operator (the popup's stop action): opencode loop: ",
+        60,
+    );
+    let summary = resolve.body.lines().next().unwrap().to_string();
+    let lead = format!(
+        "session {id} \"Scripted session\" in ~/proj stopped by the operator (the popup's stop \
+         action) after "
+    );
+    let advice = format!(
+        "; resume with `opencode -s {id}` (its TUI) or `opencode run -s {id} \"continue\"`"
+    );
+    assert!(
+        summary.starts_with(&lead) && summary.ends_with(&advice),
+        "{}",
+        resolve.body
+    );
+    // it stays until dismissed: the session waits to be resumed
+    assert_eq!(resolve.expire, Some(0), "{resolve:?}");
+    let (reason, told): (String, String) = rig
+        .watchdog_db()
+        .query_row(
+            "SELECT p.reason, json_extract(e.body, '$.summary') FROM episodes p
+             JOIN events e ON e.episode = p.id AND e.state = 'resolve'
+             WHERE p.dedup_key = ?1",
+            [format!("loop:{id}")],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(reason, "stopped");
+    assert_eq!(told, summary);
+    // `wd-store alerts` and the page say the same
+    let alerts = rig
+        .home
+        .cmd("wd-store")
+        .args(["alerts", "--since", "1h"])
+        .run();
+    let ep = alerts
+        .kind("episode")
+        .into_iter()
+        .find(|e| e["session"] == id.as_str())
+        .unwrap_or_else(|| panic!("{}", alerts.story()));
+    let line = ep["stop"].as_str().unwrap_or_default().to_string();
+    assert!(
+        line.starts_with(&format!(
+            "session {id} stopped by the operator (the popup's stop action) via plugin, "
+        )),
+        "{ep}"
+    );
+    let page = rig.home.join(".local/state/oc-watchdog/report.html");
+    let t0 = Instant::now();
+    loop {
+        let html = std::fs::read_to_string(&page).unwrap_or_default();
+        if html.contains("stopped by the operator (the popup&#39;s stop action) via plugin") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the page does not tell the popup's stop"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // the advice works when followed
+    rig.follow_resume_advice(&id, &summary);
+}

@@ -15,6 +15,11 @@ pub struct Desktop {
     kids: Vec<Child>,
 }
 
+/// The stand-in for dmenu: keeps the menu dunst offers (`menu.txt`, written whole at once) and
+/// answers the first entry holding the text of `pick.txt`.
+const MENU: &str = "#!/bin/sh\ncat > {DIR}/menu.tmp\nmv {DIR}/menu.tmp {DIR}/menu.txt\n\
+                    grep -F -e \"$(cat {DIR}/pick.txt)\" {DIR}/menu.txt | head -n 1\n";
+
 /// A notification as the bus saw it.
 #[derive(Debug, Clone)]
 pub struct Seen {
@@ -32,12 +37,46 @@ pub struct Seen {
 impl Desktop {
     pub fn shared() -> &'static Desktop {
         static D: OnceLock<Desktop> = OnceLock::new();
-        D.get_or_init(Desktop::start)
+        D.get_or_init(|| Desktop::start(None))
     }
 
     /// A stack of its own, for a test that freezes its daemon (the shared one serves others).
     pub fn private() -> Desktop {
-        Desktop::start()
+        Desktop::start(None)
+    }
+
+    /// A stack of its own whose dunst opens its context menu (a person's shortcut for it,
+    /// `dunstctl context`) in a stand-in for dmenu that picks the entry [`Desktop::choose`]
+    /// names, as a person picks one of a popup's actions: dunst then sends `ActionInvoked` for
+    /// that action, as it does for a click.
+    pub fn with_menu() -> Desktop {
+        Desktop::start(Some(MENU))
+    }
+
+    /// Opens dunst's context menu and picks the entry that contains `label`; what the menu
+    /// offered (one line an action: `#LABEL (SUMMARY) [ID,ACTION]`).
+    pub fn choose(&self, label: &str) -> String {
+        let dir = self._dir.path();
+        let menu = dir.join("menu.txt");
+        let _ = std::fs::remove_file(&menu);
+        std::fs::write(dir.join("pick.txt"), label).unwrap();
+        let out = Command::new("dunstctl")
+            .arg("context")
+            .env("DBUS_SESSION_BUS_ADDRESS", &self.bus)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "dunstctl context: {out:?}");
+        let t0 = Instant::now();
+        loop {
+            if let Ok(m) = std::fs::read_to_string(&menu) {
+                return m;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "dunst opened no context menu"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Stops the notification daemon (SIGSTOP): it still owns `org.freedesktop.Notifications`,
@@ -60,7 +99,7 @@ impl Desktop {
         assert!(ok, "kill {sig} {dunst}");
     }
 
-    fn start() -> Desktop {
+    fn start(dmenu: Option<&str>) -> Desktop {
         let dir = tempfile::tempdir().unwrap();
         let out = Command::new("dbus-daemon")
             .args(["--session", "--fork", "--print-address=1", "--print-pid=2"])
@@ -108,7 +147,17 @@ impl Desktop {
                 .unwrap_or_else(|e| panic!("{cmd:?}: {e} (apt-get install dbus xvfb dunst)"))
         };
         let mut kids = vec![xvfb];
-        kids.push(spawn(&mut Command::new("dunst")));
+        let mut dunst = Command::new("dunst");
+        if let Some(script) = dmenu {
+            let menu = dir.path().join("dmenu");
+            std::fs::write(&menu, script.replace("{DIR}", dir.path().to_str().unwrap())).unwrap();
+            std::fs::set_permissions(&menu, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+            let rc = dir.path().join("dunstrc");
+            std::fs::write(&rc, format!("[global]\n    dmenu = {}\n", menu.display())).unwrap();
+            dunst.arg("-config").arg(rc);
+        }
+        kids.push(spawn(&mut dunst));
         let monitor_log = dir.path().join("monitor.log");
         let log = std::fs::File::create(&monitor_log).unwrap();
         kids.push(

@@ -106,6 +106,10 @@ SCRIPTS["child_loop"] = [t("grep", pattern="len\\(xs\\)", path="{ROOT}/tools") f
 SCRIPTS["hang"] = [t("read", filePath=SPEC), dict(t("read", filePath=SPEC), hang=120), {"text": "never"}]
 # the provider answers 503 four times before it succeeds
 SCRIPTS["retry503"] = [dict(t("read", filePath=SPEC), fail_first=4, fail_status=503), {"text": "Read it."}]
+# the provider answers 503 twice, then its third answer stops mid-stream: retrying, then stalled
+SCRIPTS["retry_then_hang"] = [t("read", filePath=SPEC),
+                              dict(t("read", filePath=SPEC), fail_first=2, fail_status=503, hang=120),
+                              {"text": "never"}]
 # a bash call that the "asker" agent must get permission for; nobody answers
 SCRIPTS["ask_bash"] = [t("bash", command="ls"), {"text": "Listed."}]
 # the question tool (allowed only where a test's config allows it): nobody answers at first

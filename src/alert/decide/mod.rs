@@ -561,6 +561,16 @@ fn loop_step(i: &DecisionInput, a: &AlertEpisode, tree: Option<&Tree>) -> Option
             v.program
                 .map_or(true, |p| p == crate::record::Program::Opencode)
         });
+        // a stop asked for this episode ended it, its acknowledgement not recorded yet (the
+        // operator's, from the popup or `wd-store stop`, read by the follow service as it ends)
+        if let Some(stop) = &a.stop_under_way {
+            return Some(resolve(
+                Reason::Stopped,
+                &stopped::stopped_why(stop),
+                figures(flagged_of(&marks), a.opened, a.flagged_ticks),
+                marks,
+            ));
+        }
         return Some(resolve(
             Reason::Stopped,
             if ended && opencode {
@@ -1221,6 +1231,40 @@ mod tests {
             again.iter().map(name).collect::<Vec<_>>(),
             ["open loop warning"]
         );
+    }
+
+    /// Regression (#41): a click on the popup's stop action ended a real `opencode run`, and
+    /// the follow service read its end before the click helper recorded the plugin's
+    /// acknowledgement: the loop resolved "the opencode process ended", saying nothing of who
+    /// stopped it or how to resume. A stop under way ends the loop as that stop; while the loop
+    /// goes on it is not news yet.
+    #[test]
+    fn a_loop_that_ends_while_its_stop_is_under_way_resolves_as_that_stop() {
+        let mut a = open(1, Severity::Warning, &[("r", 5)]);
+        a.stop_tried = true;
+        a.stop_under_way = Some(crate::alert::StopSeen {
+            action_id: "stop:r:episode:7".into(),
+            session: "r".into(),
+            by: "popup".into(),
+            stopped: T + 6_000,
+            via: Some("plugin".into()),
+            ..crate::alert::StopSeen::default()
+        });
+        match &run(vec![a.clone()], tick(vec![v("r", true, 6, "ended")]))[..] {
+            [Step::Resolve { reason, why, .. }] => assert_eq!(
+                (reason.as_str(), why.as_str()),
+                (
+                    "stopped",
+                    "session r stopped by the operator (the popup's stop action)"
+                )
+            ),
+            other => panic!("{other:?}"),
+        }
+        let going_on: Vec<String> = run(vec![a], tick(vec![v("r", true, 9, "active")]))
+            .iter()
+            .map(name)
+            .collect();
+        assert_eq!(going_on, ["count 2"]);
     }
 
     #[test]

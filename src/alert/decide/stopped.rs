@@ -36,8 +36,9 @@ pub fn stopped_step(a: &AlertEpisode, marks: Option<Marks>) -> Option<Step> {
     })
 }
 
-/// The resolve's line: who stopped which session, why, and how.
-fn stopped_why(s: &StopSeen) -> String {
+/// The resolve's line: who stopped which session, why, and how (as far as known: a stop read
+/// under way has neither its process nor its count yet).
+pub fn stopped_why(s: &StopSeen) -> String {
     let how = match (s.via.as_deref(), s.pid) {
         (Some("plugin"), Some(pid)) => format!(" through the plugin in opencode process {pid}"),
         (Some("http"), _) => " over HTTP".to_string(),
@@ -46,12 +47,15 @@ fn stopped_why(s: &StopSeen) -> String {
         (Some("hook"), Some(pid)) => format!(" through its hook in Claude Code process {pid}"),
         _ => String::new(),
     };
+    let after = s
+        .calls_after_request
+        .map(|n| format!(", {n} call(s) after the request"))
+        .unwrap_or_default();
     format!(
-        "session {} stopped by {}{}{how}, {} call(s) after the request",
+        "session {} stopped by {}{}{how}{after}",
         s.session,
         s.who(),
         reason_words(&s.by),
-        s.calls_after_request.unwrap_or(0)
     )
 }
 

@@ -452,6 +452,17 @@ impl SessionsFollow<'_> {
     /// (its running sessions with it) and the sessions updated since are listed. Returns
     /// whether it listed anything or found something it could not read.
     fn poll_agents(&mut self, seen: &mut Seen) -> bool {
+        // an agent whose directory appeared since the last full read (its first run on this
+        // machine, after the service started) is followed from this poll on, not from the next
+        // full read a minute later (a `stat` of each agent's directory)
+        let others = sources::others_to_read(&self.args.sources, self.cfg, &self.db_path);
+        for id in sources::agents_to_read(self.cfg) {
+            let known =
+                self.agents.iter().any(|(a, _)| *a == id) || others.iter().any(|(o, _)| *o == id);
+            if !known {
+                self.agents.push((id, None));
+            }
+        }
         let mut any = false;
         for (id, last) in &mut self.agents {
             let newest = id.newest_change();
