@@ -69,7 +69,8 @@ pub struct Args {
     #[arg(long)]
     pub line_buffered: bool,
     /// Read a stream that does not end (oc-sessions --follow): for each session record, only
-    /// the messages changed since it was last read; write each call that is new or whose record
+    /// the messages changed since it was last read (of a Claude Code or Codex session, the lines
+    /// appended to its files); write each call that is new or whose record
     /// changed (a later line of a call replaces the earlier one), and the activity when it
     /// changed; pass each sweep on and flush. Sessions unlisted for 60 full sweeps are
     /// forgotten (read whole if they come back).

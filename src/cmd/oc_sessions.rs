@@ -27,7 +27,7 @@ use crate::sources::{self, db::Db, Found};
 use anyhow::{bail, Result};
 use clap::Parser;
 use serde_json::{json, Map, Value};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
@@ -147,7 +147,7 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
         .into_iter()
         .filter(|a| !others.iter().any(|(o, _)| o == a))
         .collect();
-    let agents = read_agents(&agents, (since, &also), &mut seen);
+    let agents = read_agents(&agents, &mut HashMap::new(), (since, &also), &mut seen);
     if let Some(db) = &db {
         let writers: Vec<u32> = procs.iter().map(|p| p.pid).collect();
         write_db_source(out, db, db_found, &writers, &seen)?;
@@ -224,22 +224,41 @@ fn merge_records(
     listing.facts
 }
 
-/// Reads the other agents found on this machine ([`sources::agents_to_read`]) into `seen`.
+/// Reads the other agents found on this machine ([`sources::agents_to_read`]) into `seen`,
+/// each through its directory in `opened` (opened there the first time, refreshed after).
 /// Returns each read with what its `source` record says.
 fn read_agents(
     agents: &[sources::SourceId],
+    opened: &mut HashMap<sources::SourceId, Box<dyn sources::Records>>,
     pick: (i64, &[String]),
     seen: &mut Seen,
 ) -> Vec<(sources::SourceId, Map<String, Value>)> {
     let mut read = Vec::new();
     for id in agents {
-        if let Some(records) = id.records() {
-            let facts = merge_records(records.as_ref(), pick, seen);
+        if let Some(records) = open_agent(opened, id) {
+            let facts = merge_records(&*records, pick, seen);
             read.push((id.clone(), facts));
         }
     }
     seen.refuse_strange_ids();
     read
+}
+
+/// Another agent's directory from `opened`: opened the first time, refreshed after (which
+/// processes run, which files there are; what was read of its files is kept).
+fn open_agent<'a>(
+    opened: &'a mut HashMap<sources::SourceId, Box<dyn sources::Records>>,
+    id: &sources::SourceId,
+) -> Option<&'a mut dyn sources::Records> {
+    use std::collections::hash_map::Entry;
+    match opened.entry(id.clone()) {
+        Entry::Occupied(e) => {
+            let r = e.into_mut();
+            r.refresh();
+            Some(r.as_mut())
+        }
+        Entry::Vacant(e) => Some(e.insert(id.records()?).as_mut()),
+    }
 }
 
 /// The `source` records of the sources read besides opencode's database and servers: the

@@ -9,9 +9,9 @@
 //! MultiEdit or Write lands when it succeeded and its structured patch (if any) changed lines;
 //! a Bash lands when it commits. Only the sha1 of a result leaves this module.
 
-use super::transcript::{ms, records, text_of, Read, Transcript};
-use super::vocab::{Arg, Tool, BASH_TIMEOUT_MS};
-use crate::record::{Activity, Call, Program, Running, Session};
+use super::transcript::{ms, parse_text, text_of, Parse, Read, Tail, Transcript};
+use super::vocab::{Arg, Tool};
+use crate::record::{Activity, Call, Program, Session};
 use crate::scrub::{hash_str, scrub_args};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -45,56 +45,157 @@ pub struct Subagent<'a> {
 }
 
 /// Reads the main transcript at `path` and the subagents in `<session>/subagents/` beside it.
-pub fn read_with_subagents(path: &Path, name: &str, text: &str) -> Read {
-    let dir = path.with_extension("").join("subagents");
-    let mut texts = Vec::new();
-    let mut problems = Vec::new();
-    if let Ok(files) = super::transcript::jsonl_files(&dir) {
-        for f in files {
-            let fname = f.display().to_string();
-            match std::fs::read_to_string(&f) {
-                Ok(t) => {
-                    let meta: Value = std::fs::read_to_string(f.with_extension("meta.json"))
-                        .ok()
-                        .and_then(|m| serde_json::from_str(&m).ok())
-                        .unwrap_or_default();
-                    texts.push((fname, t, meta));
-                }
-                Err(e) => problems.push(format!("{fname}: cannot read: {e}")),
-            }
-        }
-    }
-    let subs: Vec<Subagent> = texts
-        .iter()
-        .map(|(n, t, meta)| Subagent {
-            name: n.clone(),
-            text: t,
-            agent_type: meta["agentType"].as_str().map(String::from),
-            tool_use_id: meta["toolUseId"].as_str().map(String::from),
-        })
-        .collect();
-    let mut r = read(name, text, &subs);
-    r.problems.splice(0..0, problems);
-    r
+pub fn read_with_subagents(path: &Path, name: &str) -> Result<Read, String> {
+    let mut f = Files::default();
+    f.update(path, name)?;
+    Ok(f.read(&|_| Some(0)))
 }
 
 /// Reads one main transcript (`name`: how `source` strings name it) and its subagents' (each
 /// the child of the session whose call started it, else of the main session).
 pub fn read(name: &str, text: &str, subagents: &[Subagent]) -> Read {
+    let main: Parser = parse_text(name, text);
+    let subs: Vec<(Parser, Meta)> = subagents
+        .iter()
+        .map(|s| {
+            let meta = Meta {
+                agent_type: s.agent_type.clone(),
+                tool_use_id: s.tool_use_id.clone(),
+            };
+            (parse_text(&s.name, s.text), meta)
+        })
+        .collect();
+    let subs: Vec<(&str, &Parser, &Meta)> = subagents
+        .iter()
+        .zip(&subs)
+        .map(|(s, (p, m))| (s.name.as_str(), p, m))
+        .collect();
+    assemble((name, &main), &subs, &|_| Some(0))
+}
+
+/// What a subagent's `.meta.json` says that the reading uses.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Meta {
+    agent_type: Option<String>,
+    tool_use_id: Option<String>,
+}
+
+impl Meta {
+    /// The `.meta.json` beside a subagent's transcript (nothing when there is none, or it is
+    /// not JSON).
+    fn of(file: &Path) -> Meta {
+        let v: Value = std::fs::read_to_string(file.with_extension("meta.json"))
+            .ok()
+            .and_then(|m| serde_json::from_str(&m).ok())
+            .unwrap_or_default();
+        Meta {
+            agent_type: v["agentType"].as_str().map(String::from),
+            tool_use_id: v["toolUseId"].as_str().map(String::from),
+        }
+    }
+}
+
+/// A main transcript and its subagents' files, read as they grow: each change reads only what
+/// was appended to each file ([`Tail`]); the subagents' folder and their `.meta.json` are
+/// looked at again on every update.
+#[derive(Default)]
+pub struct Files {
+    name: String,
+    main: Tail<Parser>,
+    /// By file, in path order, with the name problems give it and its meta.
+    subs: std::collections::BTreeMap<std::path::PathBuf, (String, Tail<Parser>, Meta)>,
+    /// Subagents' files that could not be read at the last update.
+    problems: Vec<String>,
+}
+
+impl Files {
+    /// Reads what was appended to the main transcript at `path` (named `name`) and to its
+    /// subagents' files since the last update. `Err`: the main transcript cannot be read.
+    pub fn update(&mut self, path: &Path, name: &str) -> Result<(), String> {
+        self.name = name.to_string();
+        self.main
+            .update(path, name)
+            .map_err(|e| format!("{name}: cannot read: {e}"))?;
+        let dir = path.with_extension("").join("subagents");
+        let files = super::transcript::jsonl_files(&dir).unwrap_or_default();
+        self.subs.retain(|f, _| files.contains(f));
+        self.problems.clear();
+        for f in files {
+            let fname = f.display().to_string();
+            let (_, tail, meta) = self
+                .subs
+                .entry(f.clone())
+                .or_insert_with(|| (fname.clone(), Tail::default(), Meta::default()));
+            match tail.update(&f, &fname) {
+                Ok(()) => *meta = Meta::of(&f),
+                Err(e) => {
+                    self.problems.push(format!("{fname}: cannot read: {e}"));
+                    self.subs.remove(&f);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether one of its files is session `id`'s.
+    pub fn holds(&self, id: &str) -> bool {
+        let is = |t: &Tail<Parser>| t.lines().parser().id().as_deref() == Some(id);
+        is(&self.main) || self.subs.values().any(|(_, t, _)| is(t))
+    }
+
+    /// Bytes parsed by the last update, over all its files.
+    pub fn parsed(&self) -> u64 {
+        self.main.parsed + self.subs.values().map(|(_, t, _)| t.parsed).sum::<u64>()
+    }
+
+    /// The sessions read so far, each with the calls that changed after the mark `want` gives
+    /// for its id (`None`: that session is not wanted, though it is read for its subagents'
+    /// parents).
+    pub fn read(&self, want: &dyn Fn(&str) -> Option<u64>) -> Read {
+        let main = self.main.lines().now(&self.name);
+        let subs: Vec<_> = self
+            .subs
+            .values()
+            .map(|(n, t, m)| (n.as_str(), t.lines().now(n), m))
+            .collect();
+        let subs: Vec<(&str, &Parser, &Meta)> =
+            subs.iter().map(|(n, p, m)| (*n, &**p, *m)).collect();
+        let mut r = assemble((&self.name, &main), &subs, want);
+        r.problems.splice(0..0, self.problems.iter().cloned());
+        r
+    }
+}
+
+/// The sessions of a main transcript and its subagents, each subagent the child of the session
+/// whose call started it (the main one, or a subagent before it), else of the main session.
+fn assemble(
+    (name, main): (&str, &Parser),
+    subs: &[(&str, &Parser, &Meta)],
+    want: &dyn Fn(&str) -> Option<u64>,
+) -> Read {
     let mut out = Read::default();
-    let main = one(name, text, None, &mut out.problems);
-    let main_id = main.as_ref().map(|t| t.session.id.clone());
-    out.sessions.extend(main);
-    for s in subagents {
-        let Some(mut t) = one(&s.name, s.text, Some(s), &mut out.problems) else {
+    let main_id = main.id();
+    let mut read: Vec<&Parser> = Vec::new();
+    if let Some(t) = main.transcript(name, None, want, &mut out.problems) {
+        out.sessions.extend(t);
+        read.push(main);
+    }
+    for &(name, p, meta) in subs {
+        if p.id().is_none() {
+            // a subagent's file with no record naming its session: a problem, no session
+            p.transcript(name, None, want, &mut out.problems);
+            continue;
+        }
+        let started_by = meta
+            .tool_use_id
+            .as_deref()
+            .and_then(|id| read.iter().find(|o| o.calls_by_id.contains_key(id)))
+            .and_then(|o| o.id());
+        let t = p.transcript(name, meta.agent_type.clone(), want, &mut out.problems);
+        read.push(p);
+        let Some(mut t) = t.flatten() else {
             continue;
         };
-        let started_by = s.tool_use_id.as_deref().and_then(|id| {
-            out.sessions
-                .iter()
-                .find(|o| o.calls.iter().any(|c| c.id == id))
-                .map(|o| o.session.id.clone())
-        });
         let own = t.session.parent.take();
         t.session.parent = started_by.or_else(|| main_id.clone()).or(own);
         out.sessions.push(t);
@@ -114,8 +215,9 @@ fn session_id(sessionid: &str, agent: Option<&str>) -> String {
 const INTERRUPTED: &str = "[Request interrupted by user";
 
 /// What the last conversation record says of the turn.
-#[derive(PartialEq)]
+#[derive(PartialEq, Clone, Default)]
 enum Last {
+    #[default]
     Nothing,
     /// A reply that stopped for a reason other than calling tools (`end_turn`, ...).
     ReplyDone,
@@ -127,58 +229,84 @@ enum Last {
     HookStopped,
 }
 
-fn one(
-    name: &str,
-    text: &str,
-    sub: Option<&Subagent>,
-    problems: &mut Vec<String>,
-) -> Option<Transcript> {
-    let mut any = false;
-    let mut sid: Option<String> = None;
-    let mut agent_id: Option<String> = None;
-    let (mut cwd, mut model) = (None::<String>, None::<String>);
-    let (mut first, mut last_t) = (None::<i64>, None::<i64>);
-    let mut calls: Vec<Call> = Vec::new();
-    let mut pending: HashMap<String, usize> = HashMap::new();
-    let mut last = Last::Nothing;
-    // the turn: when its prompt came, when its reply ended it
-    let (mut prompted, mut replied) = (None::<i64>, None::<i64>);
-    // the subagent type its replies are attributed to (its `.meta.json` says it too)
-    let mut attribution: Option<String> = None;
-    for rec in records(name, text) {
-        let (n, r) = match rec {
-            Ok(nr) => nr,
+/// The reading of one transcript (a main session's or a subagent's), record by record.
+#[derive(Clone, Default)]
+pub struct Parser {
+    any: bool,
+    sid: Option<String>,
+    agent_id: Option<String>,
+    cwd: Option<String>,
+    model: Option<String>,
+    first: Option<i64>,
+    last_t: Option<i64>,
+    calls: Vec<Call>,
+    /// The seq of the line that last changed each call.
+    changed: Vec<u64>,
+    /// Every call's index by its id (the latest, for an id given twice).
+    calls_by_id: HashMap<String, usize>,
+    /// The calls awaiting their result, by id.
+    pending: HashMap<String, usize>,
+    /// The calls no result finished yet (pending ones, and one whose id a later call took):
+    /// what the end of the transcript says of them may change with every read.
+    open: std::collections::BTreeSet<usize>,
+    last: Last,
+    /// The turn: when its prompt came, when its reply ended it.
+    prompted: Option<i64>,
+    replied: Option<i64>,
+    /// The subagent type its replies are attributed to (its `.meta.json` says it too).
+    attribution: Option<String>,
+    problems: Vec<String>,
+    /// The seq of the last line read.
+    mark: u64,
+}
+
+impl Parse for Parser {
+    fn line(&mut self, name: &str, n: usize, seq: u64, rec: Result<Value, String>) {
+        self.mark = seq;
+        let r = match rec {
+            Ok(r) => r,
             Err(problem) => {
-                problems.push(problem);
-                continue;
+                self.problems.push(problem);
+                return;
             }
         };
-        let r = &r;
-        any = true;
+        self.record(name, n, seq, &r);
+    }
+}
+
+impl Parser {
+    /// The session this transcript is (`None`: no record named it yet).
+    fn id(&self) -> Option<String> {
+        let sid = self.sid.as_deref()?;
+        Some(session_id(sid, self.agent_id.as_deref()))
+    }
+
+    fn record(&mut self, name: &str, n: usize, seq: u64, r: &Value) {
+        self.any = true;
         let Some(ty) = r.get("type").and_then(Value::as_str) else {
-            problems.push(format!("{name}:{n}: a record with no \"type\""));
-            continue;
+            self.problems
+                .push(format!("{name}:{n}: a record with no \"type\""));
+            return;
         };
-        if sid.is_none() {
-            sid = r.get("sessionId").and_then(Value::as_str).map(String::from);
+        if self.sid.is_none() {
+            self.sid = r.get("sessionId").and_then(Value::as_str).map(String::from);
         }
-        if agent_id.is_none() {
-            agent_id = r.get("agentId").and_then(Value::as_str).map(String::from);
+        if self.agent_id.is_none() {
+            self.agent_id = r.get("agentId").and_then(Value::as_str).map(String::from);
         }
         if let Some(c) = r.get("cwd").and_then(Value::as_str) {
-            cwd = Some(c.to_string());
+            self.cwd = Some(c.to_string());
         }
         let t = ms(r.get("timestamp"));
         if t.is_some() {
-            first = first.or(t);
-            last_t = t;
+            self.first = self.first.or(t);
+            self.last_t = t;
         }
-        let session = || session_id(sid.as_deref().unwrap_or(""), agent_id.as_deref());
         match ty {
             "assistant" => {
                 let msg = &r["message"];
-                if agent_id.is_some() && attribution.is_none() {
-                    attribution = r
+                if self.agent_id.is_some() && self.attribution.is_none() {
+                    self.attribution = r
                         .get("attributionAgent")
                         .and_then(Value::as_str)
                         .map(String::from);
@@ -186,42 +314,50 @@ fn one(
                 if let Some(m) = msg.get("model").and_then(Value::as_str) {
                     // `<synthetic>` marks replies Claude Code wrote itself (an API error)
                     if !m.starts_with('<') {
-                        model = Some(m.to_string());
+                        self.model = Some(m.to_string());
                     }
                 }
                 let Some(blocks) = msg.get("content").and_then(Value::as_array) else {
-                    problems.push(format!(
+                    self.problems.push(format!(
                         "{name}:{n}: an assistant record with no content list"
                     ));
-                    continue;
+                    return;
                 };
                 let mut calls_tools = false;
                 for b in blocks.iter().filter(|b| b["type"] == "tool_use") {
                     calls_tools = true;
                     let (Some(id), Some(tool)) = (b["id"].as_str(), b["name"].as_str()) else {
-                        problems.push(format!("{name}:{n}: a tool_use with no id or name"));
+                        self.problems
+                            .push(format!("{name}:{n}: a tool_use with no id or name"));
                         continue;
                     };
                     let empty = Map::new();
                     let input = b["input"].as_object().unwrap_or(&empty);
                     let (tool, args) = tool_of(tool, input);
-                    pending.insert(id.to_string(), calls.len());
-                    calls.push(Call {
-                        session: session(),
+                    let i = self.calls.len();
+                    self.pending.insert(id.to_string(), i);
+                    self.calls_by_id.insert(id.to_string(), i);
+                    self.open.insert(i);
+                    self.changed.push(seq);
+                    self.calls.push(Call {
+                        session: session_id(
+                            self.sid.as_deref().unwrap_or(""),
+                            self.agent_id.as_deref(),
+                        ),
                         id: id.to_string(),
                         t: t.unwrap_or(0),
                         tool,
                         args,
                         status: "running".into(),
-                        model: model.clone(),
+                        model: self.model.clone(),
                         ..Call::default()
                     });
                 }
                 let stop = msg.get("stop_reason").and_then(Value::as_str);
-                last = if calls_tools || stop == Some("tool_use") || stop.is_none() {
+                self.last = if calls_tools || stop == Some("tool_use") || stop.is_none() {
                     Last::Going
                 } else {
-                    replied = t;
+                    self.replied = t;
                     Last::ReplyDone
                 };
             }
@@ -237,7 +373,7 @@ fn one(
                     }),
                     _ => false,
                 };
-                last = if interrupted {
+                self.last = if interrupted {
                     Last::Interrupted
                 } else {
                     Last::Going
@@ -249,7 +385,7 @@ fn one(
                     _ => false,
                 };
                 if prompt && !interrupted {
-                    prompted = t.or(prompted);
+                    self.prompted = t.or(self.prompted);
                 }
                 let results: Vec<&Value> = content
                     .as_array()
@@ -262,89 +398,113 @@ fn one(
                     .then(|| r.get("toolUseResult"))
                     .flatten();
                 for b in results {
-                    let Some(i) = b["tool_use_id"].as_str().and_then(|id| pending.remove(id))
+                    let Some(i) = b["tool_use_id"]
+                        .as_str()
+                        .and_then(|id| self.pending.remove(id))
                     else {
                         continue;
                     };
-                    finish(&mut calls[i], b, structured, t);
+                    finish(&mut self.calls[i], b, structured, t);
+                    self.open.remove(&i);
+                    self.changed[i] = seq;
                 }
             }
             "attachment" if r["attachment"]["type"] == "hook_stopped_continuation" => {
-                last = Last::HookStopped;
+                self.last = Last::HookStopped;
             }
             // bookkeeping (2.1.332), and a record of a kind this reader does not know that
             // carries no tool call: nothing to read in either
             _ if !carries_calls(r) => {}
-            _ => problems.push(format!(
+            _ => self.problems.push(format!(
                 "{name}:{n}: a {ty:?} record carries tool calls, a kind of record this reader \
                  does not know (Claude Code {KNOWN_VERSIONS} is): its calls are not read"
             )),
         }
     }
-    let Some(sid) = sid else {
-        if any {
-            problems.push(format!("{name}: no record names its session"));
+
+    /// The session read so far (`name`: how `source` strings name its file; `agent_type`: what
+    /// a subagent's meta says it is), with the calls that changed after the mark `want` gives
+    /// its id and those no result finished; its problems added to `problems`. `None`: no record
+    /// named its session; `Some(None)`: not wanted.
+    fn transcript(
+        &self,
+        name: &str,
+        agent_type: Option<String>,
+        want: &dyn Fn(&str) -> Option<u64>,
+        problems: &mut Vec<String>,
+    ) -> Option<Option<Transcript>> {
+        problems.extend(self.problems.iter().cloned());
+        let Some(sid) = self.sid.clone() else {
+            if self.any {
+                problems.push(format!("{name}: no record names its session"));
+            }
+            return None;
+        };
+        let id = session_id(&sid, self.agent_id.as_deref());
+        let Some(since) = want(&id) else {
+            return Some(None);
+        };
+        let in_flight = self.last == Last::Going;
+        let mut calls: Vec<Call> = Vec::new();
+        let mut running = Vec::new();
+        for (i, c) in self.calls.iter().enumerate() {
+            if self.changed[i] <= since && !self.open.contains(&i) {
+                continue;
+            }
+            let mut c = c.clone();
+            if self.pending.get(&c.id) == Some(&i) {
+                if in_flight {
+                    running.push(super::transcript::running(&c));
+                } else {
+                    // the turn ended (interrupted, stopped) with this call unanswered: it
+                    // never will be
+                    c.status = "error".into();
+                }
+            }
+            calls.push(c);
         }
-        return None;
-    };
-    let id = session_id(&sid, agent_id.as_deref());
-    let in_flight = last == Last::Going;
-    let mut running = Vec::new();
-    for &i in pending.values() {
-        let c = &mut calls[i];
-        if in_flight {
-            running.push(Running {
-                tool: c.tool.clone(),
-                t: c.t,
-                timeout: (Tool::of(&c.tool) == Tool::Bash).then(|| {
-                    c.args
-                        .get(Arg::Timeout.key())
-                        .and_then(Value::as_i64)
-                        .unwrap_or(BASH_TIMEOUT_MS)
-                }),
-                ..Running::default()
-            });
-        } else {
-            // the turn ended (interrupted, stopped) with this call unanswered: it never will be
-            c.status = "error".into();
-        }
+        running.sort_by_key(|r| r.t);
+        let session = Session {
+            id: id.clone(),
+            // a subagent read alone is the child of the session it names
+            parent: self.agent_id.as_ref().map(|_| sid.clone()),
+            agent: agent_type.or_else(|| self.attribution.clone()),
+            directory: self.cwd.clone(),
+            created: self.first,
+            updated: self.last_t,
+            source: Some(format!("export:{name}")),
+            model: self.model.clone(),
+            program: Some(Program::ClaudeCode),
+            ..Session::default()
+        };
+        let last = &self.last;
+        let activity = Activity {
+            session: id,
+            last_progress: self.last_t,
+            in_flight,
+            running,
+            error: (*last == Last::Interrupted).then(|| crate::liveness::USER_ABORT.to_string()),
+            turn: self.prompted.map(|start| {
+                let mut turn = crate::record::Turn {
+                    start,
+                    // the turn's last record is the reply that ended it (`end_turn`, ...)
+                    end: self
+                        .replied
+                        .filter(|r| *last == Last::ReplyDone && *r >= start),
+                    ..crate::record::Turn::default()
+                };
+                // a call left open never landed: all of them, as they were read, count
+                crate::sources::convert::land_turn(&mut turn, &self.calls);
+                turn
+            }),
+        };
+        Some(Some(Transcript {
+            session,
+            calls,
+            activity,
+            mark: self.mark,
+        }))
     }
-    running.sort_by_key(|r| r.t);
-    let session = Session {
-        id: id.clone(),
-        // a subagent read alone is the child of the session it names
-        parent: agent_id.as_ref().map(|_| sid.clone()),
-        agent: sub.and_then(|s| s.agent_type.clone()).or(attribution),
-        directory: cwd,
-        created: first,
-        updated: last_t,
-        source: Some(format!("export:{name}")),
-        model,
-        program: Some(Program::ClaudeCode),
-        ..Session::default()
-    };
-    let activity = Activity {
-        session: id,
-        last_progress: last_t,
-        in_flight,
-        running,
-        error: (last == Last::Interrupted).then(|| crate::liveness::USER_ABORT.to_string()),
-        turn: prompted.map(|start| {
-            let mut turn = crate::record::Turn {
-                start,
-                // the turn's last record is the reply that ended it (`end_turn`, ...)
-                end: replied.filter(|r| last == Last::ReplyDone && *r >= start),
-                ..crate::record::Turn::default()
-            };
-            crate::sources::convert::land_turn(&mut turn, &calls);
-            turn
-        }),
-    };
-    Some(Transcript {
-        session,
-        calls,
-        activity,
-    })
 }
 
 /// Completes a call from its `tool_result` block (and the record's structured result).
@@ -792,7 +952,7 @@ mod tests {
         assert!(a.in_flight);
         assert_eq!(
             a.running,
-            [Running {
+            [crate::record::Running {
                 tool: "bash".into(),
                 t: 1_796_408_605_796,
                 timeout: Some(120_000),
@@ -927,5 +1087,105 @@ mod tests {
         assert_eq!(exit_of("Exit code 137", true), Some(137));
         assert_eq!(exit_of("all tests passed", false), Some(0));
         assert_eq!(exit_of("PreToolUse:Bash hook error: x", true), None);
+    }
+    /// Issue 39: a session followed as Claude Code writes it, its main transcript and its
+    /// subagent's each growing in pieces cut at arbitrary bytes (in a line, in a character),
+    /// read after every piece with the calls that changed since the last read: what follow
+    /// mode has written then (each call's latest line, the activity, the sessions) is what a
+    /// whole read of the files as they are gives, and each byte is parsed once.
+    #[test]
+    fn a_session_read_as_it_grows_is_what_a_whole_read_gives_at_every_cut() {
+        use crate::record::to_line;
+        use crate::sources::transcript::grow::{append, cuts, fixture};
+        let cases: [(&str, Option<&str>); 4] = [
+            (
+                "claude-code/transcript-main.jsonl",
+                Some("claude-code/transcript-subagent.jsonl"),
+            ),
+            ("claude-code/tail-sigkill.jsonl", None),
+            ("claude-code/tail-sigint.jsonl", None),
+            ("claude-code/tail-hook-deny-and-halt.jsonl", None),
+        ];
+        for (seed, (main, sub)) in cases.into_iter().enumerate() {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("s.jsonl");
+            let sub_path = dir.path().join("s/subagents/agent-a.jsonl");
+            let main_bytes = fixture(main);
+            let sub_bytes = sub.map(fixture).unwrap_or_default();
+            let main_cuts = cuts(&main_bytes, 150, seed as u64 + 7);
+            let sub_cuts = cuts(&sub_bytes, 60, seed as u64 + 99);
+            let mut files = Files::default();
+            let (mut main_at, mut sub_at) = (0, 0);
+            let mut marks: HashMap<String, u64> = HashMap::new();
+            let mut written: HashMap<(String, String), String> = HashMap::new();
+            let mut activity: HashMap<String, String> = HashMap::new();
+            let mut parsed = 0;
+            let steps = main_cuts.len().max(sub_cuts.len());
+            for step in 0..steps {
+                let m = main_cuts[step.min(main_cuts.len() - 1)];
+                append(&path, &main_bytes[main_at..m]);
+                main_at = m;
+                if sub.is_some() {
+                    let c = sub_cuts[step.min(sub_cuts.len() - 1)].min(sub_bytes.len());
+                    if step == 1 {
+                        std::fs::write(
+                            sub_path.with_extension("meta.json"),
+                            fixture("claude-code/transcript-subagent.meta.json"),
+                        )
+                        .unwrap();
+                    }
+                    append(&sub_path, &sub_bytes[sub_at..c]);
+                    sub_at = c;
+                }
+                files.update(&path, "s.jsonl").unwrap();
+                parsed += files.parsed();
+                let r = files.read(&|id| Some(marks.get(id).copied().unwrap_or(0)));
+                for t in &r.sessions {
+                    marks.insert(t.session.id.clone(), t.mark);
+                    for c in &t.calls {
+                        written.insert(
+                            (c.session.clone(), c.id.clone()),
+                            to_line("call", c).unwrap(),
+                        );
+                    }
+                    activity.insert(
+                        t.session.id.clone(),
+                        to_line("activity", &t.activity).unwrap(),
+                    );
+                }
+                let mut whole = Files::default();
+                whole.update(&path, "s.jsonl").unwrap();
+                let w = whole.read(&|_| Some(0));
+                assert_eq!(r.problems, w.problems, "{main} at {m}");
+                let sessions = |r: &Read| -> Vec<Session> {
+                    r.sessions.iter().map(|t| t.session.clone()).collect()
+                };
+                assert_eq!(sessions(&r), sessions(&w), "{main} at {m}");
+                let mut want = HashMap::new();
+                for t in &w.sessions {
+                    for c in &t.calls {
+                        want.insert(
+                            (c.session.clone(), c.id.clone()),
+                            to_line("call", c).unwrap(),
+                        );
+                    }
+                    assert_eq!(
+                        activity[&t.session.id],
+                        to_line("activity", &t.activity).unwrap(),
+                        "{main} at {m}"
+                    );
+                }
+                assert_eq!(written, want, "{main} at {m}");
+            }
+            assert_eq!(
+                parsed as usize,
+                main_bytes.len() + sub_bytes.len(),
+                "{main}"
+            );
+            assert!(!written.is_empty(), "{main}");
+            if sub.is_some() {
+                assert_eq!(activity.len(), 2);
+            }
+        }
     }
 }

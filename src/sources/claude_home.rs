@@ -4,12 +4,13 @@
 //! A session is `projects/<cwd as dashes>/<session>.jsonl`, its subagents
 //! `<session>/subagents/agent-<id>.jsonl` beside it; both are read by Claude Code's wing
 //! ([`super::claude_code`]) and a file is picked by its modification time, so an idle history
-//! costs a `stat` per session. A session runs while `sessions/<pid>.json` names it and that
+//! costs a `stat` per session. What was read of a session's files is kept while this source is
+//! (follow mode keeps it open): a read after a change parses only the lines appended since. A session runs while `sessions/<pid>.json` names it and that
 //! process is alive with the start time the file gives (`procStart`): the file a killed process
 //! left behind names a dead pid, or one a later process reuses, and is not a running session.
 
-use super::claude_code;
-use super::transcript::{mtime_ms, proc_start, settle, Read, Transcript};
+use super::claude_code::Files;
+use super::transcript::{mtime_ms, proc_start, settle, Kept, Read, Transcript};
 use super::{Limits, Listing, Records, Source, SourceId, SourceKind};
 use crate::record::Program;
 use serde_json::{json, Value};
@@ -25,8 +26,10 @@ pub struct ClaudeHome {
     /// Of those, the ones whose process says it waits for its user (`"status": "idle"` in its
     /// `sessions/<pid>.json`: an interactive session between turns, after Esc).
     waiting: HashSet<String>,
-    /// Main transcripts read, by session id: a subagent is read with its session.
-    read: RefCell<HashMap<String, Read>>,
+    /// Main transcripts read, by session id, each with its subagents' files (a subagent is
+    /// read with its session): kept across [`Records::refresh`], so that a read after a change
+    /// parses only what was appended.
+    read: RefCell<Kept<String, Files>>,
     /// The main transcripts found, listed once per open (oc-calls asks for one session after
     /// another).
     found: std::cell::OnceCell<Vec<Found>>,
@@ -126,7 +129,7 @@ impl ClaudeHome {
             live,
             waiting,
             dir: dir.to_path_buf(),
-            read: RefCell::new(HashMap::new()),
+            read: RefCell::default(),
             found: std::cell::OnceCell::new(),
         }
     }
@@ -140,25 +143,30 @@ impl ClaudeHome {
         Ok(self.found.get_or_init(|| f))
     }
 
-    /// Reads one main transcript with its subagents (once), each session settled by whether
-    /// the main session's process runs.
+    /// Reads what was appended to one main transcript and its subagents' files since it was
+    /// last read (all of them the first time), once between refreshes.
     fn read_main(&self, id: &str, file: &Path) -> Result<(), String> {
-        if self.read.borrow().contains_key(id) {
-            return Ok(());
-        }
         let name = file.display().to_string();
-        let text =
-            std::fs::read_to_string(file).map_err(|e| format!("{name}: cannot read: {e}"))?;
-        let mut r = claude_code::read_with_subagents(file, &name, &text);
+        let mut read = self.read.borrow_mut();
+        read.read(&id.to_string(), |f| f.update(file, &name))?;
+        Ok(())
+    }
+
+    /// The sessions of a main transcript read ([`ClaudeHome::read_main`]), each with the calls
+    /// that changed after the mark `want` gives it and settled by whether the main session's
+    /// process runs.
+    fn sessions(&self, main: &str, want: &dyn Fn(&str) -> Option<u64>) -> Read {
+        let Some(mut r) = self.read.borrow().get(&main.to_string()).map(|f| f.read(want)) else {
+            return Read::default();
+        };
         // an interactive session's process runs between turns: it runs a turn while it says so
-        let running = self.live.contains_key(id) && !self.waiting.contains(id);
+        let running = self.live.contains_key(main) && !self.waiting.contains(main);
         let wire = self.id().to_string();
         for t in &mut r.sessions {
             t.session.source = Some(wire.clone());
             settle(t, running);
         }
-        self.read.borrow_mut().insert(id.to_string(), r);
-        Ok(())
+        r
     }
 
     /// The main transcript holding session `id` (a main session's or a subagent's).
@@ -211,28 +219,28 @@ impl Records for ClaudeHome {
                 l.problems.push(why);
                 continue;
             }
-            let read = self.read.borrow();
-            let r = &read[&f.id];
+            // the sessions, not their calls: only those still open come
+            let r = self.sessions(&f.id, &|_| Some(u64::MAX));
             if r.sessions.is_empty() && r.problems.is_empty() {
                 // a transcript with no conversation yet (a session just started)
                 continue;
             }
-            l.sessions
-                .extend(r.sessions.iter().map(|t| t.session.clone()));
-            l.problems.extend(r.problems.iter().cloned());
+            l.sessions.extend(r.sessions.into_iter().map(|t| t.session));
+            l.problems.extend(r.problems);
         }
         l.sessions
             .sort_by(|a, b| b.updated.cmp(&a.updated).then(a.id.cmp(&b.id)));
         l
     }
 
-    fn read(&self, id: &str) -> Result<Option<Transcript>, String> {
+    fn read_since(&self, id: &str, mark: u64) -> Result<Option<Transcript>, String> {
+        // read since the last refresh (listed): its file, whatever its name
         let holder = self
             .read
             .borrow()
-            .iter()
-            .find(|(_, r)| r.sessions.iter().any(|t| t.session.id == id))
-            .map(|(k, _)| k.clone());
+            .fresh()
+            .find(|(_, f)| f.holds(id))
+            .map(|(m, _)| m.clone());
         let main = match holder {
             Some(m) => m,
             None => {
@@ -243,11 +251,14 @@ impl Records for ClaudeHome {
                 main
             }
         };
-        let read = self.read.borrow();
-        Ok(read
-            .get(&main)
-            .and_then(|r| r.sessions.iter().find(|t| t.session.id == id))
-            .cloned())
+        let r = self.sessions(&main, &|s| (s == id).then_some(mark));
+        Ok(r.sessions.into_iter().find(|t| t.session.id == id))
+    }
+
+    fn refresh(&mut self) {
+        (self.live, self.waiting) = live_sessions(&self.dir.join("sessions"));
+        self.found = std::cell::OnceCell::new();
+        self.read.get_mut().refresh();
     }
 }
 

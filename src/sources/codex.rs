@@ -9,9 +9,9 @@
 //! after the lines Codex makes different on every run (`Chunk ID:`, `Wall time:`) are taken
 //! out, or identical outputs would never match.
 
-use super::transcript::{ms, records, text_of, Read, Transcript};
-use super::vocab::{Arg, Tool, BASH_TIMEOUT_MS};
-use crate::record::{Activity, Call, Program, Running, Session};
+use super::transcript::{ms, parse_text, text_of, Parse, Read, Tail, Transcript};
+use super::vocab::{Arg, Tool};
+use crate::record::{Activity, Call, Program, Session};
 use crate::scrub::{hash_str, scrub_args};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -19,14 +19,61 @@ use std::collections::HashMap;
 /// Codex versions whose rollouts this reader was proven against.
 pub const KNOWN_VERSIONS: &str = "0.171.x (tested on 0.171.0)";
 
-/// A completed item (`CommandExecution`, `FileChange`, ...) with its start and end (ms).
-type Item<'a> = (&'a Map<String, Value>, Option<i64>, Option<i64>);
-/// An [`Item`] kept past the record it came in.
-type KeptItem = (Map<String, Value>, Option<i64>, Option<i64>);
+/// What a call's output says, kept past the record it came in (the text itself is not kept):
+/// the hash of its steady part, the exit its header gives, how it opens, and when it came.
+#[derive(Clone)]
+struct Output {
+    out: String,
+    exited: Option<i64>,
+    /// `Exit code: 0` or `Success.`: an apply_patch that applied.
+    applied: bool,
+    /// `aborted ...`: a call interrupted or never dispatched.
+    aborted: bool,
+    end: Option<i64>,
+}
+
+impl Output {
+    fn of(text: &str, end: Option<i64>) -> Output {
+        Output {
+            out: hash_str(&steady(text)),
+            exited: exited_with(text),
+            applied: text.starts_with("Exit code: 0") || text.starts_with("Success."),
+            aborted: text.starts_with("aborted"),
+            end,
+        }
+    }
+}
+
+/// What a completed item (`CommandExecution`, `FileChange`, ...) says of its call, kept past
+/// the record it came in: its type, exit code, whether it completed and changed a file, and
+/// its start and end (ms).
+#[derive(Clone)]
+struct Item {
+    kind: Option<String>,
+    exit_code: Option<i64>,
+    completed: bool,
+    changed: bool,
+    started: Option<i64>,
+    ended: Option<i64>,
+}
+
+impl Item {
+    fn of(item: &Map<String, Value>, started: Option<i64>, ended: Option<i64>) -> Item {
+        Item {
+            kind: item.get("type").and_then(Value::as_str).map(String::from),
+            exit_code: item.get("exit_code").and_then(Value::as_i64),
+            completed: item.get("status").and_then(Value::as_str) == Some("completed"),
+            changed: changed(item),
+            started,
+            ended,
+        }
+    }
+}
 
 /// What the turn's last event says.
-#[derive(PartialEq)]
+#[derive(PartialEq, Clone, Default)]
 enum Turn {
+    #[default]
     None,
     Running,
     Complete,
@@ -35,60 +82,113 @@ enum Turn {
 
 /// Reads one rollout (`name`: how `source` strings name it).
 pub fn read(name: &str, text: &str) -> Read {
-    let mut out = Read::default();
-    let mut meta: Option<Map<String, Value>> = None;
-    let mut any = false;
-    let (mut model, mut provider, mut cwd) = (None::<String>, None::<String>, None::<String>);
-    let (mut first, mut last_t) = (None::<i64>, None::<i64>);
-    let mut calls: Vec<Call> = Vec::new();
-    let mut by_id: HashMap<String, usize> = HashMap::new();
-    // a call's output and its item may come in either order: what each said, by call id
-    let mut outputs: HashMap<String, (String, Option<i64>)> = HashMap::new();
-    // each call's completed item, kept (the record it came in is not)
-    let mut items: HashMap<String, KeptItem> = HashMap::new();
-    let mut turn = Turn::None;
-    // when the latest turn began and when it completed
-    let (mut began, mut completed) = (None::<i64>, None::<i64>);
-    for rec in records(name, text) {
-        let (n, r) = match rec {
-            Ok(nr) => nr,
-            Err(problem) => {
-                out.problems.push(problem);
-                continue;
-            }
-        };
-        let r = &r;
-        any = true;
+    parse_text::<Parser>(name, text).read(name, 0)
+}
+
+/// Reads the rollout at `path` (`name`: how `source` strings name it).
+pub fn read_file(path: &std::path::Path, name: &str) -> Result<Read, String> {
+    let mut t = Tail::<Parser>::default();
+    t.update(path, name)
+        .map_err(|e| format!("{name}: cannot read: {e}"))?;
+    Ok(t.lines().now(name).read(name, 0))
+}
+
+/// The reading of one rollout, record by record. A call is finished as its output and item
+/// come (in either order), so a read asks nothing of the calls that did not change.
+#[derive(Clone, Default)]
+pub struct Parser {
+    meta: Option<Map<String, Value>>,
+    any: bool,
+    model: Option<String>,
+    provider: Option<String>,
+    cwd: Option<String>,
+    first: Option<i64>,
+    last_t: Option<i64>,
+    calls: Vec<Call>,
+    /// Each call's start as its own record gives it (its item may say another).
+    called_at: Vec<i64>,
+    /// The seq of the line that last changed each call.
+    changed: Vec<u64>,
+    /// The calls by id (more than one when an id was given twice).
+    by_id: HashMap<String, Vec<usize>>,
+    /// What each call's output said, by call id.
+    outputs: HashMap<String, Output>,
+    /// What each call's completed item said, by call id.
+    items: HashMap<String, Item>,
+    /// The calls with no output yet: what the end of the rollout says of them may change with
+    /// every read.
+    open: std::collections::BTreeSet<usize>,
+    turn: Turn,
+    /// When the latest turn began and when it completed.
+    began: Option<i64>,
+    completed: Option<i64>,
+    /// The seq of the line that last changed what every call carries (the session's id, its
+    /// model).
+    all_changed: u64,
+    problems: Vec<String>,
+    /// The seq of the last line read.
+    mark: u64,
+}
+
+impl Parse for Parser {
+    fn line(&mut self, name: &str, n: usize, seq: u64, rec: Result<Value, String>) {
+        self.mark = seq;
+        match rec {
+            Ok(r) => self.record(name, n, seq, &r),
+            Err(problem) => self.problems.push(problem),
+        }
+    }
+}
+
+impl Parser {
+    /// The session's model as its calls carry it (`provider/model`).
+    fn full_model(&self) -> Option<String> {
+        self.model.as_ref().map(|m| match &self.provider {
+            Some(p) => format!("{p}/{m}"),
+            None => m.clone(),
+        })
+    }
+
+    fn thread(&self) -> Option<&str> {
+        self.meta.as_ref()?.get("id").and_then(Value::as_str)
+    }
+
+    fn record(&mut self, name: &str, n: usize, seq: u64, r: &Value) {
+        self.any = true;
         let t = ms(r.get("timestamp"));
         if t.is_some() {
-            first = first.or(t);
-            last_t = t;
+            self.first = self.first.or(t);
+            self.last_t = t;
         }
         let p = r.get("payload").and_then(Value::as_object);
         let (Some(ty), Some(p)) = (r.get("type").and_then(Value::as_str), p) else {
-            out.problems.push(format!(
+            self.problems.push(format!(
                 "{name}:{n}: a record with no \"type\" or \"payload\""
             ));
-            continue;
+            return;
         };
+        let (model, thread) = (self.full_model(), self.thread().map(String::from));
         let ptype = p.get("type").and_then(Value::as_str).unwrap_or("");
         match (ty, ptype) {
             ("session_meta", _) => {
-                if meta.is_none() {
-                    meta = Some(p.clone());
+                if self.meta.is_none() {
+                    self.meta = Some(p.clone());
                 }
-                cwd = cwd.or(p.get("cwd").and_then(Value::as_str).map(String::from));
-                provider = p
+                self.cwd = self
+                    .cwd
+                    .take()
+                    .or(p.get("cwd").and_then(Value::as_str).map(String::from));
+                self.provider = p
                     .get("model_provider")
                     .and_then(Value::as_str)
                     .map(String::from);
             }
             ("turn_context", _) => {
                 if let Some(m) = p.get("model").and_then(Value::as_str) {
-                    model = Some(m.to_string());
+                    self.model = Some(m.to_string());
                 }
                 if let Some(c) = p.get("cwd").and_then(Value::as_str) {
-                    cwd = Some(c.to_string());
+                    self.cwd = Some(c.to_string());
                 }
             }
             ("response_item", "function_call" | "custom_tool_call") => {
@@ -96,9 +196,9 @@ pub fn read(name: &str, text: &str) -> Read {
                     p.get("call_id").and_then(Value::as_str),
                     p.get("name").and_then(Value::as_str),
                 ) else {
-                    out.problems
+                    self.problems
                         .push(format!("{name}:{n}: a {ptype} with no call_id or name"));
-                    continue;
+                    return;
                 };
                 let input = match p.get("arguments") {
                     // function calls carry their arguments as a JSON string
@@ -106,18 +206,23 @@ pub fn read(name: &str, text: &str) -> Read {
                     Some(v) => v.clone(),
                     None => p.get("input").cloned().unwrap_or(Value::Null),
                 };
-                let (tool, args) = tool_of(tool, &input, cwd.as_deref());
-                by_id.insert(id.to_string(), calls.len());
-                calls.push(Call {
+                let (tool, args) = tool_of(tool, &input, self.cwd.as_deref());
+                let i = self.calls.len();
+                self.by_id.entry(id.to_string()).or_default().push(i);
+                self.calls.push(Call {
                     session: String::new(),
                     id: id.to_string(),
                     t: t.unwrap_or(0),
                     tool,
                     args,
                     status: "running".into(),
-                    model: model.clone(),
+                    model: None,
                     ..Call::default()
                 });
+                self.called_at.push(t.unwrap_or(0));
+                self.changed.push(seq);
+                self.open.insert(i);
+                self.finish(id, seq);
             }
             ("response_item", "function_call_output" | "custom_tool_call_output") => {
                 if let Some(id) = p.get("call_id").and_then(Value::as_str) {
@@ -126,146 +231,170 @@ pub fn read(name: &str, text: &str) -> Read {
                     let text = text_of(o)
                         .or_else(|| o.get("content").and_then(text_of))
                         .unwrap_or_default();
-                    outputs.insert(id.to_string(), (text, t));
+                    self.outputs.insert(id.to_string(), Output::of(&text, t));
+                    self.finish(id, seq);
                 }
             }
             ("event_msg", "item_completed") => {
                 if let Some(item) = p.get("item").and_then(Value::as_object) {
                     if let Some(id) = item.get("id").and_then(Value::as_str) {
                         let at = |k: &str| p.get(k).and_then(Value::as_i64);
-                        items.insert(
+                        self.items.insert(
                             id.to_string(),
-                            (item.clone(), at("started_at_ms"), at("completed_at_ms")),
+                            Item::of(item, at("started_at_ms"), at("completed_at_ms")),
                         );
+                        self.finish(id, seq);
                     }
                 }
             }
             ("event_msg", "task_started") => {
-                turn = Turn::Running;
-                began = t.or(began);
+                self.turn = Turn::Running;
+                self.began = t.or(self.began);
             }
             ("event_msg", "task_complete") => {
-                turn = Turn::Complete;
-                completed = t;
+                self.turn = Turn::Complete;
+                self.completed = t;
             }
-            ("event_msg", "turn_aborted") => turn = Turn::Aborted,
+            ("event_msg", "turn_aborted") => self.turn = Turn::Aborted,
             _ => {}
         }
-    }
-    let Some(meta) = meta.as_ref() else {
-        if any {
-            out.problems.push(format!("{name}: no session_meta record"));
+        if (self.full_model(), self.thread()) != (model, thread.as_deref()) {
+            self.all_changed = seq;
         }
-        return out;
-    };
-    let Some(id) = meta.get("id").and_then(Value::as_str) else {
-        out.problems
-            .push(format!("{name}: session_meta has no \"id\""));
-        return out;
-    };
-    let spawn = meta
-        .get("source")
-        .and_then(|s| s.get("subagent"))
-        .and_then(|s| s.get("thread_spawn"));
-    let parent = spawn
-        .and_then(|s| s.get("parent_thread_id"))
-        .or_else(|| meta.get("parent_thread_id"))
-        .and_then(Value::as_str)
-        .map(String::from);
-    let nickname = meta
-        .get("agent_nickname")
-        .or_else(|| spawn.and_then(|s| s.get("agent_nickname")))
-        .and_then(Value::as_str)
-        .map(String::from);
-    let in_flight = turn == Turn::Running;
-    let mut running = Vec::new();
-    for c in &mut calls {
-        c.session = id.to_string();
-        let item: Option<Item> = items.get(&c.id).map(|(m, s, e)| (m, *s, *e));
-        match outputs.get(&c.id) {
-            Some((text, end)) => finish(c, text, *end, item),
-            None if in_flight => running.push(Running {
-                tool: c.tool.clone(),
-                t: c.t,
-                timeout: (Tool::of(&c.tool) == Tool::Bash).then(|| {
-                    c.args
-                        .get(Arg::Timeout.key())
-                        .and_then(Value::as_i64)
-                        .unwrap_or(BASH_TIMEOUT_MS)
-                }),
-                ..Running::default()
+    }
+
+    /// Finishes the calls of id `id` from their output and item as they stand (a call without
+    /// an output stays open).
+    fn finish(&mut self, id: &str, seq: u64) {
+        let Some(output) = self.outputs.get(id) else {
+            return;
+        };
+        for &i in self.by_id.get(id).into_iter().flatten() {
+            let c = &mut self.calls[i];
+            // from the call as its record gave it: an item that came later may move its start
+            c.t = self.called_at[i];
+            (c.end, c.out, c.exit, c.landed) = (None, None, None, false);
+            finish(c, output, self.items.get(id));
+            self.open.remove(&i);
+            self.changed[i] = seq;
+        }
+    }
+
+    /// The session read so far (`name`: how `source` strings name it), with the calls that
+    /// changed after `since` and those with no output yet.
+    pub fn read(&self, name: &str, since: u64) -> Read {
+        let mut out = Read {
+            problems: self.problems.clone(),
+            ..Read::default()
+        };
+        let Some(meta) = self.meta.as_ref() else {
+            if self.any {
+                out.problems.push(format!("{name}: no session_meta record"));
+            }
+            return out;
+        };
+        let Some(id) = meta.get("id").and_then(Value::as_str) else {
+            out.problems
+                .push(format!("{name}: session_meta has no \"id\""));
+            return out;
+        };
+        let spawn = meta
+            .get("source")
+            .and_then(|s| s.get("subagent"))
+            .and_then(|s| s.get("thread_spawn"));
+        let parent = spawn
+            .and_then(|s| s.get("parent_thread_id"))
+            .or_else(|| meta.get("parent_thread_id"))
+            .and_then(Value::as_str)
+            .map(String::from);
+        let nickname = meta
+            .get("agent_nickname")
+            .or_else(|| spawn.and_then(|s| s.get("agent_nickname")))
+            .and_then(Value::as_str)
+            .map(String::from);
+        let in_flight = self.turn == Turn::Running;
+        let model = self.full_model();
+        let every = self.all_changed > since;
+        let mut running = Vec::new();
+        let mut calls = Vec::new();
+        for (i, c) in self.calls.iter().enumerate() {
+            let open = self.open.contains(&i);
+            if !every && !open && self.changed[i] <= since {
+                continue;
+            }
+            let mut c = c.clone();
+            c.session = id.to_string();
+            c.model = model.clone();
+            if open {
+                if in_flight {
+                    running.push(super::transcript::running(&c));
+                } else {
+                    // the turn ended with this call unanswered: it never will be
+                    c.status = "error".into();
+                }
+            }
+            calls.push(c);
+        }
+        let session = Session {
+            id: id.to_string(),
+            parent,
+            agent: nickname,
+            directory: self.cwd.clone(),
+            created: self.first,
+            updated: self.last_t,
+            source: Some(format!("export:{name}")),
+            model,
+            program: Some(Program::Codex),
+            ..Session::default()
+        };
+        let activity = Activity {
+            session: id.to_string(),
+            last_progress: self.last_t,
+            in_flight,
+            running,
+            error: (self.turn == Turn::Aborted).then(|| crate::liveness::USER_ABORT.to_string()),
+            turn: self.began.map(|start| {
+                let mut t = crate::record::Turn {
+                    start,
+                    // `task_complete`: the turn ended as Codex ends one
+                    end: self
+                        .completed
+                        .filter(|c| self.turn == Turn::Complete && *c >= start),
+                    ..crate::record::Turn::default()
+                };
+                // an open call never landed: all of them, as they were read, count
+                super::convert::land_turn(&mut t, &self.calls);
+                t
             }),
-            // the turn ended with this call unanswered: it never will be
-            None => c.status = "error".into(),
-        }
+        };
+        out.sessions.push(Transcript {
+            session,
+            calls,
+            activity,
+            mark: self.mark,
+        });
+        out
     }
-    let session = Session {
-        id: id.to_string(),
-        parent,
-        agent: nickname,
-        directory: cwd,
-        created: first,
-        updated: last_t,
-        source: Some(format!("export:{name}")),
-        model: model.map(|m| match &provider {
-            Some(p) => format!("{p}/{m}"),
-            None => m,
-        }),
-        program: Some(Program::Codex),
-        ..Session::default()
-    };
-    let activity = Activity {
-        session: id.to_string(),
-        last_progress: last_t,
-        in_flight,
-        running,
-        error: (turn == Turn::Aborted).then(|| crate::liveness::USER_ABORT.to_string()),
-        turn: None,
-    };
-    for c in &mut calls {
-        c.model = session.model.clone();
-    }
-    let activity = Activity {
-        turn: began.map(|start| {
-            let mut t = crate::record::Turn {
-                start,
-                // `task_complete`: the turn ended as Codex ends one
-                end: completed.filter(|c| turn == Turn::Complete && *c >= start),
-                ..crate::record::Turn::default()
-            };
-            super::convert::land_turn(&mut t, &calls);
-            t
-        }),
-        ..activity
-    };
-    out.sessions.push(Transcript {
-        session,
-        calls,
-        activity,
-    });
-    out
 }
 
-/// Completes a call from its output and, when Codex wrote one, its completed item.
-fn finish(c: &mut Call, text: &str, end: Option<i64>, item: Option<Item>) {
-    c.out = Some(hash_str(&steady(text)));
-    c.end = end;
+/// Completes a call from what its output and, when Codex wrote one, its completed item said.
+fn finish(c: &mut Call, output: &Output, item: Option<&Item>) {
+    c.out = Some(output.out.clone());
+    c.end = output.end;
     let kind = Tool::of(&c.tool);
-    let (item, started, completed) = match item {
-        Some((i, s, e)) => (Some(i), s, e),
-        None => (None, None, None),
-    };
-    if let (Some(s), Some(e)) = (started, completed) {
-        c.t = s;
-        c.end = Some(e);
+    if let Some(Item {
+        started: Some(s),
+        ended: Some(e),
+        ..
+    }) = item
+    {
+        c.t = *s;
+        c.end = Some(*e);
     }
-    let item_type = item.and_then(|i| i.get("type")).and_then(Value::as_str);
+    let item_type = item.and_then(|i| i.kind.as_deref());
     match (kind, item_type) {
         (Tool::Bash, _) => {
-            c.exit = item
-                .and_then(|i| i.get("exit_code"))
-                .and_then(Value::as_i64)
-                .or_else(|| exited_with(text));
+            c.exit = item.and_then(|i| i.exit_code).or(output.exited);
             // a command that ran completed whatever its exit; one refused by a hook or
             // aborted never ran
             c.status = if c.exit.is_some() {
@@ -282,15 +411,14 @@ fn finish(c: &mut Call, text: &str, end: Option<i64>, item: Option<Item>) {
         }
         (Tool::Edit | Tool::Write, Some("FileChange")) | (Tool::Edit | Tool::Write, None) => {
             let ok = match item {
-                Some(i) => i.get("status").and_then(Value::as_str) == Some("completed"),
-                None => text.starts_with("Exit code: 0") || text.starts_with("Success."),
+                Some(i) => i.completed,
+                None => output.applied,
             };
             c.status = if ok { "completed" } else { "error" }.into();
-            c.landed = ok && item.map_or(true, changed);
+            c.landed = ok && item.map_or(true, |i| i.changed);
         }
         _ => {
-            let aborted = text.starts_with("aborted");
-            c.status = if aborted { "error" } else { "completed" }.into();
+            c.status = if output.aborted { "error" } else { "completed" }.into();
         }
     }
 }
@@ -779,5 +907,70 @@ mod tests {
             (t.as_str(), Value::Object(a)),
             ("view_image", json!({"path": "/p/a.png"}))
         );
+    }
+    /// Issue 39: a rollout followed as Codex writes it, in pieces cut at arbitrary bytes (in a
+    /// line, in a character), read after every piece with the calls that changed since the
+    /// last read: what follow mode has written then (each call's latest line, the activity, the
+    /// session) is what a whole read of the file as it is gives, and each byte is parsed once.
+    #[test]
+    fn a_rollout_read_as_it_grows_is_what_a_whole_read_gives_at_every_cut() {
+        use crate::record::to_line;
+        use crate::sources::transcript::grow::{append, cuts, fixture};
+        let main = fixture("codex/rollout-main.jsonl");
+        let meta = &main[..=main.iter().position(|&b| b == b'\n').unwrap()];
+        let killed = |tail: &str| [meta, &fixture(tail)].concat();
+        let cases = [
+            ("rollout-main", main.clone()),
+            ("subagent-parent", fixture("codex/rollout-subagent-parent.jsonl")),
+            ("subagent-child", fixture("codex/rollout-subagent-child.jsonl")),
+            ("sigkill", killed("codex/tail-sigkill.jsonl")),
+            ("sigint", killed("codex/tail-sigint.jsonl")),
+            // the model switched (`/model` in the TUI): every call carries the new one
+            ("model", [&main[..], br#"{"timestamp":"2026-12-04T18:26:30.000Z","type":"turn_context","payload":{"turn_id":"tu2","cwd":"/p","model":"gpt-5.6"}}"#, b"\n"].concat()),
+        ];
+        for (seed, (case, bytes)) in cases.into_iter().enumerate() {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("r.jsonl");
+            let mut tail = Tail::<Parser>::default();
+            let mut at = 0;
+            let mut mark = 0;
+            let mut written: HashMap<String, String> = HashMap::new();
+            let mut activity = String::new();
+            let mut parsed = 0;
+            for cut in cuts(&bytes, 150, seed as u64 + 3) {
+                append(&path, &bytes[at..cut]);
+                at = cut;
+                tail.update(&path, "r.jsonl").unwrap();
+                parsed += tail.parsed;
+                let r = tail.lines().now("r.jsonl").read("r.jsonl", mark);
+                let mut whole = Tail::<Parser>::default();
+                whole.update(&path, "r.jsonl").unwrap();
+                let w = whole.lines().now("r.jsonl").read("r.jsonl", 0);
+                assert_eq!(r.problems, w.problems, "{case} at {cut}");
+                assert_eq!(r.sessions.len(), w.sessions.len(), "{case} at {cut}");
+                let (Some(t), Some(wt)) = (r.sessions.first(), w.sessions.first()) else {
+                    continue;
+                };
+                mark = t.mark;
+                for c in &t.calls {
+                    written.insert(c.id.clone(), to_line("call", c).unwrap());
+                }
+                activity = to_line("activity", &t.activity).unwrap();
+                assert_eq!(t.session, wt.session, "{case} at {cut}");
+                assert_eq!(
+                    activity,
+                    to_line("activity", &wt.activity).unwrap(),
+                    "{case} at {cut}"
+                );
+                let want: HashMap<String, String> = wt
+                    .calls
+                    .iter()
+                    .map(|c| (c.id.clone(), to_line("call", c).unwrap()))
+                    .collect();
+                assert_eq!(written, want, "{case} at {cut}");
+            }
+            assert_eq!(parsed as usize, bytes.len(), "{case}");
+            assert!(!written.is_empty() && !activity.is_empty(), "{case}");
+        }
     }
 }

@@ -3,16 +3,18 @@
 //!
 //! A thread is a rollout, `sessions/YYYY/MM/DD/rollout-<time>-<thread id>.jsonl` (a subagent's
 //! thread a rollout of its own naming its parent), read by Codex's wing ([`super::codex`]) and
-//! picked by its modification time, so an idle history costs a `stat` per thread. Titles come
-//! from the thread index (`state_5.sqlite`, table `threads`) when it is there. A thread runs
+//! picked by its modification time, so an idle history costs a `stat` per thread; what was read
+//! of a rollout is kept while this source is (follow mode keeps it open), so a read after a
+//! change parses only the lines appended since. Titles come from the thread index
+//! (`state_5.sqlite`, table `threads`) when it is there, read again only when its files changed. A thread runs
 //! while its `thread-writer-locks/<thread>.lock` is held open by a live process: the lock a
 //! killed process left behind is held by nobody, and is not a running thread.
 
 use super::codex;
-use super::transcript::{jsonl_files, mtime_ms, settle, Transcript};
+use super::transcript::{jsonl_files, mtime_ms, settle, Kept, Tail, Transcript};
 use super::{Limits, Listing, Records, Source, SourceId, SourceKind};
 use crate::record::Program;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -22,10 +24,32 @@ pub struct CodexHome {
     dir: PathBuf,
     /// Threads whose lock a live process holds, with its pid.
     live: HashMap<String, u32>,
-    /// Rollouts read, by thread id.
-    read: RefCell<HashMap<String, Transcript>>,
+    /// Rollouts read, by file: kept across [`Records::refresh`], so that a read after a change
+    /// parses only what was appended.
+    read: RefCell<Kept<PathBuf, Tail<codex::Parser>>>,
     /// The rollouts found, listed once per open (oc-calls asks for one thread after another).
     rollouts: std::cell::OnceCell<Vec<(String, PathBuf, Option<i64>)>>,
+    /// The thread index's titles, with the stamp of its files when they were read: read again
+    /// only when those changed.
+    titles: RefCell<Option<(Stamp, Titles)>>,
+}
+
+/// Thread titles by thread id, or why the index could not be read.
+type Titles = Result<HashMap<String, String>, String>;
+
+/// What tells a SQLite database changed without opening it: the length and modification time
+/// of its file and of its write-ahead log (where a database in WAL mode, as Codex's are,
+/// takes its writes first).
+type Stamp = [Option<(u64, std::time::SystemTime)>; 2];
+
+fn stamp(db: &Path) -> Stamp {
+    let of = |p: &Path| {
+        let m = std::fs::metadata(p).ok()?;
+        Some((m.len(), m.modified().ok()?))
+    };
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    [of(db), of(Path::new(&wal))]
 }
 
 impl SourceKind for CodexHome {
@@ -63,25 +87,6 @@ fn thread_of(file: &Path) -> Option<String> {
     .then(|| id.to_string())
 }
 
-/// Whether a rollout's latest turn is under way: its last turn event (`event_msg` of type
-/// `task_started`, `task_complete` or `turn_aborted`) is a start. Codex's TUI keeps the thread's
-/// lock for as long as it is open, between turns too (seen with 0.171.0 after Esc: "Conversation
-/// interrupted", the lock still held, `turn_aborted` last).
-fn turn_open(text: &str) -> bool {
-    let mut open = false;
-    for line in text.lines().filter(|l| l.contains("\"event_msg\"")) {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        match v["payload"]["type"].as_str() {
-            Some("task_started") => open = true,
-            Some("task_complete" | "turn_aborted") => open = false,
-            _ => {}
-        }
-    }
-    open
-}
-
 /// Every rollout under `<dir>/sessions/`: thread id, file, modification time (a `stat` a file).
 pub(crate) fn rollouts_in(dir: &Path) -> std::io::Result<Vec<(String, PathBuf, Option<i64>)>> {
     let dir = dir.join("sessions");
@@ -110,8 +115,29 @@ impl CodexHome {
         CodexHome {
             dir: dir.to_path_buf(),
             live: held_locks(&dir.join("thread-writer-locks")),
-            read: RefCell::new(HashMap::new()),
+            read: RefCell::default(),
             rollouts: std::cell::OnceCell::new(),
+            titles: RefCell::new(None),
+        }
+    }
+
+    /// Thread titles from the thread index, read again only when its files changed; a problem
+    /// reading them is said again at every listing, as long as it lasts.
+    fn titles(&self, problems: &mut Vec<String>) -> HashMap<String, String> {
+        let db = self.dir.join("state_5.sqlite");
+        let now = stamp(&db);
+        let mut kept = self.titles.borrow_mut();
+        if kept.as_ref().map(|(s, _)| s) != Some(&now) {
+            let mut why = Vec::new();
+            let t = titles(&db, &mut why);
+            *kept = Some((now, why.into_iter().next().map_or(Ok(t), Err)));
+        }
+        match &kept.as_ref().expect("just read").1 {
+            Ok(t) => t.clone(),
+            Err(why) => {
+                problems.push(why.clone());
+                HashMap::new()
+            }
         }
     }
 
@@ -124,31 +150,35 @@ impl CodexHome {
         Ok(self.rollouts.get_or_init(|| r))
     }
 
-    /// Reads one rollout (once), settled by whether its lock is held.
+    /// Reads what was appended to one rollout since it was last read (all of it the first
+    /// time), once between refreshes; its thread with the calls that changed after `mark`,
+    /// settled by whether its lock is held.
     fn read_rollout(
         &self,
         file: &Path,
+        mark: u64,
         titles: &HashMap<String, String>,
         problems: &mut Vec<String>,
-    ) -> Option<String> {
+    ) -> Option<Transcript> {
         let name = file.display().to_string();
-        let text = match std::fs::read_to_string(file) {
+        let mut read = self.read.borrow_mut();
+        let tail = match read.read(&file.to_path_buf(), |t| t.update(file, &name)) {
             Ok(t) => t,
             Err(e) => {
                 problems.push(format!("{name}: cannot read: {e}"));
                 return None;
             }
         };
-        let r = codex::read(&name, &text);
+        let r = tail.lines().now(&name).read(&name, mark);
         problems.extend(r.problems);
         let mut t = r.sessions.into_iter().next()?;
         let id = t.session.id.clone();
         t.session.source = Some(self.id().to_string());
         t.session.title = titles.get(&id).cloned();
         // the TUI holds the thread's lock between turns: a turn runs while its last one is open
-        settle(&mut t, self.live.contains_key(&id) && turn_open(&text));
-        self.read.borrow_mut().insert(id.clone(), t);
-        Some(id)
+        let open = t.activity.in_flight;
+        settle(&mut t, self.live.contains_key(&id) && open);
+        Some(t)
     }
 }
 
@@ -173,7 +203,7 @@ impl Records for CodexHome {
                 return l;
             }
         };
-        let titles = titles(&self.dir.join("state_5.sqlite"), &mut l.problems);
+        let titles = self.titles(&mut l.problems);
         l.facts.insert("rollouts".into(), json!(rollouts.len()));
         let mut pids: Vec<u32> = self.live.values().copied().collect();
         pids.sort_unstable();
@@ -196,32 +226,28 @@ impl Records for CodexHome {
         let mut listed = HashSet::new();
         // a subagent's thread brings its parent (and its parent's) into the list
         while let Some(f) = todo.pop() {
-            let Some(id) = self.read_rollout(f, &titles, &mut l.problems) else {
+            // the thread, not its calls: only those still open come
+            let Some(t) = self.read_rollout(f, u64::MAX, &titles, &mut l.problems) else {
                 continue;
             };
-            if !listed.insert(id.clone()) {
+            if !listed.insert(t.session.id.clone()) {
                 continue;
             }
-            let read = self.read.borrow();
-            let s = &read[&id].session;
-            if let Some(p) = s.parent.as_deref() {
+            if let Some(p) = t.session.parent.as_deref() {
                 if !listed.contains(p) {
                     if let Some(pf) = by_id.get(p) {
                         todo.push(pf);
                     }
                 }
             }
-            l.sessions.push(s.clone());
+            l.sessions.push(t.session);
         }
         l.sessions
             .sort_by(|a, b| b.updated.cmp(&a.updated).then(a.id.cmp(&b.id)));
         l
     }
 
-    fn read(&self, id: &str) -> Result<Option<Transcript>, String> {
-        if let Some(t) = self.read.borrow().get(id) {
-            return Ok(Some(t.clone()));
-        }
+    fn read_since(&self, id: &str, mark: u64) -> Result<Option<Transcript>, String> {
         let rollouts = self
             .rollouts()
             .map_err(|e| format!("{}: cannot list: {e}", self.dir.display()))?;
@@ -229,11 +255,21 @@ impl Records for CodexHome {
             return Ok(None);
         };
         let mut problems = Vec::new();
-        self.read_rollout(file, &HashMap::new(), &mut problems);
+        let titles = match self.titles.borrow().as_ref() {
+            Some((_, Ok(t))) => t.clone(),
+            _ => HashMap::new(),
+        };
+        let t = self.read_rollout(file, mark, &titles, &mut problems);
         if let Some(why) = problems.into_iter().next() {
             return Err(why);
         }
-        Ok(self.read.borrow().get(id).cloned())
+        Ok(t.filter(|t| t.session.id == id))
+    }
+
+    fn refresh(&mut self) {
+        self.live = held_locks(&self.dir.join("thread-writer-locks"));
+        self.rollouts = std::cell::OnceCell::new();
+        self.read.get_mut().refresh();
     }
 }
 
@@ -331,12 +367,20 @@ mod tests {
         let call = r#"{"timestamp":"2026-12-05T00:26:48.000Z","ordinal":5,"type":"response_item","payload":{"type":"function_call","name":"exec_command","arguments":"{}","call_id":"c1"}}"#;
         let aborted = r#"{"timestamp":"2026-12-05T00:26:59.321Z","ordinal":39,"type":"event_msg","payload":{"type":"turn_aborted","turn_id":"01a24398-a5f1-7c40-9db0-0a758f2e1d91","reason":"interrupted"}}"#;
         let complete = r#"{"timestamp":"2026-12-05T00:27:30.000Z","ordinal":60,"type":"event_msg","payload":{"type":"task_complete","turn_id":"01a24398-b"}}"#;
-        assert!(turn_open(&[started, call].join("\n")));
-        assert!(!turn_open(&[started, call, aborted].join("\n")));
-        assert!(turn_open(&[started, aborted, started].join("\n")));
-        assert!(!turn_open(&[started, complete].join("\n")));
+        let meta = r#"{"timestamp":"2026-12-05T00:26:46.000Z","type":"session_meta","payload":{"id":"01a24398-a5f1-7c40-9db0-0a758f2e1d91"}}"#;
+        let turn_open = |lines: &[&str]| {
+            let text = std::iter::once(meta)
+                .chain(lines.iter().copied())
+                .collect::<Vec<_>>()
+                .join("\n");
+            codex::read("r.jsonl", &text).sessions[0].activity.in_flight
+        };
+        assert!(turn_open(&[started, call]));
+        assert!(!turn_open(&[started, call, aborted]));
+        assert!(turn_open(&[started, aborted, started]));
+        assert!(!turn_open(&[started, complete]));
         // a thread opened with no turn yet runs none
-        assert!(!turn_open(call));
+        assert!(!turn_open(&[call]));
     }
 
     #[test]

@@ -81,7 +81,19 @@ pub trait Records {
 
     /// One session's calls and activity, as the running process (or its absence) says (`None`:
     /// not here, or gone since listed).
-    fn read(&self, id: &str) -> Result<Option<transcript::Transcript>, String>;
+    fn read(&self, id: &str) -> Result<Option<transcript::Transcript>, String> {
+        self.read_since(id, 0)
+    }
+
+    /// The same with only the calls that changed after `mark`, the [`transcript::Transcript::mark`]
+    /// an earlier read from this source gave (0: all of them): what follow mode writes again.
+    fn read_since(&self, id: &str, mark: u64) -> Result<Option<transcript::Transcript>, String>;
+
+    /// Looks again at what the source says beside its files (which processes run, which files
+    /// there are), for the next listing and reads; what was read of the files is kept, so
+    /// those reads parse only what was appended since. Follow mode keeps a source open and
+    /// refreshes it at each batch.
+    fn refresh(&mut self);
 }
 
 /// What a [`Records`] source lists.

@@ -42,17 +42,11 @@ pub fn read_file(path: &Path, name: &str) -> Result<Option<Read>, String> {
             break;
         }
     }
-    if sniff(&first).is_none() {
-        return Ok(None);
+    match sniff(&first) {
+        Some(Program::ClaudeCode) => super::claude_code::read_with_subagents(path, name).map(Some),
+        Some(Program::Codex) => super::codex::read_file(path, name).map(Some),
+        Some(Program::Opencode) | None => Ok(None),
     }
-    let text = std::fs::read_to_string(path).map_err(cannot)?;
-    Ok(match sniff(first_line(&text)) {
-        Some(Program::ClaudeCode) => {
-            Some(super::claude_code::read_with_subagents(path, name, &text))
-        }
-        Some(Program::Codex) => Some(super::codex::read(name, &text)),
-        Some(Program::Opencode) | None => None,
-    })
 }
 
 /// Reads a transcript given as text (stdin): the session alone, without files beside it.

@@ -11,6 +11,11 @@
 //! progress; in flight, error and running tools of the newest assistant message) and written
 //! when it changed. A `sweep` record is passed on and stdout flushed: the batch is complete.
 //!
+//! Another agent's session (Claude Code's, Codex's) is read from its directory, kept open across
+//! batches ([`sources::Records::refresh`]): a read parses only the lines appended to its files
+//! since the last one, and gives the calls that changed since the mark of the session's last
+//! read (and those still open), each written when its line differs as above.
+//!
 //! Memory stays flat: a session not listed for [`FORGET_AFTER_FULL`] full sweeps (an hour at
 //! the default `full_every_secs`) is forgotten; if it comes back, it is read whole again and
 //! its calls written again (downstream replaces them by id).
@@ -52,6 +57,9 @@ struct Known {
     updated: Option<i64>,
     /// Hash of the line last written per call id.
     calls: HashMap<String, u64>,
+    /// For another agent's session: the mark of its last read (its calls that changed after
+    /// it are read next time; 0: all of them).
+    mark: u64,
     activity: Option<Merged>,
     /// The count of full sweeps when it was last listed.
     listed_at: u64,
@@ -74,7 +82,8 @@ struct Merged {
 struct CallsFollow<'a> {
     out: &'a mut Out,
     opened: HashMap<SourceId, Box<dyn Source>>,
-    /// Other agents' directories, opened for one batch (their files change between batches).
+    /// Other agents' directories, kept open (what they read of their files with them) and
+    /// refreshed at each batch.
     records: HashMap<SourceId, Box<dyn sources::Records>>,
     limits: sources::Limits,
     known: HashMap<String, Known>,
@@ -150,7 +159,9 @@ impl CallsFollow<'_> {
         // has): a fresh one for each batch, or every read after the first seconds times out
         self.opened
             .retain(|id, _| !matches!(id, SourceId::Server(_)));
-        self.records.clear();
+        for r in self.records.values_mut() {
+            r.refresh();
+        }
         if sw.full {
             self.full_sweeps += 1;
             let now = self.full_sweeps;
@@ -250,18 +261,20 @@ impl CallsFollow<'_> {
 }
 
 impl CallsFollow<'_> {
-    /// Another agent's session: read whole from its wing (its file as it is now), and the
-    /// calls and activity written that changed since they were last written.
+    /// Another agent's session: what was appended to its files read by its wing, and the calls
+    /// that changed since the last read (and the activity) written when their lines did.
     fn transcript(&mut self, s: &Session, src: &SourceId) -> Result<()> {
-        let t = match self.records[src].read(&s.id) {
+        let full_sweeps = self.full_sweeps;
+        let mark = self.known.get(&s.id).map_or(0, |k| k.mark);
+        let t = match self.records[src].read_since(&s.id, mark) {
             Ok(Some(t)) => t,
             // gone since listed: nothing to judge, nothing wrong
             Ok(None) => return Ok(()),
             Err(why) => return blind(self.out, &src.to_string(), &why),
         };
-        let full_sweeps = self.full_sweeps;
         let k = self.known.entry(s.id.clone()).or_default();
         k.listed_at = full_sweeps;
+        k.mark = t.mark;
         for c in &t.calls {
             let line = to_line("call", c)?;
             let h = hash_of(&line);

@@ -104,6 +104,9 @@ struct SessionsFollow<'a> {
     /// with the newest modification among its session files then: a poll reads one again only
     /// when that moved.
     agents: Vec<(sources::SourceId, Option<i64>)>,
+    /// The other agents' directories, kept open between reads (what they read of their files
+    /// with them, so that a read after a change parses only what was appended).
+    opened_agents: HashMap<sources::SourceId, Box<dyn sources::Records>>,
     /// Sessions whose latest change was a call that may wait for a person
     /// ([`sources::Changes::asking`]), each with when to list it once more if nothing changes it
     /// before then ([`QUIET_RECHECK`]).
@@ -144,6 +147,7 @@ pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
         streams: Vec::new(),
         full_soon: false,
         agents: Vec::new(),
+        opened_agents: HashMap::new(),
         recheck: HashMap::new(),
         step: None,
     };
@@ -306,7 +310,7 @@ impl SessionsFollow<'_> {
             .filter(|a| !others.iter().any(|(o, _)| o == a))
             .collect();
         let newest: Vec<Option<i64>> = agents.iter().map(|a| a.newest_change()).collect();
-        let agents_read = read_agents(&agents, (since, &also), &mut seen);
+        let agents_read = read_agents(&agents, &mut self.opened_agents, (since, &also), &mut seen);
         self.agents = agents.into_iter().zip(newest).collect();
         if let Some(db) = db {
             let writers: Vec<u32> = procs.iter().map(|p| p.pid).collect();
@@ -471,7 +475,7 @@ impl SessionsFollow<'_> {
             }
             let since = last.map_or(i64::MIN, |l| l - SLACK_MS);
             *last = newest;
-            let Some(records) = id.records() else {
+            let Some(records) = super::open_agent(&mut self.opened_agents, id) else {
                 continue;
             };
             let listing = records.list(since, &[]);
