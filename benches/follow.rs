@@ -32,13 +32,28 @@
 //!    FOLLOW_IDLE_SESSIONS (2,000) old sessions of FOLLOW_IDLE_CALLS (50) calls each (real rows of a
 //!    real `healthy` session, cloned with new ids, added just before) besides everything above.
 //!
-//! FOLLOW_PHASES picks phases (default `1234`); `3` alone runs one looping `opencode run` to
-//! clone and then the memory phase, so that an hour of it can be measured as an hour.
+//! 5. time to alert for the other agents (issue 39): FOLLOW_AGENT_LOOPS (10) looping `claude -p`
+//!    sessions and as many looping `codex exec` sessions (the real Claude Code and Codex CLI that
+//!    tests/setup installs, driven by the scripted model of tests/support/agents.rs, each one
+//!    running the failing test again and again), FOLLOW_AGENT_WAVE (2) of one agent at once, each
+//!    in a project of its own, with the temp HOME as its HOME (its transcript where the watchdog
+//!    reads it) and a TMPDIR inside it. t0 = the time of the batch verdict's `first_flag` call (its
+//!    `t`: the agent's own transcript timestamp of that call), t1 = the first `Notify` naming the
+//!    session on the bus; also the calls its transcript holds after the flag call, up to t1. A run
+//!    is stopped (its process group killed) once its trigger is seen, else after 180 s. The
+//!    agents' homes (~/.claude, ~/.codex) are made only when an agent's first loop starts, after
+//!    the pipeline: as for a user who installs the agent after the watchdog, so an agent's first
+//!    wave also shows how long a new agent home takes to be found.
+//!
+//! FOLLOW_PHASES picks phases (default `1234`; 5 takes minutes of two agents starting, so it runs
+//! only when asked); `3` alone runs one looping `opencode run` to clone and then the memory
+//! phase, so that an hour of it can be measured as an hour.
 //!
 //! ```text
 //! cargo bench --bench follow
 //! FOLLOW_LOOPS=5 FOLLOW_IDLE_SECS=60 FOLLOW_MEM_SESSIONS=40 cargo bench --bench follow
 //! FOLLOW_PHASES=3 FOLLOW_MEM_SECS=3600 cargo bench --bench follow     # an hour of memory
+//! FOLLOW_PHASES=5 FOLLOW_AGENT_LOOPS=8 cargo bench --bench follow     # Claude Code and Codex
 //! ```
 
 #[path = "../tests/support/mod.rs"]
@@ -53,6 +68,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use support::agents::AgentModel;
 use support::desktop::Desktop;
 use support::{ocsim, Home};
 
@@ -81,6 +97,8 @@ struct Settings {
     idle_secs: u64,
     idle_sessions: u64,
     idle_calls: u64,
+    agent_loops: u64,
+    agent_wave: u64,
     follow: bool,
     /// The phases to run, by number.
     phases: String,
@@ -105,6 +123,8 @@ impl Settings {
             idle_secs: env_num("FOLLOW_IDLE_SECS", 600),
             idle_sessions: env_num("FOLLOW_IDLE_SESSIONS", 2_000),
             idle_calls: env_num("FOLLOW_IDLE_CALLS", 50),
+            agent_loops: env_num("FOLLOW_AGENT_LOOPS", 10),
+            agent_wave: env_num("FOLLOW_AGENT_WAVE", 2).max(1),
             follow,
             phases: std::env::var("FOLLOW_PHASES").unwrap_or_else(|_| "1234".into()),
         }
@@ -122,6 +142,8 @@ impl Settings {
             ("FOLLOW_IDLE_SECS", self.idle_secs),
             ("FOLLOW_IDLE_SESSIONS", self.idle_sessions),
             ("FOLLOW_IDLE_CALLS", self.idle_calls),
+            ("FOLLOW_AGENT_LOOPS", self.agent_loops),
+            ("FOLLOW_AGENT_WAVE", self.agent_wave),
         ] {
             println!("  {k}={v}");
         }
@@ -704,6 +726,23 @@ impl Machine {
             .collect()
     }
 
+    /// The start times (ms) of the calls of every session active in the last `since`, as
+    /// `oc-calls` reads them (for Claude Code and Codex: their transcripts' timestamps).
+    fn call_times(&self, since: &str) -> HashMap<String, Vec<i64>> {
+        let out = self.sh(&format!("oc-sessions --since {since} | oc-calls"));
+        let mut calls: HashMap<String, Vec<i64>> = HashMap::new();
+        for v in out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["kind"] == "call")
+        {
+            if let (Some(s), Some(t)) = (v["session"].as_str(), v["t"].as_i64()) {
+                calls.entry(s.to_string()).or_default().push(t);
+            }
+        }
+        calls
+    }
+
     fn opencode_run(&self, proj: &Path, script: &str, name: &str) -> Child {
         ocsim::opencode(self.home.path(), proj)
             .args(["run", &format!("SCRIPT:{script} go")])
@@ -893,6 +932,239 @@ impl<'c> Cloner<'c> {
             .execute(params![sid, t])
             .unwrap();
     }
+}
+
+// ---- the other agents: Claude Code and Codex CLI --------------------------------------------------
+
+/// The failing test a looping agent runs again and again (the project of
+/// `support::agents::make_project`).
+const AGENT_TEST: &str = "python3 tests/test_calc.py";
+
+/// An agent of phase 5: its command line, its loop script, where its transcript names a session.
+#[derive(Clone, Copy)]
+enum Agent {
+    ClaudeCode,
+    Codex,
+}
+
+impl Agent {
+    fn label(self) -> &'static str {
+        match self {
+            Agent::ClaudeCode => "claude -p",
+            Agent::Codex => "codex exec",
+        }
+    }
+
+    fn script(self) -> &'static str {
+        match self {
+            Agent::ClaudeCode => "cloop",
+            Agent::Codex => "xloop",
+        }
+    }
+
+    /// Its loop: the test, 300 times (a loop is stopped at its alert long before).
+    fn write_script(self, model: &AgentModel) {
+        let call = match self {
+            Agent::ClaudeCode => {
+                json!({"tool": "Bash", "args": {"command": AGENT_TEST, "description": "run"}})
+            }
+            Agent::Codex => json!({"tool": "exec_command", "args": {"cmd": AGENT_TEST}}),
+        };
+        model.script(self.script(), &Value::Array(vec![call; 300]));
+    }
+
+    fn command(self, model: &AgentModel, home: &Path, proj: &Path) -> Command {
+        match self {
+            Agent::ClaudeCode => model.claude_cmd(home, proj, self.script()),
+            Agent::Codex => model.codex_cmd(home, proj, self.script()),
+        }
+    }
+
+    /// The session the agent runs in `proj`, by its transcript (whose records carry the
+    /// project as `cwd`): Claude Code's file stem, the thread id Codex's rollout name ends with;
+    /// the ids `oc-sessions` gives them.
+    fn session_in(self, home: &Path, proj: &Path) -> Option<String> {
+        let cwd = format!("\"cwd\":\"{}\"", proj.display());
+        let mine = |p: &Path| {
+            p.extension().is_some_and(|x| x == "jsonl")
+                && std::fs::read_to_string(p).is_ok_and(|t| t.contains(&cwd))
+        };
+        let stem = |p: &Path| p.file_stem()?.to_str().map(String::from);
+        match self {
+            Agent::ClaudeCode => std::fs::read_dir(home.join(".claude/projects"))
+                .ok()?
+                .flatten()
+                .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
+                .map(|f| f.path())
+                .find(|p| mine(p))
+                .and_then(|p| stem(&p)),
+            Agent::Codex => {
+                // sessions/YYYY/MM/DD/rollout-<time>-<thread id>.jsonl
+                let mut dirs = vec![home.join(".codex/sessions")];
+                while let Some(d) = dirs.pop() {
+                    for p in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                        let p = p.path();
+                        if p.is_dir() {
+                            dirs.push(p);
+                        } else if mine(&p) {
+                            let s = stem(&p)?;
+                            return s.get(s.len().checked_sub(36)?..).map(String::from);
+                        }
+                    }
+                }
+                None
+            }
+        }
+    }
+}
+
+/// A looping agent run of phase 5, watched for its alert.
+struct AgentRun {
+    name: String,
+    proj: PathBuf,
+    session: Option<String>,
+    notified: Option<i64>,
+    /// The agent, leading a process group of its own (Codex runs a native child).
+    child: Option<Child>,
+    ended: Option<std::process::ExitStatus>,
+}
+
+impl AgentRun {
+    fn start(m: &Machine, model: &AgentModel, agent: Agent, name: &str, tmp: &Path) -> AgentRun {
+        let proj = support::agents::make_project(&m.home.join(&format!("work/{name}")));
+        let child = agent
+            .command(model, m.home.path(), &proj)
+            .env("TMPDIR", tmp)
+            .stdout(std::fs::File::create(m.home.join(&format!("{name}.out"))).unwrap())
+            .stderr(std::fs::File::create(m.home.join(&format!("{name}.err"))).unwrap())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} (tests/setup installs it): {e}", agent.label()));
+        AgentRun {
+            name: name.to_string(),
+            proj,
+            session: None,
+            notified: None,
+            child: Some(child),
+            ended: None,
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", c.id())])
+                .stderr(Stdio::null())
+                .status();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Waits until each run was notified (then kills it), ended without one, or `limit` passed.
+fn watch_agents(m: &Machine, agent: Agent, rs: &mut [AgentRun], limit: Duration) {
+    let t0 = Instant::now();
+    loop {
+        let mut open = 0;
+        for r in rs.iter_mut() {
+            if r.session.is_none() {
+                r.session = agent.session_in(m.home.path(), &r.proj);
+            }
+            if r.notified.is_none() {
+                if let Some(s) = &r.session {
+                    r.notified = m.notified(s);
+                }
+            }
+            if r.notified.is_some() {
+                r.stop();
+            }
+            if r.ended.is_none() {
+                r.ended = r.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+            }
+            if r.notified.is_none() && r.ended.is_none() {
+                open += 1;
+            }
+        }
+        if open == 0 || t0.elapsed() > limit {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// An agent loop's figures: t1 - t0, t0 the transcript's time of the flag call, and the calls
+/// it started after the flag call up to t1.
+struct AgentLatency {
+    name: String,
+    session: String,
+    flag_index: u64,
+    secs: f64,
+    calls_after: usize,
+    calls: usize,
+}
+
+fn agent_latencies(
+    rs: &[AgentRun],
+    flags: &HashMap<String, Value>,
+    calls: &HashMap<String, Vec<i64>>,
+) -> Vec<AgentLatency> {
+    let mut out = Vec::new();
+    for r in rs {
+        let ended = r
+            .ended
+            .map(|st| format!("; it ended by itself: {st}"))
+            .unwrap_or_default();
+        let Some(s) = &r.session else {
+            println!("    {}: no transcript appeared{ended}", r.name);
+            continue;
+        };
+        let times = calls.get(s).map(Vec::as_slice).unwrap_or_default();
+        let Some(f) = flags.get(s) else {
+            println!(
+                "    {} ({s}): never flagged by the batch detector ({} calls){ended}",
+                r.name,
+                times.len()
+            );
+            continue;
+        };
+        let Some(t1) = r.notified else {
+            println!(
+                "    {} ({s}): flagged, but no Notify named it{ended}",
+                r.name
+            );
+            continue;
+        };
+        let t0 = f["t"].as_i64().unwrap_or_default();
+        out.push(AgentLatency {
+            name: r.name.clone(),
+            session: s.clone(),
+            flag_index: f["index"].as_u64().unwrap_or(0),
+            secs: (t1 - t0) as f64 / 1000.0,
+            calls_after: times.iter().filter(|&&t| t > t0 && t <= t1).count(),
+            calls: times.len(),
+        });
+    }
+    out
+}
+
+fn print_agent_latencies(title: &str, ls: &[AgentLatency]) {
+    println!("  {title}");
+    for l in ls {
+        println!(
+            "    {:<10} {} flag at call {:>2} of {:>2}: t1-t0 {:>6.2} s, {} calls after the flag call",
+            l.name, l.session, l.flag_index, l.calls, l.secs, l.calls_after
+        );
+    }
+    spread(
+        "time to alert, t1 - first_flag.t",
+        ls.iter().map(|l| l.secs).collect(),
+        " s",
+    );
+    spread(
+        "calls after the flag call",
+        ls.iter().map(|l| l.calls_after as f64).collect(),
+        "",
+    );
 }
 
 // ---- figures -----------------------------------------------------------------------------------
@@ -1454,6 +1726,45 @@ fn main() {
         sampler.mark("after the idle period");
     }
 
+    // 5. time to alert for Claude Code and Codex
+    let mut agent_figures: Vec<(Agent, Vec<AgentLatency>)> = Vec::new();
+    if s.runs('5') {
+        println!(
+            "\n5. time to alert, other agents: {n} `claude -p` and {n} `codex exec` loops (the test run again and again), {} of one agent at once; t0 = the transcript's time of the verdict's first_flag call, t1 = Notify on the bus",
+            s.agent_wave,
+            n = s.agent_loops
+        );
+        let model = AgentModel::start();
+        let tmp = m.home.join("tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
+        let mut all: Vec<(Agent, Vec<AgentRun>)> = Vec::new();
+        for agent in [Agent::ClaudeCode, Agent::Codex] {
+            agent.write_script(&model);
+            let prefix = &agent.script()[..1];
+            let mut done = Vec::new();
+            for w0 in (0..s.agent_loops).step_by(s.agent_wave as usize) {
+                let mut wave: Vec<AgentRun> = (w0..(w0 + s.agent_wave).min(s.agent_loops))
+                    .map(|i| {
+                        AgentRun::start(&m, &model, agent, &format!("{prefix}loop{i:02}"), &tmp)
+                    })
+                    .collect();
+                watch_agents(&m, agent, &mut wave, Duration::from_secs(180));
+                wave.iter_mut().for_each(AgentRun::stop);
+                done.extend(wave);
+            }
+            sampler.mark(&format!("after the {} loops", agent.label()));
+            all.push((agent, done));
+        }
+        let flags = m.first_flags("2h");
+        let calls = m.call_times("2h");
+        for (agent, rs) in &all {
+            let ls = agent_latencies(rs, &flags, &calls);
+            print_agent_latencies(&format!("{} `{}` loops:", rs.len(), agent.label()), &ls);
+            agent_figures.push((*agent, ls));
+        }
+        println!("  load {}", loadavg());
+    }
+
     println!("\nmemory of the pipeline's processes over the run");
     sampler.print();
     let notes = m.notifies().len();
@@ -1476,8 +1787,7 @@ fn main() {
         println!("  stderr: {l}");
     }
     println!("\nsummary ({}):", m.pipeline_command(s.follow));
-    let med = |ls: &[Latency]| {
-        let mut v: Vec<f64> = ls.iter().map(|l| l.by_created).collect();
+    let med = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         if v.is_empty() {
             "n/a".to_string()
@@ -1493,14 +1803,24 @@ fn main() {
     };
     println!(
         "  time to alert, opencode run: {} (target p50 <= 2 s, p95 <= 5 s)",
-        med(&runs)
+        med(runs.iter().map(|l| l.by_created).collect())
     );
-    println!("  time to alert, opencode serve: {}", med(&serves));
+    println!(
+        "  time to alert, opencode serve: {}",
+        med(serves.iter().map(|l| l.by_created).collect())
+    );
     println!(
         "  time to alert, {} looping at once: {}",
         s.busy,
-        med(&under_load)
+        med(under_load.iter().map(|l| l.by_created).collect())
     );
+    for (agent, ls) in &agent_figures {
+        println!(
+            "  time to alert, {}: {} (target p95 <= 5 s)",
+            agent.label(),
+            med(ls.iter().map(|l| l.secs).collect())
+        );
+    }
     if let Some(pct) = pct_idle {
         println!("  CPU idle: {pct:.3}% of one core (target <= 0.5%)");
     }
