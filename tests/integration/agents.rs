@@ -7,6 +7,7 @@ use crate::support::Home;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 /// The failing test, run again and again: what a looping agent does.
 const TEST: &str = "python3 tests/test_calc.py";
@@ -554,6 +555,68 @@ fn claude_code_and_codex_sessions_in_home_are_watched_with_no_configuration_and_
 
 /// An agent that is not installed costs nothing and says nothing; one turned off in the config
 /// is not read.
+/// An agent installed after the follow service started: Claude Code's first `claude -p` makes
+/// `~/.claude`, and its session is listed at the next poll, not at the next full read. It was
+/// found only by a full read (60 s by default): a benchmark's first two loops reached the
+/// desktop after 53 s, some 200 calls after their flag.
+#[test]
+fn an_agent_whose_directory_appears_after_the_follow_started_is_read_at_the_next_poll() {
+    use std::io::BufRead;
+    let home = Home::new();
+    agent_home(home.path());
+    let cfg = home.join(".config/oc-watchdog/watchdog.toml");
+    std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+    // a full read ten minutes apart: only a poll can find it within the test
+    std::fs::write(&cfg, "[follow]\npoll_ms = 200\nfull_every_secs = 600\n").unwrap();
+    assert!(!home.join(".claude").exists());
+    let err = std::fs::File::create(home.join("stderr.txt")).unwrap();
+    let mut sessions = home
+        .cmd("oc-sessions")
+        .args(["--follow", "--no-discover", "--no-db"])
+        .spawn_from(std::process::Stdio::null(), err);
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    let out = sessions.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(serde_json::from_str(&l).unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    // its first full read is done: a sweep
+    loop {
+        let r = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a first sweep");
+        if r["kind"] == "sweep" {
+            break;
+        }
+    }
+    let model = AgentModel::start();
+    model.script(
+        "appears",
+        &json!([{"tool": "Bash", "args": {"command": "true", "description": "run"}}, {"text": "Done."}]),
+    );
+    let proj = make_project(&home.join("proj"));
+    model.claude(home.path(), &proj, "appears");
+    let ran = std::time::Instant::now();
+    let listed = loop {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(r) if r["kind"] == "session" && r["program"] == "claude-code" => break r,
+            Ok(_) => {}
+            Err(_) => break Value::Null,
+        }
+    };
+    let _ = sessions.kill();
+    let _ = sessions.wait();
+    assert_eq!(listed["directory"], proj.display().to_string(), "{listed}");
+    eprintln!(
+        "listed {:.1} s after the run ended",
+        ran.elapsed().as_secs_f64()
+    );
+    assert!(ran.elapsed() < Duration::from_secs(20));
+}
+
 #[test]
 fn a_home_with_neither_agent_gives_nothing_and_an_agent_turned_off_is_not_read() {
     let home = Home::new();
