@@ -46,7 +46,7 @@ pub struct Subagent<'a> {
 
 /// Reads the main transcript at `path` and the subagents in `<session>/subagents/` beside it.
 pub fn read_with_subagents(path: &Path, name: &str) -> Result<Read, String> {
-    let mut f = Files::default();
+    let mut f = SessionFiles::default();
     f.update(path, name)?;
     Ok(f.read(&|_| Some(0)))
 }
@@ -99,7 +99,7 @@ impl Meta {
 /// was appended to each file ([`Tail`]); the subagents' folder and their `.meta.json` are
 /// looked at again on every update.
 #[derive(Default)]
-pub struct Files {
+pub struct SessionFiles {
     name: String,
     main: Tail<Parser>,
     /// By file, in path order, with the name problems give it and its meta.
@@ -108,7 +108,7 @@ pub struct Files {
     problems: Vec<String>,
 }
 
-impl Files {
+impl SessionFiles {
     /// Reads what was appended to the main transcript at `path` (named `name`) and to its
     /// subagents' files since the last update. `Err`: the main transcript cannot be read.
     pub fn update(&mut self, path: &Path, name: &str) -> Result<(), String> {
@@ -1114,7 +1114,7 @@ mod tests {
             let sub_bytes = sub.map(fixture).unwrap_or_default();
             let main_cuts = cuts(&main_bytes, 150, seed as u64 + 7);
             let sub_cuts = cuts(&sub_bytes, 60, seed as u64 + 99);
-            let mut files = Files::default();
+            let mut files = SessionFiles::default();
             let (mut main_at, mut sub_at) = (0, 0);
             let mut marks: HashMap<String, u64> = HashMap::new();
             let mut written: HashMap<(String, String), String> = HashMap::new();
@@ -1153,7 +1153,7 @@ mod tests {
                         to_line("activity", &t.activity).unwrap(),
                     );
                 }
-                let mut whole = Files::default();
+                let mut whole = SessionFiles::default();
                 whole.update(&path, "s.jsonl").unwrap();
                 let w = whole.read(&|_| Some(0));
                 assert_eq!(r.problems, w.problems, "{main} at {m}");

@@ -9,8 +9,8 @@
 //! process is alive with the start time the file gives (`procStart`): the file a killed process
 //! left behind names a dead pid, or one a later process reuses, and is not a running session.
 
-use super::claude_code::Files;
-use super::transcript::{mtime_ms, proc_start, settle, Kept, Read, Transcript};
+use super::claude_code::SessionFiles;
+use super::transcript::{mtime_ms, proc_start, settle, KeptReads, Read, Transcript};
 use super::{Limits, Listing, Records, Source, SourceId, SourceKind};
 use crate::record::Program;
 use serde_json::{json, Value};
@@ -29,7 +29,7 @@ pub struct ClaudeHome {
     /// Main transcripts read, by session id, each with its subagents' files (a subagent is
     /// read with its session): kept across [`Records::refresh`], so that a read after a change
     /// parses only what was appended.
-    read: RefCell<Kept<String, Files>>,
+    read: RefCell<KeptReads<String, SessionFiles>>,
     /// The main transcripts found, listed once per open (oc-calls asks for one session after
     /// another).
     found: std::cell::OnceCell<Vec<Found>>,

@@ -11,7 +11,7 @@
 //! killed process left behind is held by nobody, and is not a running thread.
 
 use super::codex;
-use super::transcript::{jsonl_files, mtime_ms, settle, Kept, Tail, Transcript};
+use super::transcript::{jsonl_files, mtime_ms, settle, KeptReads, Tail, Transcript};
 use super::{Limits, Listing, Records, Source, SourceId, SourceKind};
 use crate::record::Program;
 use serde_json::json;
@@ -26,7 +26,7 @@ pub struct CodexHome {
     live: HashMap<String, u32>,
     /// Rollouts read, by file: kept across [`Records::refresh`], so that a read after a change
     /// parses only what was appended.
-    read: RefCell<Kept<PathBuf, Tail<codex::Parser>>>,
+    read: RefCell<KeptReads<PathBuf, Tail<codex::Parser>>>,
     /// The rollouts found, listed once per open (oc-calls asks for one thread after another).
     rollouts: std::cell::OnceCell<Vec<(String, PathBuf, Option<i64>)>>,
     /// The thread index's titles, with the stamp of its files when they were read: read again

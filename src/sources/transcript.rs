@@ -243,20 +243,20 @@ pub const KEEP_UNREAD: std::time::Duration = std::time::Duration::from_secs(3600
 /// What a source of records kept open has read of its files, by key (a session, a file): each
 /// entry read at most once between refreshes, and forgotten once not read for
 /// [`KEEP_UNREAD`].
-pub struct Kept<K, T> {
+pub struct KeptReads<K, T> {
     /// Each entry, whether it was read since the last refresh, and when it was last asked for.
     map: std::collections::HashMap<K, (T, bool, std::time::Instant)>,
 }
 
-impl<K, T> Default for Kept<K, T> {
+impl<K, T> Default for KeptReads<K, T> {
     fn default() -> Self {
-        Kept {
+        KeptReads {
             map: std::collections::HashMap::new(),
         }
     }
 }
 
-impl<K: std::hash::Hash + Eq + Clone, T: Default> Kept<K, T> {
+impl<K: std::hash::Hash + Eq + Clone, T: Default> KeptReads<K, T> {
     /// The entry of `key`, brought up to date by `update` unless it was since the last
     /// refresh (a new one starts from its default); one whose update fails is forgotten.
     pub fn read<E>(
