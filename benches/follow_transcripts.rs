@@ -16,7 +16,7 @@
 //!     cargo bench --bench follow_transcripts
 //!     FT_CLAUDE_MB=10 FT_CODEX_MB=10 cargo bench --bench follow_transcripts     (quicker)
 
-use oc_watchdog::sources::claude_code::{self, Files};
+use oc_watchdog::sources::claude_code::{self, SessionFiles};
 use oc_watchdog::sources::claude_home::ClaudeHome;
 use oc_watchdog::sources::codex::{self, Parser};
 use oc_watchdog::sources::codex_home::CodexHome;
@@ -171,7 +171,7 @@ fn main() {
     reset_peak();
     let mut src = ClaudeHome::new(&home);
     let mut mark = src.read_since(sid, 0).unwrap().unwrap().mark;
-    let mut files = Files::default();
+    let mut files = SessionFiles::default();
     files.update(&file, "s").unwrap();
     let (mut walls, mut parsed, mut calls) = (Vec::new(), 0, 0);
     for _ in 0..changes {
