@@ -230,7 +230,7 @@ ses_dcf2b97b7ffeI31AERUGiKZ1bf  build  16     FLAG  top,run,s…  flag ok     ba
 $ grep -h -e ses_dcf2b97b7ffeI31AERUGiKZ1bf -e ses_dcf2ea35effevcMFGQUxL5QRtk fixtures/labelled.jsonl | COLUMNS=150 progress-detect --format table
 session                         agent  calls  flag  reasons               dup   top  slow  cover  loop  first  label       top target
 ses_dcf2ea35effevcMFGQUxL5QRtk  build  28     -                           0.00  0    0     0.0                 no_flag ok
-ses_dcf2b97b7ffeI31AERUGiKZ1bf  build  16     FLAG  top,run,same_failure  0.81  14   14    0.1    3     6      flag ok     bash python3 tools/check.py
+ses_dcf2b97b7ffeI31AERUGiKZ1bf  build  16     FLAG  top,run,same_failur…  0.81  14   14    0.1    3     6      flag ok     bash python3 tools/check.py
 $ progress-detect --check fixtures/labelled.jsonl | tail -1
 backtest: 35/35 labels hold",
     },
