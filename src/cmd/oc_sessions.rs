@@ -115,46 +115,126 @@ pub fn run(args: Args, _stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> 
     };
     let also = ids_of(args.also.as_deref());
     let mut seen = Seen::default();
-    let (db_path, db_found) =
-        crate::paths::opencode_db(args.db.as_deref(), cfg.opencode.db.as_deref());
+    let at = SessionSources::of(&args, &cfg);
     let db = if args.no_db {
         None
     } else {
-        open_db(&db_path, db_found, &mut seen)?
+        open_db(&at.db_path, at.db_found, &mut seen)?
     };
-    let discover = if args.no_discover {
-        Discover::Off
-    } else {
-        cfg.opencode.discover
-    };
-    let (procs, plan) = sources::servers_to_read(&args.given_servers(), &cfg, discover, &db_path);
-    let limits = sources::Limits::of(&cfg.opencode);
-    let reads = collect(
+    let store_db = cfg.store_db();
+    let (code, _) = at.read_all(
+        out,
         db.as_ref(),
-        &plan,
-        &procs,
-        discover != Discover::Off,
         (since, &also),
-        limits,
+        &mut HashMap::new(),
         &mut seen,
-    );
-    if discover != Discover::Off && db.is_some() {
-        remember_runs(&cfg.store_db(), &procs, &mut seen, now);
+        |procs, seen| {
+            if at.discover != Discover::Off && db.is_some() {
+                remember_runs(&store_db, procs, seen, now);
+            }
+        },
+    )?;
+    Ok(code)
+}
+
+/// Where sessions are read from, as the command line and the config say: what a tick reads,
+/// and what each of follow mode's full reads reads again.
+struct SessionSources<'a> {
+    args: &'a Args,
+    cfg: &'a Config,
+    db_path: PathBuf,
+    db_found: Found,
+    discover: Discover,
+    limits: sources::Limits,
+}
+
+/// What [`SessionSources::read_all`] found besides the records it wrote.
+struct FullRead {
+    /// What each server read gave.
+    reads: Vec<ServerRead>,
+    /// The opencode processes found.
+    procs: Vec<sources::discover::Process>,
+    /// The other agents read, each with its files' newest change, taken before they were read
+    /// (a change made while they are read is newer than it).
+    agents: Vec<(sources::SourceId, Option<i64>)>,
+}
+
+impl<'a> SessionSources<'a> {
+    fn of(args: &'a Args, cfg: &'a Config) -> SessionSources<'a> {
+        let (db_path, db_found) =
+            crate::paths::opencode_db(args.db.as_deref(), cfg.opencode.db.as_deref());
+        SessionSources {
+            args,
+            cfg,
+            db_path,
+            db_found,
+            discover: if args.no_discover {
+                Discover::Off
+            } else {
+                cfg.opencode.discover
+            },
+            limits: sources::Limits::of(&cfg.opencode),
+        }
     }
-    let others = sources::others_to_read(&args.sources, &cfg, &db_path);
-    let others = read_others(&others, (since, &also), limits, &mut seen);
-    let agents: Vec<_> = sources::agents_to_read(&cfg)
-        .into_iter()
-        .filter(|a| !others.iter().any(|(o, _)| o == a))
-        .collect();
-    let agents = read_agents(&agents, &mut HashMap::new(), (since, &also), &mut seen);
-    if let Some(db) = &db {
-        let writers: Vec<u32> = procs.iter().map(|p| p.pid).collect();
-        write_db_source(out, db, db_found, &writers, &seen)?;
+
+    /// One read of every source, the one a tick makes and each of follow mode's full reads
+    /// makes again: opencode's database (`db`, opened by the caller) and its servers (given,
+    /// configured and found running), then the other sources given or configured, then the
+    /// other agents whose directories are here (each through its reader in `opened`, opened
+    /// there the first time), their sessions picked by `pick` into `seen`. The `opencode run`
+    /// processes found are handed to `runs` before the other sources are read (a tick keeps
+    /// them in a file, follow mode in memory). Writes the `source` records, the blind ones and
+    /// the sessions.
+    fn read_all(
+        &self,
+        out: &mut Out,
+        db: Option<&Db>,
+        pick: (i64, &[String]),
+        opened: &mut HashMap<sources::SourceId, Box<dyn sources::Records>>,
+        seen: &mut Seen,
+        runs: impl FnOnce(&[sources::discover::Process], &mut Seen),
+    ) -> Result<(Exit, FullRead)> {
+        let (procs, plan) = sources::servers_to_read(
+            &self.args.given_servers(),
+            self.cfg,
+            self.discover,
+            &self.db_path,
+        );
+        let reads = collect(
+            db,
+            &plan,
+            &procs,
+            self.discover != Discover::Off,
+            pick,
+            self.limits,
+            seen,
+        );
+        runs(&procs, seen);
+        let others = sources::others_to_read(&self.args.sources, self.cfg, &self.db_path);
+        let others = read_others(&others, pick, self.limits, seen);
+        let agents: Vec<sources::SourceId> = sources::agents_to_read(self.cfg)
+            .into_iter()
+            .filter(|a| !others.iter().any(|(o, _)| o == a))
+            .collect();
+        let newest: Vec<Option<i64>> = agents.iter().map(|a| a.newest_change()).collect();
+        let agents_read = read_agents(&agents, opened, pick, seen);
+        if let Some(db) = db {
+            let writers: Vec<u32> = procs.iter().map(|p| p.pid).collect();
+            write_db_source(out, db, self.db_found, &writers, seen)?;
+        }
+        write_server_sources(out, &reads, seen)?;
+        write_more_sources(out, &others, &agents_read, seen)?;
+        let code = write_rest(out, &reads, seen)?;
+        let agents = agents.into_iter().zip(newest).collect();
+        Ok((
+            code,
+            FullRead {
+                reads,
+                procs,
+                agents,
+            },
+        ))
     }
-    write_server_sources(out, &reads, &seen)?;
-    write_more_sources(out, &others, &agents, &seen)?;
-    write_rest(out, &reads, &seen)
 }
 
 impl Args {

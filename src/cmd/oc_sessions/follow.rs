@@ -29,10 +29,7 @@
 //! their durations on. A step of the wall clock between two polls is said once on stderr and
 //! on the next sweep (`step_ms`), and brings a full read ([`crate::monotonic`]).
 
-use super::{
-    collect, open_db, read_agents, read_others, write_db_source, write_more_sources, write_rest,
-    write_server_sources, Args,
-};
+use super::{collect, open_db, write_rest, Args, FullRead, SessionSources};
 use crate::cli::{now_ms, parse_when, Exit, Out};
 use crate::config::{Config, Discover};
 use crate::monotonic::{Jump, Reading, StepWatch};
@@ -74,12 +71,8 @@ enum Database {
 /// `oc-sessions --follow`'s state: the database and servers it reads, and what its last reads
 /// found.
 struct SessionsFollow<'a> {
-    args: &'a Args,
-    cfg: &'a Config,
-    db_path: PathBuf,
-    db_found: Found,
-    discover: Discover,
-    limits: sources::Limits,
+    /// Where it reads, as a tick would.
+    src: SessionSources<'a>,
     db: Database,
     /// The servers that answered at the last full read: read again when the database changed.
     live: Vec<Planned>,
@@ -117,22 +110,12 @@ struct SessionsFollow<'a> {
 
 pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
     let stop = crate::cli::sigterm_flag()?;
-    let (db_path, db_found) =
-        crate::paths::opencode_db(args.db.as_deref(), cfg.opencode.db.as_deref());
-    if !args.no_db && db_found == Found::Argument && !db_path.exists() {
-        anyhow::bail!("opencode database {}: no such file", db_path.display());
+    let src = SessionSources::of(args, cfg);
+    if !args.no_db && src.db_found == Found::Argument && !src.db_path.exists() {
+        anyhow::bail!("opencode database {}: no such file", src.db_path.display());
     }
     let mut f = SessionsFollow {
-        args,
-        cfg,
-        db_path,
-        db_found,
-        discover: if args.no_discover {
-            Discover::Off
-        } else {
-            cfg.opencode.discover
-        },
-        limits: sources::Limits::of(&cfg.opencode),
+        src,
         db: if args.no_db {
             Database::Off
         } else {
@@ -179,8 +162,8 @@ impl SessionsFollow<'_> {
     fn database_moved(&self) -> bool {
         match &self.db {
             Database::Open(db, _) => !db.is_current(),
-            Database::Missing => self.db_path.exists(),
-            Database::Broken => matches!(Db::open_if_there(&self.db_path), Ok(Some(_))),
+            Database::Missing => self.src.db_path.exists(),
+            Database::Broken => matches!(Db::open_if_there(&self.src.db_path), Ok(Some(_))),
             Database::Off => false,
         }
     }
@@ -212,7 +195,7 @@ impl SessionsFollow<'_> {
 
     /// What the first full read looks back to: `--since`, else the last tick, else an hour.
     fn first_since(&self, now: i64, seen: &mut Seen) -> Result<i64> {
-        if let Some(w) = &self.args.since {
+        if let Some(w) = &self.src.args.since {
             return parse_when(w, now);
         }
         let last = self.with_store(seen, |s| s.last_tick(now)).flatten();
@@ -225,7 +208,7 @@ impl SessionsFollow<'_> {
     /// Asks the watchdog's store, if there is one; a store that cannot be read is a blind
     /// record (open alerts not read again could be taken for gone).
     fn with_store<T>(&self, seen: &mut Seen, q: impl FnOnce(&Store) -> Result<T>) -> Option<T> {
-        let path = self.cfg.store_db();
+        let path = self.src.cfg.store_db();
         if !path.exists() {
             return None;
         }
@@ -252,8 +235,8 @@ impl SessionsFollow<'_> {
                 wall.min(t - ran) - SLACK_MS
             }
         };
-        let mut also: Vec<String> = super::ids_of(self.args.also.as_deref());
-        if self.args.also_open {
+        let mut also: Vec<String> = super::ids_of(self.src.args.also.as_deref());
+        if self.src.args.also_open {
             also.extend(
                 self.with_store(&mut seen, episodes::open_roots)
                     .unwrap_or_default(),
@@ -262,11 +245,11 @@ impl SessionsFollow<'_> {
         if !matches!(self.db, Database::Off) {
             // a fresh connection: the cursor of the old one means nothing to it
             let before = seen.blind.len();
-            self.db = match open_db(&self.db_path, self.db_found, &mut seen) {
+            self.db = match open_db(&self.src.db_path, self.src.db_found, &mut seen) {
                 Ok(Some(db)) => match db.cursor() {
                     Ok(c) => Database::Open(Box::new(db), Some(c)),
                     Err(e) => {
-                        seen.blind(&self.db_path.display().to_string(), &format!("{e:#}"));
+                        seen.blind(&self.src.db_path.display().to_string(), &format!("{e:#}"));
                         Database::Broken
                     }
                 },
@@ -274,51 +257,33 @@ impl SessionsFollow<'_> {
                 Ok(None) => Database::Broken,
                 // `--db` named a file that is gone: say so each full read, follow on
                 Err(e) => {
-                    seen.blind(&self.db_path.display().to_string(), &format!("{e:#}"));
+                    seen.blind(&self.src.db_path.display().to_string(), &format!("{e:#}"));
                     Database::Missing
                 }
             };
         }
-        let (procs, plan) = sources::servers_to_read(
-            &self.args.given_servers(),
-            self.cfg,
-            self.discover,
-            &self.db_path,
-        );
         let db = match &self.db {
             Database::Open(db, _) => Some(&**db),
             _ => None,
         };
-        let reads = collect(
+        let runs = &mut self.runs;
+        let (_, full) = self.src.read_all(
+            out,
             db,
-            &plan,
-            &procs,
-            self.discover != Discover::Off,
             (since, &also),
-            self.limits,
+            &mut self.opened_agents,
             &mut seen,
-        );
-        note_runs(&mut self.runs, &procs);
-        ended_with_their_run(&mut seen.sessions, &self.runs);
-        // the other sources are read at full reads only
-        let others = sources::others_to_read(&self.args.sources, self.cfg, &self.db_path);
-        let others = read_others(&others, (since, &also), self.limits, &mut seen);
-        // the other agents, as a tick reads them; their files' newest change taken first, so
-        // that one made while they are read is read again at the next poll
-        let agents: Vec<sources::SourceId> = sources::agents_to_read(self.cfg)
-            .into_iter()
-            .filter(|a| !others.iter().any(|(o, _)| o == a))
-            .collect();
-        let newest: Vec<Option<i64>> = agents.iter().map(|a| a.newest_change()).collect();
-        let agents_read = read_agents(&agents, &mut self.opened_agents, (since, &also), &mut seen);
-        self.agents = agents.into_iter().zip(newest).collect();
-        if let Some(db) = db {
-            let writers: Vec<u32> = procs.iter().map(|p| p.pid).collect();
-            write_db_source(out, db, self.db_found, &writers, &seen)?;
-        }
-        write_server_sources(out, &reads, &seen)?;
-        write_more_sources(out, &others, &agents_read, &seen)?;
-        write_rest(out, &reads, &seen)?;
+            |procs, seen| {
+                note_runs(runs, procs);
+                ended_with_their_run(&mut seen.sessions, runs);
+            },
+        )?;
+        let FullRead {
+            reads,
+            procs,
+            agents,
+        } = full;
+        self.agents = agents;
         self.procs = procs.iter().map(|p| (p.pid, p.cwd.clone())).collect();
         self.listed.clear();
         self.note_listed(&seen);
@@ -395,17 +360,17 @@ impl SessionsFollow<'_> {
         };
         // a process started since the last full read runs some of these: look again
         let procs = sources::discovered(
-            self.discover,
-            &self.db_path,
-            &self.cfg.opencode.discover_uids,
+            self.src.discover,
+            &self.src.db_path,
+            &self.src.cfg.opencode.discover_uids,
         );
         let reads = collect(
             db,
             &self.live,
             &procs,
-            self.discover != Discover::Off,
+            self.src.discover != Discover::Off,
             (i64::MAX, &changed),
-            self.limits,
+            self.src.limits,
             &mut seen,
         );
         note_runs(&mut self.runs, &procs);
@@ -459,8 +424,9 @@ impl SessionsFollow<'_> {
         // an agent whose directory appeared since the last full read (its first run on this
         // machine, after the service started) is followed from this poll on, not from the next
         // full read a minute later (a `stat` of each agent's directory)
-        let others = sources::others_to_read(&self.args.sources, self.cfg, &self.db_path);
-        for id in sources::agents_to_read(self.cfg) {
+        let others =
+            sources::others_to_read(&self.src.args.sources, self.src.cfg, &self.src.db_path);
+        for id in sources::agents_to_read(self.src.cfg) {
             let known =
                 self.agents.iter().any(|(a, _)| *a == id) || others.iter().any(|(o, _)| *o == id);
             if !known {
