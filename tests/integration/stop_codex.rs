@@ -593,15 +593,17 @@ fn thread_of(rollout: &Path) -> (String, Option<String>) {
     )
 }
 
-/// A Codex subagent's loop, through the real `codex exec`: the lead spawns a subagent
-/// (`spawn_agent`) that runs the failing test again and again, and waits for it (`wait_agent`).
-/// The tick flags the subagent with the lead as its root and alerts on the lead; `wd-store stop`
-/// of the subagent the alert names sends SIGINT to the one `codex exec` that runs both threads,
-/// which ends both turns: the stop is the lead's, neither rollout has a call after it, and the
-/// advice resumes the lead.
-#[test]
-fn a_looping_codex_subagent_alerts_on_its_lead_and_is_stopped_with_it() {
-    let rig = Rig::new("xsub", 300);
+/// A lead thread and the subagent it spawned, in one `codex exec`, with their rollouts.
+struct Tree {
+    lead: String,
+    lead_rollout: PathBuf,
+    sub: String,
+    sub_rollout: PathBuf,
+}
+
+/// `codex exec` of a lead that spawns a subagent running the rig's script `xsub` and waits for
+/// it (`spawn_agent`, `wait_agent`), once the subagent has made 12 calls.
+fn lead_and_subagent(rig: &Rig) -> (Group, Tree) {
     rig.model.script(
         "xlead",
         &json!([
@@ -612,7 +614,7 @@ fn a_looping_codex_subagent_alerts_on_its_lead_and_is_stopped_with_it() {
             {"text": "The subagent is done."}
         ]),
     );
-    let mut agent = Group(
+    let agent = Group(
         rig.model
             .codex_with(rig.home.path(), &rig.proj)
             .args([
@@ -655,6 +657,35 @@ fn a_looping_codex_subagent_alerts_on_its_lead_and_is_stopped_with_it() {
         ]
     );
 
+    (
+        agent,
+        Tree {
+            lead,
+            lead_rollout,
+            sub,
+            sub_rollout,
+        },
+    )
+}
+
+/// A Codex subagent's loop, through the real `codex exec`: the lead spawns a subagent
+/// (`spawn_agent`) that runs the failing test again and again, and waits for it (`wait_agent`).
+/// The tick flags the subagent with the lead as its root and alerts on the lead; `wd-store stop`
+/// of the subagent the alert names sends SIGINT to the one `codex exec` that runs both threads,
+/// which ends both turns: the stop is the lead's, neither rollout has a call after it, and the
+/// advice resumes the lead.
+#[test]
+fn a_looping_codex_subagent_alerts_on_its_lead_and_is_stopped_with_it() {
+    let rig = Rig::new("xsub", 300);
+    let (
+        mut agent,
+        Tree {
+            lead,
+            lead_rollout,
+            sub,
+            sub_rollout,
+        },
+    ) = lead_and_subagent(&rig);
     let nickname = records(&sub_rollout)[0]["payload"]["agent_nickname"]
         .as_str()
         .unwrap()
@@ -836,4 +867,36 @@ fn a_looping_codex_subagent_alerts_on_its_lead_and_is_stopped_with_it() {
     );
     assert_eq!(turn_events(&sub_rollout), ["task_started", "turn_aborted"]);
     assert_eq!(calls_in(&sub_rollout).len(), sub_calls);
+}
+
+/// The lead of a looping subagent stopped by its own id (the root its alert is raised on): the
+/// one SIGINT ends the subagent's turn too, and the stop is claimed once both rollouts show
+/// their turns over, neither with a call after it.
+#[test]
+fn a_codex_lead_stopped_by_its_own_id_ends_its_subagents_turn_too() {
+    let rig = Rig::new("xsub", 300);
+    let (mut agent, tree) = lead_and_subagent(&rig);
+    let r = rig.home.cmd("wd-store").args(["stop", &tree.lead]).run();
+    let o = stopped(&r, &tree.lead, "sigint", &tree.lead_rollout);
+    let at = o["stopped"].as_i64().unwrap();
+    for f in [&tree.lead_rollout, &tree.sub_rollout] {
+        assert_eq!(
+            turn_events(f),
+            ["task_started", "turn_aborted"],
+            "{}",
+            f.display()
+        );
+        assert_eq!(calls_in(f).iter().filter(|&&t| t > at).count(), 0);
+    }
+    // no episode: the stop is of the lead's turn
+    assert!(o["episode"].as_str().unwrap().starts_with("turn:"), "{o}");
+    assert!(
+        r.stderr().starts_with(&format!(
+            "wd-store: stopped Codex thread {} by SIGINT to its codex exec (process {}), ",
+            tree.lead, o["pid"]
+        )),
+        "{}",
+        r.story()
+    );
+    assert_eq!(agent.exit(), Some(1));
 }
