@@ -678,7 +678,10 @@ fn what_to_do(s: &mut String, l: &Loop, id: &str) {
         // then sees and how to resume (block-model reaches opencode only)
         Some(keys) => match l.program.and_then(|p| p.watchdog_stop()) {
             Some(sees) => {
-                let (resume, _) = crate::stop::resume_of(session, Some("sigint"));
+                // what is resumed is the tree's root: a `codex exec` runs a subagent in its
+                // lead's process, SIGINT ends both, and `codex exec resume` of the subagent would
+                // run its loop alone, the lead left interrupted
+                let (resume, _) = crate::stop::resume_of(&l.root, Some("sigint"));
                 let _ = write!(
                     s,
                     "<div class=\"todo\"><p><b>Stop it:</b> {}, or <code>{}</code>; {}. Resume with {}.</p>",

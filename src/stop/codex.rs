@@ -5,6 +5,10 @@
 //!   thread's lock (`thread-writer-locks/<thread>.lock`) open, pinned by a pidfd and checked by
 //!   its start time before the signal, so a pid the kernel gave to another process since is
 //!   never signalled. Codex ends the turn gracefully (`turn_aborted`, exit 1);
+//!   A `codex exec` runs its thread's subagents (`spawn_agent`) in the same process, and SIGINT
+//!   ends every turn it runs: the stop of such a subagent is a stop of its lead (the root
+//!   thread), recorded, judged and resumed as that, and claimed when every thread the process
+//!   runs shows its turn over;
 //! * a thread of the interactive TUI, which runs inside Codex's app-server daemon (the daemon
 //!   holds the lock): `turn/interrupt` of its in-progress turn over the daemon's control socket
 //!   (`app-server-control/app-server-control.sock`: an HTTP/1.1 WebSocket upgrade on the Unix
@@ -58,6 +62,48 @@ pub fn find(id: &str) -> Option<Thread> {
     Some(Thread { home, rollout })
 }
 
+/// The thread a stop of `id` is of, with its rollout's turns: a subagent of a `codex exec` runs
+/// in its lead's process, where SIGINT ends every turn, and only the lead resumes the run it was
+/// part of, so its stop is its root thread's; any other thread's is its own.
+fn main_of(id: &str, thread: &Thread, turns: &Turns) -> Result<(String, Thread, Turns)> {
+    let mut main = (id.to_string(), thread.clone(), turns.clone());
+    // a bound, as a rollout names its parent and a cycle of names would never end
+    for _ in 0..16 {
+        let Some(parent) = main.2.parent.clone().filter(|_| main.2.in_exec) else {
+            break;
+        };
+        let Some(t) = find(&parent) else { break };
+        let turns = Turns::read(&t.rollout)?;
+        main = (parent, t, turns);
+    }
+    Ok(main)
+}
+
+/// The rollouts of the threads whose locks process `pid` holds: what one SIGINT to it ends.
+fn rollouts_held_by(pid: u32, home: &Path) -> Vec<PathBuf> {
+    let Ok(locks) = std::fs::canonicalize(home.join("thread-writer-locks")) else {
+        return Vec::new();
+    };
+    let held: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter(|t| t.parent() == Some(locks.as_path()))
+        .filter_map(|t| {
+            let name = t.file_name()?.to_str()?;
+            // `.coordination.lock` is no thread's
+            (!name.starts_with('.')).then(|| name.strip_suffix(".lock").map(String::from))?
+        })
+        .collect();
+    crate::sources::codex_home::rollouts_in(home)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(id, _, _)| held.contains(id))
+        .map(|(_, f, _)| f)
+        .collect()
+}
+
 /// What a rollout says about the thread's turns and calls.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Turns {
@@ -71,6 +117,10 @@ pub struct Turns {
     pub calls: Vec<i64>,
     /// When its last turn ended, ms.
     pub ended: Option<i64>,
+    /// The thread it is a subagent of (`session_meta`'s `source.subagent.thread_spawn`).
+    pub parent: Option<String>,
+    /// It runs in a `codex exec` (`session_meta`'s originator `codex_exec`, its subagents' too).
+    pub in_exec: bool,
 }
 
 impl Turns {
@@ -78,7 +128,10 @@ impl Turns {
     pub fn of(text: &str) -> Turns {
         let mut t = Turns::default();
         for line in text.lines() {
-            if !(line.contains("\"event_msg\"") || line.contains("\"response_item\"")) {
+            if !(line.contains("\"event_msg\"")
+                || line.contains("\"response_item\"")
+                || line.contains("\"session_meta\""))
+            {
                 continue;
             }
             let Ok(v) = serde_json::from_str::<Value>(line) else {
@@ -103,6 +156,13 @@ impl Turns {
                 }
                 (Some("response_item"), Some("function_call" | "custom_tool_call")) => {
                     t.calls.push(at.unwrap_or(0));
+                }
+                (Some("session_meta"), _) => {
+                    t.parent = p["source"]["subagent"]["thread_spawn"]["parent_thread_id"]
+                        .as_str()
+                        .or(p["parent_thread_id"].as_str())
+                        .map(String::from);
+                    t.in_exec = p["originator"] == "codex_exec";
                 }
                 _ => {}
             }
@@ -325,7 +385,8 @@ pub fn stop(store: &mut Store, req: &super::Request, thread: &Thread) -> Result<
     let asked = crate::cli::now_ms();
     let session = req.session;
     let turns = Turns::read(&thread.rollout)?;
-    let turn = turns.turn.clone().unwrap_or_else(|| "none".into());
+    let (main, main_thread, main_turns) = main_of(session, thread, &turns)?;
+    let turn = main_turns.turn.clone().unwrap_or_else(|| "none".into());
     let episode = match req.episode {
         Some(e) => e.to_string(),
         None => match super::open_episode(store, session)? {
@@ -333,9 +394,9 @@ pub fn stop(store: &mut Store, req: &super::Request, thread: &Thread) -> Result<
             None => format!("turn:{turn}"),
         },
     };
-    let action = super::action_id(session, &episode);
+    let action = super::action_id(&main, &episode);
     let stale = crate::cli::now_ms() - super::STALE_MS;
-    let previous = super::previous(store, &action, session, &turn)?
+    let previous = super::previous(store, &action, &main, &turn)?
         .filter(|p| p.status != "requested" || p.t > stale);
     let look = previous.as_ref().map_or(true, |p| p.status == "failed");
     let socket = thread.home.join(CONTROL_SOCKET);
@@ -349,13 +410,13 @@ pub fn stop(store: &mut Store, req: &super::Request, thread: &Thread) -> Result<
         turns,
         previous,
     };
-    let mut o = StopOutcome::requested(session, action, episode, asked, resume(session, None).0);
+    let mut o = StopOutcome::requested(&main, action, episode, asked, resume(&main, None).0);
     let (via, holder, socket) = match decide(session, &facts) {
         ThreadPlan::Already(p) if p.status == "requested" => {
             return super::wait_other(store, o, &p, req.wait)
         }
         ThreadPlan::Already(p) => {
-            o.resume = resume(session, p.via.as_deref()).0;
+            o.resume = resume(&main, p.via.as_deref()).0;
             return Ok(super::already(o, &p));
         }
         ThreadPlan::Refuse(why) => bail!("stop: {why}"),
@@ -364,24 +425,37 @@ pub fn stop(store: &mut Store, req: &super::Request, thread: &Thread) -> Result<
     };
     o.via = Some(via.as_str().into());
     o.pid = Some(holder.pid);
-    o.resume = resume(session, o.via.as_deref()).0;
+    o.resume = resume(&main, o.via.as_deref()).0;
     if let Some(p) = super::claim(store, &o, &turn, req.reason)? {
         return super::wait_other(store, o, &p, req.wait);
     }
+    // what the stop ends: every thread of a `codex exec`; one thread of the daemon, which runs
+    // others' too
+    let mut watched = vec![thread.rollout.clone(), main_thread.rollout.clone()];
+    if socket.is_none() {
+        watched.extend(rollouts_held_by(holder.pid, &thread.home));
+    }
+    watched.sort();
+    watched.dedup();
     let t0 = Instant::now();
     let lock = thread.lock(session);
     let sent = match &socket {
         None => sigint(&holder, &lock),
         Some(s) => interrupt(s, session, t0 + req.wait.min(ASK_DAEMON * 3)),
     };
-    let carried = sent.and_then(|()| ended(&thread.rollout, req.wait.saturating_sub(t0.elapsed())));
-    let turns = Turns::read(&thread.rollout).unwrap_or_default();
+    let carried = sent.and_then(|()| ended(&watched, req.wait.saturating_sub(t0.elapsed())));
+    let calls_between = |from: i64, to: Option<i64>| -> i64 {
+        watched
+            .iter()
+            .map(|f| Turns::read(f).unwrap_or_default().calls_between(from, to))
+            .sum()
+    };
     match carried {
         Ok(()) => {
             let stopped = crate::cli::now_ms();
             o.status = "stopped".into();
             o.stopped = Some(stopped);
-            o.calls_after_request = Some(turns.calls_between(o.requested, Some(stopped)));
+            o.calls_after_request = Some(calls_between(o.requested, Some(stopped)));
             o.user_sees = Some(user_sees(via).into());
             let how = match via {
                 Via::AppServer => format!(
@@ -391,7 +465,12 @@ pub fn stop(store: &mut Store, req: &super::Request, thread: &Thread) -> Result<
                 _ => format!("by SIGINT to its codex exec (process {})", holder.pid),
             };
             o.message = format!(
-                "stopped Codex thread {session} {how}, {} call(s) after the request; {}; resume with {}",
+                "stopped Codex thread {main}{} {how}, {} call(s) after the request; {}; resume with {}",
+                if main == session {
+                    String::new()
+                } else {
+                    format!(" (for its subagent {session})")
+                },
                 o.calls_after_request.unwrap_or(0),
                 user_sees(via),
                 o.resume
@@ -401,7 +480,7 @@ pub fn stop(store: &mut Store, req: &super::Request, thread: &Thread) -> Result<
         }
         Err(e) => {
             o.status = "failed".into();
-            o.calls_after_request = Some(turns.calls_between(o.requested, None));
+            o.calls_after_request = Some(calls_between(o.requested, None));
             let detail = format!("{e:#}");
             super::record(store, &o, &turn, req.reason, Some(&detail))?;
             bail!("stop: Codex thread {session}: {detail}; {BY_HAND} (the request is recorded as failed, a new `wd-store stop` may try again)")
@@ -459,21 +538,43 @@ fn interrupt(socket: &Path, thread: &str, deadline: Instant) -> Result<()> {
 /// stop is believed.
 const SETTLE: Duration = Duration::from_millis(500);
 
-/// Waits (at least 2 s, else what is left of the stop's wait) until the rollout shows the turn
-/// over, and still over a moment later.
-fn ended(rollout: &Path, wait: Duration) -> Result<()> {
-    let over = || Turns::read(rollout).ok().filter(Turns::over);
+/// Waits (at least 2 s, else what is left of the stop's wait) until every rollout shows its
+/// turn over, and still over a moment later.
+fn ended(rollouts: &[PathBuf], wait: Duration) -> Result<()> {
+    // the calls of each, when all are over
+    let over = || -> Option<Vec<usize>> {
+        rollouts
+            .iter()
+            .map(|f| {
+                Turns::read(f)
+                    .ok()
+                    .filter(Turns::over)
+                    .map(|t| t.calls.len())
+            })
+            .collect()
+    };
     let settled = super::wait_for(wait.max(Duration::from_secs(2)), || {
         let seen = over()?;
         std::thread::sleep(SETTLE);
-        over().filter(|t| t.calls.len() == seen.calls.len())
+        over().filter(|calls| *calls == seen)
     });
     if settled.is_some() {
         return Ok(());
     }
-    let t = Turns::read(rollout)?;
+    let (rollout, t) = rollouts
+        .iter()
+        .map(|f| Turns::read(f).map(|t| (f, t)))
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .find(|(_, t)| !t.over())
+        .ok_or_else(|| anyhow!("its rollouts showed the turns going on until the last look"))?;
     Err(anyhow!(
-        "its rollout shows the turn going on: {}",
+        "its rollout{} shows the turn going on: {}",
+        if rollouts.len() > 1 {
+            format!(" {}", rollout.display())
+        } else {
+            String::new()
+        },
         if t.open {
             "no turn_aborted after the signal".to_string()
         } else {
@@ -680,6 +781,36 @@ mod tests {
         // a call after the turn's end: not over
         let late = Turns::of(&[started, aborted, call("2026-12-05T02:32:24.000Z")].join("\n"));
         assert!(!late.over());
+    }
+
+    /// A subagent's rollout names its lead; a `codex exec`'s threads, lead and subagent, say so.
+    #[test]
+    fn a_rollout_says_whose_subagent_it_is_and_that_a_codex_exec_runs_it() {
+        let read = |f: &str| {
+            let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("fixtures/agents/codex")
+                .join(f);
+            Turns::of(&std::fs::read_to_string(p).unwrap())
+        };
+        let (lead, sub) = (
+            read("rollout-subagent-parent.jsonl"),
+            read("rollout-subagent-child.jsonl"),
+        );
+        assert_eq!((lead.parent, lead.in_exec), (None, true));
+        assert_eq!(
+            (sub.parent.as_deref(), sub.in_exec),
+            (Some("01a2424e-e19c-70f2-b22c-4baea65c4482"), true)
+        );
+        assert_eq!(
+            (sub.calls.len(), sub.ended_by.as_deref()),
+            (4, Some("task_complete"))
+        );
+        let tui = Turns::of(
+            &json!({"timestamp": "2026-12-05T02:32:17.000Z", "type": "session_meta",
+                    "payload": {"id": "t", "originator": "codex_tui"}})
+            .to_string(),
+        );
+        assert!(!tui.in_exec);
     }
 
     fn facts(holders: Vec<Holder>, open: bool) -> Facts {

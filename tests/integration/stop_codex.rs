@@ -5,7 +5,7 @@
 //! `turn/interrupt`; a stale lock never signalled. What the agent did after the stop is read
 //! from its own rollout.
 
-use crate::support::agents::{make_project, AgentModel, CODEX_VERSION};
+use crate::support::agents::{make_project, AgentModel, CODEX_SUBAGENT_MODEL, CODEX_VERSION};
 use crate::support::{Home, Run};
 use serde_json::{json, Value};
 use std::os::unix::process::CommandExt;
@@ -576,4 +576,327 @@ fn a_thread_in_the_app_server_daemon_is_stopped_by_turn_interrupt() {
     assert_eq!(completed["params"]["threadId"], id.as_str());
     drop(rx);
     drop(follow);
+}
+
+/// A rollout's thread and the thread it is a subagent of (its `session_meta`).
+fn thread_of(rollout: &Path) -> (String, Option<String>) {
+    let meta = records(rollout)
+        .into_iter()
+        .find(|r| r["type"] == "session_meta")
+        .unwrap_or_else(|| panic!("{}: no session_meta", rollout.display()));
+    let p = &meta["payload"];
+    (
+        p["id"].as_str().unwrap().to_string(),
+        p["source"]["subagent"]["thread_spawn"]["parent_thread_id"]
+            .as_str()
+            .map(String::from),
+    )
+}
+
+/// A lead thread and the subagent it spawned, in one `codex exec`, with their rollouts.
+struct Tree {
+    lead: String,
+    lead_rollout: PathBuf,
+    sub: String,
+    sub_rollout: PathBuf,
+}
+
+/// `codex exec` of a lead that spawns a subagent running the rig's script `xsub` and waits for
+/// it (`spawn_agent`, `wait_agent`), once the subagent has made 12 calls.
+fn lead_and_subagent(rig: &Rig) -> (Group, Tree) {
+    rig.model.script(
+        "xlead",
+        &json!([
+            {"tool": "spawn_agent", "namespace": "multi_agent_v1",
+             "args": {"message": "SCRIPT:xsub run the tests"}},
+            {"tool": "wait_agent", "namespace": "multi_agent_v1",
+             "args": {"targets": ["{SPAWNED}"], "timeout_ms": 600_000}},
+            {"text": "The subagent is done."}
+        ]),
+    );
+    let agent = Group(
+        rig.model
+            .codex_with(rig.home.path(), &rig.proj)
+            .args([
+                "exec",
+                "--json",
+                "-m",
+                CODEX_SUBAGENT_MODEL,
+                "SCRIPT:xlead fix the tests",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    );
+    let (sub, sub_rollout) = rig.thread_with_calls(12);
+    let (found, lead) = thread_of(&sub_rollout);
+    assert_eq!(found, sub);
+    let lead = lead.expect("the looping thread is no subagent");
+    let lead_rollout = rollouts(&rig.home.join(".codex/sessions"))
+        .into_iter()
+        .find(|f| thread_of(f).0 == lead)
+        .expect("no rollout of the lead");
+    // the lead made its two calls: it spawned the subagent and waits for it
+    let lead_calls: Vec<(String, String)> = records(&lead_rollout)
+        .iter()
+        .filter(|r| r["payload"]["type"] == "function_call")
+        .map(|r| {
+            (
+                r["payload"]["namespace"].as_str().unwrap_or("").to_string(),
+                r["payload"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lead_calls,
+        [
+            ("multi_agent_v1".to_string(), "spawn_agent".to_string()),
+            ("multi_agent_v1".to_string(), "wait_agent".to_string())
+        ]
+    );
+
+    (
+        agent,
+        Tree {
+            lead,
+            lead_rollout,
+            sub,
+            sub_rollout,
+        },
+    )
+}
+
+/// A Codex subagent's loop, through the real `codex exec`: the lead spawns a subagent
+/// (`spawn_agent`) that runs the failing test again and again, and waits for it (`wait_agent`).
+/// The tick flags the subagent with the lead as its root and alerts on the lead; `wd-store stop`
+/// of the subagent the alert names sends SIGINT to the one `codex exec` that runs both threads,
+/// which ends both turns: the stop is the lead's, neither rollout has a call after it, and the
+/// advice resumes the lead.
+#[test]
+fn a_looping_codex_subagent_alerts_on_its_lead_and_is_stopped_with_it() {
+    let rig = Rig::new("xsub", 300);
+    let (
+        mut agent,
+        Tree {
+            lead,
+            lead_rollout,
+            sub,
+            sub_rollout,
+        },
+    ) = lead_and_subagent(&rig);
+    let nickname = records(&sub_rollout)[0]["payload"]["agent_nickname"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // the subagent is listed under its lead, both busy in the one codex exec
+    let s = rig.home.cmd("oc-sessions").args(["--since", "1h"]).run();
+    s.ok();
+    let listed: Vec<(Value, Value, Value)> = s
+        .kind("session")
+        .iter()
+        .map(|x| (x["id"].clone(), x["parent"].clone(), x["status"].clone()))
+        .collect();
+    assert!(
+        listed.contains(&(json!(sub), json!(lead), json!("busy")))
+            && listed.contains(&(json!(lead), Value::Null, json!("busy"))),
+        "{}",
+        s.story()
+    );
+    // the tick flags the subagent and alerts on its tree, the lead being the root
+    let t = rig.tick();
+    assert!(
+        t.stderr().contains(&format!(
+            "oc-watchdog: dedup=loop:{lead} state=trigger severity=warning title=\"Codex loop: {nickname} repeats bash {TEST}\""
+        )),
+        "{}",
+        t.story()
+    );
+    let alert = &t.records()[0];
+    let d = &alert["details"];
+    assert_eq!(
+        (&alert["root"], &d["root"], &d["session"], &d["program"]),
+        (&json!(lead), &json!(lead), &json!(sub), &json!("codex")),
+        "{alert}"
+    );
+    assert_eq!(d["flagged_sessions"], json!([sub]));
+    assert_eq!(d["signals"]["top_target"], format!("bash {TEST}"));
+    assert!(
+        alert["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("session {sub} \"SCRIPT:xsub run the tests\" in ~/proj (in the tree of {lead}), agent {nickname}, model sim/gpt-5-sim: repeats bash {TEST}; ")),
+        "{alert}"
+    );
+    // what the operator is shown: stop the subagent, resume the lead
+    rig.home.cmd("wd-store").args(["report"]).run().ok();
+    let page =
+        std::fs::read_to_string(rig.home.join(".local/state/oc-watchdog/report.html")).unwrap();
+    assert!(
+        page.contains(&format!(
+            "Esc in its TUI, or <code>wd-store stop {sub}</code>; the turn ends as with those keys"
+        )) && page.contains(&format!(
+            "Resume with <code>codex exec resume {lead} &quot;continue&quot;</code> in its project"
+        )),
+        "the page's advice"
+    );
+
+    let r = rig.home.cmd("wd-store").args(["stop", &sub]).run();
+    // the stop is the lead's: both turns end, neither rollout has a call after it
+    let o = stopped(&r, &lead, "sigint", &sub_rollout);
+    let at = o["stopped"].as_i64().unwrap();
+    assert_eq!(turn_events(&lead_rollout), ["task_started", "turn_aborted"]);
+    assert_eq!(calls_in(&lead_rollout).len(), 2);
+    assert_eq!(turn_events(&sub_rollout), ["task_started", "turn_aborted"]);
+    assert_eq!(
+        calls_in(&sub_rollout).iter().filter(|&&t| t > at).count(),
+        0
+    );
+    // the lead's wait was cut short by the interrupt
+    let waited = records(&lead_rollout)
+        .into_iter()
+        .find(|r| {
+            r["payload"]["type"] == "function_call_output"
+                && r["payload"]["call_id"]
+                    .as_str()
+                    .is_some_and(|c| c.starts_with("call_s1_"))
+        })
+        .unwrap();
+    assert!(
+        waited["payload"]["output"]
+            .as_str()
+            .unwrap()
+            .starts_with("aborted by user after "),
+        "{waited}"
+    );
+    assert_eq!(o["episode"], "episode:1");
+    assert_ne!(o["pid"], agent.0.id(), "the node wrapper was signalled");
+    let resume = format!("codex exec resume {lead} \"continue\"");
+    assert_eq!(
+        o["resume"],
+        format!("`{resume}` in its project, or `codex resume {lead}` (the TUI)")
+    );
+    assert!(
+        r.stderr().starts_with(&format!(
+            "wd-store: stopped Codex thread {lead} (for its subagent {sub}) by SIGINT to its codex exec (process {}), ",
+            o["pid"]
+        )),
+        "{}",
+        r.story()
+    );
+    assert_eq!(agent.exit(), Some(1));
+    let c =
+        rusqlite::Connection::open(rig.home.join(".local/state/oc-watchdog/watchdog.db")).unwrap();
+    let row: (String, String, String, String, i64) = c
+        .query_row(
+            "SELECT session, via, status, reason, stopped FROM stops",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        row,
+        (
+            lead.clone(),
+            "sigint".into(),
+            "stopped".into(),
+            "operator".into(),
+            at
+        )
+    );
+
+    // the next tick resolves the loop as stopped, naming the lead to resume
+    let t = rig.tick();
+    assert!(
+        t.stderr()
+            .lines()
+            .any(|l| l.contains(&format!("dedup=loop:{lead} state=resolve"))
+                && l.contains("reason=stopped")),
+        "{}",
+        t.story()
+    );
+    let alerts = rig
+        .home
+        .cmd("wd-store")
+        .args(["alerts", "--since", "1h"])
+        .run();
+    assert_eq!(
+        alerts.kind("episode")[0]["stop"],
+        format!(
+            "session {lead} stopped by the operator (wd-store stop) via sigint, {} call(s) after the request; resume with `{resume}` in its project, or `codex resume {lead}` (the TUI)",
+            o["calls_after_request"]
+        ),
+        "{}",
+        alerts.story()
+    );
+    // asked again, by either thread: nothing done
+    for id in [&sub, &lead] {
+        let again = rig.home.cmd("wd-store").args(["stop", id]).run();
+        again.ok();
+        assert_eq!(
+            (
+                again.kind("stop")[0]["status"].as_str(),
+                again.kind("stop")[0]["session"].as_str()
+            ),
+            (Some("already"), Some(lead.as_str())),
+            "{}",
+            again.story()
+        );
+    }
+
+    // the advice, run as printed, takes the lead up again to its end; the subagent stays stopped
+    let sub_calls = calls_in(&sub_rollout).len();
+    let words = shell_words(&resume);
+    let out = rig
+        .model
+        .codex_with(rig.home.path(), &rig.proj)
+        .args(&words[1..])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{resume}: {out:?}");
+    assert_eq!(
+        turn_events(&lead_rollout),
+        [
+            "task_started",
+            "turn_aborted",
+            "task_started",
+            "task_complete"
+        ]
+    );
+    assert_eq!(turn_events(&sub_rollout), ["task_started", "turn_aborted"]);
+    assert_eq!(calls_in(&sub_rollout).len(), sub_calls);
+}
+
+/// The lead of a looping subagent stopped by its own id (the root its alert is raised on): the
+/// one SIGINT ends the subagent's turn too, and the stop is claimed once both rollouts show
+/// their turns over, neither with a call after it.
+#[test]
+fn a_codex_lead_stopped_by_its_own_id_ends_its_subagents_turn_too() {
+    let rig = Rig::new("xsub", 300);
+    let (mut agent, tree) = lead_and_subagent(&rig);
+    let r = rig.home.cmd("wd-store").args(["stop", &tree.lead]).run();
+    let o = stopped(&r, &tree.lead, "sigint", &tree.lead_rollout);
+    let at = o["stopped"].as_i64().unwrap();
+    for f in [&tree.lead_rollout, &tree.sub_rollout] {
+        assert_eq!(
+            turn_events(f),
+            ["task_started", "turn_aborted"],
+            "{}",
+            f.display()
+        );
+        assert_eq!(calls_in(f).iter().filter(|&&t| t > at).count(), 0);
+    }
+    // no episode: the stop is of the lead's turn
+    assert!(o["episode"].as_str().unwrap().starts_with("turn:"), "{o}");
+    assert!(
+        r.stderr().starts_with(&format!(
+            "wd-store: stopped Codex thread {} by SIGINT to its codex exec (process {}), ",
+            tree.lead, o["pid"]
+        )),
+        "{}",
+        r.story()
+    );
+    assert_eq!(agent.exit(), Some(1));
 }

@@ -13,6 +13,11 @@ use std::time::{Duration, Instant};
 pub const CLAUDE_CODE_VERSION: &str = "2.1.332";
 pub const CODEX_VERSION: &str = "0.171.0";
 
+/// A model slug Codex does not know (`codex exec -m`): it then offers its `multi_agent_v1` tools
+/// (spawn_agent, wait_agent), which it does not offer for the slug of the config, and no
+/// apply_patch.
+pub const CODEX_SUBAGENT_MODEL: &str = "gpt-5-sim";
+
 /// The scripted model server, with the folder its scripts are read from.
 pub struct AgentModel {
     dir: tempfile::TempDir,

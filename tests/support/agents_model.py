@@ -14,8 +14,12 @@ How a request picks its answer (stateless, so an agent's retries land on the sam
     calls since, plus one, since Codex sends calls back as separate items).
   * An exhausted script answers with the text "Done.".
 Step keys: tool+args | tools:[{tool,args}] | text; optional delay (s). For Codex's freeform
-apply_patch tool, args is the patch text. "{ROOT}" in arguments becomes the project directory
-(the agent's working directory, given by --root).
+apply_patch tool, args is the patch text; `namespace` (a call's, beside its tool) makes a Codex
+function call in that namespace (`multi_agent_v1` for spawn_agent and wait_agent). "{ROOT}" in
+arguments becomes the project directory (the agent's working directory, given by --root);
+"{SPAWNED}" the thread id Codex answered the conversation's latest spawn_agent call with (its
+function_call_output in the request's input). A subagent Codex spawns sends its own requests,
+its first user message being the spawn_agent message: a `SCRIPT:<name>` there runs its own script.
 
     python3 agents_model.py --port 0 --port-file /tmp/x/port --root /tmp/x/proj
 """
@@ -63,9 +67,35 @@ def step_of(name, n):
 
 
 def calls_of(step):
-    if "tool" in step:
-        return [(step["tool"], step.get("args", {}))]
-    return [(t["tool"], t.get("args", {})) for t in step.get("tools", [])]
+    """The step's calls: (tool, args, namespace or None)."""
+    return [(t["tool"], t.get("args", {}), t.get("namespace"))
+            for t in ([step] if "tool" in step else step.get("tools", []))]
+
+
+def spawned(items):
+    """The thread id of the latest spawn_agent call's answer (`{"agent_id": ..., "nickname": ...}`)."""
+    spawns = {it.get("call_id") for it in items if isinstance(it, dict)
+              and it.get("type") == "function_call" and it.get("name") == "spawn_agent"}
+    for it in reversed(items):
+        if isinstance(it, dict) and it.get("type") == "function_call_output" and it.get("call_id") in spawns:
+            out = it.get("output")
+            if isinstance(out, list):
+                out = "".join(c.get("text") or "" for c in out if isinstance(c, dict))
+            try:
+                return json.loads(out)["agent_id"]
+            except (TypeError, ValueError, KeyError):
+                return "{SPAWNED: no agent_id in %r}" % (out,)
+    return "{SPAWNED: no spawn_agent answered}"
+
+
+def with_spawned(obj, thread):
+    if isinstance(obj, str):
+        return obj.replace("{SPAWNED}", thread)
+    if isinstance(obj, list):
+        return [with_spawned(x, thread) for x in obj]
+    if isinstance(obj, dict):
+        return {k: with_spawned(v, thread) for k, v in obj.items()}
+    return obj
 
 
 def anthropic_step(body):
@@ -99,7 +129,10 @@ def responses_step(body):
             said = sum(1 for later in items[i + 1:] if isinstance(later, dict)
                        and later.get("type") == "message" and later.get("role") == "assistant")
             n = max(steps) + 1 if steps else said
-            return step_of(m.group(1), n), n
+            step = step_of(m.group(1), n)
+            if "{SPAWNED}" in json.dumps(step):
+                step = with_spawned(step, spawned(items))
+            return step, n
     return {"text": "No script."}, 0
 
 
@@ -160,7 +193,7 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(float(step["delay"]))
         calls = calls_of(step)
         blocks = [] if calls else [{"type": "text", "text": step.get("text", "")}]
-        for j, (name, args) in enumerate(calls):
+        for name, args, _ in calls:
             blocks.append({"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:16]}", "name": name, "input": args})
         stop = "tool_use" if calls else "end_turn"
         mid = "msg_sim" + uuid.uuid4().hex[:16]
@@ -198,9 +231,13 @@ class Handler(BaseHTTPRequestHandler):
             items.append({"type": "message", "id": f"msg_s{n}_{uuid.uuid4().hex[:8]}", "role": "assistant",
                           "status": "completed",
                           "content": [{"type": "output_text", "text": step.get("text", ""), "annotations": []}]})
-        for j, (name, args) in enumerate(calls):
+        for j, (name, args, namespace) in enumerate(calls):
             cid = f"call_s{n}_{j}_{uuid.uuid4().hex[:8]}"
-            if name in custom:
+            if namespace:
+                items.append({"type": "function_call", "id": f"fc_s{n}_{j}", "status": "completed",
+                              "call_id": cid, "name": name, "namespace": namespace,
+                              "arguments": json.dumps(args)})
+            elif name in custom:
                 items.append({"type": "custom_tool_call", "id": f"ctc_s{n}_{j}", "status": "completed",
                               "call_id": cid, "name": name, "input": args if isinstance(args, str) else ""})
             else:
