@@ -671,7 +671,9 @@ fn what_to_do(s: &mut String, l: &Loop, id: &str) {
                 "<div class=\"todo\"><p><b>Stop it:</b> {}, or <code>{}</code> (its hook refuses the next tool call and ends the turn; it stays resumable: <code>{}</code> in its project).</p>",
                 code_spans(l.program.and_then(|p| p.hand_keys()).unwrap_or_default()),
                 esc(&shell_line("wd-store", &["stop", session])),
-                esc(&crate::claude_hook::resume_commands(session)[0])
+                // the tree's root: the hook ends a subagent's turn with its session's, which is
+                // what is resumed (no session answers to a subagent's id)
+                esc(&crate::claude_hook::resume_commands(&l.root)[0])
             );
         }
         // another agent's keys, and wd-store stop where it reaches that agent: what its user

@@ -508,6 +508,25 @@ fn a_looping_subagent_is_stopped_with_its_session() {
     assert!(agent.starts_with("agent-"), "{agent}");
     let main_calls = tool_uses(&main);
     assert_eq!(main_calls.len(), 1, "{main_calls:?}");
+    // what the operator is shown: stop the subagent, resume its session (no session answers
+    // to the subagent's id)
+    let session = session_of(&main);
+    let t0 = Instant::now();
+    while tick(&rig).records().is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no alert");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    rig.home.cmd("wd-store").args(["report"]).run().ok();
+    let page =
+        std::fs::read_to_string(rig.home.join(".local/state/oc-watchdog/report.html")).unwrap();
+    assert!(
+        page.contains(&format!(
+            "<code>wd-store stop {agent}</code> (its hook refuses"
+        )) && page.contains(&format!(
+            "it stays resumable: <code>claude --resume {session}</code> in its project"
+        )),
+        "the page's advice"
+    );
     let r = stop(&rig, &agent);
     r.ok();
     let o = &r.kind("stop")[0];
@@ -519,7 +538,6 @@ fn a_looping_subagent_is_stopped_with_its_session() {
     );
     let refused = o["refused_call"].as_str().unwrap();
     // resumed by its session's id, not the subagent's
-    let session = session_of(&main);
     assert_eq!(o["session"], session.as_str());
     assert!(
         r.stderr().contains(&format!(
