@@ -10,9 +10,9 @@
 //! a Bash lands when it commits. Only the sha1 of a result leaves this module.
 
 use super::transcript::{ms, parse_text, text_of, Parse, Read, Tail, Transcript};
-use super::vocab::{Arg, Tool};
 use crate::record::{Activity, Call, Program, Session};
 use crate::scrub::{hash_str, scrub_args};
+use crate::vocab::{Arg, Tool};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::path::Path;

@@ -1,17 +1,20 @@
-//! The tool and argument vocabulary the watchdog relies on: which tool names and argument keys
-//! mean something to it, and what. A `call` record carries the agent's own tool name and its
-//! scrubbed arguments; everything downstream reads them by this vocabulary:
+//! The tool and argument vocabulary, beside the record contract ([`crate::record`]): which tool
+//! names and argument keys mean something to the watchdog, and what. A `call` record carries its
+//! tool's name and its scrubbed arguments in these words, whichever agent made the call, and
+//! these modules read or write them:
 //!
-//! - [`convert`](super::convert) decides from a call's [`Tool`] whether it landed a change
-//!   (an edit's diff, a new file's write, a bash commit) and which arguments name its file;
-//! - the scrubber (`scrub`) keeps verbatim only the [`Arg`]s whose [`Kept`] says so, in that type;
-//! - the detector (`detect::target`) builds a call's target from the arguments its tool's
-//!   [`Target`] names, and describes the call by them.
+//! - the converters ([`crate::sources`]) write them: opencode's (`sources::convert`) decides from
+//!   a call's [`Tool`] whether it landed a change ([`Lands`]) and which argument names its file;
+//!   the other agents' readers (`sources::claude_code`, `sources::codex`) map their own tools and
+//!   keys onto these (Claude Code's `Read {file_path}` onto [`Tool::Read`] with
+//!   [`Arg::FilePath`], Codex's `shell` onto [`Tool::Bash`]); a tool a reader cannot map keeps
+//!   its own name and is [`Tool::Other`], still judged by its exact arguments;
+//! - the scrubber ([`crate::scrub`]) keeps an argument as its [`Arg::kept`] says, and hashes every
+//!   key this vocabulary does not name;
+//! - the detector ([`crate::detect`]) picks out the arguments it reads by their [`Arg`], builds a
+//!   call's target from those its tool's [`Target`] names, and describes the call by them.
 //!
-//! The names are opencode's (1.18; `multiedit` and `patch` from older builds). A reader for
-//! another agent maps its tools onto these: e.g. a `str_replace` tool onto [`Tool::Edit`] with
-//! its path as [`Arg::FilePath`]; a tool it cannot map stays [`Tool::Other`] and is still judged
-//! by its exact arguments.
+//! The names are opencode's (1.18; `multiedit` and `patch` from older builds).
 
 /// A tool the watchdog knows by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
