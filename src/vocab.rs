@@ -12,7 +12,8 @@
 //! - the scrubber ([`crate::scrub`]) keeps an argument as its [`Arg::kept`] says, and hashes every
 //!   key this vocabulary does not name;
 //! - the detector ([`crate::detect`]) picks out the arguments it reads by their [`Arg`], builds a
-//!   call's target from those its tool's [`Target`] names, and describes the call by them.
+//!   call's target from those its tool's [`Target`] names ([`Target::args`]), and describes the
+//!   call by them.
 //!
 //! The names are opencode's (1.18; `multiedit` and `patch` from older builds).
 
@@ -71,6 +72,20 @@ pub enum Target {
     Subagent,
     /// Every argument.
     Arguments,
+}
+
+impl Target {
+    /// The arguments the target is built from (`None`: every argument, as for the call's
+    /// identity). The detector hashes these and only these into a call's target.
+    pub fn args(self) -> Option<&'static [Arg]> {
+        match self {
+            Target::FileWindow => Some(&[Arg::FilePath, Arg::Offset, Arg::Limit]),
+            Target::File => Some(&[Arg::FilePath]),
+            Target::Command => Some(&[Arg::Command]),
+            Target::Search => Some(&[Arg::Pattern, Arg::Path]),
+            Target::Subagent | Target::Arguments => None,
+        }
+    }
 }
 
 impl Tool {
@@ -214,8 +229,24 @@ impl Arg {
         }
     }
 
+    /// The argument of a key in a tool's input. A `match` (not a search of [`Arg::ALL`]): the
+    /// detector asks it of every argument of every call.
     pub fn of(key: &str) -> Option<Arg> {
-        Arg::ALL.into_iter().find(|a| a.key() == key)
+        Some(match key {
+            "filePath" => Arg::FilePath,
+            "path" => Arg::Path,
+            "offset" => Arg::Offset,
+            "limit" => Arg::Limit,
+            "command" => Arg::Command,
+            "pattern" => Arg::Pattern,
+            "include" => Arg::Include,
+            "subagent_type" => Arg::SubagentType,
+            "timeout" => Arg::Timeout,
+            "workdir" => Arg::Workdir,
+            "oldString" => Arg::OldString,
+            "newString" => Arg::NewString,
+            _ => return None,
+        })
     }
 
     /// How the scrubber keeps it.
@@ -238,6 +269,8 @@ pub const BASH_TIMEOUT_MS: i64 = 120_000;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::detect::target;
+    use serde_json::{json, Map, Value};
 
     #[test]
     fn names_read_back_and_unknown_tools_are_other() {
@@ -253,6 +286,80 @@ mod tests {
             assert_eq!(Arg::of(a.key()), Some(a));
         }
         assert_eq!(Arg::of("content"), None);
+        assert_eq!(Arg::of("file_path"), None);
+    }
+
+    /// A value of the type `a` is kept in, without secrets; `n` picks one of two.
+    fn plain(a: Arg, n: usize) -> Value {
+        let p = ["/w/src/a.rs", "/w/src/b.rs"];
+        match a.kept() {
+            Kept::MaskedPath => json!(p[n]),
+            Kept::Verbatim => json!(["explore", "general"][n]),
+            Kept::MaskedCommand => json!(["sed -n 1,40p src/a.rs", "sed -n 41,80p src/b.rs"][n]),
+            Kept::MaskedPattern => json!(["fn main", "struct Call"][n]),
+            Kept::Number => json!([40, 80][n]),
+            Kept::Hashed => json!(["old text", "new text"][n]),
+        }
+    }
+
+    /// Every argument of the vocabulary and one it does not name, each `plain(_, 0)`.
+    fn every_arg() -> Map<String, Value> {
+        let mut m: Map<String, Value> = Arg::ALL
+            .into_iter()
+            .map(|a| (a.key().to_string(), plain(a, 0)))
+            .collect();
+        m.insert("content".into(), json!("body"));
+        m
+    }
+
+    #[test]
+    fn the_detector_targets_a_call_by_the_arguments_its_tools_target_names() {
+        for t in Tool::ALL {
+            let name = t.name().unwrap_or("webfetch");
+            let base = every_arg();
+            let before = target::keys(name, &base).target;
+            for (k, v) in &base {
+                let mut other = base.clone();
+                other[k] = match Arg::of(k) {
+                    Some(a) => plain(a, 1),
+                    None => json!("other body"),
+                };
+                assert_ne!(&other[k], v);
+                let named = match t.target().args() {
+                    Some(args) => args.iter().any(|a| a.key() == k),
+                    None => true,
+                };
+                let moved = target::keys(name, &other).target != before;
+                assert_eq!(moved, named, "{name}: {k} moves the target");
+            }
+        }
+    }
+
+    #[test]
+    fn what_the_detector_targets_and_describes_leaves_the_scrubber_as_it_was() {
+        // every argument a target names is kept readable, so a call's target and description
+        // are the same after scrubbing as before it
+        for t in Tool::ALL {
+            for a in t.target().args().unwrap_or(&[]) {
+                assert_ne!(a.kept(), Kept::Hashed, "{t:?}'s target reads {a:?}");
+            }
+            let name = t.name().unwrap_or("webfetch");
+            let args = every_arg();
+            let scrubbed = crate::scrub::scrub_args(&args);
+            assert_ne!(args, scrubbed);
+            assert_eq!(
+                target::describe(name, &scrubbed, Some("/w")),
+                target::describe(name, &args, Some("/w")),
+                "{name}"
+            );
+            if t.target().args().is_some() {
+                assert_eq!(
+                    target::keys(name, &scrubbed).target,
+                    target::keys(name, &args).target,
+                    "{name}"
+                );
+            }
+        }
     }
 
     #[test]
