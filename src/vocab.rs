@@ -1,7 +1,7 @@
 //! The tool and argument vocabulary, beside the record contract ([`crate::record`]): which tool
 //! names and argument keys mean something to the watchdog, and what. A `call` record carries its
 //! tool's name and its scrubbed arguments in these words, whichever agent made the call, and
-//! these modules read or write them:
+//! every module that reads or writes them spells them only here:
 //!
 //! - the converters ([`crate::sources`]) write them: opencode's (`sources::convert`) decides from
 //!   a call's [`Tool`] whether it landed a change ([`Lands`]) and which argument names its file;
@@ -40,8 +40,10 @@ pub enum Tool {
     Glob,
     /// `task {description, subagent_type, prompt}`: a subagent's session.
     Task,
-    /// Any other tool (`todowrite`, `webfetch`, `skill`, `invalid`, ...): judged by its exact
-    /// arguments only.
+    /// `todowrite {todos}`: the session's todo list (Claude Code's `TodoWrite`, Codex's
+    /// `update_plan`); judged by its exact arguments only.
+    TodoWrite,
+    /// Any other tool (`webfetch`, `skill`, `invalid`, ...): judged by its exact arguments only.
     Other,
 }
 
@@ -89,7 +91,7 @@ impl Target {
 }
 
 impl Tool {
-    pub const ALL: [Tool; 11] = [
+    pub const ALL: [Tool; 12] = [
         Tool::Read,
         Tool::Edit,
         Tool::MultiEdit,
@@ -100,6 +102,7 @@ impl Tool {
         Tool::Grep,
         Tool::Glob,
         Tool::Task,
+        Tool::TodoWrite,
         Tool::Other,
     ];
 
@@ -116,6 +119,7 @@ impl Tool {
             "grep" => Tool::Grep,
             "glob" => Tool::Glob,
             "task" => Tool::Task,
+            "todowrite" => Tool::TodoWrite,
             _ => Tool::Other,
         }
     }
@@ -133,6 +137,7 @@ impl Tool {
             Tool::Grep => "grep",
             Tool::Glob => "glob",
             Tool::Task => "task",
+            Tool::TodoWrite => "todowrite",
             Tool::Other => return None,
         })
     }
@@ -153,7 +158,7 @@ impl Tool {
             Tool::Bash => Target::Command,
             Tool::Grep | Tool::Glob => Target::Search,
             Tool::Task => Target::Subagent,
-            Tool::ApplyPatch | Tool::Patch | Tool::Other => Target::Arguments,
+            Tool::ApplyPatch | Tool::Patch | Tool::TodoWrite | Tool::Other => Target::Arguments,
         }
     }
 }
@@ -175,6 +180,14 @@ pub enum Arg {
     OldString,
     /// edit's new text: only its hash travels.
     NewString,
+    /// edit's `replaceAll` flag.
+    ReplaceAll,
+    /// apply_patch's patch: only its hash travels.
+    PatchText,
+    /// task's prompt: only its hash travels.
+    Prompt,
+    /// todowrite's list: only the hashes of its strings travel.
+    Todos,
 }
 
 /// How an argument leaves `oc-calls` (the scrubber's rule for it). An argument holding another
@@ -196,7 +209,7 @@ pub enum Kept {
 }
 
 impl Arg {
-    pub const ALL: [Arg; 12] = [
+    pub const ALL: [Arg; 16] = [
         Arg::FilePath,
         Arg::Path,
         Arg::Offset,
@@ -209,6 +222,10 @@ impl Arg {
         Arg::Workdir,
         Arg::OldString,
         Arg::NewString,
+        Arg::ReplaceAll,
+        Arg::PatchText,
+        Arg::Prompt,
+        Arg::Todos,
     ];
 
     /// The key in a tool's input.
@@ -226,6 +243,10 @@ impl Arg {
             Arg::Workdir => "workdir",
             Arg::OldString => "oldString",
             Arg::NewString => "newString",
+            Arg::ReplaceAll => "replaceAll",
+            Arg::PatchText => "patchText",
+            Arg::Prompt => "prompt",
+            Arg::Todos => "todos",
         }
     }
 
@@ -245,6 +266,10 @@ impl Arg {
             "workdir" => Arg::Workdir,
             "oldString" => Arg::OldString,
             "newString" => Arg::NewString,
+            "replaceAll" => Arg::ReplaceAll,
+            "patchText" => Arg::PatchText,
+            "prompt" => Arg::Prompt,
+            "todos" => Arg::Todos,
             _ => return None,
         })
     }
@@ -258,7 +283,12 @@ impl Arg {
             Arg::FilePath | Arg::Path | Arg::Workdir => Kept::MaskedPath,
             Arg::SubagentType => Kept::Verbatim,
             Arg::Offset | Arg::Limit | Arg::Timeout => Kept::Number,
-            Arg::OldString | Arg::NewString => Kept::Hashed,
+            Arg::OldString
+            | Arg::NewString
+            | Arg::ReplaceAll
+            | Arg::PatchText
+            | Arg::Prompt
+            | Arg::Todos => Kept::Hashed,
         }
     }
 }
@@ -280,7 +310,7 @@ mod tests {
                 None => assert_eq!(t, Tool::Other),
             }
         }
-        assert_eq!(Tool::of("todowrite"), Tool::Other);
+        assert_eq!(Tool::of("webfetch"), Tool::Other);
         assert_eq!(Tool::of("Read"), Tool::Other);
         for a in Arg::ALL {
             assert_eq!(Arg::of(a.key()), Some(a));

@@ -475,7 +475,12 @@ fn code(a: Arg) -> Option<u64> {
         Arg::OldString => 8,
         Arg::NewString => 9,
         Arg::Timeout => 10,
-        Arg::Include | Arg::Workdir => return None,
+        Arg::Include
+        | Arg::Workdir
+        | Arg::ReplaceAll
+        | Arg::PatchText
+        | Arg::Prompt
+        | Arg::Todos => return None,
     })
 }
 
