@@ -29,3 +29,4 @@ pub mod severity;
 pub mod sources;
 pub mod stop;
 pub mod store;
+pub mod vocab;

@@ -24,6 +24,7 @@ pub mod target;
 pub use signals::thresholds;
 
 use crate::record::{CallRef, Evidence, Expect, Program, Session, Verdict, DIGEST_CALLS};
+use crate::vocab::Tool;
 use progress::{EditSig, Landings};
 use region::{Obs, Region};
 use signals::{Cx, States};
@@ -249,7 +250,7 @@ impl SessionState {
 
     /// Whether a call that says it landed is progress: not when it undoes an earlier edit.
     fn land(&mut self, c: &Obs) -> bool {
-        let sig = edit_sig(c.tool, &c.args);
+        let sig = edit_sig(&c.args);
         let cost = self.cost;
         self.progress.get_or_insert_with(Box::default).land(
             c.exact,
@@ -658,7 +659,7 @@ fn feed(
     }
     // features: what the call works on, computed once for every signal
     let mut args = target::CallArgs::of_list(c.tool, c.args);
-    let norm = commands.normalize(c.tool, &mut args);
+    let norm = commands.normalize(&mut args);
     args.command = &norm;
     // lent to the call's features while the state changes, put back at the end
     let dir = st.dir.take();
@@ -720,8 +721,8 @@ impl Digest {
     }
 }
 
-fn edit_sig(tool: &str, a: &target::CallArgs) -> Option<EditSig> {
-    if tool != "edit" {
+fn edit_sig(a: &target::CallArgs) -> Option<EditSig> {
+    if a.tool != Tool::Edit {
         return None;
     }
     let s = |v: Option<&str>, h: u64| v.map(|_| h as u32);

@@ -6,6 +6,7 @@
 //! first call, not once the landings have aged out of a fixed window.
 
 use crate::record::CallRef;
+use crate::vocab::Tool;
 use std::collections::VecDeque;
 
 /// One call, with the features every signal shares, computed once.
@@ -47,8 +48,9 @@ impl<'a> Obs<'a> {
         dir: Option<&'a str>,
     ) -> Obs<'a> {
         let keys = super::target::keys_of(c.tool, &args);
-        let read = match (c.tool, c.file_lines) {
-            ("read", Some(n)) if n > 0 => Some(ReadSpan {
+        let tool = args.tool;
+        let read = match (tool, c.file_lines) {
+            (Tool::Read, Some(n)) if n > 0 => Some(ReadSpan {
                 file: args.file_h,
                 lines: super::target::lines_of(&args, n).min(u32::MAX as i64) as u32,
                 total: n.min(u32::MAX as i64) as u32,
@@ -69,7 +71,7 @@ impl<'a> Obs<'a> {
             // answers is no outcome to compare (the same task spawned again is a repeat)
             out: c
                 .out
-                .filter(|_| c.tool != "task")
+                .filter(|_| tool != Tool::Task)
                 .map(super::target::hash_str),
             failed: c.status == "error" || c.exit.is_some_and(|e| e != 0),
             exit: c.exit,

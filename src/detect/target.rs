@@ -1,7 +1,10 @@
 //! What a call is, for the detector: its exact identity (tool and canonical arguments, a bash
 //! command normalised first), its target (what it works on), and how many lines of which file
-//! a read requests. Pure functions over one call.
+//! a read requests. Pure functions over one call. Tools and arguments are read by the
+//! vocabulary ([`crate::vocab`]): a call's target is built from the arguments its tool's
+//! [`Target`] names.
 
+use crate::vocab::{Arg, Target, Tool};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
@@ -394,7 +397,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for ArgList<'a> {
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<ArgList<'de>, A::Error> {
                 let mut v: Vec<(Cow<'de, str>, ArgValue<'de>)> = Vec::with_capacity(4);
                 while let Some(Text(k)) = m.next_key::<Text<'de>>()? {
-                    let arg = if k == "offset" || k == "limit" {
+                    let arg = if k == Arg::Offset.key() || k == Arg::Limit.key() {
                         ArgValue::Val(m.next_value()?)
                     } else {
                         m.next_value()?
@@ -430,6 +433,8 @@ pub struct Keys {
 /// for every use after. A string argument that is absent or not a string reads as "".
 #[derive(Clone, Copy)]
 pub struct CallArgs<'a> {
+    /// The call's tool, which says what of its arguments the call is read by.
+    pub tool: Tool,
     pub file_path: Option<&'a str>,
     pub offset: Option<&'a Value>,
     pub limit: Option<&'a Value>,
@@ -454,17 +459,30 @@ pub struct CallArgs<'a> {
     pub command_target: u64,
 }
 
-/// The arguments [`CallArgs`] picks, by the code that stands for their name in [`CallArgs::hash`].
-const FILE_PATH: u64 = 1;
-const OFFSET: u64 = 2;
-const LIMIT: u64 = 3;
-const COMMAND: u64 = 4;
-const PATTERN: u64 = 5;
-const PATH: u64 = 6;
-const SUBAGENT_TYPE: u64 = 7;
-const OLD_STRING: u64 = 8;
-const NEW_STRING: u64 = 9;
-const TIMEOUT: u64 = 10;
+/// The code that stands for the name of an argument [`CallArgs`] picks in [`CallArgs::hash`];
+/// any other name (one the vocabulary names but the detector does not pick, as `include` and
+/// `workdir`, or one it does not name) stands for itself. The codes are part of every identity
+/// and target, which `wd-store` keeps: changing one changes every stored key.
+fn code(a: Arg) -> Option<u64> {
+    Some(match a {
+        Arg::FilePath => 1,
+        Arg::Offset => 2,
+        Arg::Limit => 3,
+        Arg::Command => 4,
+        Arg::Pattern => 5,
+        Arg::Path => 6,
+        Arg::SubagentType => 7,
+        Arg::OldString => 8,
+        Arg::NewString => 9,
+        Arg::Timeout => 10,
+        Arg::Include
+        | Arg::Workdir
+        | Arg::ReplaceAll
+        | Arg::PatchText
+        | Arg::Prompt
+        | Arg::Todos => return None,
+    })
+}
 
 impl<'a> CallArgs<'a> {
     /// The arguments of a call's map (as tests and reports hold them).
@@ -490,9 +508,12 @@ impl<'a> CallArgs<'a> {
         tool: &str,
         args: impl Iterator<Item = (&'a str, Option<&'a str>, Option<&'a Value>)>,
     ) -> CallArgs<'a> {
-        let bash = tool == "bash";
+        let tool = Tool::of(tool);
+        // a command's call is the same call whatever it waits for
+        let command = tool.target() == Target::Command;
         let mut h = Fx::default();
         let mut a = CallArgs {
+            tool,
             file_path: None,
             offset: None,
             limit: None,
@@ -512,22 +533,11 @@ impl<'a> CallArgs<'a> {
             command_target: 0,
         };
         for (k, text, v) in args {
-            let code = match k {
-                "filePath" => FILE_PATH,
-                "offset" => OFFSET,
-                "limit" => LIMIT,
-                "command" => COMMAND,
-                "pattern" => PATTERN,
-                "path" => PATH,
-                "subagent_type" => SUBAGENT_TYPE,
-                "oldString" => OLD_STRING,
-                "newString" => NEW_STRING,
-                "timeout" => TIMEOUT,
-                // never one of the codes above but by a one in 2^64 chance
-                k => hash_str(k) | 1 << 63,
-            };
+            let arg = Arg::of(k);
+            // never one of the codes of `code` but by a one in 2^64 chance
+            let code = arg.and_then(code).unwrap_or_else(|| hash_str(k) | 1 << 63);
             let vh = text.map_or(0, hash_str);
-            if !(bash && (code == COMMAND || code == TIMEOUT)) {
+            if !(command && matches!(arg, Some(Arg::Command | Arg::Timeout))) {
                 h.write_u64(code);
                 match text {
                     Some(_) => {
@@ -537,16 +547,16 @@ impl<'a> CallArgs<'a> {
                     None => hash_value(v.unwrap_or(&Value::Null), &mut h),
                 }
             }
-            match code {
-                FILE_PATH => (a.file_path, a.file_h) = (text, vh),
-                OFFSET => a.offset = v,
-                LIMIT => a.limit = v,
-                COMMAND => (a.command, a.command_h) = (text.unwrap_or(""), vh),
-                PATTERN => (a.pattern, a.pattern_h) = (text.unwrap_or(""), vh),
-                PATH => (a.path, a.path_h) = (text.unwrap_or(""), vh),
-                SUBAGENT_TYPE => a.subagent_type = text.unwrap_or(""),
-                OLD_STRING => (a.old_string, a.old_h) = (text, vh),
-                NEW_STRING => (a.new_string, a.new_h) = (text, vh),
+            match arg {
+                Some(Arg::FilePath) => (a.file_path, a.file_h) = (text, vh),
+                Some(Arg::Offset) => a.offset = v,
+                Some(Arg::Limit) => a.limit = v,
+                Some(Arg::Command) => (a.command, a.command_h) = (text.unwrap_or(""), vh),
+                Some(Arg::Pattern) => (a.pattern, a.pattern_h) = (text.unwrap_or(""), vh),
+                Some(Arg::Path) => (a.path, a.path_h) = (text.unwrap_or(""), vh),
+                Some(Arg::SubagentType) => a.subagent_type = text.unwrap_or(""),
+                Some(Arg::OldString) => (a.old_string, a.old_h) = (text, vh),
+                Some(Arg::NewString) => (a.new_string, a.new_h) = (text, vh),
                 _ => {}
             }
         }
@@ -575,8 +585,8 @@ impl<'a> CallArgs<'a> {
 /// [`keys_of`] for a map.
 pub fn keys(tool: &str, args: &Map<String, Value>) -> Keys {
     let mut a = CallArgs::of(tool, args);
-    let norm = match tool {
-        "bash" => {
+    let norm = match a.tool.target() {
+        Target::Command => {
             let (norm, _, h, t) = work_out(a.command, a.command_h);
             (a.command_h, a.command_target) = (h, t);
             norm
@@ -599,12 +609,12 @@ impl Commands {
     /// Commands remembered at most; past that the memo starts again.
     const MAX: usize = 4096;
 
-    /// A bash call's command, normalised ([`normalized`]), with `command_h` and
-    /// `command_target` set for it; any other call's command as it is.
-    pub fn normalize<'a>(&mut self, tool: &str, a: &mut CallArgs<'a>) -> std::borrow::Cow<'a, str> {
+    /// A bash call's command (a call targeted by its command), normalised ([`normalized`]),
+    /// with `command_h` and `command_target` set for it; any other call's command as it is.
+    pub fn normalize<'a>(&mut self, a: &mut CallArgs<'a>) -> std::borrow::Cow<'a, str> {
         use std::borrow::Cow;
         let raw = a.command;
-        if tool != "bash" {
+        if a.tool.target() != Target::Command {
             return Cow::Borrowed(raw);
         }
         if let Some(&(plain, h, t)) = self.0.get(&a.command_h) {
@@ -653,34 +663,33 @@ fn cd_dir(raw: &str) -> Option<&str> {
     (after.starts_with("&&") || after.starts_with(';')).then_some(&rest[..end])
 }
 
-/// Identity and target of a call whose `command` is normalised ([`Commands::normalize`]).
+/// Identity and target of a call (of the tool named `tool`) whose `command` is normalised
+/// ([`Commands::normalize`]). The target hashes the arguments its tool's [`Target`] names
+/// ([`Target::args`]), and only those.
 pub fn keys_of(tool: &str, a: &CallArgs) -> Keys {
     let mut exact = Fx::default();
     tool.hash(&mut exact);
     let mut target = Fx::default();
     tool.hash(&mut target);
-    match tool {
-        "bash" => {
-            exact.write_u64(a.command_h);
-            exact.write_u64(a.hash);
-            target.write_u64(a.command_target);
+    let t = a.tool.target();
+    if t == Target::Command {
+        // its normal form: [`CallArgs::hash`] leaves the command out
+        exact.write_u64(a.command_h);
+    }
+    exact.write_u64(a.hash);
+    match t {
+        Target::FileWindow => {
+            target.write_u64(a.file_h);
+            hash_value(a.offset.unwrap_or(&Value::Null), &mut target);
+            hash_value(a.limit.unwrap_or(&Value::Null), &mut target);
         }
-        _ => {
-            exact.write_u64(a.hash);
-            match tool {
-                "read" => {
-                    target.write_u64(a.file_h);
-                    hash_value(a.offset.unwrap_or(&Value::Null), &mut target);
-                    hash_value(a.limit.unwrap_or(&Value::Null), &mut target);
-                }
-                "grep" | "glob" => {
-                    target.write_u64(a.pattern_h);
-                    target.write_u64(a.path_h);
-                }
-                "edit" | "write" | "multiedit" => target.write_u64(a.file_h),
-                _ => target.write_u64(a.hash),
-            }
+        Target::File => target.write_u64(a.file_h),
+        Target::Command => target.write_u64(a.command_target),
+        Target::Search => {
+            target.write_u64(a.pattern_h);
+            target.write_u64(a.path_h);
         }
+        Target::Subagent | Target::Arguments => target.write_u64(a.hash),
     }
     Keys {
         exact: exact.finish(),
@@ -732,13 +741,18 @@ pub fn push_int(out: &mut String, i: i64) {
 }
 
 /// [`describe`], appended to `out` (the detector describes every call for its digest, into a
-/// buffer it reuses), of a call whose `command` is normalised ([`normalized`]).
+/// buffer it reuses), of a call (of the tool named `tool`) whose `command` is normalised
+/// ([`normalized`]): its tool's name, then the arguments its [`Target`] names.
 pub fn describe_into(out: &mut String, tool: &str, args: &CallArgs, dir: Option<&str>) {
     let start = out.len();
     let rel = RelTo(dir);
-    match tool {
-        "read" => {
-            out.push_str("read ");
+    out.push_str(tool);
+    let t = args.tool.target();
+    if t != Target::Arguments {
+        out.push(' ');
+    }
+    match t {
+        Target::FileWindow => {
             out.push_str(rel.of(args.file()));
             if let Some(o) = args.offset {
                 out.push_str(" offset ");
@@ -749,29 +763,17 @@ pub fn describe_into(out: &mut String, tool: &str, args: &CallArgs, dir: Option<
                 push_value(out, l);
             }
         }
-        "bash" => {
-            out.push_str("bash ");
-            out.push_str(args.command);
-        }
-        "grep" | "glob" => {
-            out.push_str(tool);
-            out.push(' ');
+        Target::File => out.push_str(rel.of(args.file())),
+        Target::Command => out.push_str(args.command),
+        Target::Search => {
             out.push_str(args.pattern);
             if !args.path.is_empty() {
                 out.push_str(" in ");
                 out.push_str(rel.of(args.path));
             }
         }
-        "edit" | "write" | "multiedit" => {
-            out.push_str(tool);
-            out.push(' ');
-            out.push_str(rel.of(args.file()));
-        }
-        "task" => {
-            out.push_str("task ");
-            out.push_str(args.subagent_type);
-        }
-        other => out.push_str(other),
+        Target::Subagent => out.push_str(args.subagent_type),
+        Target::Arguments => {}
     }
     // at most 120 characters: 117 and an ellipsis
     if out.len() - start > 120 {
@@ -802,7 +804,10 @@ impl RelTo<'_> {
 /// Lines a read requests from its file: from `offset` (1-based) for `limit` lines (opencode's
 /// default is 2000), not counting lines past the end of the file.
 pub fn lines_requested(args: &Map<String, Value>, file_lines: i64) -> i64 {
-    lines_of(&CallArgs::of("read", args), file_lines)
+    lines_of(
+        &CallArgs::of(Tool::Read.name().unwrap_or_default(), args),
+        file_lines,
+    )
 }
 
 /// [`lines_requested`] of picked-out arguments.
@@ -933,7 +938,7 @@ mod tests {
         let fresh = |tool: &str, cmd: &str| {
             let map = args(json!({ "command": cmd, "timeout": 5 }));
             let mut a = CallArgs::of(tool, &map);
-            let norm = Commands::default().normalize(tool, &mut a).into_owned();
+            let norm = Commands::default().normalize(&mut a).into_owned();
             (norm, a.command_h, a.command_target)
         };
         let mut memo = Commands::default();
@@ -947,7 +952,7 @@ mod tests {
         for cmd in cmds {
             let map = args(json!({ "command": cmd, "timeout": 5 }));
             let mut a = CallArgs::of("bash", &map);
-            let norm = memo.normalize("bash", &mut a).into_owned();
+            let norm = memo.normalize(&mut a).into_owned();
             assert_eq!(norm, normalize_command(cmd), "{cmd:?}");
             assert_eq!((norm, a.command_h, a.command_target), fresh("bash", cmd));
         }
@@ -969,13 +974,13 @@ mod tests {
         // a full memo starts again and still answers
         for i in 0..=Commands::MAX {
             let map = args(json!({ "command": format!("head -{i} a.txt") }));
-            memo.normalize("bash", &mut CallArgs::of("bash", &map));
+            memo.normalize(&mut CallArgs::of("bash", &map));
         }
         // 3 + 4,097 commands: full at 4,096, started again, 4 since
         assert_eq!(memo.0.len(), 4);
         let map = args(json!({ "command": "sed -n 1,40p src/a.rs" }));
         let mut a = CallArgs::of("bash", &map);
-        memo.normalize("bash", &mut a);
+        memo.normalize(&mut a);
         assert_eq!(a.command_target, fresh("bash", "sed -n 1,40p src/a.rs").2);
     }
 

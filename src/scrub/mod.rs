@@ -1,32 +1,20 @@
-//! Scrubbing: what may leave `oc-calls`. Tool arguments keep verbatim only the keys a detector
-//! inspects, and only in the type it reads (a path as a string, an offset as a number); every
-//! other value becomes `sha1:` plus 12 hex digits of its SHA-1, so equal arguments stay equal and
-//! content stays home. Commands are the only verbatim free text, and their secrets are masked
-//! first ([`mask`]: read as a shell reads them, then masked by tool grammar and by shape).
+//! Scrubbing: what may leave `oc-calls`. Tool arguments keep readable only the keys the
+//! vocabulary ([`crate::vocab`]) keeps, as its [`Kept`] rule for each says, and only in the type
+//! it is kept in (a path as a string, an offset as a number); every other value becomes `sha1:`
+//! plus 12 hex digits of its SHA-1, so equal arguments stay equal and content stays home.
+//! Commands are the only verbatim free text, and their secrets are masked first ([`mask`]: read
+//! as a shell reads them, then masked by tool grammar and by shape).
 
 mod lex;
 mod mask;
 
+use crate::vocab::{Arg, Kept};
 pub use mask::{
     mask_command, mask_path, mask_pattern, mask_text, mask_title, password_shaped, randomish,
     secret_name,
 };
 use serde_json::{Map, Value};
 use sha1::{Digest, Sha1};
-
-/// Argument keys kept (in their own type; commands, patterns and paths masked).
-pub const VERBATIM: &[&str] = &[
-    "filePath",
-    "path",
-    "offset",
-    "limit",
-    "command",
-    "pattern",
-    "include",
-    "subagent_type",
-    "timeout",
-    "workdir",
-];
 
 /// What a masked secret is replaced by.
 pub const MASK: &str = "***";
@@ -42,19 +30,19 @@ pub fn hash_str(s: &str) -> String {
     out
 }
 
-/// Scrubs a tool's input object. A kept key holding another type than the one it is kept for
-/// (a `command` array, a `timeout` string, a `workdir` object) is hashed like any other value.
+/// Scrubs a tool's input object, each argument as its [`Arg::kept`] says. A kept key holding
+/// another type than the one it is kept in (a `command` array, a `timeout` string, a `workdir`
+/// object) is hashed like any other value.
 pub fn scrub_args(input: &Map<String, Value>) -> Map<String, Value> {
     input
         .iter()
         .map(|(k, v)| {
-            let v = match (k.as_str(), v) {
-                ("command", Value::String(s)) => Value::String(mask_command(s)),
-                ("pattern" | "include", Value::String(s)) => Value::String(mask_pattern(s)),
-                // a path may hold a token (`/tmp/ghp_.../out`): masked by shape
-                ("filePath" | "path" | "workdir", Value::String(s)) => Value::String(mask_path(s)),
-                ("subagent_type", Value::String(s)) => Value::String(s.clone()),
-                ("offset" | "limit" | "timeout", Value::Number(n)) => Value::Number(n.clone()),
+            let v = match (Arg::of(k).map(Arg::kept), v) {
+                (Some(Kept::MaskedCommand), Value::String(s)) => Value::String(mask_command(s)),
+                (Some(Kept::MaskedPattern), Value::String(s)) => Value::String(mask_pattern(s)),
+                (Some(Kept::MaskedPath), Value::String(s)) => Value::String(mask_path(s)),
+                (Some(Kept::Verbatim), Value::String(s)) => Value::String(s.clone()),
+                (Some(Kept::Number), Value::Number(n)) => Value::Number(n.clone()),
                 (_, v) => hash_value(v),
             };
             (k.clone(), v)

@@ -28,6 +28,37 @@ fn args_keep_only_detector_keys() {
 }
 
 #[test]
+fn each_argument_leaves_as_the_vocabularys_rule_for_it_says() {
+    use crate::vocab::{Arg, Kept};
+    // told apart by each masker: a path is masked a part at a time, a pattern without a
+    // command's grammar
+    let token = "ghp_R2x8Kq0vTz7LmN4bW9cY1dF5hJ3sA6eU0iO2";
+    let texts = [
+        format!("password=hunter2 /tmp/{token}/out"),
+        "mysql -pSECRETmysql app".to_string(),
+    ];
+    for a in Arg::ALL {
+        let one =
+            |v: Value| scrub_args(&Map::from_iter([(a.key().to_string(), v)]))[a.key()].clone();
+        let out = texts.clone().map(|t| one(json!(t)));
+        let want = match a.kept() {
+            Kept::MaskedCommand => ["password=*** ***", "mysql -p*** app"].map(Value::from),
+            Kept::MaskedPattern => ["password=*** ***", "mysql -pSECRETmysql app"].map(Value::from),
+            Kept::MaskedPath => {
+                ["password=*** /tmp/***/out", "mysql -pSECRETmysql app"].map(Value::from)
+            }
+            Kept::Verbatim => texts.clone().map(Value::from),
+            Kept::Number | Kept::Hashed => texts.clone().map(|t| Value::from(hash_str(&t))),
+        };
+        assert_eq!(out, want, "{a:?}");
+        // a number stays a number whatever the rule (hashing keeps what is not a string); a
+        // list has each of its strings hashed
+        assert_eq!(one(json!(7)), 7, "{a:?}");
+        assert_eq!(one(json!(["x"])), json!([hash_str("x")]), "{a:?}");
+    }
+}
+
+#[test]
 fn a_command_that_is_not_a_string_is_hashed_and_kept_keys_keep_their_type() {
     let input = json!({"command": ["mysql", "-pSECRETmysql"], "workdir": {"p": "hunter2"},
                        "timeout": "hunter2", "description": "run it", "filePath": 7});

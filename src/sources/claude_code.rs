@@ -10,9 +10,9 @@
 //! a Bash lands when it commits. Only the sha1 of a result leaves this module.
 
 use super::transcript::{ms, parse_text, text_of, Parse, Read, Tail, Transcript};
-use super::vocab::{Arg, Tool};
 use crate::record::{Activity, Call, Program, Session};
 use crate::scrub::{hash_str, scrub_args};
+use crate::vocab::{Arg, Tool};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::path::Path;
@@ -593,7 +593,7 @@ pub fn tool_of(name: &str, input: &Map<String, Value>) -> (String, Map<String, V
         "Glob" => Tool::Glob.name(),
         // `Task` before 2.1, `Agent` since
         "Task" | "Agent" => Tool::Task.name(),
-        "TodoWrite" => Some("todowrite"),
+        "TodoWrite" => Tool::TodoWrite.name(),
         _ => None,
     };
     let renamed: Map<String, Value> = input
@@ -603,7 +603,7 @@ pub fn tool_of(name: &str, input: &Map<String, Value>) -> (String, Map<String, V
                 (_, "file_path" | "notebook_path") => Arg::FilePath.key(),
                 (_, "old_string") => Arg::OldString.key(),
                 (_, "new_string") => Arg::NewString.key(),
-                (_, "replace_all") => "replaceAll",
+                (_, "replace_all") => Arg::ReplaceAll.key(),
                 ("Grep", "glob") => Arg::Include.key(),
                 (_, k) => k,
             };

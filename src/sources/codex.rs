@@ -10,9 +10,9 @@
 //! out, or identical outputs would never match.
 
 use super::transcript::{ms, parse_text, text_of, Parse, Read, Tail, Transcript};
-use super::vocab::{Arg, Tool};
 use crate::record::{Activity, Call, Program, Session};
 use crate::scrub::{hash_str, scrub_args};
+use crate::vocab::{Arg, Tool};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
@@ -555,17 +555,17 @@ pub fn tool_of(name: &str, input: &Value, cwd: Option<&str>) -> (String, Map<Str
             if let Some((f, _)) = files.first() {
                 put(Arg::FilePath.key(), Some(&Value::from(absolute(f, cwd))));
             }
-            put("patchText", Some(&Value::from(patch)));
+            put(Arg::PatchText.key(), Some(&Value::from(patch)));
             tool.name()
         }
         "spawn_agent" => {
-            put("prompt", o.get("message"));
+            put(Arg::Prompt.key(), o.get("message"));
             put(Arg::SubagentType.key(), o.get("agent_type"));
             Tool::Task.name()
         }
         "update_plan" => {
-            put("todos", o.get("plan"));
-            Some("todowrite")
+            put(Arg::Todos.key(), o.get("plan"));
+            Tool::TodoWrite.name()
         }
         _ => {
             args = o.clone();

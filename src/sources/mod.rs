@@ -3,7 +3,7 @@
 //! `opencode export` wrote ([`export`]). Each is named by a [`SourceId`], whose wire form is the
 //! `source` string of the records, and opened by [`open`], the one place that tells the kinds
 //! apart. What a source holds (opencode's API objects) becomes records in [`convert`], along the
-//! tool and argument vocabulary of [`vocab`].
+//! tool and argument vocabulary of [`crate::vocab`].
 //!
 //! Other agents' transcripts, sent for a backtest (`oc-calls --export`), are read by their own
 //! wings, straight into records: Claude Code's by [`claude_code`], Codex's by [`codex`], with
@@ -29,7 +29,6 @@ pub mod http;
 pub mod merge;
 pub mod sent;
 pub mod transcript;
-pub mod vocab;
 
 use crate::record::{Program, Session};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

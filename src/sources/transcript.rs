@@ -5,7 +5,7 @@
 //!
 //! Each agent's wing ([`super::claude_code`], [`super::codex`]) turns its transcripts straight
 //! into the project's own records ([`Transcript`]: a session, its calls, its activity), along
-//! the tool vocabulary of [`super::vocab`], with the helpers here; no message text, tool output
+//! the tool vocabulary of [`crate::vocab`], with the helpers here; no message text, tool output
 //! or file content leaves it. Which wing reads a file is told by its first record
 //! ([`super::sent`]), not by its name.
 //!
@@ -302,7 +302,7 @@ impl<K: std::hash::Hash + Eq + Clone, T: Default> KeptReads<K, T> {
 /// The call a tool still runs, as activity records say it: a Bash with its timeout (its own,
 /// else the default).
 pub fn running(c: &Call) -> crate::record::Running {
-    use super::vocab::{Arg, Tool, BASH_TIMEOUT_MS};
+    use crate::vocab::{Arg, Tool, BASH_TIMEOUT_MS};
     crate::record::Running {
         tool: c.tool.clone(),
         t: c.t,

@@ -25,6 +25,7 @@ use super::{Case, Cx, Rule};
 use crate::detect::region::{room, Obs};
 use crate::detect::target;
 use crate::record::{CallRef, Reading, Signal};
+use crate::vocab::Tool;
 
 const SAME_FAILURE_MIN: usize = key("same_failure_min");
 const CHECKED_MIN: usize = key("same_failure_checked_min");
@@ -128,7 +129,7 @@ impl Rule for SameFailure {
     fn call(st: &mut SameFailureState, c: &Obs, _cx: &Cx) {
         let at = st.checks.iter().position(|s| s.exact == c.exact);
         // a pass while edits rework one spot is `unmoved`'s
-        let check = c.failed || (c.tool == "bash" && c.exit.is_none());
+        let check = c.failed || (c.args.tool == Tool::Bash && c.exit.is_none());
         let (true, Some(out)) = (check, c.out) else {
             if let Some(i) = at {
                 st.checks.remove(i);

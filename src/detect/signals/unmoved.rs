@@ -11,6 +11,7 @@ use super::thresholds::{key, Key};
 use super::{Case, Cx, Rule};
 use crate::detect::region::Obs;
 use crate::record::{Reading, Signal};
+use crate::vocab::Tool;
 
 const UNMOVED_MIN: usize = key("unmoved_min");
 
@@ -38,7 +39,7 @@ impl Rule for Unmoved {
 
     fn call(st: &mut UnmovedState, c: &Obs, cx: &Cx) {
         let at = st.0.iter().position(|s| s.exact == c.exact);
-        let pass = !c.failed && c.tool == "bash" && c.exit.is_some() && cx.rewriting;
+        let pass = !c.failed && c.args.tool == Tool::Bash && c.exit.is_some() && cx.rewriting;
         let (true, Some(out)) = (pass, c.out) else {
             if let Some(i) = at {
                 st.0.remove(i);
