@@ -11,16 +11,22 @@ use std::fmt::Write;
 pub const W: f64 = 760.0;
 const PAD: f64 = 8.0;
 
-/// The CSS class of a tool's marks (its colour).
+/// The CSS class of a tool's marks (its colour), by the vocabulary's kind of tool (a tool added
+/// to it is coloured here or the build fails).
 pub fn tool_class(tool: &str) -> &'static str {
-    match tool {
-        "read" => "tr",
-        "edit" | "write" | "multiedit" | "patch" | "apply_patch" => "te",
-        "bash" => "tb",
-        "grep" | "glob" | "list" | "codesearch" => "tg",
-        "task" => "tt",
-        "webfetch" | "websearch" => "tw",
-        _ => "to",
+    use crate::vocab::Tool;
+    match Tool::of(tool) {
+        Tool::Read => "tr",
+        Tool::Edit | Tool::MultiEdit | Tool::ApplyPatch | Tool::Patch | Tool::Write => "te",
+        Tool::Bash => "tb",
+        Tool::Grep | Tool::Glob => "tg",
+        Tool::Task => "tt",
+        // tools the detector judges by their exact arguments, drawn by what they do
+        Tool::TodoWrite | Tool::Other => match tool {
+            "list" | "codesearch" => "tg",
+            "webfetch" | "websearch" => "tw",
+            _ => "to",
+        },
     }
 }
 
