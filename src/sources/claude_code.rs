@@ -494,7 +494,7 @@ impl Parser {
                     ..crate::record::Turn::default()
                 };
                 // a call left open never landed: all of them, as they were read, count
-                crate::sources::convert::land_turn(&mut turn, &self.calls);
+                crate::sources::opencode::convert::land_turn(&mut turn, &self.calls);
                 turn
             }),
         };
@@ -534,7 +534,7 @@ fn finish(c: &mut Call, result: &Value, structured: Option<&Value>, t: Option<i6
                     && c.args
                         .get(Arg::Command.key())
                         .and_then(Value::as_str)
-                        .is_some_and(super::convert::is_git_commit)
+                        .is_some_and(super::opencode::convert::is_git_commit)
             }
             _ => false,
         };

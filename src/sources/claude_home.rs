@@ -89,8 +89,7 @@ fn found_in(dir: &Path) -> std::io::Result<Vec<Found>> {
             if !file.extension().is_some_and(|x| x == "jsonl") {
                 continue;
             }
-            let Some(id) = file.file_stem().and_then(|s| s.to_str()).map(String::from)
-            else {
+            let Some(id) = file.file_stem().and_then(|s| s.to_str()).map(String::from) else {
                 continue;
             };
             let mut updated = mtime_ms(&file);
@@ -156,7 +155,12 @@ impl ClaudeHome {
     /// that changed after the mark `want` gives it and settled by whether the main session's
     /// process runs.
     fn sessions(&self, main: &str, want: &dyn Fn(&str) -> Option<u64>) -> Read {
-        let Some(mut r) = self.read.borrow().get(&main.to_string()).map(|f| f.read(want)) else {
+        let Some(mut r) = self
+            .read
+            .borrow()
+            .get(&main.to_string())
+            .map(|f| f.read(want))
+        else {
             return Read::default();
         };
         // an interactive session's process runs between turns: it runs a turn while it says so
@@ -294,9 +298,7 @@ fn live_sessions(dir: &Path) -> (HashMap<String, u32>, HashSet<String>) {
             Value::Number(n) => Some(n.to_string()),
             _ => None,
         };
-        if v["pid"].as_u64() == Some(u64::from(pid))
-            && start.is_some()
-            && proc_start(pid) == start
+        if v["pid"].as_u64() == Some(u64::from(pid)) && start.is_some() && proc_start(pid) == start
         {
             out.insert(session.to_string(), pid);
             // `-p` says "busy" for its whole run; an interactive session "idle" between turns

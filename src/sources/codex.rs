@@ -363,7 +363,7 @@ impl Parser {
                     ..crate::record::Turn::default()
                 };
                 // an open call never landed: all of them, as they were read, count
-                super::convert::land_turn(&mut t, &self.calls);
+                super::opencode::convert::land_turn(&mut t, &self.calls);
                 t
             }),
         };
@@ -407,7 +407,7 @@ fn finish(c: &mut Call, output: &Output, item: Option<&Item>) {
                 && c.args
                     .get(Arg::Command.key())
                     .and_then(Value::as_str)
-                    .is_some_and(super::convert::is_git_commit);
+                    .is_some_and(super::opencode::convert::is_git_commit);
         }
         (Tool::Edit | Tool::Write, Some("FileChange")) | (Tool::Edit | Tool::Write, None) => {
             let ok = match item {

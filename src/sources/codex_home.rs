@@ -322,7 +322,9 @@ fn held_locks(dir: &Path) -> HashMap<String, u32> {
         // a thread's lock, not Codex's own `.coordination.lock` beside them
         .filter(|p| {
             p.extension().is_some_and(|x| x == "lock")
-                && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                && !p
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
         })
         .collect();
     if locks.is_empty() {
@@ -400,8 +402,7 @@ mod tests {
     fn a_lock_nobody_holds_is_not_a_running_thread() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
-            dir.path()
-                .join("01a2424e-e1ee-7de2-9e5a-01e48aaf54aa.lock"),
+            dir.path().join("01a2424e-e1ee-7de2-9e5a-01e48aaf54aa.lock"),
             "",
         )
         .unwrap();

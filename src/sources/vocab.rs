@@ -2,7 +2,7 @@
 //! mean something to it, and what. A `call` record carries the agent's own tool name and its
 //! scrubbed arguments; everything downstream reads them by this vocabulary:
 //!
-//! - [`convert`](super::convert) decides from a call's [`Tool`] whether it landed a change
+//! - [`convert`](super::opencode::convert) decides from a call's [`Tool`] whether it landed a change
 //!   (an edit's diff, a new file's write, a bash commit) and which arguments name its file;
 //! - the scrubber (`scrub`) keeps verbatim only the [`Arg`]s whose [`Kept`] says so, in that type;
 //! - the detector (`detect::target`) builds a call's target from the arguments its tool's

@@ -30,7 +30,7 @@
 //! recorded by the policy as a `failed` row of the episode, which then stays an alert.
 
 use crate::config::Config;
-use crate::sources::{self as opencode, db::Db, Client, Source};
+use crate::sources::opencode::{self, db::Db, Client, Source};
 use crate::store::Store;
 use anyhow::{anyhow, bail, Context, Result};
 use rusqlite::{params, OptionalExtension};

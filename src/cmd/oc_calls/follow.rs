@@ -24,7 +24,8 @@ use super::source_to_read;
 use crate::cli::{Exit, Out};
 use crate::cmd::oc_sessions::blind;
 use crate::record::{each_record, to_line, Activity, Line, Record, Session, Sweep};
-use crate::sources::{self, convert, Fault, Source, SourceId};
+use crate::sources::opencode::{self, convert, Fault, Source};
+use crate::sources::{self, SourceId};
 use anyhow::Result;
 use serde_json::Value;
 use std::collections::hash_map::DefaultHasher;
@@ -85,7 +86,7 @@ struct CallsFollow<'a> {
     /// Other agents' directories, kept open (what they read of their files with them) and
     /// refreshed at each batch.
     records: HashMap<SourceId, Box<dyn sources::Records>>,
-    limits: sources::Limits,
+    limits: opencode::Limits,
     known: HashMap<String, Known>,
     /// Sessions listed in the current batch (a session listed twice is read once).
     batch: HashSet<String>,
@@ -94,7 +95,7 @@ struct CallsFollow<'a> {
 }
 
 /// Reads the stream until its end; each sweep passes on and flushes.
-pub fn run(limits: sources::Limits, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
+pub fn run(limits: opencode::Limits, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let mut f = CallsFollow {
         out,
         opened: HashMap::new(),
@@ -196,7 +197,7 @@ impl CallsFollow<'_> {
             self.opened.remove(&src);
         }
         if !self.opened.contains_key(&src) {
-            match sources::open(&src, self.limits) {
+            match opencode::open(&src, self.limits) {
                 Ok(Some(o)) => {
                     self.opened.insert(src.clone(), o);
                 }

@@ -38,8 +38,11 @@ use crate::config::{Config, Discover};
 use crate::monotonic::{Jump, Reading, StepWatch};
 use crate::paths::Found;
 use crate::record::{to_line, Sweep};
-use crate::sources::merge::{ended_with_their_run, note_runs, RunProcess, Seen, RUNS_KEPT_MS};
-use crate::sources::{self, db::Db, events, Cursor, Planned, Source};
+use crate::sources;
+use crate::sources::opencode::merge::{
+    ended_with_their_run, note_runs, RunProcess, Seen, RUNS_KEPT_MS,
+};
+use crate::sources::opencode::{self, db::Db, events, Cursor, Planned, Source};
 use crate::store::{episodes, Store};
 use anyhow::Result;
 use std::collections::HashMap;
@@ -79,7 +82,7 @@ struct SessionsFollow<'a> {
     db_path: PathBuf,
     db_found: Found,
     discover: Discover,
-    limits: sources::Limits,
+    limits: opencode::Limits,
     db: Database,
     /// The servers that answered at the last full read: read again when the database changed.
     live: Vec<Planned>,
@@ -108,7 +111,7 @@ struct SessionsFollow<'a> {
     /// with them, so that a read after a change parses only what was appended).
     opened_agents: HashMap<sources::SourceId, Box<dyn sources::Records>>,
     /// Sessions whose latest change was a call that may wait for a person
-    /// ([`sources::Changes::asking`]), each with when to list it once more if nothing changes it
+    /// ([`opencode::Changes::asking`]), each with when to list it once more if nothing changes it
     /// before then ([`QUIET_RECHECK`]).
     recheck: HashMap<String, Instant>,
     /// The step of the wall clock noticed since the last sweep, for the next one.
@@ -132,7 +135,7 @@ pub fn run(args: &Args, cfg: &Config, out: &mut Out) -> Result<Exit> {
         } else {
             cfg.opencode.discover
         },
-        limits: sources::Limits::of(&cfg.opencode),
+        limits: opencode::Limits::of(&cfg.opencode),
         db: if args.no_db {
             Database::Off
         } else {
@@ -279,7 +282,7 @@ impl SessionsFollow<'_> {
                 }
             };
         }
-        let (procs, plan) = sources::servers_to_read(
+        let (procs, plan) = opencode::servers_to_read(
             &self.args.given_servers(),
             self.cfg,
             self.discover,
@@ -301,7 +304,7 @@ impl SessionsFollow<'_> {
         note_runs(&mut self.runs, &procs);
         ended_with_their_run(&mut seen.sessions, &self.runs);
         // the other sources are read at full reads only
-        let others = sources::others_to_read(&self.args.sources, self.cfg, &self.db_path);
+        let others = opencode::others_to_read(&self.args.sources, self.cfg, &self.db_path);
         let others = read_others(&others, (since, &also), self.limits, &mut seen);
         // the other agents, as a tick reads them; their files' newest change taken first, so
         // that one made while they are read is read again at the next poll
@@ -394,7 +397,7 @@ impl SessionsFollow<'_> {
             _ => None,
         };
         // a process started since the last full read runs some of these: look again
-        let procs = sources::discovered(
+        let procs = opencode::discovered(
             self.discover,
             &self.db_path,
             &self.cfg.opencode.discover_uids,
@@ -425,8 +428,8 @@ impl SessionsFollow<'_> {
 
 impl SessionsFollow<'_> {
     /// Follows the event stream of each server that answered this full read, and no other.
-    fn follow_streams(&mut self, reads: &[sources::server::ServerRead]) {
-        let clients: Vec<&sources::Client> = reads
+    fn follow_streams(&mut self, reads: &[opencode::server::ServerRead]) {
+        let clients: Vec<&opencode::Client> = reads
             .iter()
             .filter_map(|r| r.live.as_ref().map(|l| &l.client))
             .collect();
@@ -459,7 +462,7 @@ impl SessionsFollow<'_> {
         // an agent whose directory appeared since the last full read (its first run on this
         // machine, after the service started) is followed from this poll on, not from the next
         // full read a minute later (a `stat` of each agent's directory)
-        let others = sources::others_to_read(&self.args.sources, self.cfg, &self.db_path);
+        let others = opencode::others_to_read(&self.args.sources, self.cfg, &self.db_path);
         for id in sources::agents_to_read(self.cfg) {
             let known =
                 self.agents.iter().any(|(a, _)| *a == id) || others.iter().any(|(o, _)| *o == id);

@@ -2,9 +2,9 @@
 //! over HTTP and in the database) into contract-v1 records. Any shape this module does not
 //! recognise is an error whose text becomes a `blind` record's reason, never "no calls".
 
-use super::vocab::{Arg, Lands, Tool, BASH_TIMEOUT_MS};
 use crate::record::{Call, Session};
 use crate::scrub::scrub_args;
+use crate::sources::vocab::{Arg, Lands, Tool, BASH_TIMEOUT_MS};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
 
