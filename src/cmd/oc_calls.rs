@@ -117,7 +117,7 @@ impl Calls<'_> {
                 if self.active.insert(id.to_string()) {
                     let mut act = convert::activity_of(id, msgs);
                     if let Some(t) = &mut act.turn {
-                        convert::land_turn(t, &calls);
+                        transcript::land_turn(t, &calls);
                     }
                     self.out.line(&to_line("activity", &act)?)?;
                 }

@@ -20,9 +20,7 @@
 //! `registry!`, which makes its [`SourceId`] variant.
 
 pub mod claude_code;
-pub mod claude_home;
 pub mod codex;
-pub mod codex_home;
 pub mod opencode;
 pub mod sent;
 pub mod transcript;
@@ -169,8 +167,8 @@ macro_rules! registry {
 registry! {
     Server(String) = opencode::server::Server,
     Export(String) = opencode::export::ExportFile,
-    ClaudeCode(PathBuf) = claude_home::ClaudeHome,
-    Codex(PathBuf) = codex_home::CodexHome,
+    ClaudeCode(PathBuf) = claude_code::home::ClaudeHome,
+    Codex(PathBuf) = codex::home::CodexHome,
     // last: what is neither a URL nor an export is a database path
     Database(PathBuf) = opencode::db::Db,
 }
@@ -215,8 +213,8 @@ impl SourceId {
     /// `stat` a file, nothing read (`None`: no files, or not such a source).
     pub fn newest_change(&self) -> Option<i64> {
         match self {
-            SourceId::ClaudeCode(dir) => claude_home::newest_change(dir),
-            SourceId::Codex(dir) => codex_home::newest_change(dir),
+            SourceId::ClaudeCode(dir) => claude_code::home::newest_change(dir),
+            SourceId::Codex(dir) => codex::home::newest_change(dir),
             _ => None,
         }
     }

@@ -50,7 +50,7 @@ impl Thread {
 /// The Codex thread `id` (a UUID), if its rollout is under Codex's directory.
 pub fn find(id: &str) -> Option<Thread> {
     let home = crate::paths::codex_dir();
-    let rollout = crate::sources::codex_home::rollouts_in(&home)
+    let rollout = crate::sources::codex::home::rollouts_in(&home)
         .ok()?
         .into_iter()
         .find(|(t, _, _)| t == id)?

@@ -320,7 +320,7 @@ fn newest_assistant(msgs: &Value) -> Option<(i64, String)> {
 /// calls): the latest progress of both; in flight, error and running tools from the newest
 /// assistant message of either; the turn begun by the latest prompt of either, finished as the
 /// newest assistant message says, with the landed calls of every batch since it began, each
-/// once. The same as [`convert::activity_of`] and [`convert::land_turn`] over all messages, as
+/// once. The same as [`convert::activity_of`] and [`crate::sources::transcript::land_turn`] over all messages, as
 /// long as changed messages come whole. Keeps the hash of the line last written.
 fn merge_activity(
     had: Option<Merged>,
@@ -365,7 +365,7 @@ fn merge_activity(
             .filter(|c| c.landed && c.t >= t.start && m.landed.insert(c.id.clone()))
             .cloned()
             .collect();
-        convert::land_turn(t, &fresh);
+        crate::sources::transcript::land_turn(t, &fresh);
     }
     m
 }

@@ -3,16 +3,17 @@
 //!
 //! A session is `projects/<cwd as dashes>/<session>.jsonl`, its subagents
 //! `<session>/subagents/agent-<id>.jsonl` beside it; both are read by Claude Code's wing
-//! ([`super::claude_code`]) and a file is picked by its modification time, so an idle history
+//! ([`super`]) and a file is picked by its modification time, so an idle history
 //! costs a `stat` per session. What was read of a session's files is kept while this source is
 //! (follow mode keeps it open): a read after a change parses only the lines appended since. A session runs while `sessions/<pid>.json` names it and that
 //! process is alive with the start time the file gives (`procStart`): the file a killed process
 //! left behind names a dead pid, or one a later process reuses, and is not a running session.
 
-use super::claude_code::SessionFiles;
-use super::transcript::{mtime_ms, proc_start, settle, KeptReads, Read, Transcript};
-use super::{Limits, Listing, Records, Source, SourceId, SourceKind};
+use super::SessionFiles;
 use crate::record::Program;
+use crate::sources::opencode::{Limits, Source};
+use crate::sources::transcript::{mtime_ms, proc_start, settle, KeptReads, Read, Transcript};
+use crate::sources::{Listing, Records, SourceId, SourceKind};
 use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};

@@ -9,6 +9,8 @@
 //! MultiEdit or Write lands when it succeeded and its structured patch (if any) changed lines;
 //! a Bash lands when it commits. Only the sha1 of a result leaves this module.
 
+pub mod home;
+
 use super::transcript::{ms, parse_text, text_of, Parse, Read, Tail, Transcript};
 use super::vocab::{Arg, Tool};
 use crate::record::{Activity, Call, Program, Session};
@@ -494,7 +496,7 @@ impl Parser {
                     ..crate::record::Turn::default()
                 };
                 // a call left open never landed: all of them, as they were read, count
-                crate::sources::opencode::convert::land_turn(&mut turn, &self.calls);
+                super::transcript::land_turn(&mut turn, &self.calls);
                 turn
             }),
         };
@@ -534,7 +536,7 @@ fn finish(c: &mut Call, result: &Value, structured: Option<&Value>, t: Option<i6
                     && c.args
                         .get(Arg::Command.key())
                         .and_then(Value::as_str)
-                        .is_some_and(super::opencode::convert::is_git_commit)
+                        .is_some_and(super::transcript::is_git_commit)
             }
             _ => false,
         };
