@@ -4,13 +4,15 @@
 //! ([`events`]); the files `opencode export` writes ([`export`]); the conversion of what these
 //! hold (opencode's API objects: sessions, and messages with their parts) to the project's
 //! records ([`convert`]); and the merge of what several of them say about one session
-//! ([`merge`]). Each of these is a [`Source`], which hands opencode's JSON to [`convert`];
-//! above this wing, the commands see [`crate::record`]s and the contract of [`crate::sources`].
+//! ([`merge`]). The database, a server and an export are each a kind of source of
+//! [`crate::sources`] and a [`Source`], which hands opencode's JSON to [`convert`]; oc-sessions
+//! and oc-calls still read them through [`Source`], not through the neutral contract alone.
 //!
 //! opencode's other parts live beside the neutral parts they serve: the ways a run is stopped
-//! (its server's abort, the companion plugin's request files) in [`crate::stop`], and the model
-//! block (its config's `blacklist`, read with its JSONC grammar) in [`crate::block`]. Where its
-//! database lies is [`crate::paths::opencode_db`]; its knobs are `[opencode]` in the config.
+//! (its server's abort, the companion plugin's request files) in [`crate::stop::opencode`], and
+//! the model block (its config's `blacklist`, read with its JSONC grammar) in [`crate::block`].
+//! Where its database lies is [`crate::paths::opencode_db`]; its knobs are `[opencode]` in the
+//! config.
 
 pub mod convert;
 pub mod db;
