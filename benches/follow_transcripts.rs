@@ -16,10 +16,10 @@
 //!     cargo bench --bench follow_transcripts
 //!     FT_CLAUDE_MB=10 FT_CODEX_MB=10 cargo bench --bench follow_transcripts     (quicker)
 
+use oc_watchdog::sources::claude_code::home::ClaudeHome;
 use oc_watchdog::sources::claude_code::{self, SessionFiles};
-use oc_watchdog::sources::claude_home::ClaudeHome;
+use oc_watchdog::sources::codex::home::CodexHome;
 use oc_watchdog::sources::codex::{self, Parser};
-use oc_watchdog::sources::codex_home::CodexHome;
 use oc_watchdog::sources::transcript::Tail;
 use oc_watchdog::sources::Records;
 use std::io::Write;

@@ -16,7 +16,6 @@ pub mod config;
 pub mod detect;
 pub mod docs;
 pub mod event;
-pub mod jsonc;
 pub mod liveness;
 pub mod metrics;
 pub mod monotonic;

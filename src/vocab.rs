@@ -3,7 +3,7 @@
 //! tool's name and its scrubbed arguments in these words, whichever agent made the call, and
 //! every module that reads or writes them spells them only here:
 //!
-//! - the converters ([`crate::sources`]) write them: opencode's (`sources::convert`) decides from
+//! - the converters ([`crate::sources`]) write them: opencode's (`sources::opencode::convert`) decides from
 //!   a call's [`Tool`] whether it landed a change ([`Lands`]) and which argument names its file;
 //!   the other agents' readers (`sources::claude_code`, `sources::codex`) map their own tools and
 //!   keys onto these (Claude Code's `Read {file_path}` onto [`Tool::Read`] with

@@ -16,10 +16,9 @@ use crate::cli::{Exit, Out};
 use crate::cmd::oc_sessions::blind;
 use crate::config::Config;
 use crate::record::{each_record, to_line, Line, Record, Session};
-use crate::sources::server::Server;
-use crate::sources::{
-    self, convert, db::Db, export, sent, transcript, Fault, Found, Source, SourceId,
-};
+use crate::sources::opencode::server::Server;
+use crate::sources::opencode::{self, convert, db::Db, export, Fault, Source};
+use crate::sources::{self, sent, transcript, Found, SourceId};
 use anyhow::{anyhow, Context, Result};
 use clap::Parser;
 use serde_json::Value;
@@ -118,7 +117,7 @@ impl Calls<'_> {
                 if self.active.insert(id.to_string()) {
                     let mut act = convert::activity_of(id, msgs);
                     if let Some(t) = &mut act.turn {
-                        convert::land_turn(t, &calls);
+                        transcript::land_turn(t, &calls);
                     }
                     self.out.line(&to_line("activity", &act)?)?;
                 }
@@ -172,7 +171,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let cfg = Config::load(args.config.as_deref())?;
     if args.follow {
         crate::cli::exit_quietly_on_sigterm()?;
-        return follow::run(sources::Limits::of(&cfg.opencode), stdin, out);
+        return follow::run(opencode::Limits::of(&cfg.opencode), stdin, out);
     }
     let mut c = Calls {
         out,
@@ -196,7 +195,7 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let mut stream = Stream {
         opened: HashMap::new(),
         records: HashMap::new(),
-        limits: sources::Limits::of(&cfg.opencode),
+        limits: opencode::Limits::of(&cfg.opencode),
         progress: Progress::new(usize::MAX),
         read: 0,
         bad: false,
@@ -215,7 +214,7 @@ struct Stream {
     opened: HashMap<SourceId, Box<dyn Source>>,
     /// Sources of the project's own records (other agents' files), opened once.
     records: HashMap<SourceId, Box<dyn sources::Records>>,
-    limits: sources::Limits,
+    limits: opencode::Limits,
     progress: Progress,
     read: usize,
     /// A line could not be read.
@@ -289,7 +288,7 @@ impl Stream {
         }
         let reader = match self.opened.entry(src) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => match sources::open(e.key(), self.limits) {
+            Entry::Vacant(e) => match opencode::open(e.key(), self.limits) {
                 Ok(Some(source)) => e.insert(source),
                 // read from an export upstream: its calls are in the stream already
                 Ok(None) => return Ok(()),
@@ -491,9 +490,9 @@ fn by_id(c: &mut Calls, args: &Args, cfg: &Config) -> Result<()> {
                 // the servers only once the database (if any) lacks a session
                 servers_probed = true;
                 let (_, plan) =
-                    sources::servers_to_read(&args.servers, cfg, cfg.opencode.discover, &path);
+                    opencode::servers_to_read(&args.servers, cfg, cfg.opencode.discover, &path);
                 for p in &plan {
-                    match sources::probe(p, sources::Limits::of(&cfg.opencode)) {
+                    match opencode::probe(p, opencode::Limits::of(&cfg.opencode)) {
                         Ok(Some(l)) => readers.push(Box::new(Server { client: l.client })),
                         Ok(None) => {}
                         Err(why) => c.blind(&p.url, &why)?,

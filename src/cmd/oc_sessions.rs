@@ -4,7 +4,7 @@
 //! project, whatever mode ran it) and every live server: those configured and those found
 //! running (from `/proc`), each server's every project (`GET /project`, then `?directory=`);
 //! then every other source given (`--source`) or configured (`[opencode] sources`), through
-//! its [`crate::sources::Source`] alone. A session seen in several places is one record: the
+//! its [`crate::sources::opencode::Source`] alone. A session seen in several places is one record: the
 //! server's live fields win, `sources` names them all. Then the other agents whose directories
 //! are there ([`crate::sources::agents_to_read`]: Claude Code's, Codex's), each through its
 //! [`crate::sources::Records`], unless `[agents]` turns it off.
@@ -18,12 +18,13 @@ mod follow;
 use crate::cli::{now_ms, parse_when, Exit, Out};
 use crate::config::{Config, Discover};
 use crate::record::{to_line, Blind, SourceRead};
-use crate::sources::merge::{
+use crate::sources::opencode::merge::{
     ended_where_no_process, ended_with_their_run, idle_is_unknown_where_unasked, note_runs,
     read_db, runs_in, RunProcess, Seen, RUNS_KEPT_MS,
 };
-use crate::sources::server::{read_server, ServerRead};
-use crate::sources::{self, db::Db, Found};
+use crate::sources::opencode::server::{read_server, ServerRead};
+use crate::sources::opencode::{self, db::Db};
+use crate::sources::{self, Found};
 use anyhow::{bail, Result};
 use clap::Parser;
 use serde_json::{json, Map, Value};
@@ -145,7 +146,7 @@ struct SessionSources<'a> {
     db_path: PathBuf,
     db_found: Found,
     discover: Discover,
-    limits: sources::Limits,
+    limits: opencode::Limits,
 }
 
 /// What [`SessionSources::read_all`] found besides the records it wrote.
@@ -153,7 +154,7 @@ struct FullRead {
     /// What each server read gave.
     reads: Vec<ServerRead>,
     /// The opencode processes found.
-    procs: Vec<sources::discover::Process>,
+    procs: Vec<opencode::discover::Process>,
     /// The other agents read, each with its files' newest change, taken before they were read
     /// (a change made while they are read is newer than it).
     agents: Vec<(sources::SourceId, Option<i64>)>,
@@ -173,7 +174,7 @@ impl<'a> SessionSources<'a> {
             } else {
                 cfg.opencode.discover
             },
-            limits: sources::Limits::of(&cfg.opencode),
+            limits: opencode::Limits::of(&cfg.opencode),
         }
     }
 
@@ -192,9 +193,9 @@ impl<'a> SessionSources<'a> {
         pick: (i64, &[String]),
         opened: &mut HashMap<sources::SourceId, Box<dyn sources::Records>>,
         seen: &mut Seen,
-        runs: impl FnOnce(&[sources::discover::Process], &mut Seen),
+        runs: impl FnOnce(&[opencode::discover::Process], &mut Seen),
     ) -> Result<(Exit, FullRead)> {
-        let (procs, plan) = sources::servers_to_read(
+        let (procs, plan) = opencode::servers_to_read(
             &self.args.given_servers(),
             self.cfg,
             self.discover,
@@ -210,7 +211,7 @@ impl<'a> SessionSources<'a> {
             seen,
         );
         runs(&procs, seen);
-        let others = sources::others_to_read(&self.args.sources, self.cfg, &self.db_path);
+        let others = opencode::others_to_read(&self.args.sources, self.cfg, &self.db_path);
         let others = read_others(&others, pick, self.limits, seen);
         let agents: Vec<sources::SourceId> = sources::agents_to_read(self.cfg)
             .into_iter()
@@ -248,13 +249,13 @@ impl Args {
     }
 }
 
-/// Reads the sources besides the database and the servers ([`sources::others_to_read`]) into
+/// Reads the sources besides the database and the servers ([`opencode::others_to_read`]) into
 /// `seen`, each picked by `pick` as [`collect`] picks; one that cannot be opened or read is a
 /// blind record. Returns those read, with how each was found.
 fn read_others(
     others: &[(sources::SourceId, Found)],
     pick: (i64, &[String]),
-    limits: sources::Limits,
+    limits: opencode::Limits,
     seen: &mut Seen,
 ) -> Vec<(sources::SourceId, Found)> {
     let mut read = Vec::new();
@@ -264,7 +265,7 @@ fn read_others(
             read.push((id.clone(), *found));
             continue;
         }
-        let opened = match sources::open(id, limits) {
+        let opened = match opencode::open(id, limits) {
             Ok(Some(src)) => src,
             Ok(None) => {
                 let why = format!(
@@ -378,11 +379,11 @@ fn write_more_sources(
 /// each server gave.
 fn collect(
     db: Option<&Db>,
-    plan: &[sources::Planned],
-    procs: &[sources::discover::Process],
+    plan: &[opencode::Planned],
+    procs: &[opencode::discover::Process],
     looked: bool,
     pick: (i64, &[String]),
-    limits: sources::Limits,
+    limits: opencode::Limits,
     seen: &mut Seen,
 ) -> Vec<ServerRead> {
     let (since, also) = pick;
@@ -425,7 +426,12 @@ const RUNS_FILE: &str = "runs.json";
 /// between two ticks ends its session at the next one ([`ended_with_their_run`]), though a TUI
 /// or another run works in its directory. Only where the watchdog's state directory exists (it
 /// is installed); a file that cannot be read or written is said on stderr and costs only this.
-fn remember_runs(store_db: &Path, procs: &[sources::discover::Process], seen: &mut Seen, now: i64) {
+fn remember_runs(
+    store_db: &Path,
+    procs: &[opencode::discover::Process],
+    seen: &mut Seen,
+    now: i64,
+) {
     let Some(dir) = store_db.parent().filter(|d| d.is_dir()) else {
         return;
     };
@@ -465,7 +471,7 @@ fn remember_runs(store_db: &Path, procs: &[sources::discover::Process], seen: &m
 /// An opencode process whose database was deleted or replaced under it goes on writing the
 /// file it holds, which nobody else can open: its sessions are out of sight (no list would say
 /// so, and its loops would read as gone). Blind, naming the process.
-fn written_where_nobody_reads(procs: &[sources::discover::Process], seen: &mut Seen) {
+fn written_where_nobody_reads(procs: &[opencode::discover::Process], seen: &mut Seen) {
     for p in procs.iter().filter(|p| p.db_deleted) {
         let db = p.db.as_deref().unwrap_or(Path::new("opencode.db"));
         let place = p

@@ -1,46 +1,41 @@
-//! Where sessions come from. A source is one [`Source`]: opencode's SQLite database
-//! ([`db`]), a live opencode server ([`server`], over [`http`], found by [`discover`]), or a file
-//! `opencode export` wrote ([`export`]). Each is named by a [`SourceId`], whose wire form is the
-//! `source` string of the records, and opened by [`open`], the one place that tells the kinds
-//! apart. What a source holds (opencode's API objects) becomes records in [`convert`], along the
-//! tool and argument vocabulary of [`crate::vocab`].
+//! Where sessions come from: the contract every agent's wing meets, and the one list of the
+//! kinds of source. A kind of source is named by a [`SourceId`], whose wire form is the
+//! `source` string of the records; each kind is one type implementing [`SourceKind`], listed
+//! once in [`registry!`] below.
 //!
-//! Other agents' transcripts, sent for a backtest (`oc-calls --export`), are read by their own
-//! wings, straight into records: Claude Code's by [`claude_code`], Codex's by [`codex`], with
-//! the helpers of [`transcript`]; [`sent`] tells which wrote a file.
+//! Each agent is a wing of its own, which alone knows its shapes. opencode's ([`opencode`]):
+//! its database, its servers and their discovery, its event stream, its export files, each an
+//! [`opencode::Source`] handing opencode's JSON to its converter. Claude Code's
+//! ([`claude_code`]) and Codex's ([`codex`]): their transcripts, read straight into the
+//! project's records, live from their directories on this machine (each a kind of source
+//! yielding [`Records`]: sessions with their status, each session's calls and activity) or as
+//! files sent for a backtest (`oc-calls --export`), with the helpers of [`transcript`];
+//! [`sent`] tells which agent wrote a file. [`agents_to_read`] says which agents' directories
+//! are read with no configuration: each that is there, unless `[agents]` turns it off. The
+//! tool and argument vocabulary every converter speaks is [`vocab`].
 //!
-//! Other agents' sessions on this machine are read the same way, live: Claude Code's directory
-//! ([`claude_home`]) and Codex's ([`codex_home`]) are kinds of source too, but they yield the
-//! project's own records through [`Records`] (sessions with their status, each session's calls
-//! and activity), not opencode's JSON. [`agents_to_read`] says which are read with no
-//! configuration: each whose directory is there, unless `[agents]` turns it off.
-//!
-//! Adding a kind of source: a file with its type implementing [`SourceKind`] (how its `source`
-//! string reads, what a message calls it, how it is opened) and either [`Source`] (opencode's
-//! shapes) or [`Records`] (the project's records), and its line in [`registry!`] below, which
-//! makes its [`SourceId`] variant.
+//! Adding a kind of source: a type implementing [`SourceKind`] (how its `source` string reads,
+//! what a message calls it, how it is opened) and either [`opencode::Source`] (opencode's
+//! shapes) or [`Records`] (the project's records), in its agent's wing, and its line in
+//! `registry!`, which makes its [`SourceId`] variant.
 
 pub mod claude_code;
 pub mod codex;
-pub mod convert;
-pub mod discover;
-pub mod events;
-pub mod http;
-pub mod merge;
+pub mod opencode;
 pub mod sent;
 pub mod transcript;
 
 use crate::record::{Program, Session};
+use opencode::{Limits, Source};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use std::path::PathBuf;
 
 pub use crate::paths::Found;
-pub use http::{Client, Fault, Limits};
-pub use server::{discovered, plan_servers, probe, Live, Planned};
 
 /// A kind of source: how a `source` string names one, what a message calls it, how it is
-/// opened. One implementation per kind, beside its [`Source`], listed once in [`registry!`].
+/// opened. One implementation per kind, beside its [`opencode::Source`] or [`Records`], listed
+/// once in [`registry!`].
 pub trait SourceKind {
     /// What names one source of this kind: a path, a URL, a file as it was named.
     type Name;
@@ -106,13 +101,10 @@ pub struct Listing {
     pub facts: serde_json::Map<String, Value>,
 }
 
-/// The kinds of source, each `Variant(Name) = module::Type`: the module is declared, and the
-/// variant of [`SourceId`] parses, prints, says its phrase and opens through the type's
-/// [`SourceKind`].
+/// The kinds of source, each `Variant(Name) = wing::module::Type`: the variant of [`SourceId`]
+/// parses, prints, says its phrase and opens through the type's [`SourceKind`].
 macro_rules! registry {
-    ($($var:ident($name:ty) = $module:ident :: $ty:ident),* $(,)?) => {
-        $(pub mod $module;)*
-
+    ($($var:ident($name:ty) = $ty:ty),* $(,)?) => {
         /// What a source is, by the string `source` fields carry: one variant per kind of
         /// source, in the registry's order.
         #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -124,7 +116,7 @@ macro_rules! registry {
             /// Reads a `source` string. Every string names some source: the kinds are asked in
             /// order, and the last (a database path) takes what no other kind claims.
             pub fn parse(wire: &str) -> SourceId {
-                $(if let Some(name) = <$module::$ty as SourceKind>::claim(wire) {
+                $(if let Some(name) = <$ty as SourceKind>::claim(wire) {
                     return SourceId::$var(name);
                 })*
                 unreachable!("the last kind of source takes every string")
@@ -133,14 +125,14 @@ macro_rules! registry {
             /// How a message says where a session was read (`a database`, `a server`, ...).
             pub fn kind_phrase(&self) -> &'static str {
                 match self {
-                    $(SourceId::$var(_) => <$module::$ty as SourceKind>::PHRASE,)*
+                    $(SourceId::$var(_) => <$ty as SourceKind>::PHRASE,)*
                 }
             }
 
             /// What its `source` record calls its reader (`database`, `server`, ...).
             pub fn reader(&self) -> &'static str {
                 match self {
-                    $(SourceId::$var(_) => <$module::$ty as SourceKind>::READER,)*
+                    $(SourceId::$var(_) => <$ty as SourceKind>::READER,)*
                 }
             }
 
@@ -148,7 +140,7 @@ macro_rules! registry {
             /// shapes; see [`SourceId::open`]).
             pub fn records(&self) -> Option<Box<dyn Records>> {
                 match self {
-                    $(SourceId::$var(name) => <$module::$ty as SourceKind>::records(name),)*
+                    $(SourceId::$var(name) => <$ty as SourceKind>::records(name),)*
                 }
             }
 
@@ -156,7 +148,7 @@ macro_rules! registry {
             /// nothing to open again).
             fn open(&self, limits: Limits) -> Result<Option<Box<dyn Source>>, String> {
                 match self {
-                    $(SourceId::$var(name) => <$module::$ty as SourceKind>::open(name, limits),)*
+                    $(SourceId::$var(name) => <$ty as SourceKind>::open(name, limits),)*
                 }
             }
         }
@@ -164,7 +156,7 @@ macro_rules! registry {
         impl std::fmt::Display for SourceId {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 match self {
-                    $(SourceId::$var(name) => <$module::$ty as SourceKind>::write(name, f),)*
+                    $(SourceId::$var(name) => <$ty as SourceKind>::write(name, f),)*
                 }
             }
         }
@@ -172,12 +164,12 @@ macro_rules! registry {
 }
 
 registry! {
-    Server(String) = server::Server,
-    Export(String) = export::ExportFile,
-    ClaudeCode(PathBuf) = claude_home::ClaudeHome,
-    Codex(PathBuf) = codex_home::CodexHome,
+    Server(String) = opencode::server::Server,
+    Export(String) = opencode::export::ExportFile,
+    ClaudeCode(PathBuf) = claude_code::home::ClaudeHome,
+    Codex(PathBuf) = codex::home::CodexHome,
     // last: what is neither a URL nor an export is a database path
-    Database(PathBuf) = db::Db,
+    Database(PathBuf) = opencode::db::Db,
 }
 
 impl SourceId {
@@ -199,164 +191,6 @@ impl<'de> Deserialize<'de> for SourceId {
         Ok(SourceId::parse(&String::deserialize(de)?))
     }
 }
-
-/// Where "what changed" left off for one open source. Only meaningful to the source (and the
-/// open connection) that gave it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Cursor {
-    /// The database's `PRAGMA data_version` when the cursor was taken: unchanged means no other
-    /// connection committed since, so nothing changed and nothing need be read.
-    pub data_version: i64,
-    /// The newest event of opencode's event log (`event.id`, ascending with opencode's clock)
-    /// seen.
-    pub event: Option<String>,
-    /// The last row of the event log seen (`rowid`, ascending as rows are written).
-    pub event_row: Option<i64>,
-    /// The newest `session.time_updated` seen (databases without an event log).
-    pub updated: i64,
-}
-
-/// What changed since a cursor: the sessions to read again, and where to continue.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Changes {
-    /// Session ids, sorted.
-    pub sessions: Vec<String>,
-    /// Those of them whose latest change is a tool call that may wait for a person: a `question`
-    /// call, or a `bash` call not started yet (its permission may be asked; [`crate::record::Ask`]).
-    pub asking: Vec<String>,
-    pub cursor: Cursor,
-}
-
-/// One row of a source's session index: what picks the sessions to list without reading them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct IndexEntry {
-    pub id: String,
-    pub parent: Option<String>,
-    pub updated: Option<i64>,
-    /// A server says it is busy or retrying.
-    pub active: bool,
-}
-
-impl IndexEntry {
-    pub fn of(s: &Session) -> IndexEntry {
-        IndexEntry {
-            id: s.id.clone(),
-            parent: s.parent.clone(),
-            updated: s.updated,
-            active: s.status.as_deref().is_some_and(|st| st != "idle"),
-        }
-    }
-}
-
-/// One place sessions can be read from. Messages and sessions come in opencode's API shapes
-/// (the database rebuilds them from its rows), so one converter ([`convert`]) serves every source.
-pub trait Source {
-    /// What the records read from here name as their `source`.
-    fn id(&self) -> SourceId;
-
-    /// The cheap index of every session: id, parent, last update, whether active.
-    fn index(&self) -> Result<Vec<IndexEntry>, Fault>;
-
-    /// These sessions (picked from the index, see [`select`]) as records, newest update first.
-    fn sessions(&self, ids: &[&str]) -> Result<Vec<Session>, Fault>;
-
-    /// The status a session read alone has here (`None`: this source cannot tell).
-    fn status_alone(&self) -> Option<&'static str> {
-        None
-    }
-
-    /// One session as opencode's `Session` object, if this source holds it.
-    fn session(&self, id: &str) -> Result<Option<Value>, Fault>;
-
-    /// A session's messages with their parts, `[{info, parts}]`, in order: its calls and its
-    /// activity ([`convert::calls_of`], [`convert::activity_of`]). `NotFound`: gone since listed.
-    fn messages(&self, id: &str) -> Result<Value, Fault>;
-
-    /// The messages of a session changed at or after `since` (ms, opencode's `time_updated`),
-    /// each whole with all its parts, in order, and the newest update among them (`None`: no
-    /// change, or a source that cannot tell). The calls of one message depend on that message
-    /// alone, so these give every call that may have changed. By default, every message.
-    fn messages_since(&self, id: &str, since: i64) -> Result<(Value, Option<i64>), Fault> {
-        let _ = since;
-        Ok((self.messages(id)?, None))
-    }
-
-    /// Whether what was opened is still what the source's name names (`false`: a database
-    /// deleted or replaced at its path since; open it again).
-    fn is_current(&self) -> bool {
-        true
-    }
-
-    /// The sessions that changed since `since` (everything, with no cursor), cheaply enough to
-    /// ask every second. `Ok(None)`: this source cannot tell; read it whole.
-    fn changes(&self, since: Option<&Cursor>) -> Result<Option<Changes>, Fault> {
-        let _ = since;
-        Ok(None)
-    }
-
-    /// Sends `text` into a session as the user's message; says what the source answered.
-    /// Refused where the source cannot reach a running agent.
-    fn nudge(&self, session: &str, text: &str) -> Result<String, String> {
-        let _ = (session, text);
-        Err(refusal(&self.id()))
-    }
-}
-
-/// The servers to read, built from the config: those `given` (`--server`, and servers among
-/// `--source`), those configured (`[opencode] servers`, and servers among `[opencode]
-/// sources`), and, as `discover` says, those opencode processes listen on (with the processes,
-/// which tell who writes the database at `db`). The database itself is
-/// [`crate::paths::opencode_db`]; every other source, [`others_to_read`].
-pub fn servers_to_read(
-    given: &[String],
-    cfg: &crate::config::Config,
-    discover: crate::config::Discover,
-    db: &std::path::Path,
-) -> (Vec<discover::Process>, Vec<Planned>) {
-    let procs = discovered(discover, db, &cfg.opencode.discover_uids);
-    let found = discover::listeners(&procs);
-    let servers_in = |wires: &[String]| -> Vec<String> {
-        wires
-            .iter()
-            .filter(|w| matches!(SourceId::parse(w), SourceId::Server(_)))
-            .cloned()
-            .collect()
-    };
-    let configured = [
-        cfg.opencode.servers.clone(),
-        servers_in(&cfg.opencode.sources),
-    ]
-    .concat();
-    let plan = plan_servers(given, &configured, &found);
-    (procs, plan)
-}
-
-/// The sources to read besides opencode's database and its servers, by their `source`
-/// strings: those `given` (`--source`), then those configured (`[opencode] sources`), each
-/// once, with how it was found. Servers among them are read as servers ([`servers_to_read`]);
-/// the database at `db`, read anyway, is not read twice. Each is listed through its
-/// [`Source`] alone: the index picks what to list, as for the database
-/// ([`merge::Seen::merge_source`]).
-pub fn others_to_read(
-    given: &[String],
-    cfg: &crate::config::Config,
-    db: &std::path::Path,
-) -> Vec<(SourceId, Found)> {
-    let mut out: Vec<(SourceId, Found)> = Vec::new();
-    let wires = given
-        .iter()
-        .map(|w| (w, Found::Argument))
-        .chain(cfg.opencode.sources.iter().map(|w| (w, Found::Configured)));
-    for (wire, found) in wires {
-        let id = SourceId::parse(wire);
-        let ours = matches!(&id, SourceId::Database(p) if p == db);
-        if !matches!(id, SourceId::Server(_)) && !ours && !out.iter().any(|(o, _)| *o == id) {
-            out.push((id, found));
-        }
-    }
-    out
-}
-
 /// The other agents to read with no configuration: Claude Code's directory and Codex's, each
 /// when it is there and `[agents]` does not turn it off. An agent that is not installed costs
 /// one `stat` and is not named.
@@ -378,8 +212,8 @@ impl SourceId {
     /// `stat` a file, nothing read (`None`: no files, or not such a source).
     pub fn newest_change(&self) -> Option<i64> {
         match self {
-            SourceId::ClaudeCode(dir) => claude_home::newest_change(dir),
-            SourceId::Codex(dir) => codex_home::newest_change(dir),
+            SourceId::ClaudeCode(dir) => claude_code::home::newest_change(dir),
+            SourceId::Codex(dir) => codex::home::newest_change(dir),
             _ => None,
         }
     }
@@ -392,19 +226,11 @@ pub fn refusal(id: &SourceId) -> String {
         id.kind_phrase()
     )
 }
-
-/// Opens the source a `source` string names, for reading one session after another, as its
-/// kind opens it ([`SourceKind::open`]). An export is not opened again: its sessions and calls
-/// are in the stream that named it.
-pub fn open(id: &SourceId, limits: Limits) -> Result<Option<Box<dyn Source>>, String> {
-    id.open(limits)
-}
-
-/// Sends a nudge to the session read from `source` (a `source` string): a server's
-/// `prompt_async`; a database or an export is refused, saying which.
+/// Sends a nudge to the session read from `source` (a `source` string): an opencode server's
+/// `prompt_async` ([`opencode::Source::nudge`]); any other kind is refused, saying which.
 pub fn nudge(source: Option<&str>, session: &str, text: &str) -> Result<String, String> {
     match source.map(SourceId::parse) {
-        Some(id @ SourceId::Server(_)) => match open(&id, Limits::default()) {
+        Some(id @ SourceId::Server(_)) => match opencode::open(&id, Limits::default()) {
             Ok(Some(s)) => s.nudge(session, text),
             Ok(None) => Err(refusal(&id)),
             Err(e) => Err(e),

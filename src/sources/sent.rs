@@ -1,6 +1,6 @@
 //! What `oc-calls --export PATH` was given, told apart: a transcript Claude Code or Codex wrote,
 //! by its first record, handed to that agent's wing ([`super::claude_code`], [`super::codex`]);
-//! anything else is left to the caller (an opencode export, read by [`super::export`]).
+//! anything else is left to the caller (an opencode export, read by [`super::opencode::export`]).
 
 use super::transcript::Read;
 use crate::record::Program;

@@ -299,6 +299,38 @@ impl<K: std::hash::Hash + Eq + Clone, T: Default> KeptReads<K, T> {
     }
 }
 
+/// Counts the calls of `calls` that landed a change during `turn` (at or after its start; each
+/// call once: the caller gives each only once per turn).
+pub fn land_turn(turn: &mut crate::record::Turn, calls: &[Call]) {
+    let start = turn.start;
+    for c in calls.iter().filter(|c| c.landed && c.t >= start) {
+        turn.land(crate::detect::target::describe(&c.tool, &c.args, None));
+    }
+}
+
+/// Does a command run `git commit` (not `git commit-tree` and the like)?
+pub fn is_git_commit(cmd: &str) -> bool {
+    let mut rest = cmd;
+    while let Some(i) = rest.find("git") {
+        let after = &rest[i + 3..];
+        let words: Vec<&str> = after.split_whitespace().take(8).collect();
+        // `git -C dir commit`, `git -c k=v commit`: skip global options and their values.
+        let mut j = 0;
+        while j < words.len() && words[j].starts_with('-') {
+            j += if matches!(words[j], "-C" | "-c") {
+                2
+            } else {
+                1
+            };
+        }
+        if words.get(j) == Some(&"commit") {
+            return true;
+        }
+        rest = after;
+    }
+    false
+}
+
 /// The call a tool still runs, as activity records say it: a Bash with its timeout (its own,
 /// else the default).
 pub fn running(c: &Call) -> crate::record::Running {
@@ -582,5 +614,13 @@ mod tests {
         let v = Value::from("2026-12-04T18:23:23.131Z");
         assert_eq!(ms(Some(&v)), Some(1_796_408_603_131));
         assert_eq!(ms(Some(&Value::from("yesterday"))), None);
+    }
+
+    #[test]
+    fn git_commit_is_found_in_chains() {
+        assert!(is_git_commit("git add -A && git commit -q -m 'x'"));
+        assert!(is_git_commit("git -C /p commit -m x"));
+        assert!(!is_git_commit("git commit-tree abc"));
+        assert!(!is_git_commit("git log --oneline"));
     }
 }

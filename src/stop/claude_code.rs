@@ -23,7 +23,7 @@ use super::{
     write_atomic, Previous, Request, StopOutcome, ACK_MAX_BYTES, SETTLE, STALE_MS,
 };
 use crate::record::Call;
-use crate::sources::claude_home::ClaudeHome;
+use crate::sources::claude_code::home::ClaudeHome;
 use crate::sources::Records;
 use crate::store::Store;
 use anyhow::{anyhow, bail, Result};

@@ -54,7 +54,7 @@ impl Thread {
 /// The Codex thread `id` (a UUID), if its rollout is under Codex's directory.
 pub fn find(id: &str) -> Option<Thread> {
     let home = crate::paths::codex_dir();
-    let rollout = crate::sources::codex_home::rollouts_in(&home)
+    let rollout = crate::sources::codex::home::rollouts_in(&home)
         .ok()?
         .into_iter()
         .find(|(t, _, _)| t == id)?
@@ -96,7 +96,7 @@ fn rollouts_held_by(pid: u32, home: &Path) -> Vec<PathBuf> {
             (!name.starts_with('.')).then(|| name.strip_suffix(".lock").map(String::from))?
         })
         .collect();
-    crate::sources::codex_home::rollouts_in(home)
+    crate::sources::codex::home::rollouts_in(home)
         .unwrap_or_default()
         .into_iter()
         .filter(|(id, _, _)| held.contains(id))

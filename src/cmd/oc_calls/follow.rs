@@ -24,7 +24,8 @@ use super::source_to_read;
 use crate::cli::{Exit, Out};
 use crate::cmd::oc_sessions::blind;
 use crate::record::{each_record, to_line, Activity, Line, Record, Session, Sweep};
-use crate::sources::{self, convert, Fault, Source, SourceId};
+use crate::sources::opencode::{self, convert, Fault, Source};
+use crate::sources::{self, SourceId};
 use anyhow::Result;
 use serde_json::Value;
 use std::collections::hash_map::DefaultHasher;
@@ -85,7 +86,7 @@ struct CallsFollow<'a> {
     /// Other agents' directories, kept open (what they read of their files with them) and
     /// refreshed at each batch.
     records: HashMap<SourceId, Box<dyn sources::Records>>,
-    limits: sources::Limits,
+    limits: opencode::Limits,
     known: HashMap<String, Known>,
     /// Sessions listed in the current batch (a session listed twice is read once).
     batch: HashSet<String>,
@@ -94,7 +95,7 @@ struct CallsFollow<'a> {
 }
 
 /// Reads the stream until its end; each sweep passes on and flushes.
-pub fn run(limits: sources::Limits, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
+pub fn run(limits: opencode::Limits, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     let mut f = CallsFollow {
         out,
         opened: HashMap::new(),
@@ -196,7 +197,7 @@ impl CallsFollow<'_> {
             self.opened.remove(&src);
         }
         if !self.opened.contains_key(&src) {
-            match sources::open(&src, self.limits) {
+            match opencode::open(&src, self.limits) {
                 Ok(Some(o)) => {
                     self.opened.insert(src.clone(), o);
                 }
@@ -319,7 +320,7 @@ fn newest_assistant(msgs: &Value) -> Option<(i64, String)> {
 /// calls): the latest progress of both; in flight, error and running tools from the newest
 /// assistant message of either; the turn begun by the latest prompt of either, finished as the
 /// newest assistant message says, with the landed calls of every batch since it began, each
-/// once. The same as [`convert::activity_of`] and [`convert::land_turn`] over all messages, as
+/// once. The same as [`convert::activity_of`] and [`crate::sources::transcript::land_turn`] over all messages, as
 /// long as changed messages come whole. Keeps the hash of the line last written.
 fn merge_activity(
     had: Option<Merged>,
@@ -364,7 +365,7 @@ fn merge_activity(
             .filter(|c| c.landed && c.t >= t.start && m.landed.insert(c.id.clone()))
             .cloned()
             .collect();
-        convert::land_turn(t, &fresh);
+        crate::sources::transcript::land_turn(t, &fresh);
     }
     m
 }

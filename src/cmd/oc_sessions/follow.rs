@@ -35,8 +35,11 @@ use crate::config::{Config, Discover};
 use crate::monotonic::{Jump, Reading, StepWatch};
 use crate::paths::Found;
 use crate::record::{to_line, Sweep};
-use crate::sources::merge::{ended_with_their_run, note_runs, RunProcess, Seen, RUNS_KEPT_MS};
-use crate::sources::{self, db::Db, events, Cursor, Planned, Source};
+use crate::sources;
+use crate::sources::opencode::merge::{
+    ended_with_their_run, note_runs, RunProcess, Seen, RUNS_KEPT_MS,
+};
+use crate::sources::opencode::{self, db::Db, events, Cursor, Planned, Source};
 use crate::store::{episodes, Store};
 use anyhow::Result;
 use std::collections::HashMap;
@@ -101,7 +104,7 @@ struct SessionsFollow<'a> {
     /// with them, so that a read after a change parses only what was appended).
     opened_agents: HashMap<sources::SourceId, Box<dyn sources::Records>>,
     /// Sessions whose latest change was a call that may wait for a person
-    /// ([`sources::Changes::asking`]), each with when to list it once more if nothing changes it
+    /// ([`opencode::Changes::asking`]), each with when to list it once more if nothing changes it
     /// before then ([`QUIET_RECHECK`]).
     recheck: HashMap<String, Instant>,
     /// The step of the wall clock noticed since the last sweep, for the next one.
@@ -359,7 +362,7 @@ impl SessionsFollow<'_> {
             _ => None,
         };
         // a process started since the last full read runs some of these: look again
-        let procs = sources::discovered(
+        let procs = opencode::discovered(
             self.src.discover,
             &self.src.db_path,
             &self.src.cfg.opencode.discover_uids,
@@ -390,8 +393,8 @@ impl SessionsFollow<'_> {
 
 impl SessionsFollow<'_> {
     /// Follows the event stream of each server that answered this full read, and no other.
-    fn follow_streams(&mut self, reads: &[sources::server::ServerRead]) {
-        let clients: Vec<&sources::Client> = reads
+    fn follow_streams(&mut self, reads: &[opencode::server::ServerRead]) {
+        let clients: Vec<&opencode::Client> = reads
             .iter()
             .filter_map(|r| r.live.as_ref().map(|l| &l.client))
             .collect();
@@ -425,7 +428,7 @@ impl SessionsFollow<'_> {
         // machine, after the service started) is followed from this poll on, not from the next
         // full read a minute later (a `stat` of each agent's directory)
         let others =
-            sources::others_to_read(&self.src.args.sources, self.src.cfg, &self.src.db_path);
+            opencode::others_to_read(&self.src.args.sources, self.src.cfg, &self.src.db_path);
         for id in sources::agents_to_read(self.src.cfg) {
             let known =
                 self.agents.iter().any(|(a, _)| *a == id) || others.iter().any(|(o, _)| *o == id);

@@ -2,7 +2,7 @@
 //! `~/.codex`): its threads listed and read live, as records.
 //!
 //! A thread is a rollout, `sessions/YYYY/MM/DD/rollout-<time>-<thread id>.jsonl` (a subagent's
-//! thread a rollout of its own naming its parent), read by Codex's wing ([`super::codex`]) and
+//! thread a rollout of its own naming its parent), read by Codex's wing ([`super`]) and
 //! picked by its modification time, so an idle history costs a `stat` per thread; what was read
 //! of a rollout is kept while this source is (follow mode keeps it open), so a read after a
 //! change parses only the lines appended since. Titles come from the thread index
@@ -10,10 +10,11 @@
 //! while its `thread-writer-locks/<thread>.lock` is held open by a live process: the lock a
 //! killed process left behind is held by nobody, and is not a running thread.
 
-use super::codex;
-use super::transcript::{jsonl_files, mtime_ms, settle, KeptReads, Tail, Transcript};
-use super::{Limits, Listing, Records, Source, SourceId, SourceKind};
 use crate::record::Program;
+use crate::sources::codex;
+use crate::sources::opencode::{Limits, Source};
+use crate::sources::transcript::{jsonl_files, mtime_ms, settle, KeptReads, Tail, Transcript};
+use crate::sources::{Listing, Records, SourceId, SourceKind};
 use serde_json::json;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -322,7 +323,9 @@ fn held_locks(dir: &Path) -> HashMap<String, u32> {
         // a thread's lock, not Codex's own `.coordination.lock` beside them
         .filter(|p| {
             p.extension().is_some_and(|x| x == "lock")
-                && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                && !p
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
         })
         .collect();
     if locks.is_empty() {
@@ -400,8 +403,7 @@ mod tests {
     fn a_lock_nobody_holds_is_not_a_running_thread() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
-            dir.path()
-                .join("01a2424e-e1ee-7de2-9e5a-01e48aaf54aa.lock"),
+            dir.path().join("01a2424e-e1ee-7de2-9e5a-01e48aaf54aa.lock"),
             "",
         )
         .unwrap();

@@ -5,8 +5,9 @@
 //! Rows are rebuilt into the same JSON shapes the HTTP API serves (a part's `data` plus its
 //! `id`, `sessionID`, `messageID` columns), so one converter serves both sources.
 
-use super::{convert, Changes, Cursor, IndexEntry, Fault, Limits, Source, SourceId, SourceKind};
+use super::{convert, Changes, Cursor, Fault, IndexEntry, Limits, Source};
 use crate::record::Session;
+use crate::sources::{SourceId, SourceKind};
 use anyhow::{bail, Context, Result};
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use serde_json::{json, Map, Value};
@@ -97,10 +98,7 @@ impl Db {
     /// that lacks a table yet is one opencode is making at its first start (it creates the
     /// file, then its tables): no history yet, not blindness. Past that, or with any other
     /// fault (a newer schema, not a database), it is blind at once.
-    fn open_at(
-        path: &Path,
-        now: std::time::SystemTime,
-    ) -> std::result::Result<Option<Db>, String> {
+    fn open_at(path: &Path, now: std::time::SystemTime) -> std::result::Result<Option<Db>, String> {
         if !path.exists() {
             return Ok(None);
         }
@@ -516,10 +514,7 @@ impl Db {
                 tx.query_row("SELECT max(time_updated) FROM session", [], |r| r.get(0))?;
             // no further than now: after a step back, opencode's next rows are stamped below
             // the newest seen, and would be missed until the clock caught up with it
-            cursor.updated = newest
-                .unwrap_or(after)
-                .max(after)
-                .min(crate::cli::now_ms());
+            cursor.updated = newest.unwrap_or(after).max(after).min(crate::cli::now_ms());
             ids(
                 &tx,
                 "SELECT id FROM session WHERE time_updated > ?1 ORDER BY id",
@@ -546,7 +541,9 @@ impl SourceKind for Db {
         write!(f, "{}", path.display())
     }
     fn open(path: &PathBuf, _: Limits) -> std::result::Result<Option<Box<dyn Source>>, String> {
-        Ok(Some(Box::new(Db::open(path).map_err(|e| format!("{e:#}"))?)))
+        Ok(Some(Box::new(
+            Db::open(path).map_err(|e| format!("{e:#}"))?,
+        )))
     }
 }
 

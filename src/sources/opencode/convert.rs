@@ -4,6 +4,7 @@
 
 use crate::record::{Call, Session};
 use crate::scrub::scrub_args;
+use crate::sources::transcript::is_git_commit;
 use crate::vocab::{Arg, Lands, Tool, BASH_TIMEOUT_MS};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
@@ -135,29 +136,6 @@ fn edit_landed(meta: &Map<String, Value>) -> bool {
     meta.get("diff")
         .and_then(Value::as_str)
         .is_some_and(diff_has_change)
-}
-
-/// Does a command run `git commit` (not `git commit-tree` and the like)?
-pub fn is_git_commit(cmd: &str) -> bool {
-    let mut rest = cmd;
-    while let Some(i) = rest.find("git") {
-        let after = &rest[i + 3..];
-        let words: Vec<&str> = after.split_whitespace().take(8).collect();
-        // `git -C dir commit`, `git -c k=v commit`: skip global options and their values.
-        let mut j = 0;
-        while j < words.len() && words[j].starts_with('-') {
-            j += if matches!(words[j], "-C" | "-c") {
-                2
-            } else {
-                1
-            };
-        }
-        if words.get(j) == Some(&"commit") {
-            return true;
-        }
-        rest = after;
-    }
-    false
 }
 
 /// Did a successful bash change the files the step's patch names? The snapshot diff of a step
@@ -299,15 +277,6 @@ pub fn turn_end(messages: &Value, start: i64) -> Option<i64> {
         && at("created").is_some_and(|c| c >= start)
         && !running;
     at("completed").filter(|_| finished)
-}
-
-/// Counts the calls of `calls` that landed a change during `turn` (at or after its start; each
-/// call once: the caller gives each only once per turn).
-pub fn land_turn(turn: &mut crate::record::Turn, calls: &[Call]) {
-    let start = turn.start;
-    for c in calls.iter().filter(|c| c.landed && c.t >= start) {
-        turn.land(crate::detect::target::describe(&c.tool, &c.args, None));
-    }
 }
 
 /// The files a step's tool calls name as theirs: their `filePath`, and the files in their
@@ -542,6 +511,7 @@ fn call_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sources::transcript::land_turn;
     use serde_json::json;
 
     #[test]
@@ -659,14 +629,6 @@ mod tests {
                 vec!["write /p/a.md".to_string(), "write /p/c.md".to_string()]
             )
         );
-    }
-
-    #[test]
-    fn git_commit_is_found_in_chains() {
-        assert!(is_git_commit("git add -A && git commit -q -m 'x'"));
-        assert!(is_git_commit("git -C /p commit -m x"));
-        assert!(!is_git_commit("git commit-tree abc"));
-        assert!(!is_git_commit("git log --oneline"));
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! after the lines Codex makes different on every run (`Chunk ID:`, `Wall time:`) are taken
 //! out, or identical outputs would never match.
 
+pub mod home;
+
 use super::transcript::{ms, parse_text, text_of, Parse, Read, Tail, Transcript};
 use crate::record::{Activity, Call, Program, Session};
 use crate::scrub::{hash_str, scrub_args};
@@ -363,7 +365,7 @@ impl Parser {
                     ..crate::record::Turn::default()
                 };
                 // an open call never landed: all of them, as they were read, count
-                super::convert::land_turn(&mut t, &self.calls);
+                super::transcript::land_turn(&mut t, &self.calls);
                 t
             }),
         };
@@ -407,7 +409,7 @@ fn finish(c: &mut Call, output: &Output, item: Option<&Item>) {
                 && c.args
                     .get(Arg::Command.key())
                     .and_then(Value::as_str)
-                    .is_some_and(super::convert::is_git_commit);
+                    .is_some_and(super::transcript::is_git_commit);
         }
         (Tool::Edit | Tool::Write, Some("FileChange")) | (Tool::Edit | Tool::Write, None) => {
             let ok = match item {

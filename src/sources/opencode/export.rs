@@ -2,8 +2,9 @@
 //! same objects the HTTP API serves. Several documents may follow each other in one input
 //! (`cat a.json b.json | oc-calls --export -`); each is parsed as it streams in.
 
-use super::{convert, IndexEntry, Fault, Source, SourceId, SourceKind};
+use super::{convert, Fault, IndexEntry, Source};
 use crate::record::Session;
+use crate::sources::{SourceId, SourceKind};
 use serde_json::Value;
 
 /// One exported session: its `Session` object and its messages.

@@ -4,10 +4,11 @@
 //! is [`super::http`], finding servers in `/proc` is [`super::discover`].
 
 use super::http::{Client, Fault, Limits};
-use super::{convert, discover, Changes, Cursor, IndexEntry, Source, SourceId, SourceKind};
+use super::{convert, discover, Changes, Cursor, IndexEntry, Source};
 use crate::config::Discover;
 use crate::paths::Found;
 use crate::record::Session;
+use crate::sources::{SourceId, SourceKind};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;

@@ -9,6 +9,8 @@
 //! MultiEdit or Write lands when it succeeded and its structured patch (if any) changed lines;
 //! a Bash lands when it commits. Only the sha1 of a result leaves this module.
 
+pub mod home;
+
 use super::transcript::{ms, parse_text, text_of, Parse, Read, Tail, Transcript};
 use crate::record::{Activity, Call, Program, Session};
 use crate::scrub::{hash_str, scrub_args};
@@ -494,7 +496,7 @@ impl Parser {
                     ..crate::record::Turn::default()
                 };
                 // a call left open never landed: all of them, as they were read, count
-                crate::sources::convert::land_turn(&mut turn, &self.calls);
+                super::transcript::land_turn(&mut turn, &self.calls);
                 turn
             }),
         };
@@ -534,7 +536,7 @@ fn finish(c: &mut Call, result: &Value, structured: Option<&Value>, t: Option<i6
                     && c.args
                         .get(Arg::Command.key())
                         .and_then(Value::as_str)
-                        .is_some_and(super::convert::is_git_commit)
+                        .is_some_and(super::transcript::is_git_commit)
             }
             _ => false,
         };

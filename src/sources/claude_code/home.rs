@@ -3,16 +3,17 @@
 //!
 //! A session is `projects/<cwd as dashes>/<session>.jsonl`, its subagents
 //! `<session>/subagents/agent-<id>.jsonl` beside it; both are read by Claude Code's wing
-//! ([`super::claude_code`]) and a file is picked by its modification time, so an idle history
+//! ([`super`]) and a file is picked by its modification time, so an idle history
 //! costs a `stat` per session. What was read of a session's files is kept while this source is
 //! (follow mode keeps it open): a read after a change parses only the lines appended since. A session runs while `sessions/<pid>.json` names it and that
 //! process is alive with the start time the file gives (`procStart`): the file a killed process
 //! left behind names a dead pid, or one a later process reuses, and is not a running session.
 
-use super::claude_code::SessionFiles;
-use super::transcript::{mtime_ms, proc_start, settle, KeptReads, Read, Transcript};
-use super::{Limits, Listing, Records, Source, SourceId, SourceKind};
+use super::SessionFiles;
 use crate::record::Program;
+use crate::sources::opencode::{Limits, Source};
+use crate::sources::transcript::{mtime_ms, proc_start, settle, KeptReads, Read, Transcript};
+use crate::sources::{Listing, Records, SourceId, SourceKind};
 use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -89,8 +90,7 @@ fn found_in(dir: &Path) -> std::io::Result<Vec<Found>> {
             if !file.extension().is_some_and(|x| x == "jsonl") {
                 continue;
             }
-            let Some(id) = file.file_stem().and_then(|s| s.to_str()).map(String::from)
-            else {
+            let Some(id) = file.file_stem().and_then(|s| s.to_str()).map(String::from) else {
                 continue;
             };
             let mut updated = mtime_ms(&file);
@@ -156,7 +156,12 @@ impl ClaudeHome {
     /// that changed after the mark `want` gives it and settled by whether the main session's
     /// process runs.
     fn sessions(&self, main: &str, want: &dyn Fn(&str) -> Option<u64>) -> Read {
-        let Some(mut r) = self.read.borrow().get(&main.to_string()).map(|f| f.read(want)) else {
+        let Some(mut r) = self
+            .read
+            .borrow()
+            .get(&main.to_string())
+            .map(|f| f.read(want))
+        else {
             return Read::default();
         };
         // an interactive session's process runs between turns: it runs a turn while it says so
@@ -294,9 +299,7 @@ fn live_sessions(dir: &Path) -> (HashMap<String, u32>, HashSet<String>) {
             Value::Number(n) => Some(n.to_string()),
             _ => None,
         };
-        if v["pid"].as_u64() == Some(u64::from(pid))
-            && start.is_some()
-            && proc_start(pid) == start
+        if v["pid"].as_u64() == Some(u64::from(pid)) && start.is_some() && proc_start(pid) == start
         {
             out.insert(session.to_string(), pid);
             // `-p` says "busy" for its whole run; an interactive session "idle" between turns

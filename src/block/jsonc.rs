@@ -1,6 +1,7 @@
 //! JSON with comments (opencode's `opencode.json` / `opencode.jsonc`), read with the byte span
 //! of every value so a file can be edited surgically: one item inserted or removed, every other
-//! byte (comments, indentation, key order, trailing commas) left as it was.
+//! byte (comments, indentation, key order, trailing commas) left as it was. opencode's config
+//! grammar, used by the model block ([`super`]) alone.
 //!
 //! The grammar is opencode's: JSON plus `//` and `/* */` comments and trailing commas. A
 //! duplicate key reads as the last one, as `JSON.parse` does. Errors name the line and column.

@@ -1,7 +1,10 @@
 //! Blocking a model the way opencode itself supports it: the model's id in its provider's
 //! `blacklist` in the user's opencode config (`provider.<id>.blacklist`), edited surgically so
 //! comments and formatting stay, written atomically with a backup beside it, and recorded in
-//! the watchdog database so `unblock-model` undoes exactly what `block-model` did.
+//! the watchdog database so `unblock-model` undoes exactly what `block-model` did. This is
+//! opencode's part of the tree, as its reading wing ([`crate::sources::opencode`]) and its stop
+//! ([`crate::stop::opencode`]) are: the config is read with opencode's own grammar ([`jsonc`]),
+//! which nothing else uses.
 //!
 //! Two edits never interleave: a block or unblock holds a lock on `.<config>.oc-watchdog.lock`
 //! beside the config from its read to its record, and the rename happens only if the file
@@ -21,10 +24,12 @@
 //! error"). An unblock leaves no backup behind: the file is what it was before the block, and
 //! the backup of that block goes once no other block of the file is in force.
 
+pub mod jsonc;
+
 use crate::config::Config;
-use crate::jsonc::{self, Kind, Node};
 use crate::store::Store;
 use anyhow::{anyhow, bail, Context, Result};
+use jsonc::{Kind, Node};
 use rusqlite::{params, OptionalExtension};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
