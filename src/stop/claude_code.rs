@@ -240,14 +240,14 @@ pub fn stop(store: &mut Store, req: &Request) -> Result<StopOutcome> {
     };
     match decide(session, &facts) {
         HookPlan::Already(p) if p.status == "requested" => {
-            return wait_other(store, o, &p, req.wait)
+            return wait_other(store, o, &p, req.wait, BY_HAND)
         }
         HookPlan::Already(p) => return Ok(already(o, &p)),
         HookPlan::Refuse(why) => bail!("stop: {why}"),
         HookPlan::Hook => {}
     }
     if let Some(p) = claim(store, &o, &turn, req.reason)? {
-        return wait_other(store, o, &p, req.wait);
+        return wait_other(store, o, &p, req.wait, BY_HAND);
     }
     let carried = through_hook(&super::requests_dir(), &dir, &main, &o, req);
     let calls = tree(&dir, session)

@@ -413,7 +413,7 @@ pub fn stop(store: &mut Store, req: &super::Request, thread: &Thread) -> Result<
     let mut o = StopOutcome::requested(&main, action, episode, asked, resume(&main, None).0);
     let (via, holder, socket) = match decide(session, &facts) {
         ThreadPlan::Already(p) if p.status == "requested" => {
-            return super::wait_other(store, o, &p, req.wait)
+            return super::wait_other(store, o, &p, req.wait, BY_HAND)
         }
         ThreadPlan::Already(p) => {
             o.resume = resume(&main, p.via.as_deref()).0;
@@ -427,7 +427,7 @@ pub fn stop(store: &mut Store, req: &super::Request, thread: &Thread) -> Result<
     o.pid = Some(holder.pid);
     o.resume = resume(&main, o.via.as_deref()).0;
     if let Some(p) = super::claim(store, &o, &turn, req.reason)? {
-        return super::wait_other(store, o, &p, req.wait);
+        return super::wait_other(store, o, &p, req.wait, BY_HAND);
     }
     // what the stop ends: every thread of a `codex exec`; one thread of the daemon, which runs
     // others' too

@@ -85,10 +85,6 @@ pub struct Previous {
 /// The largest acknowledgement read (the plugin writes a few hundred bytes).
 const ACK_MAX_BYTES: u64 = 64 << 10;
 
-/// How to stop an opencode session by hand, which every refusal and failure says (also
-/// [`wait_other`]'s, whatever the agent).
-const BY_HAND: &str = "press Esc twice in its TUI, or Ctrl-C in the terminal of its `opencode run`";
-
 /// What a carried-out (or already recorded) stop reports.
 #[derive(Debug, Clone, Serialize)]
 pub struct StopOutcome {
@@ -309,8 +305,15 @@ fn claim(store: &mut Store, o: &StopOutcome, turn: &str, reason: &str) -> Result
 }
 
 /// Waits, within `wait` and a few seconds more, for the stop under way (`p`) to end, and
-/// reports its outcome as this one's (`already`); an error if it failed or did not end.
-fn wait_other(store: &Store, o: StopOutcome, p: &Previous, wait: Duration) -> Result<StopOutcome> {
+/// reports its outcome as this one's (`already`); an error if it failed or did not end, which
+/// says how to stop the session by hand (`by_hand`: its agent's keys).
+fn wait_other(
+    store: &Store,
+    o: StopOutcome,
+    p: &Previous,
+    wait: Duration,
+    by_hand: &str,
+) -> Result<StopOutcome> {
     let row = |conn: &rusqlite::Connection| {
         conn.query_row(
             "SELECT status, t, via, stopped, action_id, detail FROM stops WHERE action_id = ?1",
@@ -338,7 +341,7 @@ fn wait_other(store: &Store, o: StopOutcome, p: &Previous, wait: Duration) -> Re
     match ended {
         Some((q, _)) if q.status == "stopped" => Ok(already(o, &q)),
         Some((_, detail)) => bail!(
-            "stop: session {session}: a stop of it at the same time ({}) failed: {}; {BY_HAND}",
+            "stop: session {session}: a stop of it at the same time ({}) failed: {}; {by_hand}",
             p.action_id,
             detail.as_deref().unwrap_or("no reason recorded")
         ),
@@ -487,6 +490,39 @@ mod tests {
         }
     }
 
+    /// A stop that waited for another of the same session, which failed, says how to stop
+    /// that session by hand in its own agent's keys (it said opencode's for every agent).
+    #[test]
+    fn a_second_stop_after_a_failed_first_says_its_agents_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("w.db")).unwrap();
+        let now = crate::cli::now_ms();
+        let first = outcome("019b-thread", "stop:019b-thread:episode:1", now);
+        assert_eq!(claim(&mut store, &first, "t1", "operator").unwrap(), None);
+        let second = outcome("019b-thread", "stop:019b-thread:episode:1", now + 10);
+        let under = claim(&mut store, &second, "t1", "operator")
+            .unwrap()
+            .expect("the first is under way");
+        let failed = StopOutcome {
+            status: "failed".into(),
+            ..first.clone()
+        };
+        record(&mut store, &failed, "t1", "operator", Some("no process")).unwrap();
+        let e = wait_other(
+            &store,
+            second,
+            &under,
+            Duration::from_secs(1),
+            codex::BY_HAND,
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "stop: session 019b-thread: a stop of it at the same time (stop:019b-thread:episode:1) failed: no process; Ctrl-C in the terminal of its `codex exec`, Esc in its TUI"
+        );
+    }
+
     /// Two stops of one session at once: the second finds the first under way and takes its
     /// outcome; the record stays the first's. A `requested` row left long ago stands for
     /// nothing.
@@ -512,7 +548,7 @@ mod tests {
             ..first.clone()
         };
         record(&mut store, &stopped, "msg_1", "escalated", None).unwrap();
-        let o = wait_other(&store, second, &under, Duration::from_secs(1)).unwrap();
+        let o = wait_other(&store, second, &under, Duration::from_secs(1), "keys").unwrap();
         assert_eq!(o.status, "already");
         assert_eq!(o.stopped, Some(now + 900));
         assert_eq!(o.action_id, "stop:ses_a:episode:1");

@@ -17,8 +17,7 @@
 
 use super::{
     action_id, already, claim, open_episode, previous, record, requests_dir, toast_words, wait_for,
-    wait_other, write_atomic, Previous, Request, StopOutcome, Via, ACK_MAX_BYTES, BY_HAND, SETTLE,
-    STALE_MS,
+    wait_other, write_atomic, Previous, Request, StopOutcome, Via, ACK_MAX_BYTES, SETTLE, STALE_MS,
 };
 use crate::config::Config;
 use crate::sources::opencode::{self, db::Db, Client, Source};
@@ -30,6 +29,10 @@ use std::time::{Duration, Instant};
 
 /// The plugin's file name, as `deploy/install --with-stop-plugin` installs it.
 pub const PLUGIN_FILE: &str = "oc-watchdog-stop.js";
+
+/// How to stop an opencode session by hand, which every refusal and failure says.
+pub const BY_HAND: &str =
+    "press Esc twice in its TUI, or Ctrl-C in the terminal of its `opencode run`";
 
 /// What was found about a session before deciding.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -276,7 +279,7 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<StopOutcom
     );
     let via = match decide(session, &found.facts) {
         StopPlan::Already(p) if p.status == "requested" => {
-            return wait_other(store, o, &p, req.wait)
+            return wait_other(store, o, &p, req.wait, BY_HAND)
         }
         StopPlan::Already(p) => return Ok(already(o, &p)),
         StopPlan::Refuse(why) => bail!("stop: {why}"),
@@ -288,7 +291,7 @@ pub fn stop(store: &mut Store, cfg: &Config, req: &Request) -> Result<StopOutcom
     };
     o.via = Some(via.0.as_str().into());
     if let Some(p) = claim(store, &o, &found.turn, req.reason)? {
-        return wait_other(store, o, &p, req.wait);
+        return wait_other(store, o, &p, req.wait, BY_HAND);
     }
     let carried = carry_out(cfg, req, &db, &found, &o, via);
     let messages = db.messages(session).unwrap_or(Value::Null);
