@@ -14,8 +14,8 @@
 //! agent's directory as its kind opens it, opencode's database or server as its wing does
 //! ([`opencode::records`]); each gives the session's calls and activity, converted in its wing.
 //! Sessions asked for by id and opencode's exports are converted by the same function of
-//! opencode's wing ([`opencode::records::calls_and_activity`]); follow mode ([`follow`]) still
-//! reads opencode's changed messages itself.
+//! opencode's wing ([`opencode::records::calls_and_activity`]); follow mode ([`follow`]) reads
+//! every source alike, from the mark of each session's last read.
 
 mod follow;
 

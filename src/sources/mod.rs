@@ -21,7 +21,7 @@
 //! project's records), in its agent's wing, and its line in `registry!`, which makes its
 //! [`SourceId`] variant. The contract names no agent: opencode's kinds are opened by their wing
 //! (they need its limits), which also reads them as [`opencode::Source`]s for oc-sessions'
-//! merge and oc-calls' follow mode.
+//! merge.
 
 pub mod claude_code;
 pub mod codex;
@@ -89,6 +89,12 @@ pub trait Records {
     /// those reads parse only what was appended since. Follow mode keeps a source open and
     /// refreshes it at each batch.
     fn refresh(&mut self);
+
+    /// Follow mode no longer follows `session`: what was kept to read it from a mark may go
+    /// (read from 0 if it comes back).
+    fn forget(&mut self, session: &str) {
+        let _ = session;
+    }
 }
 
 /// What a [`Records`] source lists.

@@ -8,9 +8,9 @@
 //! [`crate::sources`] and a [`Source`], which hands opencode's JSON to [`convert`]; opened by
 //! [`open`] (they need the `[opencode]` limits). A database or a server is also read as a source
 //! of the project's records ([`records`]: its sessions, calls and activity, converted here);
-//! oc-calls reads every listed session so. oc-sessions still lists them through [`Source`]
-//! (merging what several say of one session), and oc-calls' follow mode reads their changed
-//! messages through it.
+//! oc-calls reads every listed session so, in follow mode from a mark (the messages changed
+//! since). oc-sessions still lists them through [`Source`] (merging what several say of one
+//! session).
 //!
 //! opencode's other parts live beside the neutral parts they serve: the ways a run is stopped
 //! (its server's abort, the companion plugin's request files) in [`crate::stop::opencode`], and
@@ -215,5 +215,6 @@ pub fn open(id: &SourceId, limits: Limits) -> Result<Option<Box<dyn Source>>, St
 /// Opens the source a `source` string names as a source of the project's records
 /// ([`Reader`]), as [`open`] opens it.
 pub fn records(id: &SourceId, limits: Limits) -> Result<Option<Box<dyn super::Records>>, String> {
-    Ok(open(id, limits)?.map(|s| Box::new(Reader::new(s)) as Box<dyn super::Records>))
+    Ok(open(id, limits)?
+        .map(|s| Box::new(Reader::new(id.clone(), limits, s)) as Box<dyn super::Records>))
 }
