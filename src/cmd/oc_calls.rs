@@ -9,13 +9,20 @@
 //! for a session whose shape is not understood. A session listed twice is read once, and a call
 //! id is written once, whatever the input repeats. Never message text, tool output or file
 //! content.
+//!
+//! Every listed session is read one way, through its source's [`sources::Records`]: another
+//! agent's directory as its kind opens it, opencode's database or server as its wing does
+//! ([`opencode::records`]); each gives the session's calls and activity, converted in its wing.
+//! Sessions asked for by id and opencode's exports are converted by the same function of
+//! opencode's wing ([`opencode::records::calls_and_activity`]); follow mode ([`follow`]) reads
+//! every source alike, from the mark of each session's last read.
 
 mod follow;
 
 use crate::cli::{Exit, Out};
 use crate::cmd::oc_sessions::blind;
 use crate::config::Config;
-use crate::record::{each_record, to_line, Line, Record, Session};
+use crate::record::{each_record, to_line, Activity, Call, Line, Record, Session};
 use crate::sources::opencode::server::Server;
 use crate::sources::opencode::{self, convert, db::Db, export, Fault, Source};
 use crate::sources::{self, sent, transcript, Found, SourceId};
@@ -93,37 +100,13 @@ struct Calls<'a> {
 }
 
 impl Calls<'_> {
-    /// Emits the calls of one session. Shape problems become a `blind` record.
-    fn emit(&mut self, source: &dyn Source, id: &str) -> Result<()> {
-        let name = source.id().to_string();
-        let msgs = match source.messages(id) {
-            Ok(m) => m,
-            // Deleted between listing and reading: nothing to judge, nothing wrong.
-            Err(Fault::NotFound(_)) => return Ok(()),
-            Err(f) => return self.blind(&name, &format!("session {id}: {f}")),
-        };
-        self.emit_messages(&name, id, &msgs)
-    }
-
-    /// Emits the calls and the activity of one session from its messages.
+    /// Emits the calls and the activity of one session from its messages, as opencode's wing
+    /// reads them ([`opencode::records::calls_and_activity`]). Shape problems become a `blind`
+    /// record.
     fn emit_messages(&mut self, source: &str, id: &str, msgs: &Value) -> Result<()> {
-        match convert::calls_of(id, msgs, &mut self.lines) {
-            Ok(calls) => {
-                for c in &calls {
-                    if self.written.insert((c.session.clone(), c.id.clone())) {
-                        self.out.line(&to_line("call", c)?)?;
-                    }
-                }
-                if self.active.insert(id.to_string()) {
-                    let mut act = convert::activity_of(id, msgs);
-                    if let Some(t) = &mut act.turn {
-                        transcript::land_turn(t, &calls);
-                    }
-                    self.out.line(&to_line("activity", &act)?)?;
-                }
-                Ok(())
-            }
-            Err(why) => self.blind(source, &format!("session {id}: {why}")),
+        match opencode::records::calls_and_activity(id, msgs, &mut self.lines) {
+            Ok((calls, activity)) => self.emit_calls(&calls, id, &activity),
+            Err(why) => self.blind(source, &why),
         }
     }
 
@@ -136,7 +119,12 @@ impl Calls<'_> {
                     Ok(s) => self.out.line(&to_line("session", &s)?)?,
                     Err(why) => self.blind(&name, &format!("session {id}: {why}"))?,
                 }
-                self.emit(source, id)?;
+                match source.messages(id) {
+                    Ok(msgs) => self.emit_messages(&name, id, &msgs)?,
+                    // deleted between listing and reading: nothing to judge, nothing wrong
+                    Err(Fault::NotFound(_)) => {}
+                    Err(f) => self.blind(&name, &format!("session {id}: {f}"))?,
+                }
                 Ok(true)
             }
             Ok(None) => Ok(false),
@@ -147,15 +135,20 @@ impl Calls<'_> {
         }
     }
 
-    /// Emits the calls and the activity of a session another agent's wing read.
+    /// Emits the calls and the activity of a session a wing read.
     fn emit_transcript(&mut self, t: &transcript::Transcript) -> Result<()> {
-        for call in &t.calls {
+        self.emit_calls(&t.calls, &t.session.id, &t.activity)
+    }
+
+    /// Writes each call not written yet, then the session's activity if not written yet.
+    fn emit_calls(&mut self, calls: &[Call], id: &str, activity: &Activity) -> Result<()> {
+        for call in calls {
             if self.written.insert((call.session.clone(), call.id.clone())) {
                 self.out.line(&to_line("call", call)?)?;
             }
         }
-        if self.active.insert(t.session.id.clone()) {
-            self.out.line(&to_line("activity", &t.activity)?)?;
+        if self.active.insert(id.to_string()) {
+            self.out.line(&to_line("activity", activity)?)?;
         }
         Ok(())
     }
@@ -193,7 +186,6 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
     }
 
     let mut stream = Stream {
-        opened: HashMap::new(),
         records: HashMap::new(),
         limits: opencode::Limits::of(&cfg.opencode),
         progress: Progress::new(usize::MAX),
@@ -211,8 +203,9 @@ pub fn run(args: Args, stdin: &mut dyn BufRead, out: &mut Out) -> Result<Exit> {
 /// `oc-calls` reading a stream: every line passes, each call and activity once; each session
 /// listed is read from its source (opened once).
 struct Stream {
-    opened: HashMap<SourceId, Box<dyn Source>>,
-    /// Sources of the project's own records (other agents' files), opened once.
+    /// The sources read, each opened once: another agent's files by its kind
+    /// ([`SourceId::records`]), opencode's database or server by its wing
+    /// ([`opencode::records`]).
     records: HashMap<SourceId, Box<dyn sources::Records>>,
     limits: opencode::Limits,
     progress: Progress,
@@ -273,31 +266,26 @@ impl Stream {
             self.bad = true;
             return Ok(());
         };
-        if let Some(records) = match self.records.entry(src.clone()) {
-            Entry::Occupied(e) => Some(e.into_mut()),
-            Entry::Vacant(e) => e.key().records().map(|r| e.insert(r)),
-        } {
-            self.progress.show(self.read);
-            self.read += 1;
-            return match records.read(&s.id) {
-                Ok(Some(t)) => c.emit_transcript(&t),
-                // gone since listed: nothing to judge, nothing wrong
-                Ok(None) => Ok(()),
-                Err(why) => c.blind(&src.to_string(), &why),
-            };
-        }
-        let reader = match self.opened.entry(src) {
+        let records = match self.records.entry(src) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => match opencode::open(e.key(), self.limits) {
-                Ok(Some(source)) => e.insert(source),
-                // read from an export upstream: its calls are in the stream already
-                Ok(None) => return Ok(()),
-                Err(why) => return c.blind(&e.key().to_string(), &why),
+            Entry::Vacant(e) => match e.key().records() {
+                Some(r) => e.insert(r),
+                None => match opencode::records(e.key(), self.limits) {
+                    Ok(Some(r)) => e.insert(r),
+                    // read from an export upstream: its calls are in the stream already
+                    Ok(None) => return Ok(()),
+                    Err(why) => return c.blind(&e.key().to_string(), &why),
+                },
             },
         };
         self.progress.show(self.read);
         self.read += 1;
-        c.emit(reader.as_ref(), &s.id)
+        match records.read(&s.id) {
+            Ok(Some(t)) => c.emit_transcript(&t),
+            // gone since listed: nothing to judge, nothing wrong
+            Ok(None) => Ok(()),
+            Err(why) => c.blind(&records.id().to_string(), &why),
+        }
     }
 }
 

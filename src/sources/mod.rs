@@ -5,7 +5,9 @@
 //!
 //! Each agent is a wing of its own, which alone knows its shapes. opencode's ([`opencode`]):
 //! its database, its servers and their discovery, its event stream, its export files, each an
-//! [`opencode::Source`] handing opencode's JSON to its converter. Claude Code's
+//! [`opencode::Source`] handing opencode's JSON to its converter, opened by the wing
+//! ([`opencode::open`], with its `[opencode]` limits); a database or a server is also read as a
+//! source of [`Records`] ([`opencode::records`]), as oc-calls reads every listed session. Claude Code's
 //! ([`claude_code`]) and Codex's ([`codex`]): their transcripts, read straight into the
 //! project's records, live from their directories on this machine (each a kind of source
 //! yielding [`Records`]: sessions with their status, each session's calls and activity) or as
@@ -15,9 +17,11 @@
 //! tool and argument vocabulary every converter speaks is [`vocab`].
 //!
 //! Adding a kind of source: a type implementing [`SourceKind`] (how its `source` string reads,
-//! what a message calls it, how it is opened) and either [`opencode::Source`] (opencode's
-//! shapes) or [`Records`] (the project's records), in its agent's wing, and its line in
-//! `registry!`, which makes its [`SourceId`] variant.
+//! what a message calls it, how it is opened as a source of [`Records`]) and [`Records`] (the
+//! project's records), in its agent's wing, and its line in `registry!`, which makes its
+//! [`SourceId`] variant. The contract names no agent: opencode's kinds are opened by their wing
+//! (they need its limits), which also reads them as [`opencode::Source`]s for oc-sessions'
+//! merge.
 
 pub mod claude_code;
 pub mod codex;
@@ -26,7 +30,7 @@ pub mod sent;
 pub mod transcript;
 
 use crate::record::{Program, Session};
-use opencode::{Limits, Source};
+use opencode::Limits;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -34,8 +38,8 @@ use std::path::PathBuf;
 pub use crate::paths::Found;
 
 /// A kind of source: how a `source` string names one, what a message calls it, how it is
-/// opened. One implementation per kind, beside its [`opencode::Source`] or [`Records`], listed
-/// once in [`registry!`].
+/// opened. One implementation per kind, beside its [`Records`] (or opencode's
+/// [`opencode::Source`]), listed once in [`registry!`].
 pub trait SourceKind {
     /// What names one source of this kind: a path, a URL, a file as it was named.
     type Name;
@@ -48,19 +52,16 @@ pub trait SourceKind {
     fn claim(wire: &str) -> Option<Self::Name>;
     /// The `source` string naming it (what [`SourceKind::claim`] reads back).
     fn write(name: &Self::Name, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result;
-    /// Opens it for reading one session after another (`None`: nothing to open again, as an
-    /// export whose sessions and calls are in the stream that named it).
-    fn open(name: &Self::Name, limits: Limits) -> Result<Option<Box<dyn Source>>, String>;
-    /// Opens it as a source of the project's own records (`None`: a kind that speaks
-    /// opencode's shapes, opened by [`SourceKind::open`]).
+    /// Opens it as a source of the project's own records (`None`: a kind its wing opens,
+    /// as opencode's are by [`opencode::records`] with its limits).
     fn records(name: &Self::Name) -> Option<Box<dyn Records>> {
         let _ = name;
         None
     }
 }
 
-/// A source that yields the project's own records: another agent's sessions, read by its wing
-/// straight into [`Session`]s and [`transcript::Transcript`]s, with no opencode shape between.
+/// A source that yields the project's own records: an agent's sessions, read by its wing
+/// straight into [`Session`]s and [`transcript::Transcript`]s, with no agent's shape between.
 pub trait Records {
     /// What the records read from here name as their `source`.
     fn id(&self) -> SourceId;
@@ -88,6 +89,12 @@ pub trait Records {
     /// those reads parse only what was appended since. Follow mode keeps a source open and
     /// refreshes it at each batch.
     fn refresh(&mut self);
+
+    /// Follow mode no longer follows `session`: what was kept to read it from a mark may go
+    /// (read from 0 if it comes back).
+    fn forget(&mut self, session: &str) {
+        let _ = session;
+    }
 }
 
 /// What a [`Records`] source lists.
@@ -136,19 +143,11 @@ macro_rules! registry {
                 }
             }
 
-            /// Opens it as a source of the project's own records (`None`: it speaks opencode's
-            /// shapes; see [`SourceId::open`]).
+            /// Opens it as a source of the project's own records (`None`: its wing opens it;
+            /// opencode's, by [`opencode::records`]).
             pub fn records(&self) -> Option<Box<dyn Records>> {
                 match self {
                     $(SourceId::$var(name) => <$ty as SourceKind>::records(name),)*
-                }
-            }
-
-            /// Opens the source it names, for reading one session after another (`None`:
-            /// nothing to open again).
-            fn open(&self, limits: Limits) -> Result<Option<Box<dyn Source>>, String> {
-                match self {
-                    $(SourceId::$var(name) => <$ty as SourceKind>::open(name, limits),)*
                 }
             }
         }

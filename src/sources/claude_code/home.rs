@@ -11,7 +11,6 @@
 
 use super::SessionFiles;
 use crate::record::Program;
-use crate::sources::opencode::{Limits, Source};
 use crate::sources::transcript::{mtime_ms, proc_start, settle, KeptReads, Read, Transcript};
 use crate::sources::{Listing, Records, SourceId, SourceKind};
 use serde_json::{json, Value};
@@ -47,13 +46,6 @@ impl SourceKind for ClaudeHome {
 
     fn write(name: &PathBuf, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "claude-code:{}", name.display())
-    }
-
-    fn open(name: &PathBuf, _: Limits) -> Result<Option<Box<dyn Source>>, String> {
-        Err(format!(
-            "{}: Claude Code's sessions are read as records, not as opencode's",
-            name.display()
-        ))
     }
 
     fn records(name: &PathBuf) -> Option<Box<dyn Records>> {

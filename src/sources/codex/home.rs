@@ -12,7 +12,6 @@
 
 use crate::record::Program;
 use crate::sources::codex;
-use crate::sources::opencode::{Limits, Source};
 use crate::sources::transcript::{jsonl_files, mtime_ms, settle, KeptReads, Tail, Transcript};
 use crate::sources::{Listing, Records, SourceId, SourceKind};
 use serde_json::json;
@@ -64,13 +63,6 @@ impl SourceKind for CodexHome {
 
     fn write(name: &PathBuf, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "codex:{}", name.display())
-    }
-
-    fn open(name: &PathBuf, _: Limits) -> Result<Option<Box<dyn Source>>, String> {
-        Err(format!(
-            "{}: Codex's sessions are read as records, not as opencode's",
-            name.display()
-        ))
     }
 
     fn records(name: &PathBuf) -> Option<Box<dyn Records>> {

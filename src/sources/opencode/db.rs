@@ -5,7 +5,7 @@
 //! Rows are rebuilt into the same JSON shapes the HTTP API serves (a part's `data` plus its
 //! `id`, `sessionID`, `messageID` columns), so one converter serves both sources.
 
-use super::{convert, Changes, Cursor, Fault, IndexEntry, Limits, Source};
+use super::{convert, Changes, Cursor, Fault, IndexEntry, Source};
 use crate::record::Session;
 use crate::sources::{SourceId, SourceKind};
 use anyhow::{bail, Context, Result};
@@ -539,11 +539,6 @@ impl SourceKind for Db {
     }
     fn write(path: &PathBuf, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", path.display())
-    }
-    fn open(path: &PathBuf, _: Limits) -> std::result::Result<Option<Box<dyn Source>>, String> {
-        Ok(Some(Box::new(
-            Db::open(path).map_err(|e| format!("{e:#}"))?,
-        )))
     }
 }
 

@@ -77,10 +77,6 @@ impl SourceKind for ExportFile {
     fn write(file: &String, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "export:{file}")
     }
-    /// Not opened again: its sessions and calls are in the stream that named it.
-    fn open(_: &String, _: super::Limits) -> Result<Option<Box<dyn Source>>, String> {
-        Ok(None)
-    }
 }
 
 impl Source for ExportFile {

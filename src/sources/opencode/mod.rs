@@ -5,8 +5,12 @@
 //! hold (opencode's API objects: sessions, and messages with their parts) to the project's
 //! records ([`convert`]); and the merge of what several of them say about one session
 //! ([`merge`]). The database, a server and an export are each a kind of source of
-//! [`crate::sources`] and a [`Source`], which hands opencode's JSON to [`convert`]; oc-sessions
-//! and oc-calls still read them through [`Source`], not through the neutral contract alone.
+//! [`crate::sources`] and a [`Source`], which hands opencode's JSON to [`convert`]; opened by
+//! [`open`] (they need the `[opencode]` limits). A database or a server is also read as a source
+//! of the project's records ([`records`]: its sessions, calls and activity, converted here);
+//! oc-calls reads every listed session so, in follow mode from a mark (the messages changed
+//! since). oc-sessions still lists them through [`Source`] (merging what several say of one
+//! session).
 //!
 //! opencode's other parts live beside the neutral parts they serve: the ways a run is stopped
 //! (its server's abort, the companion plugin's request files) in [`crate::stop::opencode`], and
@@ -21,6 +25,7 @@ pub mod events;
 pub mod export;
 pub mod http;
 pub mod merge;
+pub mod records;
 pub mod server;
 
 use super::SourceId;
@@ -29,6 +34,7 @@ use crate::record::Session;
 use serde_json::Value;
 
 pub use http::{Client, Fault, Limits};
+pub use records::Reader;
 pub use server::{discovered, plan_servers, probe, Live, Planned};
 
 /// Where "what changed" left off for one open source. Only meaningful to the source (and the
@@ -187,9 +193,28 @@ pub fn others_to_read(
     }
     out
 }
-/// Opens the source a `source` string names, for reading one session after another, as its
-/// kind opens it ([`SourceKind::open`](crate::sources::SourceKind::open)). An export is not opened again: its sessions and calls
-/// are in the stream that named it.
+/// Opens the source a `source` string names, for reading one session after another: a
+/// database, a server (with these limits). An export is not opened again (`None`): its sessions
+/// and calls are in the stream that named it. Another agent's kind is not opencode's to open.
 pub fn open(id: &SourceId, limits: Limits) -> Result<Option<Box<dyn Source>>, String> {
-    id.open(limits)
+    match id {
+        SourceId::Server(url) => Ok(Some(Box::new(server::Server {
+            client: Client::with_limits(url, limits),
+        }))),
+        SourceId::Database(path) => Ok(Some(Box::new(
+            db::Db::open(path).map_err(|e| format!("{e:#}"))?,
+        ))),
+        SourceId::Export(_) => Ok(None),
+        other => Err(format!(
+            "{other}: {} are read as records, not as opencode's",
+            other.kind_phrase()
+        )),
+    }
+}
+
+/// Opens the source a `source` string names as a source of the project's records
+/// ([`Reader`]), as [`open`] opens it.
+pub fn records(id: &SourceId, limits: Limits) -> Result<Option<Box<dyn super::Records>>, String> {
+    Ok(open(id, limits)?
+        .map(|s| Box::new(Reader::new(id.clone(), limits, s)) as Box<dyn super::Records>))
 }

@@ -292,11 +292,6 @@ impl SourceKind for Server {
     fn write(url: &String, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(url)
     }
-    fn open(url: &String, limits: Limits) -> Result<Option<Box<dyn Source>>, String> {
-        Ok(Some(Box::new(Server {
-            client: Client::with_limits(url, limits),
-        })))
-    }
 }
 
 impl Source for Server {
