@@ -6,7 +6,7 @@
 use super::db::Db;
 use super::discover;
 use super::server::ServerRead;
-use super::Source;
+use super::{IndexEntry, Source};
 use crate::record::{RunsIn, Session};
 use anyhow::Result;
 use serde_json::Value;
@@ -31,6 +31,20 @@ impl<'a> SessionNode<'a> {
             active: s.status.as_deref().is_some_and(|st| st != "idle"),
         }
     }
+}
+
+/// The ids of a source's index worth listing, as [`select`] picks them.
+pub fn pick<'a>(index: &'a [IndexEntry], since: i64, also: &[String]) -> Vec<&'a str> {
+    let nodes: Vec<SessionNode> = index
+        .iter()
+        .map(|e| SessionNode {
+            id: &e.id,
+            parent: e.parent.as_deref(),
+            updated: e.updated,
+            active: e.active,
+        })
+        .collect();
+    select(&nodes, since, also).into_iter().collect()
 }
 
 /// The ids worth listing: sessions updated at or after `since`, those not idle, those named in
@@ -161,16 +175,7 @@ impl Seen {
         also: &[String],
     ) -> Result<(), super::Fault> {
         let index = src.index()?;
-        let nodes: Vec<SessionNode> = index
-            .iter()
-            .map(|e| SessionNode {
-                id: &e.id,
-                parent: e.parent.as_deref(),
-                updated: e.updated,
-                active: e.active,
-            })
-            .collect();
-        let mut ids: Vec<&str> = select(&nodes, since, also).into_iter().collect();
+        let mut ids = pick(&index, since, also);
         ids.sort_unstable();
         let name = src.id().to_string();
         for s in src.sessions(&ids)? {

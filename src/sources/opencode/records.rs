@@ -5,7 +5,7 @@
 //!
 //! In: a source's name ([`super::records`] opens it with [`super::open`]) and the session ids to
 //! read. Out: [`Transcript`]s, and [`Listing`]s picked from the source's index as `oc-sessions`
-//! picks ([`super::merge::select`]).
+//! picks ([`super::merge::pick`]).
 //!
 //! A read from a mark (follow mode) asks the source for the messages changed since the mark, a
 //! time on opencode's clock: the database reads the message and part rows whose `time_updated`
@@ -15,7 +15,7 @@
 //! ([`merge_activity`]: latest progress; in flight, error and running tools of the newest
 //! assistant message), kept here until the reader is told to forget the session.
 
-use super::merge::{select, SessionNode};
+use super::merge::pick;
 use super::{convert, Fault, Limits, Source};
 use crate::record::{Activity, Call, Program, Session, Turn};
 use crate::sources::transcript::{self, Transcript};
@@ -117,16 +117,7 @@ impl Records for Reader {
             return Listing::default();
         };
         let picked = source.index().and_then(|index| {
-            let nodes: Vec<SessionNode> = index
-                .iter()
-                .map(|e| SessionNode {
-                    id: &e.id,
-                    parent: e.parent.as_deref(),
-                    updated: e.updated,
-                    active: e.active,
-                })
-                .collect();
-            let keep: Vec<&str> = select(&nodes, since, also).into_iter().collect();
+            let keep = pick(&index, since, also);
             source.sessions(&keep)
         });
         match picked {
