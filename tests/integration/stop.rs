@@ -1482,14 +1482,14 @@ fn tick_at(rig: &Rig, now: i64) -> Run {
 fn the_policy_never_stops_a_stalled_loop() {
     let mut rig = Rig::new(true);
     let _pol = Policy::on(&rig, "at_escalation = true\nafter_calls = 1");
-    rig.run("lc_hang_loop");
+    rig.run("st_hang_loop");
     let id = rig.wait_calls(8);
     let t0 = now_ms();
     let t1 = tick_at(&rig, t0);
     assert_eq!(events_of(&rig, &id), ["trigger"], "{}", t1.story());
     // its last read hangs in the model's reply: judged 20 minutes on, it is stalled, and the
     // calls it made since the trigger count: it escalates, and stays an alert
-    rig.wait_calls(10);
+    rig.wait_calls(20);
     std::thread::sleep(Duration::from_secs(2));
     let t2 = tick_at(&rig, t0 + 20 * 60_000);
     let class: String = rig

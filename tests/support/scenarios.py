@@ -147,6 +147,10 @@ SCRIPTS["lc_hang_loop"] = [t("read", filePath=SPEC) for _ in range(10)] + [
     dict(t("read", filePath=SPEC), hang=120), {"text": "never"}]
 
 # ---- the stop policy (issue 28) --------------------------------------------------------------
+# as lc_hang_loop, with calls paced so that the policy's test sees some made after its first tick
+# however long that tick took (all ten came before it once, under load: nothing after the trigger)
+SCRIPTS["st_hang_loop"] = [dict(t("read", filePath=SPEC), delay=0.3) for _ in range(20)] + [
+    dict(t("read", filePath=SPEC), hang=120), {"text": "never"}]
 # a loop that lands a change after its trigger and then loops on: the policy never stops it
 SCRIPTS["st_landed_loop"] = [dict(t("read", filePath=SPEC), delay=0.5) for _ in range(12)] + [
     t("write", filePath="{ROOT}/notes.md", content="# notes\n"),
