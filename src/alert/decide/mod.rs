@@ -503,6 +503,41 @@ fn loop_step(i: &DecisionInput, a: &AlertEpisode, tree: Option<&Tree>) -> Option
     };
     let marks = marks_of(&t.all, |s| a.marks.get(s), |_| None);
     if t.flagged.is_empty() {
+        // a stop asked for this episode, not yet acknowledged: the call it aborts answers
+        // unlike the loop's, so the detector lets go of the loop before the stop is recorded.
+        // Once the sessions that looped are no longer busy that is the stop's end; while they
+        // are, the stop's record or their end comes in a later tick
+        if let Some(stop) = &a.stop_under_way {
+            let looped: Vec<&Verdict> = t
+                .all
+                .iter()
+                .copied()
+                .filter(|v| a.marks.get(&v.session).is_some_and(|m| m.flagged))
+                .collect();
+            let looped = if looped.is_empty() { &t.all } else { &looped };
+            if looped.iter().all(|v| Occupancy::of(v) == Occupancy::Idle) {
+                return Some(resolve(
+                    Reason::Stopped,
+                    &stopped::stopped_why(stop),
+                    marked(),
+                    marks,
+                ));
+            }
+            // the held marks keep which sessions looped: the stop's resolve counts their calls
+            let marks = marks
+                .into_iter()
+                .map(|(s, mut m)| {
+                    m.flagged |= a.marks.get(&s).is_some_and(|p| p.flagged);
+                    (s, m)
+                })
+                .collect();
+            return Some(Step::Hold {
+                episode: a.id,
+                root: a.subject.clone(),
+                why: Hold::Quiet,
+                marks,
+            });
+        }
         // said as it happened: a change that landed, or calls that no longer repeat (new
         // calls, an output that moved) with nothing landed
         let landed = t.all.iter().any(|v| moved(v, &a.marks).1);
@@ -1260,11 +1295,39 @@ mod tests {
             ),
             other => panic!("{other:?}"),
         }
-        let going_on: Vec<String> = run(vec![a], tick(vec![v("r", true, 9, "active")]))
+        let going_on: Vec<String> = run(vec![a.clone()], tick(vec![v("r", true, 9, "active")]))
             .iter()
             .map(name)
             .collect();
         assert_eq!(going_on, ["count 2"]);
+        // Regression (#41, stop 47's CI): the call the stop aborted answered unlike the loop's,
+        // the detector let go of the loop, and the loop resolved "its calls no longer repeat"
+        // before the click helper recorded the stop. Unflagged and idle, it ends as the stop
+        match &run(vec![a.clone()], tick(vec![v("r", false, 6, "idle")]))[..] {
+            [Step::Resolve {
+                reason,
+                why,
+                figures: Some(f),
+                ..
+            }] => assert_eq!(
+                (reason.as_str(), why.as_str(), f.calls),
+                (
+                    "stopped",
+                    "session r stopped by the operator (the popup's stop action)",
+                    5
+                )
+            ),
+            other => panic!("{other:?}"),
+        }
+        // unflagged while still busy: held, and the held marks still say which session looped
+        match &run(vec![a], tick(vec![v("r", false, 6, "active")]))[..] {
+            [Step::Hold {
+                why: Hold::Quiet,
+                marks,
+                ..
+            }] => assert!(marks[0].1.flagged, "{marks:?}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
