@@ -570,7 +570,8 @@ fn a_new_user_following_hears_of_a_looping_tui_session_under_tmux_and_of_its_qui
     let trigger = m.heard_trigger_at_flag_point(&looping);
     assert!(trigger.body.contains("work/proj_t"), "{}", trigger.body);
     assert!(tui.running(), "the TUI quit before the trigger");
-    assert!(tui.pane().contains("Read docs/spec.md"), "{}", tui.pane());
+    // the TUI draws what it runs a moment later on a loaded machine
+    tui.wait_pane("Read docs/spec.md", 30);
     let calls = m.calls_now(&looping);
     assert!(
         calls < 40,
@@ -643,7 +644,7 @@ fn a_tui_waiting_for_a_person_is_told_within_seconds_and_stays_until_answered() 
     let t_call = Instant::now();
     let told = m.heard(&asking, "opencode asker session needs a person", 60);
     let after = t_call.elapsed();
-    assert!(tui.pane().contains("Permission required"), "{}", tui.pane());
+    tui.wait_pane("Permission required", 30);
     assert!(
         told.body
             .contains("a bash call waits for a person's permission (for ")
@@ -674,13 +675,9 @@ fn a_tui_waiting_for_a_person_is_told_within_seconds_and_stays_until_answered() 
         Tui::start(ocsim::opencode(m.home.path(), &q).args(["--prompt", "SCRIPT:ask_question go"]));
     let questioning = m.wait_calls(&q, 1);
     let told = m.heard(&questioning, "opencode build session needs a person", 30);
-    assert!(
-        tui_q
-            .pane()
-            .contains("Which database should the report use?"),
-        "{}",
-        tui_q.pane()
-    );
+    // the notice may come before the TUI draws the question (stop 48, under load: "Asking
+    // questions…" on screen)
+    tui_q.wait_pane("Which database should the report use?", 30);
     assert!(
         told.body
             .contains("a question waits for a person's answer (for ")
