@@ -486,16 +486,25 @@ fn a_retrying_session_that_stalls_resolves_changed_not_recovered() {
             "oc-watchdog: dedup=retrying:{id} state=trigger severity=warning"
         )]
     );
-    // the third request hangs mid-stream: busy and silent
-    wait_until("the hanging request", || {
-        sim.get("/session/status")[&id]["type"] == "busy"
-    });
-    std::thread::sleep(Duration::from_millis(500));
-    let stream = capture(&home, sim, &id);
-    assert_eq!(
-        liveness_at(&home, &stream, t0 + 960_000, &id)["class"],
-        "stalled"
-    );
+    // the third request hangs mid-stream: busy and silent. The second request's short busy
+    // moment reads busy too, and its 503 makes it retrying again (stop 48's CI read that), so
+    // look until a capture reads stalled
+    let t_hang = Instant::now();
+    let stream = loop {
+        wait_until("the hanging request", || {
+            sim.get("/session/status")[&id]["type"] == "busy"
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        let s = capture(&home, sim, &id);
+        let class = liveness_at(&home, &s, t0 + 960_000, &id)["class"].clone();
+        if class == "stalled" {
+            break s;
+        }
+        assert!(
+            t_hang.elapsed() < Duration::from_secs(60),
+            "never saw the hanging request stalled; last read {class}"
+        );
+    };
     let (events, said) = tick(stream, t0 + 960_000);
     assert_eq!(
         said,
